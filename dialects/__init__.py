@@ -1,0 +1,44 @@
+"""xl dialects: `graph`, `popxl` (tensor ops), `call`, `ipu` and the lowered `rt`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.ir import Dialect
+
+
+def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
+    """Lazy factories for every xl dialect, keyed by dialect name."""
+
+    def get_graph() -> Dialect:
+        from xl.dialects.graph import Graph
+
+        return Graph
+
+    def get_popxl() -> Dialect:
+        from xl.dialects.popxl import Popxl
+
+        return Popxl
+
+    def get_call() -> Dialect:
+        from xl.dialects.call import Call
+
+        return Call
+
+    def get_ipu() -> Dialect:
+        from xl.dialects.ipu import Ipu
+
+        return Ipu
+
+    def get_rt() -> Dialect:
+        from xl.dialects.rt import Rt
+
+        return Rt
+
+    return {
+        "graph": get_graph,
+        "popxl": get_popxl,
+        "call": get_call,
+        "ipu": get_ipu,
+        "rt": get_rt,
+    }

@@ -1,0 +1,253 @@
+"""The `call` dialect: calling subgraphs, loops over them, and conditionals.
+
+```mlir
+%y = call.call @linear(%x, %w, %b) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+%r = call.repeat @step 10 (%x, %w) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+%z = call.conditional %c then @a(%x) else @b(%x) : tensor<i1>, (tensor<2xf32>), (tensor<2xf32>) -> tensor<2xf32>
+```
+
+Inputs that the callee marks `graph.by_ref` are passed by reference: in-place
+updates inside the callee modify the caller's tensor. Other inputs are copied.
+`call.repeat` runs its body `repeat_count` times; the N body outputs become the
+first N inputs of the next iteration (loop-carried) and the final outputs are the
+results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import FlatSymbolRefAttrConstr, IntegerAttr, SymbolRefAttr, TensorType, i64
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.irdl import (
+    AttrSizedOperandSegments,
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.traits import SymbolTable, SymbolUserOpInterface
+from xdsl.utils.exceptions import VerifyException
+
+from xl.dialects.graph import GraphOp
+from xl.dialects.utils import fmt_type
+
+
+def lookup_graph(op: Operation, callee: SymbolRefAttr) -> GraphOp:
+    g = SymbolTable.lookup_symbol(op, callee)
+    if not isinstance(g, GraphOp):
+        raise VerifyException(
+            f"{op.name}: @{callee.root_reference.data} does not name a graph.graph"
+        )
+    return g
+
+
+def check_signature(
+    op: Operation, g: GraphOp, args: Sequence[SSAValue], results: Sequence[SSAValue]
+) -> None:
+    ins = g.function_type.inputs.data
+    outs = g.function_type.outputs.data
+    if len(args) != len(ins):
+        raise VerifyException(
+            f"{op.name} @{g.graph_name}: {len(args)} inputs given, the graph takes {len(ins)}"
+        )
+    for i, (a, t) in enumerate(zip(args, ins)):
+        if a.type != t:
+            raise VerifyException(
+                f"{op.name} @{g.graph_name}: input {i} ('{g.input_name(i)}') is "
+                f"{fmt_type(a.type)}, the graph expects {fmt_type(t)}"
+            )
+    if tuple(r.type for r in results) != outs:
+        raise VerifyException(
+            f"{op.name} @{g.graph_name}: result types "
+            f"({', '.join(fmt_type(r.type) for r in results)}) differ from the graph "
+            f"outputs ({', '.join(fmt_type(t) for t in outs)})"
+        )
+
+
+class _CallSymbolUser(SymbolUserOpInterface):
+    def verify(self, op: Operation) -> None:
+        assert isinstance(op, CallOp)
+        check_signature(op, lookup_graph(op, op.callee), op.args, op.res)
+
+
+class _CalleeByRef:
+    """`operand_is_by_ref(i)`: whether operand i is a by-reference callee input."""
+
+    def callee_graph(self) -> GraphOp:
+        return lookup_graph(self, self.callee)  # type: ignore[attr-defined, arg-type]
+
+    def arg_offset(self) -> int:
+        return 0
+
+    def operand_is_by_ref(self, index: int) -> bool:
+        i = index - self.arg_offset()
+        if i < 0:
+            return False
+        try:
+            g = self.callee_graph()
+        except VerifyException:
+            return True  # unknown callee: assume the worst
+        return i < len(g.body.block.args) and g.input_is_by_ref(i)
+
+
+@irdl_op_definition
+class CallOp(IRDLOperation, _CalleeByRef):
+    """Calls a subgraph (popxl.ops.call).
+
+    ```mlir
+    %y = call.call @g(%x) : (tensor<2xf32>) -> tensor<2xf32>
+    ```
+    """
+
+    name = "call.call"
+    args = var_operand_def(TensorType)
+    callee = prop_def(FlatSymbolRefAttrConstr)
+    res = var_result_def(TensorType)
+    traits = traits_def(_CallSymbolUser())
+    assembly_format = "$callee `(` $args `)` attr-dict `:` functional-type($args, $res)"
+
+    def __init__(self, callee: str, args: Sequence[SSAValue], result_types: Sequence[Attribute]):
+        super().__init__(
+            operands=[list(args)],
+            result_types=[list(result_types)],
+            properties={"callee": SymbolRefAttr(callee)},
+        )
+
+
+class _RepeatSymbolUser(SymbolUserOpInterface):
+    def verify(self, op: Operation) -> None:
+        assert isinstance(op, RepeatOp)
+        g = lookup_graph(op, op.callee)
+        check_signature(op, g, op.args, op.res)
+        n_out = len(g.function_type.outputs.data)
+        if n_out > len(op.args):
+            raise VerifyException(
+                f"call.repeat @{g.graph_name}: the graph has {n_out} outputs but only "
+                f"{len(op.args)} inputs to carry them into"
+            )
+        for i in range(n_out):
+            if g.function_type.outputs.data[i] != g.function_type.inputs.data[i]:
+                raise VerifyException(
+                    f"call.repeat @{g.graph_name}: output {i} "
+                    f"({fmt_type(g.function_type.outputs.data[i])}) cannot be carried into "
+                    f"input {i} ({fmt_type(g.function_type.inputs.data[i])})"
+                )
+
+
+@irdl_op_definition
+class RepeatOp(IRDLOperation, _CalleeByRef):
+    """Runs a subgraph `repeat_count` times with loop-carried values (popxl.ops.repeat).
+
+    ```mlir
+    %r = call.repeat @body 10 (%x, %w) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+    ```
+    """
+
+    name = "call.repeat"
+    args = var_operand_def(TensorType)
+    callee = prop_def(FlatSymbolRefAttrConstr)
+    repeat_count = prop_def(IntegerAttr)
+    res = var_result_def(TensorType)
+    traits = traits_def(_RepeatSymbolUser())
+    assembly_format = (
+        "$callee $repeat_count `(` $args `)` attr-dict `:` functional-type($args, $res)"
+    )
+
+    def __init__(
+        self,
+        callee: str,
+        repeat_count: int,
+        args: Sequence[SSAValue],
+        result_types: Sequence[Attribute],
+    ):
+        super().__init__(
+            operands=[list(args)],
+            result_types=[list(result_types)],
+            properties={
+                "callee": SymbolRefAttr(callee),
+                "repeat_count": IntegerAttr(repeat_count, i64),
+            },
+        )
+
+    def verify_(self) -> None:
+        if self.repeat_count.value.data < 0:
+            raise VerifyException(
+                f"call.repeat: repeat_count must be >= 0, got {self.repeat_count.value.data}"
+            )
+
+
+class _ConditionalSymbolUser(SymbolUserOpInterface):
+    def verify(self, op: Operation) -> None:
+        assert isinstance(op, ConditionalOp)
+        check_signature(op, lookup_graph(op, op.then_branch), op.then_args, op.res)
+        check_signature(op, lookup_graph(op, op.else_branch), op.else_args, op.res)
+
+
+@irdl_op_definition
+class ConditionalOp(IRDLOperation):
+    """Runs `then_branch` when the scalar bool `condition` holds, else `else_branch`.
+
+    ```mlir
+    %z = call.conditional %c then @a(%x) else @b(%x) : tensor<i1>, (tensor<2xf32>), (tensor<2xf32>) -> tensor<2xf32>
+    ```
+    """
+
+    name = "call.conditional"
+    condition = operand_def(TensorType)
+    then_args = var_operand_def(TensorType)
+    else_args = var_operand_def(TensorType)
+    then_branch = prop_def(FlatSymbolRefAttrConstr)
+    else_branch = prop_def(FlatSymbolRefAttrConstr)
+    res = var_result_def(TensorType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    traits = traits_def(_ConditionalSymbolUser())
+    assembly_format = (
+        "$condition `then` $then_branch `(` $then_args `)` `else` $else_branch "
+        "`(` $else_args `)` attr-dict `:` type($condition) `,` `(` type($then_args) `)` `,` "
+        "`(` type($else_args) `)` `->` type($res)"
+    )
+
+    def __init__(
+        self,
+        condition: SSAValue,
+        then_branch: str,
+        then_args: Sequence[SSAValue],
+        else_branch: str,
+        else_args: Sequence[SSAValue],
+        result_types: Sequence[Attribute],
+    ):
+        super().__init__(
+            operands=[condition, list(then_args), list(else_args)],
+            result_types=[list(result_types)],
+            properties={
+                "then_branch": SymbolRefAttr(then_branch),
+                "else_branch": SymbolRefAttr(else_branch),
+            },
+        )
+
+    def verify_(self) -> None:
+        t = self.condition.type
+        assert isinstance(t, TensorType)
+        if t.get_shape() != () or str(t.get_element_type()) != "i1":
+            raise VerifyException(
+                f"call.conditional: condition must be a scalar bool tensor, got {fmt_type(t)}"
+            )
+
+    def operand_is_by_ref(self, index: int) -> bool:
+        if index == 0:
+            return False
+        n_then = len(self.then_args)
+        callee, i = (
+            (self.then_branch, index - 1) if index - 1 < n_then else (self.else_branch, index - 1 - n_then)
+        )
+        try:
+            return lookup_graph(self, callee).input_is_by_ref(i)
+        except VerifyException:
+            return True
+
+
+Call = Dialect("call", [CallOp, RepeatOp, ConditionalOp], [])

@@ -1,0 +1,316 @@
+"""The `rt` dialect: the flat, explicit program that the NumPy runtime compiles.
+
+Buffers are memrefs. Every compute op is one NumPy kernel named after the
+high-level op it implements, reading `ins` and writing its explicit destinations
+`outs`; the high-level op's properties ride along as attributes. State lives in
+named slots; host streams are read and written one transfer at a time; loops and
+branches are explicit. Nothing here needs a symbol lookup at run time.
+
+```mlir
+rt.program {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {
+  %w = rt.state "weight" : memref<4x3xf32>
+  %x = rt.alloc : memref<2x4xf32>
+  rt.h2d "x", %x : memref<2x4xf32>
+  %y = rt.alloc : memref<2x3xf32>
+  rt.kernel "popxl.matmul" (%x, %w) -> (%y) : (memref<2x4xf32>, memref<4x3xf32>) -> (memref<2x3xf32>)
+  rt.d2h "y", %y : memref<2x3xf32>
+}
+```
+
+Each executed `rt.h2d` consumes the next transfer of its stream: the host array is
+laid out `[num_host_transfers, replication_factor, *shape]` with size-1 leading dims
+dropped, and each replica reads its own slice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    IntegerAttr,
+    MemRefType,
+    StringAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Dialect, Region, SSAValue
+from xdsl.irdl import (
+    AttrSizedOperandSegments,
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import (
+    HasParent,
+    IsolatedFromAbove,
+    MemoryAllocEffect,
+    MemoryReadEffect,
+    MemoryWriteEffect,
+    NoTerminator,
+    Pure,
+)
+from xdsl.utils.exceptions import VerifyException
+
+from xl.dialects.graph import parse_named_slot, print_named_slot
+from xl.dialects.utils import fmt_type
+
+
+@irdl_op_definition
+class ProgramOp(IRDLOperation):
+    """The whole lowered program; attributes carry `num_host_transfers`, `replication_factor`.
+
+    ```mlir
+    rt.program {num_host_transfers = 4 : i64} { ... }
+    ```
+    """
+
+    name = "rt.program"
+    body = region_def("single_block")
+    traits = traits_def(NoTerminator(), IsolatedFromAbove())
+    assembly_format = "attr-dict-with-keyword $body"
+
+    def __init__(self, region: Region | None = None, attributes: dict[str, Attribute] | None = None):
+        super().__init__(
+            regions=[region if region is not None else Region(Block())],
+            attributes=attributes or {},
+        )
+
+    def int_attr(self, key: str, default: int) -> int:
+        a = self.attributes.get(key)
+        return a.value.data if isinstance(a, IntegerAttr) else default
+
+
+@irdl_op_definition
+class StateOp(IRDLOperation):
+    """A named persistent slot (a variable), optionally with an initial value.
+
+    ```mlir
+    %w = rt.state "fc1.weight" : memref<784x512xf32>
+    ```
+    """
+
+    name = "rt.state"
+    slot = prop_def(StringAttr)
+    init = opt_prop_def(DenseIntOrFPElementsAttr)
+    result = result_def(MemRefType)
+    traits = traits_def(MemoryAllocEffect(), HasParent(ProgramOp))
+
+    def __init__(self, slot: str, type: MemRefType, init: DenseIntOrFPElementsAttr | None = None):
+        super().__init__(
+            properties={"slot": StringAttr(slot), "init": init}, result_types=[type]
+        )
+
+    @classmethod
+    def parse(cls, parser: Parser) -> StateOp:
+        pos = parser.pos
+        name, init, _, attrs = parse_named_slot(parser)
+        if init is not None:
+            parser.parse_punctuation(":")
+        type = parser.parse_type() if init is not None else _
+        if not isinstance(type, MemRefType):
+            parser.raise_error(f"rt.state: expected a memref type, got {type}", pos)
+        op = cls(name, type, init)
+        op.attributes |= attrs
+        return op
+
+    def print(self, printer: Printer) -> None:
+        print_named_slot(printer, self.slot.data, self.init, self.result.type, {})
+        if self.init is not None:
+            printer.print_string(" : ")
+            printer.print_attribute(self.result.type)
+        printer.print_op_attributes(self.attributes)
+
+
+@irdl_op_definition
+class ConstOp(IRDLOperation):
+    """A constant buffer.
+
+    ```mlir
+    %c = rt.const dense<1.0> : memref<f32>
+    ```
+    """
+
+    name = "rt.const"
+    value = prop_def(DenseIntOrFPElementsAttr)
+    result = result_def(MemRefType)
+    traits = traits_def(Pure())
+    assembly_format = "$value attr-dict `:` type($result)"
+
+    def __init__(self, value: DenseIntOrFPElementsAttr, type: MemRefType):
+        super().__init__(properties={"value": value}, result_types=[type])
+
+    def verify_(self) -> None:
+        t = self.value.get_type()
+        r = self.result.type
+        assert isinstance(r, MemRefType)
+        if tuple(t.get_shape()) != tuple(r.get_shape()) or t.get_element_type() != r.get_element_type():
+            raise VerifyException(f"rt.const: value {t} does not fit buffer {r}")
+
+
+@irdl_op_definition
+class AllocOp(IRDLOperation):
+    """A temporary buffer.
+
+    ```mlir
+    %b = rt.alloc : memref<8x512xf32>
+    ```
+    """
+
+    name = "rt.alloc"
+    result = result_def(MemRefType)
+    traits = traits_def(MemoryAllocEffect())
+    assembly_format = "attr-dict `:` type($result)"
+
+    def __init__(self, type: MemRefType):
+        super().__init__(result_types=[type])
+
+
+@irdl_op_definition
+class KernelOp(IRDLOperation):
+    """One NumPy kernel: reads `ins`, writes `outs` (an out may also be an in).
+
+    ```mlir
+    rt.kernel "popxl.softmax" (%x) -> (%y) {axis = 1 : i64} : (memref<8x10xf32>) -> (memref<8x10xf32>)
+    ```
+    """
+
+    name = "rt.kernel"
+    kernel = prop_def(StringAttr)
+    ins = var_operand_def(MemRefType)
+    outs = var_operand_def(MemRefType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = (
+        "$kernel `(` $ins `)` `->` `(` $outs `)` attr-dict `:` functional-type($ins, $outs)"
+    )
+
+    def __init__(
+        self,
+        kernel: str,
+        ins: Sequence[SSAValue],
+        outs: Sequence[SSAValue],
+        attributes: dict[str, Attribute] | None = None,
+    ):
+        super().__init__(
+            operands=[list(ins), list(outs)],
+            properties={"kernel": StringAttr(kernel)},
+            attributes=attributes or {},
+        )
+
+
+@irdl_op_definition
+class CopyOp(IRDLOperation):
+    """Copies `source` into `dest` (same shape and dtype).
+
+    ```mlir
+    rt.copy %a, %b : memref<4xf32>, memref<4xf32>
+    ```
+    """
+
+    name = "rt.copy"
+    source = operand_def(MemRefType)
+    dest = operand_def(MemRefType)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = "$source `,` $dest attr-dict `:` type($source) `,` type($dest)"
+
+    def __init__(self, source: SSAValue, dest: SSAValue):
+        super().__init__(operands=[source, dest])
+
+    def verify_(self) -> None:
+        if self.source.type != self.dest.type:
+            raise VerifyException(
+                f"rt.copy: cannot copy {fmt_type(self.source.type)} into {fmt_type(self.dest.type)}"
+            )
+
+
+class _StreamIO(IRDLOperation):
+    stream = prop_def(StringAttr)
+    buffer = operand_def(MemRefType)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = "$stream `,` $buffer attr-dict `:` type($buffer)"
+
+    def __init__(self, stream: str, buffer: SSAValue):
+        super().__init__(properties={"stream": StringAttr(stream)}, operands=[buffer])
+
+
+@irdl_op_definition
+class H2DOp(_StreamIO):
+    """Reads the next transfer of a host-to-device stream into `buffer`.
+
+    ```mlir
+    rt.h2d "image", %x : memref<8x28x28xf32>
+    ```
+    """
+
+    name = "rt.h2d"
+
+
+@irdl_op_definition
+class D2HOp(_StreamIO):
+    """Writes `buffer` as the next transfer of a device-to-host stream.
+
+    ```mlir
+    rt.d2h "loss", %l : memref<f32>
+    ```
+    """
+
+    name = "rt.d2h"
+
+
+@irdl_op_definition
+class LoopOp(IRDLOperation):
+    """Runs its body `count` times.
+
+    ```mlir
+    rt.loop 10 { ... }
+    ```
+    """
+
+    name = "rt.loop"
+    count = prop_def(IntegerAttr)
+    body = region_def("single_block")
+    traits = traits_def(NoTerminator())
+    assembly_format = "$count attr-dict-with-keyword $body"
+
+    def __init__(self, count: int, region: Region | None = None):
+        super().__init__(
+            properties={"count": IntegerAttr(count, i64)},
+            regions=[region if region is not None else Region(Block())],
+        )
+
+
+@irdl_op_definition
+class IfOp(IRDLOperation):
+    """Runs `then` when the scalar bool buffer `condition` is true, else `else`.
+
+    ```mlir
+    rt.if %c { ... } else { ... }
+    ```
+    """
+
+    name = "rt.if"
+    condition = operand_def(MemRefType)
+    then_region = region_def("single_block")
+    else_region = region_def("single_block")
+    traits = traits_def(NoTerminator())
+    assembly_format = "$condition `:` type($condition) $then_region `else` $else_region attr-dict"
+
+    def __init__(self, condition: SSAValue):
+        super().__init__(operands=[condition], regions=[Region(Block()), Region(Block())])
+
+
+
+Rt = Dialect(
+    "rt",
+    [ProgramOp, StateOp, ConstOp, AllocOp, KernelOp, CopyOp, H2DOp, D2HOp, LoopOp, IfOp],
+    [],
+)

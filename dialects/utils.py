@@ -1,0 +1,113 @@
+"""Helpers shared by the xl dialects: element types <-> NumPy dtypes, type checks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IntegerType,
+    MemRefType,
+    Signedness,
+    TensorType,
+)
+from xdsl.ir import Attribute
+from xdsl.utils.exceptions import VerifyException
+
+_NP_TO_ELEM: dict[np.dtype, Attribute] = {
+    np.dtype(np.float16): Float16Type(),
+    np.dtype(np.float32): Float32Type(),
+    np.dtype(np.float64): Float64Type(),
+    np.dtype(np.int8): IntegerType(8),
+    np.dtype(np.int16): IntegerType(16),
+    np.dtype(np.int32): IntegerType(32),
+    np.dtype(np.int64): IntegerType(64),
+    np.dtype(np.uint8): IntegerType(8, Signedness.UNSIGNED),
+    np.dtype(np.uint16): IntegerType(16, Signedness.UNSIGNED),
+    np.dtype(np.uint32): IntegerType(32, Signedness.UNSIGNED),
+    np.dtype(np.uint64): IntegerType(64, Signedness.UNSIGNED),
+    np.dtype(np.bool_): IntegerType(1),
+}
+_ELEM_TO_NP: dict[Attribute, np.dtype] = {v: k for k, v in _NP_TO_ELEM.items()}
+
+
+def element_type(dtype: np.dtype | type | str) -> Attribute:
+    """The xDSL element type for a NumPy dtype (``np.float32`` -> ``f32``)."""
+    try:
+        return _NP_TO_ELEM[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"dtype {np.dtype(dtype)} has no xl element type") from None
+
+
+def numpy_dtype(elem: Attribute) -> np.dtype:
+    """The NumPy dtype of an xDSL element type (``f32`` -> ``float32``)."""
+    try:
+        return _ELEM_TO_NP[elem]
+    except KeyError:
+        raise TypeError(f"element type {elem} has no NumPy dtype") from None
+
+
+def tensor_type(shape: Sequence[int], dtype: np.dtype | type | str) -> TensorType:
+    return TensorType(element_type(dtype), list(shape))
+
+
+def memref_type(shape: Sequence[int], dtype: np.dtype | type | str) -> MemRefType:
+    return MemRefType(element_type(dtype), list(shape))
+
+
+def shape_of(t: Attribute) -> tuple[int, ...]:
+    assert isinstance(t, TensorType | MemRefType), t
+    return tuple(t.get_shape())
+
+
+def dtype_of(t: Attribute) -> np.dtype:
+    assert isinstance(t, TensorType | MemRefType), t
+    return numpy_dtype(t.get_element_type())
+
+
+def is_float(t: Attribute) -> bool:
+    return isinstance(t.get_element_type(), Float16Type | Float32Type | Float64Type)  # type: ignore[attr-defined]
+
+
+def fmt_type(t: Attribute) -> str:
+    """Short human form of a tensor type for messages: ``(2, 4) float32``."""
+    if isinstance(t, TensorType | MemRefType):
+        try:
+            return f"{shape_of(t)} {dtype_of(t)}"
+        except TypeError:
+            pass
+    return str(t)
+
+
+def dense_attr(value: np.ndarray) -> DenseIntOrFPElementsAttr:
+    """A dense elements attribute holding ``value`` (any rank, any xl dtype)."""
+    value = np.ascontiguousarray(value)
+    ttype = tensor_type(value.shape, value.dtype)
+    if value.dtype == np.bool_:
+        return DenseIntOrFPElementsAttr.from_list(ttype, [int(v) for v in value.reshape(-1)])
+    return DenseIntOrFPElementsAttr(ttype, BytesAttr(value.tobytes()))
+
+
+def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
+    """The NumPy array held by a dense elements attribute."""
+    ttype = attr.get_type()
+    dtype = dtype_of(ttype)
+    shape = shape_of(ttype)
+    if dtype == np.bool_:
+        vals = list(attr.get_values())
+        arr = np.array(vals, dtype=np.bool_)
+    else:
+        arr = np.frombuffer(attr.data.data, dtype=dtype).copy()
+    if arr.size == 1 and int(np.prod(shape)) != 1:  # splat
+        return np.full(shape, arr.reshape(()), dtype=dtype)
+    return arr.reshape(shape)
+
+
+def check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise VerifyException(msg)

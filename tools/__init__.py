@@ -1,0 +1,1 @@
+"""Command-line tools: `xl-opt` (passes on textual IR) and `xl-run` (execute a program)."""
