@@ -1,0 +1,122 @@
+"""`inline`: replaces `call.call` ops by the body of the called graph.
+
+```mlir
+// before
+graph.graph @g(%x: tensor<2xf32>) -> (tensor<2xf32>) {
+  %y = popxl.relu %x : (tensor<2xf32>) -> tensor<2xf32>
+  graph.output %y : tensor<2xf32>
+}
+graph.main {
+  ...
+  %r = call.call @g(%a) : (tensor<2xf32>) -> tensor<2xf32>
+}
+// after `xl-opt -p inline`
+graph.main {
+  ...
+  %r = popxl.relu %a : (tensor<2xf32>) -> tensor<2xf32>
+}
+```
+
+Call semantics are kept: a by-reference input is the caller's tensor itself; an
+input that the callee updates in place without being by-reference is copied first
+(`popxl.identity`), and an output that is one of the callee's inputs is copied, so
+the caller never aliases what it passed in. Graphs no longer called from anywhere
+are erased unless `remove-dead=false`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
+from xl.dialects.graph import GraphOp, OutputOp
+from xl.dialects.popxl import IdentityOp, is_written
+
+
+def graphs_by_name(module: ModuleOp) -> dict[str, GraphOp]:
+    return {op.graph_name: op for op in module.ops if isinstance(op, GraphOp)}
+
+
+def called_names(module: ModuleOp) -> set[str]:
+    names: set[str] = set()
+    for op in module.walk():
+        if isinstance(op, CallOp | RepeatOp):
+            names.add(op.callee.root_reference.data)
+        elif isinstance(op, ConditionalOp):
+            names.add(op.then_branch.root_reference.data)
+            names.add(op.else_branch.root_reference.data)
+    return names
+
+
+def inline_call(call: CallOp, callee: GraphOp) -> None:
+    """Inline one call (callee must not contain the call itself)."""
+    block = callee.body.block
+    vm: dict[SSAValue, SSAValue] = {}
+    for i, (arg, operand) in enumerate(zip(block.args, call.args, strict=True)):
+        if not callee.input_is_by_ref(i) and is_written(arg):
+            copy = IdentityOp.make([operand])
+            Rewriter.insert_op(copy, InsertPoint.before(call))
+            operand = copy.results[0]
+        vm[arg] = operand
+    body_values: set[SSAValue] = set()
+    for inner in block.ops:
+        if isinstance(inner, OutputOp):
+            outs: list[SSAValue] = []
+            for v in inner.outs:
+                mapped = vm.get(v, v)
+                if v not in body_values:
+                    copy = IdentityOp.make([mapped])
+                    Rewriter.insert_op(copy, InsertPoint.before(call))
+                    mapped = copy.results[0]
+                outs.append(mapped)
+            break
+        new = inner.clone(vm)
+        Rewriter.insert_op(new, InsertPoint.before(call))
+        body_values.update(inner.results)
+    else:  # pragma: no cover - verified graphs end with graph.output
+        raise ValueError(f"graph @{callee.graph_name} has no graph.output")
+    for old, new_v in zip(call.res, outs, strict=True):
+        if old.name_hint and new_v.name_hint is None:
+            new_v.name_hint = old.name_hint
+        old.replace_all_uses_with(new_v)
+    Rewriter.erase_op(call)
+
+
+def inline_all(module: ModuleOp, remove_dead: bool = True) -> None:
+    """Inline every `call.call` in the module, innermost callees first."""
+    graphs = graphs_by_name(module)
+    changed = True
+    while changed:
+        changed = False
+        calls = [op for op in module.walk() if isinstance(op, CallOp)]
+        for call in calls:
+            name = call.callee.root_reference.data
+            callee = graphs.get(name)
+            if callee is None:
+                raise ValueError(f"inline: call to unknown graph @{name}")
+            if callee.is_ancestor(call):
+                raise ValueError(f"inline: graph @{name} calls itself")
+            inline_call(call, callee)
+            changed = True
+    if remove_dead:
+        live = called_names(module)
+        for g in list(graphs.values()):
+            if g.graph_name not in live:
+                Rewriter.erase_op(g)
+
+
+@dataclass(frozen=True)
+class InlinePass(ModulePass):
+    """Inline all `call.call` ops; `remove-dead` erases graphs no longer called."""
+
+    name = "inline"
+    remove_dead: bool = True
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        inline_all(op, self.remove_dead)

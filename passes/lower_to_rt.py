@@ -1,0 +1,276 @@
+"""`lower-to-rt`: lowers a whole program (graph/popxl/call/ipu dialects) to `rt`.
+
+The main graph is translated op by op into one `rt.program`; calls are expanded in
+place, `call.repeat` becomes `rt.loop` and `call.conditional` becomes `rt.if`.
+Every tensor gets a buffer; every popxl op becomes an `rt.kernel` with explicit
+destinations (in-place ops write their operand's buffer).
+
+```mlir
+// before
+graph.h2d_stream @x : tensor<2xf32>
+graph.main {
+  %x = graph.host_load @x : tensor<2xf32>
+  %y = popxl.relu %x : (tensor<2xf32>) -> tensor<2xf32>
+}
+// after `xl-opt -p lower-to-rt`
+rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {
+  %x = rt.alloc : memref<2xf32>
+  rt.h2d "x", %x : memref<2xf32>
+  %y = rt.alloc : memref<2xf32>
+  rt.kernel "popxl.relu" (%x) -> (%y) : (memref<2xf32>) -> (memref<2xf32>)
+}
+```
+
+Call semantics: a by-reference input aliases the caller's buffer; an input the
+callee updates in place without being by-reference is copied; outputs never alias
+the caller's buffers (copied when they would).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, TensorType, i64
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import VerifyException
+
+from xl.dialects import rt
+from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
+from xl.dialects.graph import (
+    ConstantOp,
+    D2HStreamOp,
+    GraphOp,
+    H2DStreamOp,
+    HostLoadOp,
+    HostStoreOp,
+    MainGraphOp,
+    OutputOp,
+    VariableOp,
+)
+from xl.dialects.ipu import IPU_ATTR
+from xl.dialects.ipu import CopyOp as IpuCopyOp
+from xl.dialects.popxl import PopxlOp, is_written
+
+
+def to_memref(t: Attribute) -> MemRefType:
+    assert isinstance(t, TensorType), t
+    return MemRefType(t.get_element_type(), t.get_shape())
+
+
+class LoweringError(ValueError):
+    pass
+
+
+class _Emitter:
+    def __init__(self, graphs: dict[str, GraphOp]):
+        self.graphs = graphs
+        self.stack: list[str] = []
+        self.slots: set[str] = set()
+
+    # -- helpers -----------------------------------------------------------------
+    def alloc(self, block: Block, type: Attribute, hint: str | None) -> SSAValue:
+        op = rt.AllocOp(to_memref(type))
+        op.result.name_hint = hint
+        block.add_op(op)
+        return op.result
+
+    def copy_to_new(self, block: Block, buf: SSAValue, hint: str | None) -> SSAValue:
+        assert isinstance(buf.type, MemRefType)
+        op = rt.AllocOp(buf.type)
+        op.result.name_hint = hint
+        block.add_op(op)
+        block.add_op(rt.CopyOp(buf, op.result))
+        return op.result
+
+    # -- blocks ------------------------------------------------------------------
+    def emit_ops(
+        self,
+        ops: Sequence[Operation],
+        env: dict[SSAValue, SSAValue],
+        block: Block,
+        fresh: set[SSAValue],
+    ) -> None:
+        for op in ops:
+            self.emit(op, env, block, fresh)
+
+    def emit(
+        self, op: Operation, env: dict[SSAValue, SSAValue], block: Block, fresh: set[SSAValue]
+    ) -> None:
+        if isinstance(op, PopxlOp):
+            ins = [env[o] for o in op.operands]
+            outs = [env[op.operands[i]] for i in op.WRITES]
+            for r in op.results:
+                buf = self.alloc(block, r.type, r.name_hint)
+                env[r] = buf
+                fresh.add(buf)
+                outs.append(buf)
+            attrs: dict[str, Attribute] = dict(op.properties)
+            if IPU_ATTR in op.attributes:
+                attrs[IPU_ATTR] = op.attributes[IPU_ATTR]
+            block.add_op(rt.KernelOp(op.name, ins, outs, attrs))
+        elif isinstance(op, VariableOp):
+            name = op.var_name.data
+            if name in self.slots:
+                raise LoweringError(f"lower-to-rt: two variables are named \"{name}\"")
+            self.slots.add(name)
+            st = rt.StateOp(name, to_memref(op.result.type), op.init)
+            st.result.name_hint = op.result.name_hint
+            block.add_op(st)
+            env[op.result] = st.result
+        elif isinstance(op, ConstantOp):
+            c = rt.ConstOp(op.value, to_memref(op.result.type))
+            c.result.name_hint = op.result.name_hint
+            block.add_op(c)
+            env[op.result] = c.result
+        elif isinstance(op, HostLoadOp):
+            buf = self.alloc(block, op.result.type, op.result.name_hint)
+            block.add_op(rt.H2DOp(op.stream.root_reference.data, buf))
+            env[op.result] = buf
+            fresh.add(buf)
+        elif isinstance(op, HostStoreOp):
+            block.add_op(rt.D2HOp(op.stream.root_reference.data, env[op.value]))
+        elif isinstance(op, IpuCopyOp):
+            buf = self.copy_to_new(block, env[op.input], op.result.name_hint)
+            env[op.result] = buf
+            fresh.add(buf)
+        elif isinstance(op, CallOp):
+            g = self.callee(op, op.callee.root_reference.data)
+            results = self.emit_graph(g, [env[a] for a in op.args], block)
+            for r, buf in zip(op.res, results, strict=True):
+                env[r] = buf
+                fresh.add(buf)
+        elif isinstance(op, RepeatOp):
+            self.emit_repeat(op, env, block, fresh)
+        elif isinstance(op, ConditionalOp):
+            self.emit_conditional(op, env, block, fresh)
+        elif isinstance(op, H2DStreamOp | D2HStreamOp):
+            pass
+        else:
+            raise LoweringError(f"lower-to-rt: cannot lower '{op.name}'")
+
+    def callee(self, op: Operation, name: str) -> GraphOp:
+        g = self.graphs.get(name)
+        if g is None:
+            raise LoweringError(f"lower-to-rt: {op.name} calls unknown graph @{name}")
+        if name in self.stack:
+            raise LoweringError(f"lower-to-rt: graph @{name} is recursive")
+        return g
+
+    def bind_args(
+        self, g: GraphOp, args: Sequence[SSAValue], block: Block
+    ) -> dict[SSAValue, SSAValue]:
+        env: dict[SSAValue, SSAValue] = {}
+        for i, (arg, buf) in enumerate(zip(g.body.block.args, args, strict=True)):
+            if not g.input_is_by_ref(i) and is_written(arg):
+                buf = self.copy_to_new(block, buf, arg.name_hint)
+            env[arg] = buf
+        return env
+
+    def emit_body(
+        self, g: GraphOp, env: dict[SSAValue, SSAValue], block: Block
+    ) -> list[SSAValue]:
+        """Emit the graph body; returns the output buffers (fresh ones, copies otherwise)."""
+        self.stack.append(g.graph_name)
+        fresh: set[SSAValue] = set()
+        ops = list(g.body.block.ops)
+        self.emit_ops(ops[:-1], env, block, fresh)
+        self.stack.pop()
+        out_op = ops[-1]
+        assert isinstance(out_op, OutputOp)
+        outs: list[SSAValue] = []
+        for v in out_op.outs:
+            buf = env[v]
+            if buf not in fresh or buf in outs:
+                buf = self.copy_to_new(block, buf, v.name_hint)
+            outs.append(buf)
+        return outs
+
+    def emit_graph(self, g: GraphOp, args: Sequence[SSAValue], block: Block) -> list[SSAValue]:
+        return self.emit_body(g, self.bind_args(g, args, block), block)
+
+    def emit_repeat(
+        self, op: RepeatOp, env: dict[SSAValue, SSAValue], block: Block, fresh: set[SSAValue]
+    ) -> None:
+        g = self.callee(op, op.callee.root_reference.data)
+        n_out = len(op.res)
+        carried: list[SSAValue] = []
+        args: list[SSAValue] = []
+        for i, a in enumerate(op.args):
+            buf = env[a]
+            if i < n_out and not g.input_is_by_ref(i):
+                buf = self.copy_to_new(block, buf, g.body.block.args[i].name_hint)
+            if i < n_out:
+                carried.append(buf)
+            args.append(buf)
+        count = op.repeat_count.value.data
+        loop = rt.LoopOp(count)
+        block.add_op(loop)
+        body = loop.body.block
+        benv: dict[SSAValue, SSAValue] = {}
+        for i, (arg, buf) in enumerate(zip(g.body.block.args, args, strict=True)):
+            if i >= n_out and not g.input_is_by_ref(i) and is_written(arg):
+                # a fresh copy per iteration: the callee must see the caller's value
+                buf = self.copy_to_new(body, buf, arg.name_hint)
+            benv[arg] = buf
+        outs = self.emit_body(g, benv, body)
+        for src, dst in zip(outs, carried, strict=True):
+            if src is not dst:
+                body.add_op(rt.CopyOp(src, dst))
+        for r, buf in zip(op.res, carried, strict=True):
+            env[r] = buf
+            fresh.add(buf)
+
+    def emit_conditional(
+        self, op: ConditionalOp, env: dict[SSAValue, SSAValue], block: Block, fresh: set[SSAValue]
+    ) -> None:
+        then_g = self.callee(op, op.then_branch.root_reference.data)
+        else_g = self.callee(op, op.else_branch.root_reference.data)
+        results = [self.alloc(block, r.type, r.name_hint) for r in op.res]
+        if_op = rt.IfOp(env[op.condition])
+        block.add_op(if_op)
+        for g, region_block, args in (
+            (then_g, if_op.then_region.block, op.then_args),
+            (else_g, if_op.else_region.block, op.else_args),
+        ):
+            outs = self.emit_graph(g, [env[a] for a in args], region_block)
+            for src, dst in zip(outs, results, strict=True):
+                region_block.add_op(rt.CopyOp(src, dst))
+        for r, buf in zip(op.res, results, strict=True):
+            env[r] = buf
+            fresh.add(buf)
+
+
+def lower_module(module: ModuleOp) -> None:
+    mains = [op for op in module.ops if isinstance(op, MainGraphOp)]
+    if len(mains) != 1:
+        raise LoweringError(f"lower-to-rt: expected one graph.main, found {len(mains)}")
+    (main,) = mains
+    graphs = {op.graph_name: op for op in module.ops if isinstance(op, GraphOp)}
+    program = rt.ProgramOp(
+        attributes={
+            "num_host_transfers": IntegerAttr(main.num_host_transfers, i64),
+            "replication_factor": IntegerAttr(main.replication_factor, i64),
+        }
+    )
+    emitter = _Emitter(graphs)
+    emitter.emit_ops(list(main.body.block.ops), {}, program.body.block, set())
+    for op in list(module.ops):
+        op.detach()
+        op.erase(safe_erase=False)
+    module.body.block.add_op(program)
+
+
+@dataclass(frozen=True)
+class LowerToRtPass(ModulePass):
+    """Lower the program to the `rt` dialect (see module docstring)."""
+
+    name = "lower-to-rt"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        try:
+            lower_module(op)
+        except KeyError as e:  # a value used before it is defined
+            raise VerifyException(f"lower-to-rt: value used before definition: {e}") from None

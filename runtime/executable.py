@@ -1,0 +1,311 @@
+"""Compiles an `rt.program` once into a plan of closures over preallocated buffers.
+
+`compile_module(module)` accepts a high-level module (it is cloned and lowered with
+the standard pipeline) or an already lowered one. The resulting `Executable` runs
+the program with `run(inputs)`; per step it only calls the planned kernels: no
+xDSL object, name lookup or allocation is involved.
+
+Host data layout: stream arrays are `[num_host_transfers, replication_factor, *shape]`
+with size-1 leading dims dropped; each executed `rt.h2d` consumes the next transfer
+(wrapping around if a stream is loaded more often than `num_host_transfers`).
+Replicas are simulated one after another, each with its own buffers and state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import MemRefType, ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+
+from xl.dialects import rt
+from xl.dialects.popxl import from_attr
+from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
+from xl.runtime.kernels import KERNELS
+
+Step = Callable[[], None]
+
+
+class RuntimeError_(ValueError):
+    pass
+
+
+@dataclass
+class _StreamIn:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    data: np.ndarray | None = None  # [n, *shape] view for the running replica
+    index: int = 0
+
+
+@dataclass
+class _StreamOut:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    data: np.ndarray | None = None
+    index: int = 0
+
+
+@dataclass
+class _Replica:
+    steps: list[Step]
+    state: dict[str, np.ndarray]
+    inputs: dict[str, _StreamIn]
+    outputs: dict[str, _StreamOut]
+
+
+@dataclass
+class Executable:
+    """A compiled program. `state` maps variable names to their (replica 0) buffers."""
+
+    num_host_transfers: int
+    replication_factor: int
+    h2d_streams: dict[str, tuple[tuple[int, ...], np.dtype]]
+    d2h_streams: dict[str, tuple[tuple[int, ...], np.dtype]]
+    replicas: list[_Replica] = field(repr=False)
+
+    # -- state ---------------------------------------------------------------------
+    @property
+    def state(self) -> dict[str, np.ndarray]:
+        return self.replicas[0].state
+
+    def get_state(self, name: str) -> np.ndarray:
+        if name not in self.state:
+            raise KeyError(f"no variable named \"{name}\" in the program")
+        return self.state[name]
+
+    def set_state(self, name: str, value: np.ndarray) -> None:
+        """Write a variable on every replica (shape and dtype must match)."""
+        buf = self.get_state(name)
+        value = np.asarray(value)
+        if value.shape != buf.shape:
+            raise ValueError(
+                f"variable \"{name}\": expected shape {buf.shape}, got {value.shape}"
+            )
+        if value.dtype != buf.dtype:
+            raise ValueError(
+                f"variable \"{name}\": expected dtype {buf.dtype}, got {value.dtype}"
+            )
+        for r in self.replicas:
+            np.copyto(r.state[name], value)
+
+    # -- running ---------------------------------------------------------------------
+    def full_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        lead = []
+        if self.num_host_transfers > 1:
+            lead.append(self.num_host_transfers)
+        if self.replication_factor > 1:
+            lead.append(self.replication_factor)
+        return (*lead, *shape)
+
+    def run(self, inputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Run the program once; returns one array per d2h stream (full layout)."""
+        inputs = dict(inputs or {})
+        missing = sorted(set(self.h2d_streams) - set(inputs))
+        unexpected = sorted(set(inputs) - set(self.h2d_streams))
+        if missing or unexpected:
+            parts = []
+            if missing:
+                parts.append(f"missing inputs for streams {missing}")
+            if unexpected:
+                parts.append(f"unexpected inputs {unexpected}")
+            raise ValueError("; ".join(parts))
+        n, reps = self.num_host_transfers, self.replication_factor
+        canon: dict[str, np.ndarray] = {}
+        for name, (shape, dtype) in self.h2d_streams.items():
+            arr = inputs[name]
+            if not isinstance(arr, np.ndarray):
+                arr = np.asarray(arr)
+            full = self.full_shape(shape)
+            if arr.shape != full:
+                raise ValueError(
+                    f"stream \"{name}\": expected input of shape {full} "
+                    f"([num_host_transfers={n}, replication_factor={reps}] + {shape}, "
+                    f"size-1 dims dropped), got {arr.shape}"
+                )
+            if arr.dtype != dtype:
+                raise ValueError(f"stream \"{name}\": expected dtype {dtype}, got {arr.dtype}")
+            canon[name] = arr.reshape((n, reps, *shape))
+        outs = {
+            name: np.zeros((n, reps, *shape), dtype=dtype)
+            for name, (shape, dtype) in self.d2h_streams.items()
+        }
+        for r, rep in enumerate(self.replicas):
+            for name, s in rep.inputs.items():
+                s.data = canon[name][:, r]
+                s.index = 0
+            for name, o in rep.outputs.items():
+                o.data = outs[name][:, r]
+                o.index = 0
+            for step in rep.steps:
+                step()
+        return {name: a.reshape(self.full_shape(a.shape[2:])) for name, a in outs.items()}
+
+
+# ------------------------------------------------------------------------------------
+# Compilation
+# ------------------------------------------------------------------------------------
+
+
+def _h2d(buf: np.ndarray, s: _StreamIn) -> None:
+    data = s.data
+    assert data is not None
+    np.copyto(buf, data[s.index % data.shape[0]])
+    s.index += 1
+
+
+def _d2h(buf: np.ndarray, s: _StreamOut) -> None:
+    data = s.data
+    assert data is not None
+    np.copyto(data[s.index % data.shape[0]], buf)
+    s.index += 1
+
+
+def _loop(count: int, body: list[Step]) -> None:
+    for _ in range(count):
+        for f in body:
+            f()
+
+
+def _if(cond: np.ndarray, then: list[Step], other: list[Step]) -> None:
+    for f in then if bool(cond) else other:
+        f()
+
+
+class _Compiler:
+    def __init__(self) -> None:
+        self.buffers: dict[SSAValue, np.ndarray] = {}
+        self.state: dict[str, np.ndarray] = {}
+        self.inputs: dict[str, _StreamIn] = {}
+        self.outputs: dict[str, _StreamOut] = {}
+
+    def buf(self, v: SSAValue) -> np.ndarray:
+        return self.buffers[v]
+
+    def compile_block(self, block: Block) -> list[Step]:
+        steps: list[Step] = []
+        for op in block.ops:
+            step = self.compile_op(op)
+            if step is not None:
+                steps.append(step)
+        return steps
+
+    def compile_op(self, op: Operation) -> Step | None:
+        if isinstance(op, rt.AllocOp):
+            t = op.result.type
+            self.buffers[op.result] = np.zeros(shape_of(t), dtype=dtype_of(t))
+            return None
+        if isinstance(op, rt.StateOp):
+            t = op.result.type
+            arr = (
+                dense_to_numpy(op.init)
+                if op.init is not None
+                else np.zeros(shape_of(t), dtype=dtype_of(t))
+            )
+            arr = np.ascontiguousarray(arr, dtype=dtype_of(t)).reshape(shape_of(t))
+            self.buffers[op.result] = arr
+            self.state[op.slot.data] = arr
+            return None
+        if isinstance(op, rt.ConstOp):
+            arr = dense_to_numpy(op.value).reshape(shape_of(op.result.type))
+            arr.flags.writeable = False
+            self.buffers[op.result] = arr
+            return None
+        if isinstance(op, rt.KernelOp):
+            name = op.kernel.data
+            factory = KERNELS.get(name)
+            if factory is None:
+                raise RuntimeError_(f"runtime: no NumPy kernel for '{name}'")
+            props: dict[str, Any] = {
+                k: from_attr(v) for k, v in op.attributes.items() if not k.startswith("ipu.")
+            }
+            fn = factory(props)
+            args = [self.buf(v) for v in op.ins] + [self.buf(v) for v in op.outs]
+            return partial(fn, *args)
+        if isinstance(op, rt.CopyOp):
+            return partial(np.copyto, self.buf(op.dest), self.buf(op.source))
+        if isinstance(op, rt.H2DOp):
+            t = op.buffer.type
+            assert isinstance(t, MemRefType)
+            s = self.inputs.get(op.stream.data)
+            shape, dtype = shape_of(t), dtype_of(t)
+            if s is None:
+                s = self.inputs[op.stream.data] = _StreamIn(op.stream.data, shape, dtype)
+            elif (s.shape, s.dtype) != (shape, dtype):
+                raise RuntimeError_(
+                    f"runtime: stream \"{s.name}\" is loaded as {s.shape} {s.dtype} "
+                    f"and as {shape} {dtype}"
+                )
+            return partial(_h2d, self.buf(op.buffer), s)
+        if isinstance(op, rt.D2HOp):
+            t = op.buffer.type
+            o = self.outputs.get(op.stream.data)
+            shape, dtype = shape_of(t), dtype_of(t)
+            if o is None:
+                o = self.outputs[op.stream.data] = _StreamOut(op.stream.data, shape, dtype)
+            elif (o.shape, o.dtype) != (shape, dtype):
+                raise RuntimeError_(
+                    f"runtime: stream \"{o.name}\" is stored as {o.shape} {o.dtype} "
+                    f"and as {shape} {dtype}"
+                )
+            return partial(_d2h, self.buf(op.buffer), o)
+        if isinstance(op, rt.LoopOp):
+            body = self.compile_block(op.body.block)
+            return partial(_loop, op.count.value.data, body)
+        if isinstance(op, rt.IfOp):
+            then = self.compile_block(op.then_region.block)
+            other = self.compile_block(op.else_region.block)
+            return partial(_if, self.buf(op.condition), then, other)
+        raise RuntimeError_(f"runtime: cannot execute '{op.name}'")
+
+
+def compile_program(program: rt.ProgramOp) -> Executable:
+    n = program.int_attr("num_host_transfers", 1)
+    reps = program.int_attr("replication_factor", 1)
+    replicas: list[_Replica] = []
+    for _ in range(reps):
+        c = _Compiler()
+        steps = c.compile_block(program.body.block)
+        replicas.append(_Replica(steps, c.state, c.inputs, c.outputs))
+    first = replicas[0]
+    return Executable(
+        num_host_transfers=n,
+        replication_factor=reps,
+        h2d_streams={k: (s.shape, s.dtype) for k, s in first.inputs.items()},
+        d2h_streams={k: (s.shape, s.dtype) for k, s in first.outputs.items()},
+        replicas=replicas,
+    )
+
+
+DEFAULT_PIPELINE = "inline,canonicalize,cse,dce,lower-to-rt"
+
+
+def lower(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> ModuleOp:
+    """A lowered copy of `module` (the input is left untouched)."""
+    from xdsl.passes import PassPipeline
+    from xdsl.transforms import get_all_passes
+
+    from xl.passes import get_all_passes as xl_passes
+    from xl.tools.context import xl_context
+
+    module = module.clone()
+    passes = {**get_all_passes(), **xl_passes()}
+    PassPipeline.parse_spec(passes, pipeline).apply(xl_context(), module)
+    return module
+
+
+def compile_module(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> Executable:
+    """Compile a high-level or already lowered module into an `Executable`."""
+    programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
+    if not programs:
+        module = lower(module, pipeline)
+        programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
+    if len(programs) != 1:
+        raise RuntimeError_(f"runtime: expected one rt.program, found {len(programs)}")
+    return compile_program(programs[0])
