@@ -30,7 +30,9 @@ from xl.runtime.kernels import KERNELS
 Step = Callable[[], None]
 
 
-class RuntimeError_(ValueError):
+class PlanError(ValueError):
+    """The rt program cannot be turned into a plan (unknown kernel, bad stream use)."""
+
     pass
 
 
@@ -221,7 +223,7 @@ class _Compiler:
             name = op.kernel.data
             factory = KERNELS.get(name)
             if factory is None:
-                raise RuntimeError_(f"runtime: no NumPy kernel for '{name}'")
+                raise PlanError(f"runtime: no NumPy kernel for '{name}'")
             props: dict[str, Any] = {
                 k: from_attr(v) for k, v in op.attributes.items() if not k.startswith("ipu.")
             }
@@ -238,7 +240,7 @@ class _Compiler:
             if s is None:
                 s = self.inputs[op.stream.data] = _StreamIn(op.stream.data, shape, dtype)
             elif (s.shape, s.dtype) != (shape, dtype):
-                raise RuntimeError_(
+                raise PlanError(
                     f"runtime: stream \"{s.name}\" is loaded as {s.shape} {s.dtype} "
                     f"and as {shape} {dtype}"
                 )
@@ -250,7 +252,7 @@ class _Compiler:
             if o is None:
                 o = self.outputs[op.stream.data] = _StreamOut(op.stream.data, shape, dtype)
             elif (o.shape, o.dtype) != (shape, dtype):
-                raise RuntimeError_(
+                raise PlanError(
                     f"runtime: stream \"{o.name}\" is stored as {o.shape} {o.dtype} "
                     f"and as {shape} {dtype}"
                 )
@@ -262,7 +264,7 @@ class _Compiler:
             then = self.compile_block(op.then_region.block)
             other = self.compile_block(op.else_region.block)
             return partial(_if, self.buf(op.condition), then, other)
-        raise RuntimeError_(f"runtime: cannot execute '{op.name}'")
+        raise PlanError(f"runtime: cannot execute '{op.name}'")
 
 
 def compile_program(program: rt.ProgramOp) -> Executable:
@@ -307,5 +309,5 @@ def compile_module(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> Execut
         module = lower(module, pipeline)
         programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
     if len(programs) != 1:
-        raise RuntimeError_(f"runtime: expected one rt.program, found {len(programs)}")
+        raise PlanError(f"runtime: expected one rt.program, found {len(programs)}")
     return compile_program(programs[0])
