@@ -29,6 +29,8 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
+from xdsl.parser import Parser
+from xdsl.printer import Printer
 from xdsl.traits import SymbolTable, SymbolUserOpInterface
 from xdsl.utils.exceptions import VerifyException
 
@@ -37,10 +39,15 @@ from xl.dialects.utils import fmt_type
 
 
 def lookup_graph(op: Operation, callee: SymbolRefAttr) -> GraphOp:
-    g = SymbolTable.lookup_symbol(op, callee)
+    try:
+        g = SymbolTable.lookup_symbol(op, callee)
+    except ValueError:  # detached op: no enclosing symbol table
+        g, what = None, "the op is not inside a module"
+    else:
+        what = "no such symbol" if g is None else f"it is a {g.name}"
     if not isinstance(g, GraphOp):
         raise VerifyException(
-            f"{op.name}: @{callee.root_reference.data} does not name a graph.graph"
+            f"{op.name}: @{callee.root_reference.data} does not name a graph.graph ({what})"
         )
     return g
 
@@ -153,9 +160,6 @@ class RepeatOp(IRDLOperation, _CalleeByRef):
     repeat_count = prop_def(IntegerAttr)
     res = var_result_def(TensorType)
     traits = traits_def(_RepeatSymbolUser())
-    assembly_format = (
-        "$callee $repeat_count `(` $args `)` attr-dict `:` functional-type($args, $res)"
-    )
 
     def __init__(
         self,
@@ -178,6 +182,42 @@ class RepeatOp(IRDLOperation, _CalleeByRef):
             raise VerifyException(
                 f"call.repeat: repeat_count must be >= 0, got {self.repeat_count.value.data}"
             )
+
+    @classmethod
+    def parse(cls, parser: Parser) -> RepeatOp:
+        # @callee N (args) attr-dict : functional-type(args, results)
+        callee = parser.parse_symbol_name().data
+        count = parser.parse_integer(allow_boolean=False)
+        if parser.parse_optional_punctuation(":") is not None:  # tolerate `N : i64`
+            parser.parse_type()
+        pos = parser.pos
+        args = parser.parse_comma_separated_list(
+            Parser.Delimiter.PAREN, parser.parse_unresolved_operand
+        )
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        ftype = parser.parse_function_type()
+        if len(args) != len(ftype.inputs.data):
+            parser.raise_error(
+                f"call.repeat: {len(args)} operands but {len(ftype.inputs.data)} operand types",
+                pos,
+            )
+        operands = [
+            parser.resolve_operand(a, t) for a, t in zip(args, ftype.inputs.data, strict=True)
+        ]
+        op = cls(callee, count, operands, ftype.outputs.data)
+        op.attributes |= attrs
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_symbol_name(self.callee.root_reference.data)
+        printer.print_string(f" {self.repeat_count.value.data} (")
+        printer.print_list(self.args, printer.print_operand)
+        printer.print_string(")")
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_function_type([a.type for a in self.args], [r.type for r in self.res])
 
 
 class _ConditionalSymbolUser(SymbolUserOpInterface):
@@ -205,11 +245,6 @@ class ConditionalOp(IRDLOperation):
     res = var_result_def(TensorType)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
     traits = traits_def(_ConditionalSymbolUser())
-    assembly_format = (
-        "$condition `then` $then_branch `(` $then_args `)` `else` $else_branch "
-        "`(` $else_args `)` attr-dict `:` type($condition) `,` `(` type($then_args) `)` `,` "
-        "`(` type($else_args) `)` `->` type($res)"
-    )
 
     def __init__(
         self,
@@ -236,6 +271,88 @@ class ConditionalOp(IRDLOperation):
             raise VerifyException(
                 f"call.conditional: condition must be a scalar bool tensor, got {fmt_type(t)}"
             )
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ConditionalOp:
+        # %c then @a(args) else @b(args) attr-dict
+        #   : cond-type, (then-types), (else-types) -> result-types
+        cond = parser.parse_unresolved_operand()
+        parser.parse_keyword("then")
+        then_branch = parser.parse_symbol_name().data
+        then_args = parser.parse_comma_separated_list(
+            Parser.Delimiter.PAREN, parser.parse_unresolved_operand
+        )
+        parser.parse_keyword("else")
+        else_branch = parser.parse_symbol_name().data
+        else_args = parser.parse_comma_separated_list(
+            Parser.Delimiter.PAREN, parser.parse_unresolved_operand
+        )
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        cond_type = parser.parse_type()
+        parser.parse_punctuation(",")
+        pos = parser.pos
+        then_types = parser.parse_comma_separated_list(Parser.Delimiter.PAREN, parser.parse_type)
+        if len(then_types) != len(then_args):
+            parser.raise_error(
+                f"call.conditional: {len(then_args)} then-operands but {len(then_types)} types",
+                pos,
+            )
+        parser.parse_punctuation(",")
+        pos = parser.pos
+        else_types = parser.parse_comma_separated_list(Parser.Delimiter.PAREN, parser.parse_type)
+        if len(else_types) != len(else_args):
+            parser.raise_error(
+                f"call.conditional: {len(else_args)} else-operands but {len(else_types)} types",
+                pos,
+            )
+        parser.parse_punctuation("->")
+        if parser.parse_optional_punctuation("(") is not None:
+            result_types: list[Attribute] = []
+            if parser.parse_optional_punctuation(")") is None:
+                result_types = parser.parse_comma_separated_list(
+                    Parser.Delimiter.NONE, parser.parse_type
+                )
+                parser.parse_punctuation(")")
+        else:
+            result_types = [parser.parse_type()]
+        op = cls(
+            parser.resolve_operand(cond, cond_type),
+            then_branch,
+            [parser.resolve_operand(a, t) for a, t in zip(then_args, then_types)],
+            else_branch,
+            [parser.resolve_operand(a, t) for a, t in zip(else_args, else_types)],
+            result_types,
+        )
+        op.attributes |= attrs
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.condition)
+        for kw, callee, args in (
+            ("then", self.then_branch, self.then_args),
+            ("else", self.else_branch, self.else_args),
+        ):
+            printer.print_string(f" {kw} ")
+            printer.print_symbol_name(callee.root_reference.data)
+            printer.print_string("(")
+            printer.print_list(args, printer.print_operand)
+            printer.print_string(")")
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.condition.type)
+        for args in (self.then_args, self.else_args):
+            printer.print_string(", (")
+            printer.print_list([a.type for a in args], printer.print_attribute)
+            printer.print_string(")")
+        printer.print_string(" -> ")
+        if len(self.res) == 1:
+            printer.print_attribute(self.res[0].type)
+        else:
+            printer.print_string("(")
+            printer.print_list([r.type for r in self.res], printer.print_attribute)
+            printer.print_string(")")
 
     def operand_is_by_ref(self, index: int) -> bool:
         if index == 0:

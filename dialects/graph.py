@@ -284,6 +284,19 @@ def print_named_slot(
     printer.print_op_attributes(attributes)
 
 
+def parse_body_region(parser: Parser) -> Region:
+    """A single-block region without terminator; `{}` gets an empty block (as in MLIR)."""
+    region = parser.parse_region()
+    if not region.blocks:
+        region.add_block(Block())
+    return region
+
+
+def print_body_region(printer: Printer, region: Region) -> None:
+    """Prints a region parsed by `parse_body_region`; an empty body prints as `{\n}`."""
+    printer.print_region(region, print_entry_block_args=False, print_empty_block=False)
+
+
 def _arg_attr(name: str, by_ref: bool) -> DictionaryAttr:
     d: dict[str, Attribute] = {NAME_ATTR: StringAttr(name)}
     if by_ref:
@@ -323,10 +336,22 @@ class MainGraphOp(IRDLOperation):
     name = "graph.main"
     body = region_def("single_block")
     traits = traits_def(NoTerminator(), IsolatedFromAbove())
-    assembly_format = "attr-dict-with-keyword $body"
 
     def __init__(self, region: Region | None = None):
         super().__init__(regions=[region if region is not None else Region(Block())])
+
+    @classmethod
+    def parse(cls, parser: Parser) -> MainGraphOp:
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        op = cls(parse_body_region(parser))
+        if attrs is not None:
+            op.attributes |= attrs.data
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" ")
+        print_body_region(printer, self.body)
 
     def _int_attr(self, key: str, default: int) -> int:
         a = self.attributes.get(key)
@@ -365,7 +390,8 @@ class VariableOp(IRDLOperation):
     var_name = prop_def(StringAttr)
     init = opt_prop_def(DenseIntOrFPElementsAttr)
     result = result_def(TensorType)
-    traits = traits_def(HasParent(MainGraphOp), MemoryReadEffect())
+    # Never dead: a variable is state the host can read and write even when no op uses it.
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(
         self, var_name: str, type: TensorType, init: DenseIntOrFPElementsAttr | None = None
@@ -385,6 +411,13 @@ class VariableOp(IRDLOperation):
         print_named_slot(printer, self.var_name.data, self.init, self.result.type, self.attributes)
 
     def verify_(self) -> None:
+        parent = self.parent_op()
+        if parent is not None and not isinstance(parent, MainGraphOp):
+            where = f"graph @{parent.graph_name}" if isinstance(parent, GraphOp) else parent.name
+            raise VerifyException(
+                f"graph.variable \"{self.var_name.data}\": variables can only be created in "
+                f"the main graph (graph.main), not in {where}"
+            )
         if self.init is not None and self.init.get_type() != self.result.type:
             raise VerifyException(
                 f"graph.variable \"{self.var_name.data}\": initial value of type "
@@ -451,10 +484,16 @@ class D2HStreamOp(_StreamDecl):
 
 
 def _lookup_stream(op: Operation, ref: SymbolRefAttr, kind: type[_StreamDecl]) -> _StreamDecl:
-    decl = SymbolTable.lookup_symbol(op, ref)
+    try:
+        decl = SymbolTable.lookup_symbol(op, ref)
+    except ValueError:  # detached op: no enclosing symbol table
+        decl, what = None, "the op is not inside a module"
+    else:
+        what = "no such symbol" if decl is None else f"it is a {decl.name}"
     if not isinstance(decl, kind):
         raise VerifyException(
-            f"{op.name}: @{ref.root_reference.data} does not name a {kind.name} declaration"
+            f"{op.name}: @{ref.root_reference.data} does not name a {kind.name} "
+            f"declaration ({what})"
         )
     return decl
 

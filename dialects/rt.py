@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     IntegerAttr,
+    IntegerType,
     MemRefType,
     StringAttr,
     i64,
@@ -60,7 +61,12 @@ from xdsl.traits import (
 )
 from xdsl.utils.exceptions import VerifyException
 
-from xl.dialects.graph import parse_named_slot, print_named_slot
+from xl.dialects.graph import (
+    parse_body_region,
+    parse_named_slot,
+    print_body_region,
+    print_named_slot,
+)
 from xl.dialects.utils import fmt_type
 
 
@@ -76,7 +82,6 @@ class ProgramOp(IRDLOperation):
     name = "rt.program"
     body = region_def("single_block")
     traits = traits_def(NoTerminator(), IsolatedFromAbove())
-    assembly_format = "attr-dict-with-keyword $body"
 
     def __init__(self, region: Region | None = None, attributes: dict[str, Attribute] | None = None):
         super().__init__(
@@ -87,6 +92,16 @@ class ProgramOp(IRDLOperation):
     def int_attr(self, key: str, default: int) -> int:
         a = self.attributes.get(key)
         return a.value.data if isinstance(a, IntegerAttr) else default
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ProgramOp:
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        return cls(parse_body_region(parser), dict(attrs.data) if attrs is not None else None)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" ")
+        print_body_region(printer, self.body)
 
 
 @irdl_op_definition
@@ -102,7 +117,8 @@ class StateOp(IRDLOperation):
     slot = prop_def(StringAttr)
     init = opt_prop_def(DenseIntOrFPElementsAttr)
     result = result_def(MemRefType)
-    traits = traits_def(MemoryAllocEffect(), HasParent(ProgramOp))
+    # Never dead: the host reads and writes state slots by name.
+    traits = traits_def(MemoryAllocEffect(), MemoryWriteEffect(), HasParent(ProgramOp))
 
     def __init__(self, slot: str, type: MemRefType, init: DenseIntOrFPElementsAttr | None = None):
         super().__init__(
@@ -121,6 +137,17 @@ class StateOp(IRDLOperation):
         op = cls(name, type, init)
         op.attributes |= attrs
         return op
+
+    def verify_(self) -> None:
+        if self.init is None:
+            return
+        t = self.init.get_type()
+        r = self.result.type
+        assert isinstance(r, MemRefType)
+        if tuple(t.get_shape()) != tuple(r.get_shape()) or t.get_element_type() != r.get_element_type():
+            raise VerifyException(
+                f"rt.state \"{self.slot.data}\": initial value {t} does not fit buffer {r}"
+            )
 
     def print(self, printer: Printer) -> None:
         print_named_slot(printer, self.slot.data, self.init, self.result.type, {})
@@ -279,13 +306,33 @@ class LoopOp(IRDLOperation):
     count = prop_def(IntegerAttr)
     body = region_def("single_block")
     traits = traits_def(NoTerminator())
-    assembly_format = "$count attr-dict-with-keyword $body"
 
     def __init__(self, count: int, region: Region | None = None):
         super().__init__(
             properties={"count": IntegerAttr(count, i64)},
             regions=[region if region is not None else Region(Block())],
         )
+
+    def verify_(self) -> None:
+        if self.count.value.data < 0:
+            raise VerifyException(f"rt.loop: count must be >= 0, got {self.count.value.data}")
+
+    @classmethod
+    def parse(cls, parser: Parser) -> LoopOp:
+        count = parser.parse_integer(allow_boolean=False)
+        if parser.parse_optional_punctuation(":") is not None:  # tolerate `N : i64`
+            parser.parse_type()
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        op = cls(count, parse_body_region(parser))
+        if attrs is not None:
+            op.attributes |= attrs.data
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" {self.count.value.data}")
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" ")
+        print_body_region(printer, self.body)
 
 
 @irdl_op_definition
@@ -302,11 +349,54 @@ class IfOp(IRDLOperation):
     then_region = region_def("single_block")
     else_region = region_def("single_block")
     traits = traits_def(NoTerminator())
-    assembly_format = "$condition `:` type($condition) $then_region `else` $else_region attr-dict"
 
-    def __init__(self, condition: SSAValue):
-        super().__init__(operands=[condition], regions=[Region(Block()), Region(Block())])
+    def __init__(
+        self,
+        condition: SSAValue,
+        then_region: Region | None = None,
+        else_region: Region | None = None,
+    ):
+        super().__init__(
+            operands=[condition],
+            regions=[
+                then_region if then_region is not None else Region(Block()),
+                else_region if else_region is not None else Region(Block()),
+            ],
+        )
 
+    def verify_(self) -> None:
+        t = self.condition.type
+        assert isinstance(t, MemRefType)
+        if tuple(t.get_shape()) != () or t.get_element_type() != IntegerType(1):
+            raise VerifyException(
+                f"rt.if: condition must be a scalar bool buffer (memref<i1>), got {t}"
+            )
+
+    @classmethod
+    def parse(cls, parser: Parser) -> IfOp:
+        cond = parser.parse_operand()
+        parser.parse_punctuation(":")
+        pos = parser.pos
+        t = parser.parse_type()
+        if cond.type != t:
+            parser.raise_error(f"rt.if: condition has type {cond.type}, not {t}", pos)
+        then_region = parse_body_region(parser)
+        parser.parse_keyword("else")
+        else_region = parse_body_region(parser)
+        op = cls(cond, then_region, else_region)
+        op.attributes |= parser.parse_optional_attr_dict()
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.condition)
+        printer.print_string(" : ")
+        printer.print_attribute(self.condition.type)
+        printer.print_string(" ")
+        print_body_region(printer, self.then_region)
+        printer.print_string(" else ")
+        print_body_region(printer, self.else_region)
+        printer.print_op_attributes(self.attributes)
 
 
 Rt = Dialect(

@@ -1,19 +1,92 @@
 """`xl-opt`: run xl and xDSL passes on textual IR, like `mlir-opt` / `xdsl-opt`.
 
     xl-opt prog.mlir -p 'inline,canonicalize,cse,lower-to-rt'
+
+Errors are reported as diagnostics, never as Python tracebacks, and make the tool
+exit with status 1:
+
+- parse errors as ``file:line:col: error: message`` followed by the source line
+  and a caret under the offending text;
+- verifier errors (before the first pass and after every pass) as
+  ``xl-opt: error: message`` followed by the IR with the failing op underlined;
+- exceptions raised inside a pass as ``xl-opt: error: message``, their
+  ``__notes__`` and the name of the pass;
+- a bad pipeline (unknown pass or option) or an unreadable input file.
+
+With ``--split-input-file`` every chunk is processed, even after one fails, as
+``mlir-opt`` does. ``--verify-diagnostics`` / ``--parsing-diagnostics`` keep the
+xDSL behaviour: the diagnostic goes to stdout and the tool exits 0, so lit tests
+can FileCheck it. ``--traceback`` re-raises internal errors for debugging.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import sys
 from collections.abc import Sequence
+from typing import IO
 
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.parser import Parser
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import (
+    ArgSpecParseError,
+    DiagnosticException,
+    MultipleSpansParseError,
+    ParseError,
+    ShrinkException,
+)
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from xl.dialects import get_all_dialects
 from xl.passes import get_all_passes
 
+PROG = "xl-opt"
+
+
+def format_parse_error(e: ParseError) -> str:
+    """MLIR-style: ``file:line:col: error: msg``, then the source line and a caret."""
+    context = e.span.print_with_context(None).split("\n", 1)
+    out = f"{e.span.get_location()}: error: {e.msg}\n"
+    if len(context) > 1:
+        out += context[1]
+    if isinstance(e, MultipleSpansParseError):
+        if e.ref_text is not None:
+            out += e.ref_text + "\n"
+        for span, msg in e.refs:
+            out += span.print_with_context(msg)
+    return out.rstrip("\n")
+
+
+def format_exception(e: BaseException) -> str:
+    """``xl-opt: error: message`` plus the exception's ``__notes__``, one per line."""
+    msg = str(e) or type(e).__name__
+    if not isinstance(e, DiagnosticException | ValueError | ArgSpecParseError):
+        msg = f"{type(e).__name__}: {msg}"
+    lines = [f"{PROG}: error: {msg.rstrip()}"]
+    for note in getattr(e, "__notes__", ()):
+        lines.append(str(note).rstrip())
+    return "\n".join(lines)
+
+
+def _only_comments(text: bytes) -> bool:
+    return all(
+        not line.strip() or line.lstrip().startswith(b"//") for line in text.splitlines()
+    )
+
+
+def _eprint(text: str) -> None:
+    sys.stdout.flush()
+    print(text, file=sys.stderr, flush=True)
+
 
 class XlOptMain(xDSLOptMain):
+    version_format = "xl-opt built on xdsl version {xdsl_version}"
+
+    _stage: str | None = None
+    """What runs while the current chunk is processed, for error notes."""
+
     def register_all_dialects(self) -> None:
         super().register_all_dialects()
         for name, factory in get_all_dialects().items():
@@ -24,9 +97,120 @@ class XlOptMain(xDSLOptMain):
         for name, factory in get_all_passes().items():
             self.register_pass(name, factory)
 
+    def register_all_frontends(self) -> None:
+        super().register_all_frontends()
+
+        def parse_mlir(io: IO[bytes]) -> ModuleOp:
+            text = io.read()
+            if _only_comments(text):  # as mlir-opt: empty input is an empty module
+                return ModuleOp([])
+            return Parser(self.ctx, text, self.get_input_name()).parse_module(
+                not self.args.no_implicit_module
+            )
+
+        self.available_frontends["mlir"] = parse_mlir
+
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument(
+            "--traceback",
+            default=False,
+            action="store_true",
+            help="Re-raise internal errors with a Python traceback (for debugging xl).",
+        )
+
+    # -- running -------------------------------------------------------------------
+    def apply_passes(self, prog: ModuleOp) -> None:
+        """`PassPipeline.apply`, remembering which pass (or which check) is running."""
+        pipeline = self.pipeline
+        passes: tuple[ModulePass, ...] = pipeline.passes
+        callback = pipeline.callback
+        self._stage = "while verifying the input"
+        if callback is not None:
+            callback(None, prog, passes[0] if passes else None)
+        for i, p in enumerate(passes):
+            self._stage = f"in pass '{p.name}'"
+            p.apply(self.ctx, prog)
+            self._stage = f"while verifying the IR after pass '{p.name}'"
+            if callback is not None:
+                callback(p, prog, passes[i + 1] if i + 1 < len(passes) else None)
+        self._stage = None
+
+    def _report(self, e: BaseException) -> None:
+        text = format_exception(e)
+        if self._stage is not None:
+            text += f"\n{PROG}: note: {self._stage}"
+        _eprint(text)
+
+    def run(self) -> int:  # type: ignore[override]
+        """Processes every chunk; returns the exit status (0 ok, 1 some chunk failed)."""
+        chunks, file_extension = self.prepare_input()
+        output_stream = self.prepare_output()
+        failed = False
+        try:
+            for i, (chunk, offset) in enumerate(chunks):
+                self._stage = None
+                try:
+                    if i > 0:
+                        output_stream.write("// -----\n")
+                    module = self.parse_chunk(chunk, file_extension, offset)
+                    if module is not None:
+                        self.apply_passes(module)
+                        output_stream.write(self.output_resulting_program(module))
+                    output_stream.flush()
+                except ParseError as e:
+                    e.span = dataclasses.replace(e.span, line_offset=offset)
+                    if self.args.parsing_diagnostics:
+                        print(e)
+                    elif self.args.traceback:
+                        raise
+                    else:
+                        _eprint(format_parse_error(e))
+                        failed = True
+                except DiagnosticException as e:
+                    if self.args.verify_diagnostics:
+                        print(e)
+                        for note in getattr(e, "__notes__", ()):
+                            print(note)
+                    elif self.args.traceback:
+                        raise
+                    else:
+                        self._report(e)
+                        failed = True
+                except ShrinkException:
+                    raise
+                except Exception as e:
+                    if self.args.traceback:
+                        raise
+                    self._report(e)
+                    failed = True
+                finally:
+                    chunk.close()
+        except ShrinkException:
+            assert self.args.shrink
+            print("Success, can shrink")
+            return 0
+        finally:
+            if output_stream is not sys.stdout:
+                output_stream.close()
+        if self.args.shrink:
+            print("Failure, can't shrink")
+            return 1
+        return 1 if failed else 0
+
 
 def main(args: Sequence[str] | None = None) -> None:
-    XlOptMain(description="xl modular optimizer driver", args=args).run()
+    argv = list(sys.argv[1:] if args is None else args)
+    debug = "--traceback" in argv
+    try:
+        tool = XlOptMain(description="xl modular optimizer driver", args=argv)
+        status = tool.run()
+    except (Exception, ArgSpecParseError) as e:
+        if debug:
+            raise
+        _eprint(format_exception(e))
+        status = 1
+    sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,153 @@
+"""Build-time context (popxl/context.py): current graph, placement, tile set, name scopes.
+
+All state is module-level (one thread builds IR at a time, as in PopXL).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from popxl.graph import Graph
+    from popxl.ir import Ir
+
+__all__ = [
+    "get_current_graph",
+    "get_main_graph",
+    "get_ir",
+    "gcg",
+    "gmg",
+    "gir",
+    "in_sequence",
+    "name_scope",
+    "ipu",
+    "io_tiles",
+]
+
+
+class _State:
+    def __init__(self) -> None:
+        self.graphs: list[Graph] = []
+        self.ipus: list[int] = []
+        self.tile_sets: list[str] = []
+        self.scopes: list[str] = []
+        self.in_sequence: list[bool | str] = []
+
+
+_state = _State()
+
+
+def _push_graph(g: Graph) -> None:
+    _state.graphs.append(g)
+
+
+def _pop_graph(g: Graph) -> None:
+    if not _state.graphs or _state.graphs[-1] is not g:
+        raise RuntimeError(f"Graph context stack corrupted while exiting {g!r}")
+    _state.graphs.pop()
+
+
+def get_current_graph() -> Graph:
+    """The graph new ops are added to (the innermost `with graph:`)."""
+    if not _state.graphs:
+        raise RuntimeError(
+            "Trying to access a graph, but no graph has been selected. "
+            "Use `with ir.main_graph:` (or `with graph:`) to select one."
+        )
+    return _state.graphs[-1]
+
+
+def get_main_graph() -> Graph:
+    return get_current_graph().ir.main_graph
+
+
+def get_ir() -> Ir:
+    return get_current_graph().ir
+
+
+gcg = get_current_graph
+gmg = get_main_graph
+gir = get_ir
+
+
+def _current_ipu() -> int | None:
+    return _state.ipus[-1] if _state.ipus else None
+
+
+def _current_tile_set() -> str | None:
+    return _state.tile_sets[-1] if _state.tile_sets else None
+
+
+def _scoped(name: str) -> str:
+    if not _state.scopes:
+        return name
+    return "/".join(_state.scopes) + "/" + name
+
+
+@contextmanager
+def ipu(ipu: int) -> Iterator[None]:
+    """Ops created inside run on virtual IPU `ipu` (attribute `ipu.id`)."""
+    if not isinstance(ipu, int) or isinstance(ipu, bool) or ipu < 0:
+        raise ValueError(f"popxl.ipu: expected a non-negative integer, got {ipu!r}")
+    _state.ipus.append(ipu)
+    try:
+        yield
+    finally:
+        _state.ipus.pop()
+
+
+@contextmanager
+def io_tiles() -> Iterator[None]:
+    """Ops created inside run on the IO tiles (attribute `ipu.tile_set = "io"`)."""
+    _state.tile_sets.append("io")
+    try:
+        yield
+    finally:
+        _state.tile_sets.pop()
+
+
+@contextmanager
+def name_scope(name: str) -> Iterator[None]:
+    """Prefix `name/` to the names of tensors created inside."""
+    if not isinstance(name, str):
+        raise TypeError(f"popxl.name_scope: expected a str, got {type(name).__name__}")
+    _state.scopes.append(name)
+    try:
+        yield
+    finally:
+        _state.scopes.pop()
+
+
+class in_sequence:
+    """Force ops created inside to run in creation order (context manager and decorator).
+
+    In xl, program order within a graph is always execution order, so this only
+    validates `mode` (True, False or 'pass') and records it.
+    """
+
+    def __init__(self, mode: bool | str = True):
+        if mode is None:
+            raise TypeError("popxl.in_sequence: mode must be True, False or 'pass', not None")
+        if not (isinstance(mode, bool) or mode == "pass"):
+            raise ValueError(f"popxl.in_sequence: mode must be True, False or 'pass', got {mode!r}")
+        self.mode = mode
+
+    def __enter__(self) -> in_sequence:
+        _state.in_sequence.append(self.mode)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.in_sequence.pop()
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        mode = self.mode
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with in_sequence(mode):
+                return fn(*args, **kwargs)
+
+        return wrapper

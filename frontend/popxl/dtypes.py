@@ -1,0 +1,200 @@
+"""PopXL dtypes (popxl/dtypes.py): `popxl.float32`, `popxl.int32`, ... and conversions.
+
+A `dtype` knows its NumPy type (`as_numpy()`) and its xDSL element type
+(`_element_type`); `dtype.as_dtype(x)` accepts a popxl dtype, a NumPy dtype or type,
+a Python type, a torch dtype or a value.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+from xdsl.ir import Attribute
+
+from xl.dialects.utils import element_type as _np_to_elem
+from xl.dialects.utils import numpy_dtype as _elem_to_np
+
+__all__ = [
+    "dtype",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "half",
+    "float8_143",
+    "float8_152",
+    "float16",
+    "float",
+    "float32",
+    "double",
+    "float64",
+    "complex64",
+    "complex128",
+]
+
+_BY_NAME: dict[str, dtype] = {}
+_BY_NP: dict[np.dtype, dtype] = {}
+
+
+class dtype:
+    """A PopXL element type. Not constructible by users: use `popxl.float32` etc."""
+
+    __slots__ = ("_name", "_np", "_is_complex", "_is_int", "_is_fp", "_is_signed")
+
+    def __init__(
+        self,
+        name: str,
+        np_type: Any,
+        is_complex: builtins.bool,
+        is_int: builtins.bool,
+        is_fp: builtins.bool,
+        is_signed: builtins.bool,
+    ):
+        if name in _BY_NAME:
+            raise TypeError("popxl dtypes cannot be constructed; use popxl.float32 etc.")
+        self._name = name
+        self._np = np.dtype(np_type) if np_type is not None else None
+        self._is_complex = is_complex
+        self._is_int = is_int
+        self._is_fp = is_fp
+        self._is_signed = is_signed
+        _BY_NAME[name] = self
+        if self._np is not None and self._np not in _BY_NP:
+            _BY_NP[self._np] = self
+
+    # -- properties -------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def is_complex(self) -> builtins.bool:
+        return self._is_complex
+
+    @property
+    def is_int(self) -> builtins.bool:
+        return self._is_int
+
+    @property
+    def is_floating_point(self) -> builtins.bool:
+        return self._is_fp
+
+    @property
+    def is_signed(self) -> builtins.bool:
+        return self._is_signed
+
+    def as_numpy(self) -> type:
+        """The NumPy scalar type (`np.float32` for `popxl.float32`)."""
+        if self._np is None:
+            raise TypeError(f"{self!r} has no NumPy equivalent")
+        return self._np.type
+
+    def as_torch(self) -> Any:
+        import torch  # type: ignore[import-not-found]
+
+        return getattr(torch, self._name)
+
+    @property
+    def _element_type(self) -> Attribute:
+        """The xDSL element type (`f32` for `popxl.float32`)."""
+        if self._np is None:
+            raise TypeError(f"{self!r} is not supported by the xl runtime")
+        return _np_to_elem(self._np)
+
+    # -- conversions ------------------------------------------------------------------
+    @classmethod
+    def from_name(cls, name: str) -> dtype:
+        try:
+            return _BY_NAME[name]
+        except KeyError:
+            raise ValueError(f"There is no popxl dtype named {name!r}") from None
+
+    @classmethod
+    def _from_element_type(cls, elem: Attribute) -> dtype:
+        return _BY_NP[_elem_to_np(elem)]
+
+    @classmethod
+    def as_dtype(cls, x: Any) -> dtype:
+        """A popxl dtype from a popxl dtype, NumPy dtype/type, Python type, torch dtype or value."""
+        if isinstance(x, dtype):
+            return x
+        if x is builtins.float:
+            return float32
+        if x is builtins.int:
+            return int32
+        if x is builtins.bool:
+            return _BY_NAME["bool"]
+        if isinstance(x, str) and x in _BY_NAME:
+            return _BY_NAME[x]
+        mod = type(x).__module__
+        if mod.startswith("torch"):
+            if type(x).__name__ == "dtype":
+                return cls.from_name(str(x).split(".")[-1])
+            if hasattr(x, "dtype"):
+                return cls.as_dtype(x.dtype)
+        try:
+            if isinstance(x, np.ndarray | np.generic):
+                npd = x.dtype
+            else:
+                npd = np.dtype(x)
+        except TypeError:
+            npd = np.asarray(x).dtype
+        try:
+            return _BY_NP[np.dtype(npd)]
+        except KeyError:
+            raise ValueError(f"There is no popxl dtype for {x!r}") from None
+
+    # -- dunder -----------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"popxl.dtypes.{self._name}"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        return (dtype.from_name, (self._name,))
+
+    def __copy__(self) -> dtype:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> dtype:
+        return self
+
+
+bool = dtype("bool", np.bool_, False, False, False, False)
+int8 = dtype("int8", np.int8, False, True, False, True)
+int16 = dtype("int16", np.int16, False, True, False, True)
+int32 = dtype("int32", np.int32, False, True, False, True)
+int64 = dtype("int64", np.int64, False, True, False, True)
+uint8 = dtype("uint8", np.uint8, False, True, False, False)
+uint16 = dtype("uint16", np.uint16, False, True, False, False)
+uint32 = dtype("uint32", np.uint32, False, True, False, False)
+uint64 = dtype("uint64", np.uint64, False, True, False, False)
+float16 = dtype("float16", np.float16, False, False, True, True)
+float32 = dtype("float32", np.float32, False, False, True, True)
+float64 = dtype("float64", np.float64, False, False, True, True)
+# Not supported by the NumPy runtime; present for API parity.
+float8_143 = dtype("float8_143", None, False, False, True, True)
+float8_152 = dtype("float8_152", None, False, False, True, True)
+complex64 = dtype("complex64", None, True, False, False, True)
+complex128 = dtype("complex128", None, True, False, False, True)
+half = float16
+float = float32
+double = float64
+
+# float64 -> float32, int64 -> int32, uint64 -> uint32 (popxl.utils.to_numpy downcast rules)
+_DOWNCAST = {
+    np.dtype(np.float64): np.dtype(np.float32),
+    np.dtype(np.int64): np.dtype(np.int32),
+    np.dtype(np.uint64): np.dtype(np.uint32),
+}
+
+
+def _downcast_np(npd: np.dtype) -> np.dtype:
+    return _DOWNCAST.get(np.dtype(npd), np.dtype(npd))

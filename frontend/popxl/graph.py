@@ -1,0 +1,355 @@
+"""Graphs (popxl/graph.py): views over a `graph.graph` op or the `graph.main` op."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Optional
+
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, IntegerAttr, StringAttr, UnitAttr, i64
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
+
+from popxl import context
+from popxl.dtypes import dtype as _dtype
+from popxl.tensor import Constant, Tensor, Variable
+from xl.dialects.graph import (
+    BY_REF_ATTR,
+    NAME_ATTR,
+    ConstantOp,
+    GraphOp,
+    HostLoadOp,
+    MainGraphOp,
+    OutputOp,
+    VariableOp,
+)
+from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
+from xl.dialects.utils import tensor_type
+
+if TYPE_CHECKING:
+    from popxl.ir import Ir
+
+__all__ = ["Graph"]
+
+_VALID_HINT = re.compile(r"[A-Za-z_$.\-][\w$.\-]*")
+
+
+class Graph:
+    """A PopXL graph. Obtain one from `ir.main_graph`, `ir.create_graph` or
+    `ir.create_empty_graph`; not constructible directly."""
+
+    def __init__(self) -> None:
+        raise TypeError(
+            "Graph cannot be constructed directly; use ir.main_graph, ir.create_graph or "
+            "ir.create_empty_graph"
+        )
+
+    @classmethod
+    def _from_op(cls, ir: Ir, op: GraphOp | MainGraphOp) -> Graph:
+        """The (cached) Graph viewing `op`, e.g. a graph created by a pass."""
+        g = ir._graphs.get(op)
+        if g is not None:
+            return g
+        g = cls.__new__(cls)
+        g._ir = ir
+        g._op = op
+        g._values: dict[SSAValue, Tensor] = {}
+        g._used_names: set[str] = set()
+        g._uniq = itertools.count()
+        g._auto = itertools.count()
+        g._pending_outputs: list[Tensor] | None = None
+        g._hooks: dict[int, Callable[[Operation], None]] = {}
+        g._hook_ids = itertools.count()
+        ir._graphs[op] = g
+        return g
+
+    # -- basic properties -------------------------------------------------------------------
+    @property
+    def _is_main(self) -> bool:
+        return isinstance(self._op, MainGraphOp)
+
+    @property
+    def _block(self) -> Block:
+        return self._op.body.block
+
+    @property
+    def name(self) -> str:
+        if self._is_main:
+            return "main_graph"
+        return self._op.sym_name.data  # type: ignore[union-attr]
+
+    @property
+    def id(self) -> str:
+        return self.name
+
+    @property
+    def ir(self) -> Ir:
+        return self._ir
+
+    @property
+    def main_graph(self) -> Graph:
+        return self._ir.main_graph
+
+    @property
+    def _output_op(self) -> Optional[OutputOp]:
+        last = self._block.last_op
+        return last if isinstance(last, OutputOp) else None
+
+    @property
+    def _is_built(self) -> bool:
+        return self._is_main or self._output_op is not None
+
+    # -- tensors --------------------------------------------------------------------------------
+    def _tensor(self, value: SSAValue, name: Optional[str] = None) -> Tensor:
+        """The Tensor for `value` (always the same object for the same value)."""
+        t = self._values.get(value)
+        if t is not None:
+            return t
+        if name is None:
+            name = self._derive_name(value)
+        owner = value.owner
+        cls: type[Tensor] = Tensor
+        if isinstance(owner, VariableOp):
+            cls = Variable
+        elif isinstance(owner, ConstantOp):
+            cls = Constant
+        t = cls._create(value, self, name)
+        self._values[value] = t
+        if value.name_hint is None and _VALID_HINT.fullmatch(name):
+            try:
+                value.name_hint = name
+            except ValueError:
+                pass
+        return t
+
+    def _derive_name(self, value: SSAValue) -> str:
+        owner = value.owner
+        if isinstance(owner, VariableOp):
+            return self._unique_name(owner.var_name.data)
+        if isinstance(value, BlockArgument) and isinstance(self._op, GraphOp):
+            return self._unique_name(self._op.input_name(value.index))
+        if value.name_hint is not None:
+            return self._unique_name(value.name_hint)
+        return self._auto_name()
+
+    def _auto_name(self) -> str:
+        while True:
+            n = f"t{next(self._auto)}"
+            if n not in self._used_names:
+                self._used_names.add(n)
+                return n
+
+    def _unique_name(self, name: Optional[str], scoped: bool = False) -> str:
+        """Register `name` in this graph; a used name gets `__t<k>` appended."""
+        if name is None:
+            return self._auto_name()
+        if scoped:
+            name = context._scoped(name)
+        if name not in self._used_names:
+            self._used_names.add(name)
+            return name
+        while True:
+            cand = f"{name}__t{next(self._uniq)}"
+            if cand not in self._used_names:
+                self._used_names.add(cand)
+                return cand
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        if self._is_main:
+            return ()
+        return tuple(self._tensor(a) for a in self._block.args)
+
+    @property
+    def inputs_by_name(self) -> dict[str, Tensor]:
+        return {t.name: t for t in self.inputs}
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        out = self._output_op
+        if out is not None:
+            return tuple(self._tensor(v) for v in out.outs)
+        return tuple(self._pending_outputs or ())
+
+    @property
+    def tensors(self) -> tuple[Tensor, ...]:
+        ts = list(self.inputs)
+        for op in self._block.ops:
+            ts.extend(self._tensor(r) for r in op.results)
+        return tuple(ts)
+
+    @property
+    def variables(self) -> tuple[Variable, ...]:
+        return tuple(t for t in self.tensors if isinstance(t, Variable))
+
+    @property
+    def constants(self) -> tuple[Constant, ...]:
+        return tuple(t for t in self.tensors if isinstance(t, Constant))
+
+    @property
+    def called_graphs(self) -> tuple[Graph, ...]:
+        from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
+
+        names: list[str] = []
+        for op in self._block.ops:
+            if isinstance(op, CallOp | RepeatOp):
+                names.append(op.callee.root_reference.data)
+            elif isinstance(op, ConditionalOp):
+                names += [op.then_branch.root_reference.data, op.else_branch.root_reference.data]
+        seen: dict[str, Graph] = {}
+        for n in names:
+            if n not in seen:
+                seen[n] = self._ir._graph_by_name(n)
+        return tuple(seen.values())
+
+    def get_tensor(self, tensor_id: str) -> Tensor:
+        for t in self.tensors:
+            if t.id == tensor_id or t.name == tensor_id:
+                return t
+        raise ValueError(f"Graph {self.name!r} has no tensor {tensor_id!r}")
+
+    def get_input_tensors(self) -> tuple[Tensor, ...]:
+        return self.inputs
+
+    def get_output_tensors(self) -> tuple[Tensor, ...]:
+        return self.outputs
+
+    # -- building ----------------------------------------------------------------------------
+    def _insert(self, op: Operation) -> None:
+        """Append `op` to the block (before the terminator, if any), with the
+        placement of the current context."""
+        ipu = context._current_ipu()
+        if ipu is not None and IPU_ATTR not in op.attributes:
+            op.attributes[IPU_ATTR] = IntegerAttr(ipu, i64)
+        tiles = context._current_tile_set()
+        if tiles is not None and TILE_SET_ATTR not in op.attributes:
+            op.attributes[TILE_SET_ATTR] = StringAttr(tiles)
+        block = self._block
+        last = block.last_op
+        if isinstance(last, OutputOp):
+            block.insert_op_before(op, last)
+        else:
+            block.add_op(op)
+        for hook in tuple(self._hooks.values()):
+            hook(op)
+
+    def _add_input(
+        self,
+        shape: Iterable[int],
+        dtype: _dtype,
+        name: Optional[str],
+        by_ref: bool,
+        meta_shape: Optional[Iterable[int]],
+    ) -> Tensor:
+        if self._is_main:
+            raise ValueError("popxl.graph_input cannot be used in the main graph")
+        op = self._op
+        assert isinstance(op, GraphOp)
+        dt = _dtype.as_dtype(dtype)
+        ttype = tensor_type(tuple(int(d) for d in shape), dt.as_numpy())
+        name = self._unique_name(name if name is not None else "input", scoped=True)
+        block = self._block
+        idx = len(block.args)
+        arg = block.insert_arg(ttype, idx)
+        attrs: dict[str, Attribute] = {NAME_ATTR: StringAttr(name)}
+        if by_ref:
+            attrs[BY_REF_ATTR] = UnitAttr()
+        ipu = context._current_ipu()
+        if ipu is not None:
+            attrs[IPU_ATTR] = IntegerAttr(ipu, i64)
+        old = list(op.arg_attrs.data) if op.arg_attrs is not None else []
+        old += [DictionaryAttr({NAME_ATTR: StringAttr(f"arg{i}")}) for i in range(len(old), idx)]
+        op.arg_attrs = ArrayAttr([*old, DictionaryAttr(attrs)])
+        self._sync_function_type()
+        t = self._tensor(arg, name)
+        if meta_shape:
+            t._meta_shape = tuple(int(d) for d in meta_shape)
+        return t
+
+    def _add_output(self, t: Tensor) -> None:
+        if self._is_main:
+            raise ValueError("popxl.graph_output cannot be used in the main graph")
+        if not isinstance(t, Tensor):
+            raise TypeError(f"popxl.graph_output expects a Tensor, got {type(t).__name__}")
+        if t._graph is not self:
+            raise ValueError(
+                f"Tensor {t.id} is not in graph {self.name!r}; a graph can only output its own tensors"
+            )
+        out = self._output_op
+        if out is not None:
+            out.operands = (*out.operands, t._value)
+        else:
+            if self._pending_outputs is None:
+                self._pending_outputs = []
+            self._pending_outputs.append(t)
+        self._sync_function_type()
+
+    def _finalize(self) -> None:
+        """Append the `graph.output` terminator (end of `create_graph`)."""
+        if self._output_op is None:
+            outs = [t._value for t in self._pending_outputs or ()]
+            self._block.add_op(OutputOp(outs))
+            self._pending_outputs = None
+        self._sync_function_type()
+
+    def _sync_function_type(self) -> None:
+        op = self._op
+        if not isinstance(op, GraphOp):
+            return
+        out = self._output_op
+        outs = (
+            [v.type for v in out.outs]
+            if out is not None
+            else [t._value.type for t in self._pending_outputs or ()]
+        )
+        op.function_type = FunctionType.from_lists([a.type for a in self._block.args], outs)
+
+    def _input_by_ref(self, index: int) -> bool:
+        op = self._op
+        return isinstance(op, GraphOp) and op.input_is_by_ref(index)
+
+    def _set_input_by_ref(self, index: int) -> None:
+        op = self._op
+        assert isinstance(op, GraphOp)
+        attrs = list(op.arg_attrs.data)  # type: ignore[union-attr]
+        d = dict(attrs[index].data)
+        d[BY_REF_ATTR] = UnitAttr()
+        attrs[index] = DictionaryAttr(d)
+        op.arg_attrs = ArrayAttr(attrs)
+
+    # -- hooks ------------------------------------------------------------------------------
+    def register_op_created_hook(self, fn: Callable[[Operation], None]) -> int:
+        """Call `fn(op)` for every op added to this graph from now on; returns a handle."""
+        h = next(self._hook_ids)
+        self._hooks[h] = fn
+        return h
+
+    def remove_op_created_hook(self, handle: int) -> None:
+        self._hooks.pop(handle, None)
+
+    # -- context ----------------------------------------------------------------------------
+    def __enter__(self) -> Graph:
+        context._push_graph(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        context._pop_graph(self)
+
+    # -- dunder ------------------------------------------------------------------------------
+    def __contains__(self, t: Any) -> bool:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"Graph.__contains__ expects a Tensor, got {type(t).__name__}")
+        return t._graph is self
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Graph) and self._op is other._op
+
+    def __hash__(self) -> int:
+        return id(self._op)
+
+    def __repr__(self) -> str:
+        return f"Graph[id={self.id} name={self.name}]"
+
+    # -- helpers used by ops -------------------------------------------------------------------
+    def _host_loads(self) -> list[HostLoadOp]:
+        return [op for op in self._block.ops if isinstance(op, HostLoadOp)]

@@ -1,0 +1,334 @@
+"""`popxl.Ir` (popxl/ir.py): one program, held as a `builtin.module`.
+
+The module contains the host stream declarations, the subgraphs (`graph.graph`) and
+one `graph.main` whose attributes `num_host_transfers` and `replication_factor`
+mirror the Python properties.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import itertools
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Optional, Union
+
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
+from xdsl.printer import Printer
+
+from popxl import context
+from popxl.graph import Graph
+from popxl.tensor import Tensor, TensorByRef, TensorSpec
+from xl.dialects.graph import D2HStreamOp, GraphOp, H2DStreamOp, HostLoadOp, HostStoreOp, MainGraphOp
+
+__all__ = ["Ir"]
+
+_ir_ids = itertools.count()
+
+
+class Ir:
+    """A PopXL program: a main graph, subgraphs and host streams."""
+
+    def __init__(self, replication: Union[int, str] = 1):
+        if replication == "popdist":
+            replication = 1
+        if not isinstance(replication, int) or replication < 1:
+            raise ValueError(f"Ir: replication must be a positive int, got {replication!r}")
+        self._id = next(_ir_ids)
+        self._module = ModuleOp([])
+        main = MainGraphOp()
+        self._module.body.block.add_op(main)
+        self._graphs: dict[Any, Graph] = {}
+        self._subgraph_count = itertools.count()
+        self._h2d: dict[str, Any] = {}
+        self._d2h: dict[str, Any] = {}
+        self._stream_uniq = itertools.count()
+        self._sessions: list[Any] = []
+        self._set_main_attr("num_host_transfers", 1)
+        self._set_main_attr("replication_factor", replication)
+
+    # -- main graph -------------------------------------------------------------------------
+    @property
+    def _main_op(self) -> MainGraphOp:
+        for op in reversed(self._module.body.block.ops):
+            if isinstance(op, MainGraphOp):
+                return op
+        raise RuntimeError("Ir module has no graph.main")
+
+    @property
+    def main_graph(self) -> Graph:
+        return Graph._from_op(self, self._main_op)
+
+    def _set_main_attr(self, key: str, value: int) -> None:
+        self._main_op.attributes[key] = IntegerAttr(int(value), i64)
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def num_host_transfers(self) -> int:
+        return self._main_op.num_host_transfers
+
+    @num_host_transfers.setter
+    def num_host_transfers(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"num_host_transfers must be a positive int, got {value!r}")
+        self._set_main_attr("num_host_transfers", value)
+
+    @property
+    def replication_factor(self) -> int:
+        return self._main_op.replication_factor
+
+    @replication_factor.setter
+    def replication_factor(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"replication_factor must be a positive int, got {value!r}")
+        if self._sessions:
+            raise RuntimeError("replication_factor cannot be changed after a Session was created")
+        self._set_main_attr("replication_factor", value)
+
+    @property
+    def instance_replication_factor(self) -> int:
+        return self.replication_factor
+
+    # -- graphs ---------------------------------------------------------------------------
+    def _create_name(self, name: str) -> str:
+        name = name.replace(".<locals>", "")
+        return f"{name}_subgraph({next(self._subgraph_count)})"
+
+    def _new_graph_op(self, name: str) -> GraphOp:
+        op = GraphOp(name, [], [], input_names=[])
+        main = self._main_op
+        self._module.body.block.insert_op_before(op, main)
+        return op
+
+    def _graph_by_name(self, name: str) -> Graph:
+        for op in self._module.body.block.ops:
+            if isinstance(op, GraphOp) and op.sym_name.data == name:
+                return Graph._from_op(self, op)
+        raise ValueError(f"Ir has no graph named {name!r}")
+
+    def create_empty_graph(self, name: Optional[str] = None) -> Graph:
+        """An empty subgraph; add inputs and outputs with `popxl.graph_input/graph_output`
+        inside `with graph:`."""
+        g = Graph._from_op(self, self._new_graph_op(self._create_name(name or "graph")))
+        g._finalize()
+        return g
+
+    def create_graph(self, fn: Any, *args: Any, **kwargs: Any) -> Graph:
+        """Build a subgraph by calling `fn` (or `Module.build`) on graph inputs made from
+        the Tensor/TensorSpec arguments (see POPXL_API §1.2)."""
+        from popxl.module import Module
+
+        if isinstance(fn, Module):
+            qualname = type(fn).__qualname__
+            build = fn.build
+        elif callable(fn):
+            qualname = _qualname(fn)
+            build = fn
+        else:
+            raise TypeError(f"create_graph expects a callable or popxl.Module, got {type(fn).__name__}")
+
+        try:
+            sig = inspect.signature(build)
+        except (TypeError, ValueError):
+            sig = None
+        if sig is not None:
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise ValueError(
+                    f"create_graph: the arguments do not match the signature of {qualname}{sig}: {e}"
+                ) from None
+            bound.apply_defaults()
+        hints = _type_hints(build)
+
+        g = Graph._from_op(self, self._new_graph_op(self._create_name(qualname)))
+        with g:
+            if sig is None:
+                call_args = [_make_input(a, f"arg{i}", False) for i, a in enumerate(args)]
+                call_kwargs = {k: _make_input(v, k, False) for k, v in kwargs.items()}
+            else:
+                call_args, call_kwargs = [], {}
+                for pname, value in bound.arguments.items():
+                    param = sig.parameters[pname]
+                    by_ref = _is_by_ref(hints.get(pname, param.annotation))
+                    elem_by_ref = _is_by_ref(_elem_annotation(hints.get(pname, param.annotation)))
+                    if param.kind == param.VAR_POSITIONAL:
+                        call_args.extend(
+                            _make_sequence_input(value, pname, by_ref or elem_by_ref)
+                        )
+                    elif param.kind == param.VAR_KEYWORD:
+                        for k, v in value.items():
+                            call_kwargs[k] = _make_input(v, k, by_ref or elem_by_ref)
+                    else:
+                        if isinstance(value, list | tuple):
+                            v = _make_sequence_input(value, pname, elem_by_ref or by_ref)
+                            v = type(value)(v) if isinstance(value, list | tuple) else v
+                        elif isinstance(value, dict):
+                            v = {
+                                k: _make_input(x, f"{pname}_{k}", elem_by_ref or by_ref)
+                                for k, x in value.items()
+                            }
+                        else:
+                            v = _make_input(value, pname, by_ref)
+                        if param.kind == param.KEYWORD_ONLY:
+                            call_kwargs[pname] = v
+                        else:
+                            call_args.append(v)
+            outputs = build(*call_args, **call_kwargs)
+            if outputs is None:
+                outs: tuple[Any, ...] = ()
+            elif isinstance(outputs, Tensor):
+                outs = (outputs,)
+            elif isinstance(outputs, Iterable) and not isinstance(outputs, str | Mapping):
+                outs = tuple(outputs)
+            else:
+                raise ValueError(
+                    f"create_graph: {qualname} must return None, a Tensor or an iterable of "
+                    f"Tensors, got {type(outputs).__name__}"
+                )
+            for o in outs:
+                if not isinstance(o, Tensor):
+                    raise ValueError(
+                        f"create_graph: {qualname} returned a {type(o).__name__}; graph outputs "
+                        "must be Tensors"
+                    )
+                g._add_output(o)
+        g._finalize()
+        return g
+
+    # -- streams ----------------------------------------------------------------------------
+    def _add_stream_decl(self, op: H2DStreamOp | D2HStreamOp) -> None:
+        block = self._module.body.block
+        first = next(
+            (o for o in block.ops if not isinstance(o, H2DStreamOp | D2HStreamOp)), None
+        )
+        if first is None:
+            block.add_op(op)
+        else:
+            block.insert_op_before(op, first)
+
+    def _unique_stream_name(self, name: str) -> str:
+        if name not in self._h2d and name not in self._d2h:
+            return name
+        while True:
+            cand = f"{name}__t{next(self._stream_uniq)}"
+            if cand not in self._h2d and cand not in self._d2h:
+                return cand
+
+    def _used_streams(self, kind: type) -> set[str]:
+        names: set[str] = set()
+        for op in self._module.walk():
+            if isinstance(op, kind):
+                names.add(op.stream.root_reference.data)  # type: ignore[attr-defined]
+        return names
+
+    def get_all_h2d_streams(self) -> set[Any]:
+        """The host-to-device streams read by some `host_load`."""
+        used = self._used_streams(HostLoadOp)
+        return {s for n, s in self._h2d.items() if n in used}
+
+    def get_all_d2h_streams(self) -> set[Any]:
+        """The device-to-host streams written by some `host_store`."""
+        used = self._used_streams(HostStoreOp)
+        return {s for n, s in self._d2h.items() if n in used}
+
+    def _ordered_h2d_streams(self) -> list[Any]:
+        used = self._used_streams(HostLoadOp)
+        return [s for n, s in self._h2d.items() if n in used]
+
+    def _ordered_d2h_streams(self) -> list[Any]:
+        used = self._used_streams(HostStoreOp)
+        return [s for n, s in self._d2h.items() if n in used]
+
+    # -- replica groupings ------------------------------------------------------------------
+    def replica_grouping(self, stride: int = 1, group_size: Optional[int] = None) -> Any:
+        from popxl.replica_grouping import ReplicaGrouping
+
+        return ReplicaGrouping._from_params(self, stride, group_size)
+
+    # -- text -------------------------------------------------------------------------------
+    def to_mlir(self) -> str:
+        """The program as MLIR text (custom format); `xl-opt`/`xl-run` read it back."""
+        s = io.StringIO()
+        Printer(stream=s).print_op(self._module)
+        return s.getvalue() + "\n"
+
+    def dot_checkpoint(self, check: str, save_dir: Any = None) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"Ir[id={self._id}]"
+
+
+# ---------------------------------------------------------------------------------------
+# create_graph helpers
+# ---------------------------------------------------------------------------------------
+
+
+def _qualname(fn: Callable[..., Any]) -> str:
+    f = fn
+    while hasattr(f, "func") and not hasattr(f, "__qualname__"):  # functools.partial
+        f = f.func
+    q = getattr(f, "__qualname__", None)
+    if q is None:
+        q = type(f).__qualname__
+    return q
+
+
+def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:
+        try:
+            return dict(getattr(fn, "__annotations__", {}))
+        except Exception:
+            return {}
+
+
+def _is_by_ref(ann: Any) -> bool:
+    if ann is TensorByRef:
+        return True
+    if isinstance(ann, str):
+        return ann.split(".")[-1] == "TensorByRef"
+    return False
+
+
+def _elem_annotation(ann: Any) -> Any:
+    """`T` of `List[T]`, `Tuple[T, ...]`, `Sequence[T]` (else None)."""
+    if isinstance(ann, str):
+        for prefix in ("List[", "Tuple[", "list[", "tuple[", "Sequence[", "Iterable["):
+            if prefix in ann:
+                return ann.split("[", 1)[1].split(",")[0].rstrip("]").strip()
+        return None
+    args = typing.get_args(ann)
+    return args[0] if args else None
+
+
+def _is_tensor_like(x: Any) -> bool:
+    return isinstance(x, Tensor | TensorSpec)
+
+
+def _make_input(value: Any, name: str, by_ref: bool) -> Any:
+    if isinstance(value, Tensor | TensorSpec):
+        spec = value.spec if isinstance(value, Tensor) else value
+        return context.gcg()._add_input(
+            spec.shape, spec.dtype, name, by_ref, spec.meta_shape or None
+        )
+    return value
+
+
+def _make_sequence_input(values: Any, name: str, by_ref: bool) -> list[Any]:
+    values = list(values)
+    kinds = {_is_tensor_like(v) for v in values}
+    if len(kinds) > 1:
+        raise TypeError(
+            f"create_graph: argument {name!r} mixes tensors and non-tensors; a list argument "
+            "must be all Tensors/TensorSpecs or none"
+        )
+    if kinds == {True}:
+        return [_make_input(v, f"{name}_{i}", by_ref) for i, v in enumerate(values)]
+    return values

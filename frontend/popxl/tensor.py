@@ -1,0 +1,567 @@
+"""Tensors (popxl/tensor.py): thin views over SSA values of the IR.
+
+A `Tensor` wraps one `SSAValue` of one graph; `Graph._tensor(value)` always returns
+the same object for the same value, so tensors hash and compare by identity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+import numpy as np
+from xdsl.dialects.builtin import IntegerAttr, StringAttr, TensorType
+from xdsl.ir import BlockArgument, OpResult, SSAValue
+
+from popxl import dtypes
+from popxl.context import _scoped, gcg
+from popxl.dtypes import dtype
+from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
+
+if TYPE_CHECKING:
+    from popxl.graph import Graph
+    from popxl.ir import Ir
+
+__all__ = [
+    "Tensor",
+    "Variable",
+    "Constant",
+    "TensorSpec",
+    "TensorByRef",
+    "variable",
+    "constant",
+    "graph_input",
+    "graph_output",
+    "remote_variable",
+    "remote_replica_sharded_variable",
+    "replica_sharded_variable",
+    "replica_sharded_buffer",
+]
+
+ScalarType = Union[int, float, bool]
+HostTensor = Any  # np.ndarray, torch.Tensor, Python scalars and nested lists
+
+
+class TensorSpec(Mapping):
+    """Shape, dtype and meta-shape of a tensor; a Mapping so `**spec` works."""
+
+    __slots__ = ("shape", "dtype", "meta_shape")
+
+    def __init__(self, shape: Iterable[int], dtype: dtype, meta_shape: Iterable[int] = ()):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = dtypes.dtype.as_dtype(dtype)
+        self.meta_shape = tuple(int(d) for d in meta_shape) if meta_shape else ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shape": self.shape, "dtype": self.dtype, "meta_shape": self.meta_shape}
+
+    def to_tuple(self) -> tuple[Any, ...]:
+        return (self.shape, self.dtype, self.meta_shape)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in ("shape", "dtype", "meta_shape"):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("shape", "dtype", "meta_shape"))
+
+    def __len__(self) -> int:
+        return 3
+
+    def __hash__(self) -> int:
+        return hash(self.to_tuple())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TensorSpec) and self.to_tuple() == other.to_tuple()
+
+    def __repr__(self) -> str:
+        return f"TensorSpec(shape={self.shape}, dtype={self.dtype}, meta_shape={self.meta_shape})"
+
+
+class Tensor:
+    """A tensor of a graph: a view over one SSA value. Create with `popxl.variable`,
+    `popxl.constant`, `popxl.graph_input`, ops or `ops.host_load` — not directly."""
+
+    # Make NumPy defer to our reflected operators (`np_array + tensor`).
+    __array_ufunc__ = None
+
+    def __init__(self) -> None:
+        raise TypeError(
+            "Tensor cannot be constructed directly; use popxl.variable, popxl.constant, "
+            "popxl.graph_input or an op"
+        )
+
+    @classmethod
+    def _create(cls, value: SSAValue, graph: Graph, name: str) -> Tensor:
+        t = cls.__new__(cls)
+        t._value = value
+        t._graph = graph
+        t._name = name
+        t._meta_shape = ()
+        return t
+
+    # -- identity -----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def id(self) -> str:
+        """`name` in the main graph, `<graph name>/<name>` in a subgraph."""
+        if self._graph._is_main:
+            return self._name
+        return f"{self._graph.name}/{self._name}"
+
+    @property
+    def scope(self) -> str:
+        return self._name.rsplit("/", 1)[0] if "/" in self._name else ""
+
+    @property
+    def ir(self) -> Ir:
+        return self._graph._ir
+
+    @property
+    def graph(self) -> Graph:
+        return self._graph
+
+    # -- type ---------------------------------------------------------------------------
+    @property
+    def _type(self) -> TensorType:
+        return self._value.type  # type: ignore[return-value]
+
+    @property
+    def dtype(self) -> dtype:
+        return dtype._from_element_type(self._type.get_element_type())
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._type.get_shape())
+
+    @property
+    def meta_shape(self) -> tuple[int, ...]:
+        return self._meta_shape
+
+    @property
+    def spec(self) -> TensorSpec:
+        return TensorSpec(self.shape, self.dtype, self.meta_shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nelms(self) -> int:
+        return math.prod(self.shape)
+
+    def strides(self, shape: Optional[Iterable[int]] = None) -> list[int]:
+        """Row-major strides in elements."""
+        shape = tuple(shape) if shape is not None else self.shape
+        out, acc = [], 1
+        for d in reversed(shape):
+            out.append(acc)
+            acc *= d
+        return out[::-1]
+
+    @property
+    def location_info(self) -> None:
+        return None
+
+    @property
+    def in_sync_with_ipu(self) -> bool:
+        return True
+
+    # -- placement ----------------------------------------------------------------------
+    def _placement_attr(self, key: str) -> Any:
+        v = self._value
+        if isinstance(v, OpResult):
+            return v.op.attributes.get(key)
+        if isinstance(v, BlockArgument):
+            op = self._graph._op
+            arg_attrs = getattr(op, "arg_attrs", None)
+            if arg_attrs is not None and v.index < len(arg_attrs.data):
+                return arg_attrs.data[v.index].data.get(key)
+        return None
+
+    @property
+    def _ipu_or_none(self) -> Optional[int]:
+        a = self._placement_attr(IPU_ATTR)
+        return a.value.data if isinstance(a, IntegerAttr) else None
+
+    @property
+    def ipu(self) -> int:
+        """The virtual IPU of the op producing this tensor (0 when unplaced)."""
+        i = self._ipu_or_none
+        return 0 if i is None else i
+
+    @property
+    def tile_set(self) -> str:
+        a = self._placement_attr(TILE_SET_ATTR)
+        return a.data if isinstance(a, StringAttr) else "compute"
+
+    # -- repr / identity ------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"Tensor[{self.id} {self.dtype!r} {self.shape}]"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise ValueError("Tensor is a scalar and doesn't have a length.")
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        raise TypeError(
+            "popxl Tensors cannot be iterated; index them explicitly (t[i]) or use ops.split"
+        )
+
+    def __contains__(self, item: Any) -> bool:
+        raise TypeError("popxl Tensors do not support `in`")
+
+    def __bool__(self) -> bool:
+        return True
+
+    # -- shape methods --------------------------------------------------------------------
+    def reshape(self, shape: Iterable[int]) -> Tensor:
+        import popxl.ops as ops
+
+        return ops.reshape(self, shape)
+
+    def reshape_(self, shape: Iterable[int]) -> Tensor:
+        import popxl.ops as ops
+
+        return ops.reshape_(self, shape)
+
+    def flatten(self) -> Tensor:
+        import popxl.ops as ops
+
+        return ops.flatten(self)
+
+    def flatten_(self) -> Tensor:
+        import popxl.ops as ops
+
+        return ops.flatten_(self)
+
+    def transpose(self, permutation: Optional[Iterable[int]] = None) -> Tensor:
+        import popxl.ops as ops
+
+        return ops.transpose(self, permutation)
+
+    def transpose_(self, permutation: Optional[Iterable[int]] = None) -> Tensor:
+        import popxl.ops as ops
+
+        return ops.transpose_(self, permutation)
+
+    @property
+    def T(self) -> Tensor:
+        return self.transpose()
+
+    @property
+    def T_(self) -> Tensor:
+        return self.transpose_()
+
+    def detach(self) -> Tensor:
+        import popxl.ops as ops
+
+        return ops.detach(self)
+
+    def detach_(self) -> Tensor:
+        import popxl.ops as ops
+
+        return ops.detach_(self)
+
+    def copy_to_ipu(self, destination: int, source: Optional[int] = None) -> Tensor:
+        """Copy to virtual IPU `destination` (`ipu.copy`); `source` defaults to this tensor's IPU."""
+        import popxl.ops as ops
+
+        return ops.ipu_copy(self, destination, source)
+
+    # -- indexing ---------------------------------------------------------------------------
+    def __getitem__(self, key: Any) -> Tensor:
+        import popxl.ops as ops
+
+        return ops._getitem(self, key)
+
+    # -- operators --------------------------------------------------------------------------
+    def _ensure_tensor(self, value: Any) -> Tensor:
+        if isinstance(value, Tensor):
+            return value
+        return constant(value, dtype=self.dtype)
+
+    def _binop(self, fn_name: str, other: Any, reflected: bool = False) -> Tensor:
+        import popxl.ops as ops
+
+        if not isinstance(other, Tensor | int | float | bool | np.ndarray | np.generic | list | tuple):
+            if type(other).__module__.startswith("torch"):
+                other = np.asarray(other)
+            else:
+                return NotImplemented  # type: ignore[return-value]
+        other_t = self._ensure_tensor(other)
+        fn = getattr(ops, fn_name)
+        return fn(other_t, self) if reflected else fn(self, other_t)
+
+    def __add__(self, o: Any) -> Tensor:
+        return self._binop("add", o)
+
+    def __radd__(self, o: Any) -> Tensor:
+        return self._binop("add", o, True)
+
+    def __sub__(self, o: Any) -> Tensor:
+        return self._binop("sub", o)
+
+    def __rsub__(self, o: Any) -> Tensor:
+        return self._binop("sub", o, True)
+
+    def __mul__(self, o: Any) -> Tensor:
+        return self._binop("mul", o)
+
+    def __rmul__(self, o: Any) -> Tensor:
+        return self._binop("mul", o, True)
+
+    def __truediv__(self, o: Any) -> Tensor:
+        return self._binop("div", o)
+
+    def __rtruediv__(self, o: Any) -> Tensor:
+        return self._binop("div", o, True)
+
+    def __mod__(self, o: Any) -> Tensor:
+        return self._binop("fmod", o)
+
+    def __rmod__(self, o: Any) -> Tensor:
+        return self._binop("fmod", o, True)
+
+    def __pow__(self, o: Any) -> Tensor:
+        return self._binop("pow", o)
+
+    def __rpow__(self, o: Any) -> Tensor:
+        return self._binop("pow", o, True)
+
+    def __matmul__(self, o: Any) -> Tensor:
+        return self._binop("matmul", o)
+
+    def __rmatmul__(self, o: Any) -> Tensor:
+        return self._binop("matmul", o, True)
+
+    def __and__(self, o: Any) -> Tensor:
+        return self._binop("logical_and", o)
+
+    def __rand__(self, o: Any) -> Tensor:
+        return self._binop("logical_and", o, True)
+
+    def __or__(self, o: Any) -> Tensor:
+        return self._binop("logical_or", o)
+
+    def __ror__(self, o: Any) -> Tensor:
+        return self._binop("logical_or", o, True)
+
+    def __invert__(self) -> Tensor:
+        import popxl.ops as ops
+
+        return ops.logical_not(self)
+
+    def __neg__(self) -> Tensor:
+        import popxl.ops as ops
+
+        return ops.negate(self)
+
+    def __pos__(self) -> Tensor:
+        return self
+
+    def __abs__(self) -> Tensor:
+        import popxl.ops as ops
+
+        return ops.abs(self)
+
+    def __iadd__(self, o: Any) -> Tensor:
+        import popxl.ops as ops
+
+        if hasattr(ops, "add_"):
+            return ops.add_(self, self._ensure_tensor(o))
+        return self + o
+
+
+class Variable(Tensor):
+    """A variable: persistent state, created in the main graph with `popxl.variable`."""
+
+    @property
+    def replica_grouping(self) -> Any:
+        return getattr(self, "_replica_grouping", None)
+
+    @property
+    def retrieval_mode(self) -> str:
+        return getattr(self, "_retrieval_mode", "one_per_group")
+
+    @property
+    def _num_groups(self) -> int:
+        rg = self.replica_grouping
+        return int(getattr(rg, "num_groups", 1)) if rg is not None else 1
+
+    @property
+    def shape_on_replica(self) -> tuple[int, ...]:
+        return self.shape
+
+    @property
+    def shape_on_host(self) -> tuple[int, ...]:
+        n = self._num_groups
+        return (n, *self.shape) if n > 1 else self.shape
+
+    @property
+    def _var_name(self) -> str:
+        return self._value.op.var_name.data  # type: ignore[union-attr]
+
+    def copy_to_ipu(self, destination: int, source: Optional[int] = None) -> Tensor:  # type: ignore[override]
+        if source is None:
+            raise ValueError(
+                "Variable.copy_to_ipu: the source IPU must be given for a variable "
+                "(variables have no producing op)"
+            )
+        return super().copy_to_ipu(destination, source)
+
+
+class Constant(Tensor):
+    """A constant tensor (`popxl.constant`)."""
+
+    @property
+    def _data(self) -> np.ndarray:
+        from xl.dialects.utils import dense_to_numpy
+
+        return dense_to_numpy(self._value.op.value)  # type: ignore[union-attr]
+
+
+# `TensorByRef` is a type-hint alias of `Tensor`: graph inputs annotated with it are by-ref.
+class TensorByRef(Tensor):
+    """Annotation marking a `create_graph` parameter as a by-reference graph input."""
+
+
+# ---------------------------------------------------------------------------------------
+# Host data
+# ---------------------------------------------------------------------------------------
+
+
+def _to_numpy(data: HostTensor, dtype_: Optional[dtype], downcast: bool) -> np.ndarray:
+    if isinstance(data, Tensor):
+        raise TypeError(f"Expected host data (array, scalar), got a popxl Tensor {data!r}")
+    if type(data).__module__.startswith("torch"):
+        data = data.detach().cpu().numpy()
+    arr = np.asarray(data)
+    if dtype_ is not None:
+        return np.ascontiguousarray(arr.astype(dtype_.as_numpy(), copy=False))
+    if arr.dtype == np.dtype(object):
+        raise TypeError(f"Cannot convert {type(data).__name__} to a tensor")
+    if downcast:
+        arr = arr.astype(dtypes._downcast_np(arr.dtype), copy=False)
+    dtype.as_dtype(arr.dtype)  # raise for unsupported dtypes
+    return np.ascontiguousarray(arr)
+
+
+# ---------------------------------------------------------------------------------------
+# Creation functions
+# ---------------------------------------------------------------------------------------
+
+
+def variable(
+    data: HostTensor,
+    dtype: Optional[dtype] = None,
+    name: Optional[str] = None,
+    downcast: bool = True,
+    replica_grouping: Any = None,
+    retrieval_mode: Optional[str] = None,
+    log2_scale: Any = None,
+    nan_on_overflow: Any = None,
+) -> Variable:
+    """A variable of the main graph initialised with `data` (stored as its `init` value).
+
+    float64 data becomes float32 and int64 int32 unless `dtype` is given or `downcast=False`.
+    """
+    from xl.dialects.graph import VariableOp
+    from xl.dialects.utils import dense_attr
+
+    g = gcg()
+    if not g._is_main:
+        raise ValueError(
+            "You cannot initialise a variable tensor within a graph. Create it in the main "
+            f"graph (`with ir.main_graph:`) and pass it to graph {g.name!r} as an input."
+        )
+    if retrieval_mode not in (None, "one_per_group", "all_replicas"):
+        raise ValueError(f"Invalid retrieval_mode {retrieval_mode!r}")
+    arr = _to_numpy(data, dtypes.dtype.as_dtype(dtype) if dtype is not None else None, downcast)
+    num_groups = int(getattr(replica_grouping, "num_groups", 1)) if replica_grouping else 1
+    if num_groups > 1:
+        if arr.ndim == 0 or arr.shape[0] != num_groups:
+            raise ValueError(
+                f"variable {name!r}: grouped data must have shape (num_groups={num_groups}, ...), "
+                f"got {arr.shape}"
+            )
+        # The device holds one group's value; xl keeps the first group's slice in the IR.
+        dev = arr[0]
+    else:
+        dev = arr
+    name = g._unique_name(name if name is not None else "t", scoped=True)
+    op = VariableOp(name, dense_attr(dev).get_type(), dense_attr(dev))  # type: ignore[arg-type]
+    g._insert(op)
+    t = g._tensor(op.result, name)
+    assert isinstance(t, Variable)
+    t._replica_grouping = replica_grouping
+    t._retrieval_mode = retrieval_mode or "one_per_group"
+    if num_groups > 1:
+        t._host_init = arr
+    return t
+
+
+def constant(
+    data: HostTensor,
+    dtype: Optional[dtype] = None,
+    name: Optional[str] = None,
+    downcast: bool = True,
+    log2_scale: Any = None,
+    nan_on_overflow: Any = None,
+) -> Constant:
+    """A constant tensor in the current graph."""
+    from xl.dialects.graph import ConstantOp
+    from xl.dialects.utils import dense_attr
+
+    g = gcg()
+    arr = _to_numpy(data, dtypes.dtype.as_dtype(dtype) if dtype is not None else None, downcast)
+    op = ConstantOp(dense_attr(arr))
+    g._insert(op)
+    t = g._tensor(op.result, g._unique_name(name, scoped=True) if name is not None else None)
+    assert isinstance(t, Constant)
+    return t
+
+
+def graph_input(
+    shape: Iterable[int],
+    dtype: dtype,
+    name: Optional[str] = None,
+    by_ref: bool = False,
+    meta_shape: Optional[Iterable[int]] = None,
+) -> Tensor:
+    """Add an input to the current (sub)graph."""
+    return gcg()._add_input(shape, dtype, name, by_ref, meta_shape)
+
+
+def graph_output(t: Tensor) -> None:
+    """Mark `t` as the next output of the current (sub)graph."""
+    gcg()._add_output(t)
+
+
+def _not_supported(what: str) -> Any:
+    def f(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"popxl.{what} is not supported by xl yet")
+
+    f.__name__ = what
+    return f
+
+
+remote_variable = _not_supported("remote_variable")
+remote_replica_sharded_variable = _not_supported("remote_replica_sharded_variable")
+replica_sharded_variable = _not_supported("replica_sharded_variable")
+replica_sharded_buffer = _not_supported("replica_sharded_buffer")

@@ -1,0 +1,415 @@
+"""`GraphWithNamedArgs` and `BoundGraph` (popxl_addons/graph.py).
+
+A `GraphWithNamedArgs` is a `popxl.Graph` plus `NamedTensors` naming some of its
+inputs (the variables a module added with `add_variable_input`). Binding it to
+main-graph variables with the same names gives a `BoundGraph`, whose `call` only
+needs the remaining (positional) inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from popxl_addons.dot_tree import DotTree
+from popxl_addons.named_tensors import NamedTensors
+
+__all__ = ["GraphWithNamedArgs", "BoundGraph", "TensorMap", "schedule_str", "op_type_name"]
+
+TensorMap = Mapping[Any, Any]
+
+
+def _as_tensor_map(graph_args: NamedTensors, args: Any) -> dict[Any, Any]:
+    """`args` as {graph tensor: parent tensor}: a Mapping, or a DotTree matched by key."""
+    if args is None:
+        return {}
+    if isinstance(args, DotTree):
+        return graph_args.to_mapping(args)
+    return dict(args)
+
+
+class BoundGraph:
+    """A graph plus a mapping {graph input: parent tensor} supplied at every call."""
+
+    def __init__(self, graph: Any, args: Optional[TensorMap] = None):
+        self.graph = graph
+        self.args: dict[Any, Any] = dict(args) if args is not None else {}
+
+    def _inputs_dict(self, args: Optional[TensorMap]) -> dict[Any, Any]:
+        merged = dict(self.args)
+        if args is not None:
+            merged.update(dict(args))
+        return merged
+
+    def call(self, *targs: Any, args: Optional[TensorMap] = None) -> tuple:
+        """`ops.call(graph, *targs, inputs_dict=bound args | args)`: the output tensors."""
+        import popxl.ops as ops
+
+        return ops.call(self.graph, *targs, inputs_dict=self._inputs_dict(args))
+
+    def call_with_info(self, *targs: Any, args: Optional[TensorMap] = None) -> Any:
+        """Like `call` but returns the `CallSiteInfo`."""
+        import popxl.ops as ops
+
+        return ops.call_with_info(self.graph, *targs, inputs_dict=self._inputs_dict(args))
+
+    def bind(self, args: Optional[TensorMap] = None) -> "BoundGraph":
+        """A new BoundGraph with `args` added to (and overriding) the bound args."""
+        return BoundGraph(self.graph, self._inputs_dict(args))
+
+    def subgraph_io_map(
+        self, *targs: Any, args: Optional[TensorMap] = None, outs: Any = None
+    ) -> dict[Any, Any]:
+        """{graph tensor: parent tensor} for the positional inputs, the bound/extra args
+        and (if given) the outputs."""
+        io: dict[Any, Any] = {}
+        inputs = list(self.graph.inputs)
+        for sg_t, t in zip(inputs, targs):
+            io[sg_t] = t
+        io.update(self._inputs_dict(args))
+        if outs is not None:
+            if not isinstance(outs, tuple | list):
+                outs = (outs,)
+            for sg_t, t in zip(self.graph.outputs, outs):
+                io[sg_t] = t
+        return io
+
+
+class GraphWithNamedArgs:
+    """A `popxl.Graph` and the `NamedTensors` naming its variable inputs.
+
+    Args:
+        graph: the graph.
+        args: named inputs of the graph (default: none).
+        grad_graph_info: the `GradGraphInfo` when this is a gradient graph.
+        from_module: the module the graph was built from.
+        aux: auxiliary named tensors of the module.
+        called_graphs_grad_info: {called graph: GradGraphInfo} to reuse when autodiffing.
+    """
+
+    def __init__(
+        self,
+        graph: Any,
+        args: Optional[NamedTensors] = None,
+        grad_graph_info: Any = None,
+        from_module: Any = None,
+        aux: Optional[NamedTensors] = None,
+        called_graphs_grad_info: Optional[Mapping[Any, Any]] = None,
+    ):
+        self.graph = graph
+        self.args: NamedTensors = args if args is not None else NamedTensors()
+        self._grad_graph_info = grad_graph_info
+        self._from_module = from_module
+        self.aux: NamedTensors = aux if aux is not None else NamedTensors()
+        self.called_graphs_grad_info: dict[Any, Any] = dict(called_graphs_grad_info or {})
+        self.autodiff_applied = False
+
+    @classmethod
+    def from_grad_graph(cls, grad_graph_info: Any, args: Optional[NamedTensors] = None):
+        return cls(grad_graph_info.graph, args, grad_graph_info=grad_graph_info)
+
+    @property
+    def grad_graph_info(self) -> Any:
+        if self._grad_graph_info is None:
+            raise AttributeError(
+                f"GraphWithNamedArgs of graph '{self.graph.name}' is not a gradient graph: "
+                "it has no grad_graph_info"
+            )
+        return self._grad_graph_info
+
+    @grad_graph_info.setter
+    def grad_graph_info(self, value: Any) -> None:
+        self._grad_graph_info = value
+
+    def bind(self, args: Any = None) -> BoundGraph:
+        """A BoundGraph binding the named inputs to the tensors of `args` with the same keys."""
+        return BoundGraph(self.graph, _as_tensor_map(self.args, args))
+
+    def call(self, *targs: Any, args: Optional[TensorMap] = None) -> tuple:
+        """Call without bound args: every input must come from `targs` or `args`."""
+        return BoundGraph(self.graph, _as_tensor_map(self.args, args)).call(*targs)
+
+    def call_with_info(self, *targs: Any, args: Optional[TensorMap] = None) -> Any:
+        return BoundGraph(self.graph, _as_tensor_map(self.args, args)).call_with_info(*targs)
+
+    def autodiff(
+        self,
+        grads_provided: Any = None,
+        grads_required: Any = None,
+        called_graphs_grad_info: Any = None,
+        method: str = "auto",
+        force: bool = False,
+    ) -> "GraphWithNamedArgs":
+        """The gradient graph of this graph (`popxl_addons.transforms.autodiff`)."""
+        if method not in ("auto", "autodiff", "build_grad"):
+            raise ValueError(f"autodiff method must be 'auto', 'autodiff' or 'build_grad', not {method!r}")
+        if self.autodiff_applied and not force:
+            raise ValueError(
+                f"autodiff has already been applied to graph '{self.graph.name}' (it adds the "
+                "activations to the forward graph's outputs); pass force=True to apply it again"
+            )
+        module = self._from_module
+        if method == "build_grad" or (
+            method == "auto" and getattr(module, "implements_grad_graph", False)
+        ):
+            create = getattr(module, "create_grad_graph", None)
+            if create is None:
+                raise NotImplementedError("build_grad: the module defines no gradient graph")
+            result = create(self, grads_provided=grads_provided, grads_required=grads_required)
+        else:
+            from popxl_addons.transforms.autodiff import autodiff
+
+            result = autodiff(
+                self,
+                grads_provided=grads_provided,
+                grads_required=grads_required,
+                called_graphs_grad_info=called_graphs_grad_info,
+            )
+        self.autodiff_applied = True
+        return result
+
+    def copy(self) -> "GraphWithNamedArgs":
+        """A shallow copy (same graph; args/aux trees copied; module and grad info kept)."""
+        new = GraphWithNamedArgs(
+            self.graph,
+            self.args.copy(),
+            self._grad_graph_info,
+            self._from_module,
+            self.aux.copy(),
+            self.called_graphs_grad_info,
+        )
+        new.autodiff_applied = self.autodiff_applied
+        return new
+
+    def print_schedule(self) -> str:
+        """The graph's ops in schedule order, PopART style (see `schedule_str`)."""
+        return schedule_str(self.graph, self.args)
+
+
+# ----------------------------------------------------------------------------------------
+# print_schedule
+# ----------------------------------------------------------------------------------------
+
+# xl op names -> PopART op types. Unlisted names are CamelCased (`foo_bar` -> `FooBar`,
+# a trailing `_` -> `Inplace`).
+_OP_TYPES: dict[str, str] = {
+    "popxl.add": "Add",
+    "popxl.add_": "AddLhsInplace",
+    "popxl.sub": "Sub",
+    "popxl.mul": "Mul",
+    "popxl.mul_": "MulLhsInplace",
+    "popxl.div": "Div",
+    "popxl.pow": "Pow",
+    "popxl.fmod": "Fmod",
+    "popxl.maximum": "Max",
+    "popxl.minimum": "Min",
+    "popxl.equal": "Equal",
+    "popxl.greater": "Greater",
+    "popxl.logical_and": "And",
+    "popxl.logical_or": "Or",
+    "popxl.logical_not": "Not",
+    "popxl.neg": "Neg",
+    "popxl.negate": "Neg",
+    "popxl.abs": "Abs",
+    "popxl.sign": "Sign",
+    "popxl.relu": "Relu",
+    "popxl.relu_": "ReluInplace",
+    "popxl.gelu": "Gelu",
+    "popxl.gelu_": "GeluInplace",
+    "popxl.geluerf": "GeluErf",
+    "popxl.tanh": "Tanh",
+    "popxl.sigmoid": "Sigmoid",
+    "popxl.swish": "Swish",
+    "popxl.exp": "Exp",
+    "popxl.log": "Log",
+    "popxl.sqrt": "Sqrt",
+    "popxl.cos": "Cos",
+    "popxl.sin": "Sin",
+    "popxl.identity": "Identity",
+    "popxl.cast": "Cast",
+    "popxl.matmul": "MatMul",
+    "popxl.softmax": "Softmax",
+    "popxl.reshape": "Reshape",
+    "popxl.reshape_": "ReshapeInplace",
+    "popxl.flatten": "Flatten",
+    "popxl.transpose": "Transpose",
+    "popxl.transpose_": "TransposeInplace",
+    "popxl.reduce_sum": "ReduceSum",
+    "popxl.reduce_mean": "ReduceMean",
+    "popxl.reduce_max": "ReduceMax",
+    "popxl.reduce_min": "ReduceMin",
+    "popxl.reduce_prod": "ReduceProd",
+    "popxl.sum": "ReduceSum",
+    "popxl.mean": "ReduceMean",
+    "popxl.max": "ReduceMax",
+    "popxl.min": "ReduceMin",
+    "popxl.scaled_add": "ScaledAdd",
+    "popxl.scaled_add_": "ScaledAddLhsInplace",
+    "popxl.nll_loss": "Nll",
+    "popxl.nll_loss_with_softmax_grad": "NllWithSoftmaxGrad",
+    "popxl.layer_norm": "GroupNormalization",
+    "popxl.group_norm": "GroupNormalization",
+    "popxl.concat": "Concat",
+    "popxl.slice": "Slice",
+    "popxl.gather": "Gather",
+    "popxl.squeeze": "Squeeze",
+    "popxl.split": "Split",
+    "popxl.where": "Where",
+    "popxl.dropout": "Dropout",
+    "popxl.init": "Init",
+    "popxl.detach": "Detach",
+    "popxl.onehot": "Onehot",
+    "popxl.dynamic_slice": "DynamicSlice",
+    "popxl.dynamic_update": "DynamicUpdate",
+    "popxl.dynamic_update_": "DynamicUpdateInplace",
+    "popxl.increment_mod": "IncrementMod",
+    "popxl.increment_mod_": "IncrementModInplace",
+    "popxl.accumulate_": "Accumulate",
+    "popxl.accumulate_mean_": "Accumulate",
+    "popxl.accumulate_square_": "Accumulate",
+    "popxl.accumulate_moving_average_": "Accumulate",
+    "popxl.accumulate_moving_average_square_": "Accumulate",
+    "popxl.accumulator_scale_": "AccumulatorScale",
+    "popxl.accumulator_zero_": "AccumulatorZero",
+    "popxl.adam_updater": "AdamUpdater",
+    "popxl.copy_var_update_": "CopyVarUpdate",
+    "popxl.print_tensor": "PrintTensor",
+    "call.call": "Call",
+    "call.repeat": "Loop",
+    "call.conditional": "If",
+    "ipu.copy": "IpuCopy",
+    "graph.host_load": "HostLoad",
+    "graph.host_store": "HostStore",
+    "graph.init": "Init",
+    "graph.remote_load": "RemoteLoad",
+    "graph.remote_store": "RemoteStore",
+}
+
+# ops that are tensors in PopART (not scheduled ops) or the graph terminator
+_NOT_OPS = {"graph.output", "graph.variable", "graph.constant"}
+
+
+def op_type_name(op_name: str) -> str:
+    """PopART op type for an xl op name (`popxl.matmul` -> `MatMul`)."""
+    if op_name in _OP_TYPES:
+        return _OP_TYPES[op_name]
+    base = op_name.split(".", 1)[-1]
+    inplace = base.endswith("_")
+    base = base.rstrip("_")
+    camel = "".join(p[:1].upper() + p[1:] for p in base.split("_") if p)
+    return camel + ("Inplace" if inplace else "")
+
+
+def _op_id(ir: Any, op: Any) -> int:
+    """The PopART-style op id: the Ir's own numbering if it has one, else first-seen order from 100."""
+    fn = getattr(ir, "_op_id", None)
+    if callable(fn):
+        try:
+            oid = fn(op)
+        except Exception:  # noqa: BLE001 - fall back to our own numbering
+            oid = None
+        if oid is not None:
+            return int(oid)
+    table = getattr(ir, "_addons_op_ids", None)
+    if table is None:
+        table = {}
+        try:
+            ir._addons_op_ids = table
+        except AttributeError:
+            pass
+    key = id(op)
+    if key not in table:
+        table[key] = (len(table) + 100, op)  # keep op alive so its id() is not reused
+    return table[key][0]
+
+
+def _type_str(value: Any) -> str:
+    from xl.dialects.utils import dtype_of, shape_of
+
+    t = value.type
+    try:
+        return f"[{shape_of(t)} {dtype_of(t)}]"
+    except (AssertionError, TypeError):
+        return f"[{t}]"
+
+
+def _called_graph_names(ir: Any, op: Any) -> list[str]:
+    from xdsl.dialects.builtin import SymbolRefAttr
+
+    names = []
+    for prop in ("callee", "then_branch", "else_branch"):
+        ref = op.properties.get(prop)
+        if not isinstance(ref, SymbolRefAttr):
+            continue
+        names.append(_graph_name_for_symbol(ir, op, ref))
+    return names
+
+
+def _graph_name_for_symbol(ir: Any, op: Any, ref: Any) -> str:
+    sym = ref.root_reference.data
+    try:
+        from xdsl.traits import SymbolTable
+
+        g_op = SymbolTable.lookup_symbol(op, ref)
+    except Exception:  # noqa: BLE001
+        g_op = None
+    if g_op is not None:
+        try:
+            import popxl
+
+            return popxl.Graph._from_op(ir, g_op).name
+        except Exception:  # noqa: BLE001
+            pass
+    return sym
+
+
+def schedule_str(graph: Any, args: Optional[NamedTensors] = None) -> str:
+    """PopART-style schedule text of `graph`:
+
+    ```
+    Graph : Linear_subgraph(0)
+      (%1, weight=%2, bias=%3) -> (%5) {
+        MatMul.100 (%1 [(2, 4) float32], %2 [(4, 32) float32]) -> (%4 [(2, 32) float32])
+        Add.101 (%4 [(2, 32) float32], %3 [(32,) float32]) -> (%5 [(2, 32) float32])
+      }
+    ```
+    Tensors are numbered `%N` in order of first appearance; named inputs show their key.
+    """
+    op = graph._op
+    ir = graph.ir
+    names: dict[Any, str] = {}
+    if args is not None:
+        for k, t in args.to_dict().items():
+            names[t._value] = k
+    ids: dict[Any, int] = {}
+
+    def tid(v: Any) -> str:
+        if v not in ids:
+            ids[v] = len(ids) + 1
+        return f"%{ids[v]}"
+
+    def operand(v: Any) -> str:
+        return f"{tid(v)} {_type_str(v)}"
+
+    block = op.body.block
+    in_strs = []
+    for a in block.args:
+        s = tid(a)
+        in_strs.append(f"{names[a]}={s}" if a in names else s)
+
+    lines = []
+    outputs: list[Any] = []
+    for o in block.ops:
+        if o.name == "graph.output":
+            outputs = list(o.operands)
+            continue
+        if o.name in _NOT_OPS:
+            continue
+        called = _called_graph_names(ir, o)
+        called_str = f"({', '.join(called)})" if called else ""
+        ins = ", ".join(operand(v) for v in o.operands)
+        outs = ", ".join(operand(v) for v in o.results)
+        lines.append(f"    {op_type_name(o.name)}.{_op_id(ir, o)}{called_str} ({ins}) -> ({outs})")
+    out_strs = [tid(v) for v in outputs]
+    header = f"Graph : {graph.name}\n  ({', '.join(in_strs)}) -> ({', '.join(out_strs)}) {{"
+    return "\n".join([header, *lines, "  }"])

@@ -1,0 +1,46 @@
+"""`NamedTensors` and `NamedTensorData`: DotTrees of tensors and of host arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from popxl_addons.dot_tree import DotTree
+
+__all__ = ["NamedTensors", "NamedTensorData", "print_named_tensors"]
+
+
+class NamedTensors(DotTree["popxl.Tensor"]):  # type: ignore[name-defined]  # noqa: F821
+    """A DotTree of `popxl.Tensor`s (variables, graph inputs, ...)."""
+
+    @property
+    def tensors(self) -> tuple:
+        """All tensors, sorted by tensor name."""
+        return tuple(sorted(self.to_dict().values(), key=lambda t: t.name))
+
+    @property
+    def named_tensors(self) -> dict[str, Any]:
+        """Flat dict of dotted key -> tensor (same as `to_dict`)."""
+        return self.to_dict()
+
+    def remap(self, mapping: Mapping[Any, Any]) -> "NamedTensors":
+        """A new NamedTensors with every tensor `t` replaced by `mapping[t]`."""
+        return NamedTensors.from_dict({k: mapping[t] for k, t in self.to_dict().items()})
+
+
+class NamedTensorData(DotTree[np.ndarray]):
+    """A DotTree of host arrays (e.g. the data of NamedTensors)."""
+
+
+def print_named_tensors(nt: NamedTensors, **kwargs: Any) -> NamedTensors:
+    """`ops.print_tensor` every tensor of `nt` (titled with its key); returns the printed tensors."""
+    import popxl.ops as ops
+
+    out = {}
+    for k, t in nt.to_dict().items():
+        kw = dict(kwargs)
+        kw.setdefault("title", k)
+        out[k] = ops.print_tensor(t, **kw)
+    return NamedTensors.from_dict(out)

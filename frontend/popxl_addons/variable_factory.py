@@ -1,0 +1,341 @@
+"""Variable factories: delay the creation of variables to the main graph (popxl_addons/variable_factory.py).
+
+A module adds a *named input* to its graph with `add_variable_input(name, data_iter, dtype)`:
+that creates a `popxl.graph_input` in the graph being built and a `VariableFactory`
+that later makes a matching `popxl.variable` in the main graph (`factory.create_tensor()`),
+so that the graph can be bound to it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Optional
+
+import numpy as np
+
+from popxl_addons.dot_tree import DotTree
+from popxl_addons.named_tensors import NamedTensors
+
+__all__ = [
+    "VariableFactory",
+    "NamedVariableFactories",
+    "NamedReplicaGrouping",
+    "add_variable_input",
+    "add_replica_sharded_variable_input",
+]
+
+# float64 -> float32, int64 -> int32, uint64 -> uint32 (popxl's host downcast rules)
+_DOWNCAST = {
+    np.dtype(np.float64): np.dtype(np.float32),
+    np.dtype(np.int64): np.dtype(np.int32),
+    np.dtype(np.uint64): np.dtype(np.uint32),
+}
+
+
+def _as_popxl_dtype(dtype: Any) -> Any:
+    """A popxl dtype from a popxl dtype, NumPy dtype or Python type."""
+    import popxl
+
+    if isinstance(dtype, popxl.dtype):
+        return dtype
+    np_dtype = np.dtype(dtype)
+    np_dtype = _DOWNCAST.get(np_dtype, np_dtype)
+    return popxl.dtype.as_dtype(np_dtype)
+
+
+def _infer_dtype(data: np.ndarray) -> Any:
+    return _as_popxl_dtype(np.asarray(data).dtype)
+
+
+def _num_groups(replica_grouping: Any) -> int:
+    if replica_grouping is None:
+        return 1
+    return int(getattr(replica_grouping, "num_groups", 1))
+
+
+class VariableFactory:
+    """Makes graph inputs and main-graph variables of one shape and dtype from `data_iter`.
+
+    Args:
+        data_iter: a callable returning the initial data (called once per variable, and
+            once here to check it and learn the shape), an iterable yielding it, or a
+            constant array / number.
+        dtype: popxl dtype of the variable (inferred from the data when None; float64
+            is downcast to float32, int64 to int32).
+        name: default tensor name.
+        by_ref: whether the graph input is passed by reference.
+        replica_grouping: `popxl.ReplicaGrouping` of the variable; with more than one
+            group, `create_tensor` stacks one draw per group.
+        shard_over: replica-sharded factories hold `1/shard_over` of the flattened data
+            per replica (`shape = (nelms // shard_over,)`, `meta_shape` = full shape).
+    """
+
+    def __init__(
+        self,
+        data_iter: Callable[[], Any] | Iterable[Any] | np.ndarray | float | int,
+        dtype: Any = None,
+        name: Optional[str] = None,
+        by_ref: bool = False,
+        replica_grouping: Any = None,
+        shard_over: int = 1,
+    ):
+        self._first: list[Any] = []
+        if callable(data_iter):
+            fn: Callable[[], Any] = data_iter
+        elif isinstance(data_iter, np.ndarray | int | float | np.number | bool):
+            const = np.asarray(data_iter)
+            fn = lambda: const  # noqa: E731
+        elif isinstance(data_iter, Iterable):
+            it: Iterator[Any] = iter(data_iter)
+
+            def fn() -> Any:
+                if self._first:
+                    return self._first.pop()
+                return next(it)
+
+        else:
+            raise TypeError(
+                "VariableFactory: data_iter must be a callable, an iterable or an array, "
+                f"not {type(data_iter).__name__}"
+            )
+        self.data_iter = fn
+        try:
+            first = np.asarray(fn())
+        except StopIteration:
+            raise ValueError("VariableFactory: data_iter yielded no data") from None
+        except Exception as e:
+            raise TypeError(
+                f"VariableFactory: calling data_iter failed ({type(e).__name__}: {e}). "
+                "data_iter must be callable with no arguments, e.g. partial(np.zeros, shape)"
+            ) from e
+        if first.dtype == object:
+            raise TypeError(
+                f"VariableFactory: data_iter must produce numeric data, got {first.dtype}"
+            )
+        if not callable(data_iter) and not isinstance(
+            data_iter, np.ndarray | int | float | np.number | bool
+        ):
+            self._first.append(first)  # keep the first element of an iterator
+        self.name = name
+        self.by_ref = by_ref
+        self.replica_grouping = replica_grouping
+        self.shard_over = int(shard_over or 1)
+        self.dtype = _as_popxl_dtype(dtype) if dtype is not None else _infer_dtype(first)
+        full_shape = tuple(first.shape)
+        if self.shard_over > 1:
+            nelms = int(np.prod(full_shape))
+            self.shape: tuple[int, ...] = (-(-nelms // self.shard_over),)
+            self.meta_shape: tuple[int, ...] = full_shape
+        else:
+            self.shape = full_shape
+            self.meta_shape = ()
+
+    # -- data ------------------------------------------------------------------------
+    @property
+    def full_shape(self) -> tuple[int, ...]:
+        return self.meta_shape or self.shape
+
+    def _draw(self) -> np.ndarray:
+        data = np.asarray(self.data_iter())
+        if tuple(data.shape) != self.full_shape:
+            try:
+                data = np.broadcast_to(data, self.full_shape)
+            except ValueError:
+                raise ValueError(
+                    f"VariableFactory '{self.name}': data_iter produced shape {data.shape}, "
+                    f"expected {self.full_shape}"
+                ) from None
+        return data
+
+    def next_data(self, empty: bool = False) -> np.ndarray:
+        """The next initial value, host dtype; `(num_groups, *shape)` when grouped."""
+        np_dtype = self.dtype.as_numpy()
+        n = _num_groups(self.replica_grouping)
+        if empty:
+            shape = self.full_shape if n == 1 else (n, *self.full_shape)
+            return np.empty(shape, dtype=np_dtype)
+        if n == 1:
+            return np.asarray(self._draw(), dtype=np_dtype)
+        return np.stack([np.asarray(self._draw(), dtype=np_dtype) for _ in range(n)])
+
+    def next_memmap(
+        self, name: str, memmap_dir: str, empty: bool = False, read_only_if_exists: bool = False
+    ) -> np.ndarray:
+        """The next initial value stored in `<memmap_dir>/<name>.npy` (reused if it exists)."""
+        os.makedirs(memmap_dir, exist_ok=True)
+        path = os.path.join(memmap_dir, f"{name}.npy")
+        if os.path.exists(path):
+            return np.load(path, mmap_mode="r" if read_only_if_exists else "r+")
+        data = self.next_data(empty)
+        mm = np.lib.format.open_memmap(path, mode="w+", dtype=data.dtype, shape=data.shape)
+        if not empty:
+            mm[...] = data
+        mm.flush()
+        return mm
+
+    # -- tensors ---------------------------------------------------------------------
+    def _graph_input(self, name: Optional[str]) -> Any:
+        import popxl
+
+        kwargs: dict[str, Any] = {"by_ref": self.by_ref}
+        if self.meta_shape:
+            kwargs["meta_shape"] = self.meta_shape
+        return popxl.graph_input(self.shape, self.dtype, name, **kwargs)
+
+    def create_input(self, prefix: Optional[str] = None) -> Any:
+        """A `popxl.graph_input` in the current graph named `prefix.name` (or `name`)."""
+        if prefix:
+            name = f"{prefix}.{self.name}" if self.name else prefix
+        else:
+            name = self.name
+        return self._graph_input(name)
+
+    def create_tensor(
+        self,
+        name: Optional[str] = None,
+        empty: bool = False,
+        memmap_dir: Optional[str] = None,
+        read_only_if_exists: bool = False,
+    ) -> Any:
+        """A `popxl.variable` in the (main) graph holding the next initial value."""
+        import popxl
+
+        name = name if name is not None else self.name
+        if memmap_dir is not None:
+            data = self.next_memmap(name or "variable", memmap_dir, empty, read_only_if_exists)
+        else:
+            data = self.next_data(empty)
+        kwargs: dict[str, Any] = {}
+        if self.replica_grouping is not None:
+            kwargs["replica_grouping"] = self.replica_grouping
+        if self.meta_shape:
+            return self._create_sharded(data, name, kwargs)
+        return popxl.variable(data, self.dtype, name, **kwargs)
+
+    def _create_sharded(self, data: np.ndarray, name: Optional[str], kwargs: dict) -> Any:
+        import popxl
+
+        full, shard = popxl.replica_sharded_variable(
+            data, self.dtype, name, shard_over=self.shard_over, **kwargs
+        )
+        return shard
+
+    def create_remote_tensor(self, buffer: Any, entry: int, name: Optional[str] = None,
+                             empty: bool = False) -> Any:
+        """A remote variable in `buffer` at `entry` (replica-sharded if the buffer has a meta_shape)."""
+        import popxl
+
+        name = name if name is not None else self.name
+        data = self.next_data(empty)
+        kwargs: dict[str, Any] = {}
+        if self.replica_grouping is not None:
+            kwargs["replica_grouping"] = self.replica_grouping
+        if getattr(buffer, "meta_shape", None):
+            return popxl.remote_replica_sharded_variable(
+                data, buffer, entry, self.dtype, name, **kwargs
+            )
+        return popxl.remote_variable(data, buffer, entry, self.dtype, name, **kwargs)
+
+    def create_init(self, name: Optional[str] = None, init_type: str = "zero") -> Any:
+        """`ops.init` of this shape and dtype in the current graph."""
+        import popxl.ops as ops
+
+        name = name if name is not None else self.name
+        return ops.init(self.shape, self.dtype, name, init_type)
+
+
+class NamedReplicaGrouping(DotTree[Any]):
+    """A DotTree of `popxl.ReplicaGrouping`s."""
+
+    @classmethod
+    def build_groups(cls, names: Iterable[str], value: Any) -> "NamedReplicaGrouping":
+        return cls.from_dict({n: value for n in names})
+
+
+class NamedVariableFactories(DotTree[VariableFactory]):
+    """A DotTree of `VariableFactory`s."""
+
+    @staticmethod
+    def _prefix(prefix: Optional[str]) -> str:
+        return f"{prefix}." if prefix else ""
+
+    def _sorted(self) -> list[tuple[str, VariableFactory]]:
+        return sorted(self.to_dict().items(), key=lambda kv: kv[0])
+
+    def init(
+        self,
+        prefix: Optional[str] = None,
+        empty: bool = False,
+        memmap_dir: Optional[str] = None,
+        read_only_if_exists: bool = False,
+    ) -> NamedTensors:
+        """Create a variable for every factory (alphabetical key order) named `prefix.key`."""
+        p = self._prefix(prefix)
+        out = {}
+        for k, f in self._sorted():
+            out[k] = f.create_tensor(p + k, empty, memmap_dir, read_only_if_exists)
+        return NamedTensors.from_dict(out)
+
+    def init_remote(
+        self, buffers: DotTree, entry: int = 0, prefix: Optional[str] = None, empty: bool = False
+    ) -> NamedTensors:
+        """Create remote variables in `buffers` (a DotTree with the same keys) at `entry`."""
+        p = self._prefix(prefix)
+        bufs = buffers.to_dict()
+        out = {}
+        for k, f in self._sorted():
+            out[k] = f.create_remote_tensor(bufs[k], entry, p + k, empty)
+        return NamedTensors.from_dict(out)
+
+    def init_zero(self, prefix: Optional[str] = None) -> NamedTensors:
+        """`ops.init(..., 'zero')` for every factory, in the current graph (subgraphs allowed)."""
+        p = self._prefix(prefix)
+        return NamedTensors.from_dict(
+            {k: f.create_init(p + k, "zero") for k, f in self._sorted()}
+        )
+
+    def init_undef(self, prefix: Optional[str] = None) -> NamedTensors:
+        """`ops.init(..., 'undef')` for every factory, in the current graph."""
+        p = self._prefix(prefix)
+        return NamedTensors.from_dict(
+            {k: f.create_init(p + k, "undef") for k, f in self._sorted()}
+        )
+
+    @property
+    def replica_groupings(self) -> NamedReplicaGrouping:
+        return NamedReplicaGrouping.from_dict(
+            {k: f.replica_grouping for k, f in self.to_dict().items()}
+        )
+
+
+def add_variable_input(
+    name: str,
+    data_iter: Any,
+    dtype: Any = None,
+    by_ref: bool = False,
+    replica_grouping: Any = None,
+) -> tuple[Any, VariableFactory]:
+    """A graph input in the current graph and the factory for the matching variable."""
+    vf = VariableFactory(data_iter, dtype, name, by_ref, replica_grouping)
+    return vf.create_input(), vf
+
+
+def add_replica_sharded_variable_input(
+    name: str,
+    data_iter: Any,
+    dtype: Any = None,
+    by_ref: bool = False,
+    replica_grouping: Any = None,
+    shard_over: Optional[int] = None,
+) -> tuple[Any, VariableFactory]:
+    """Like `add_variable_input` but the input holds one replica's shard of the flattened data."""
+    if shard_over is None:
+        if replica_grouping is not None:
+            shard_over = int(getattr(replica_grouping, "group_size", 1))
+        else:
+            import popxl
+
+            shard_over = int(popxl.gir().replication_factor)
+    vf = VariableFactory(data_iter, dtype, name, by_ref, replica_grouping, shard_over)
+    return vf.create_input(), vf

@@ -1,0 +1,2 @@
+// RUN: xl-opt %s | filecheck %s
+// CHECK: builtin.module
