@@ -17,7 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import FlatSymbolRefAttrConstr, IntegerAttr, SymbolRefAttr, TensorType, i64
+from xdsl.dialects.builtin import (
+    FlatSymbolRefAttrConstr,
+    IntegerAttr,
+    SymbolRefAttr,
+    TensorType,
+    i64,
+)
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,

@@ -62,11 +62,14 @@ from xdsl.irdl import (
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import (
+    AlwaysSpeculatable,
     CallableOpInterface,
     ConstantLike,
+    EffectInstance,
     HasParent,
     IsolatedFromAbove,
     IsTerminator,
+    MemoryEffect,
     MemoryReadEffect,
     MemoryWriteEffect,
     NoMemoryEffect,
@@ -83,6 +86,22 @@ from xl.dialects.utils import fmt_type
 
 NAME_ATTR = "graph.name"
 BY_REF_ATTR = "graph.by_ref"
+
+
+class ValueEffect(MemoryEffect):
+    """Value semantics for tensor-producing ops (popxl's `TensorOpEffect`).
+
+    Reads the operands; but when a result is later updated in place (an in-place op
+    or a by-reference call input), the effects are unknown, so CSE never merges two
+    such values and DCE keeps the op.
+    """
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
+        from xl.dialects.popxl import TensorOpEffect  # lazily: popxl may import graph
+
+        effects = TensorOpEffect.get_effects(op)
+        return None if effects is None else set(effects)
 
 
 class GraphCallable(CallableOpInterface):
@@ -298,9 +317,9 @@ def print_body_region(printer: Printer, region: Region) -> None:
 
 
 def _arg_attr(name: str, by_ref: bool) -> DictionaryAttr:
-    d: dict[str, Attribute] = {NAME_ATTR: StringAttr(name)}
-    if by_ref:
-        d[BY_REF_ATTR] = UnitAttr()
+    # keys in sorted order, as MLIR prints dictionaries: {graph.by_ref, graph.name = ...}
+    d: dict[str, Attribute] = {BY_REF_ATTR: UnitAttr()} if by_ref else {}
+    d[NAME_ATTR] = StringAttr(name)
     return DictionaryAttr(d)
 
 
@@ -438,7 +457,8 @@ class ConstantOp(IRDLOperation):
     T: ClassVar = VarConstraint("T", base(TensorType))
     value = prop_def(ParamAttrConstraint(DenseIntOrFPElementsAttr, (T, AnyAttr())))
     result = result_def(T)
-    traits = traits_def(Pure(), ConstantLike())
+    # Not Pure: a constant that is later updated in place must not be merged by CSE.
+    traits = traits_def(ValueEffect(), AlwaysSpeculatable(), ConstantLike())
     assembly_format = "$value attr-dict"
 
     def __init__(self, value: DenseIntOrFPElementsAttr):

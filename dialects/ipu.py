@@ -29,8 +29,9 @@ from xdsl.irdl import (
     result_def,
     traits_def,
 )
-from xdsl.traits import MemoryReadEffect
 from xdsl.utils.exceptions import VerifyException
+
+from xl.dialects.graph import ValueEffect
 
 IPU_ATTR = "ipu.id"
 TILE_SET_ATTR = "ipu.tile_set"
@@ -57,7 +58,8 @@ class CopyOp(IRDLOperation):
     result = result_def(T)
     source = prop_def(IntegerAttr)
     destination = prop_def(IntegerAttr)
-    traits = traits_def(MemoryReadEffect())
+    # Reads its input; never merged by CSE when the copy is later updated in place.
+    traits = traits_def(ValueEffect())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` functional-type($input, $result)"
 

@@ -3,6 +3,9 @@
 Every op infers its result types from its operand types and properties (NumPy
 broadcasting rules for elementwise ops) and its verifier checks the declared result
 types against that inference, naming the op and the offending shapes and dtypes.
+Ops whose result shape is not a function of the operands (`reshape`, `cast`,
+`expand`, `reduce_to_shape`, `init`, `gather_grad`, `slice_grad`) take the result
+type as given and verify it.
 
 All ops share one textual form:
 
@@ -12,16 +15,38 @@ All ops share one textual form:
 popxl.scaled_add_ %w, %g {a = 1.0 : f64, b = -0.05 : f64} : (tensor<3xf32>, tensor<3xf32>) -> ()
 ```
 
-Memory effects: ops read their operands; in-place ops (names ending in `_`, listed in
-`writes`) also write the operands they update and have no results. A tensor that is
-later updated in place is stateful, so the op producing it reports unknown effects
-and `cse` leaves it alone.
+Properties are printed in the attribute dictionary. Scalar factors that PopXL accepts
+as a float *or* a tensor (`f`, `step`, `weight_decay`, `beta1`, ...) are an optional
+f64 property `<name>` or an optional scalar tensor operand `<name>_tensor` (at most one
+of the two). When an op has several optional operands, the present ones are matched to
+the operand definitions greedily in order; an `operandSegmentSizes` entry is printed
+only when that would be ambiguous (e.g. `time_step` given without `weight`):
+
+```mlir
+%u = popxl.adam_updater %m, %v, %w, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64}
+    : (tensor<4xf16>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+```
+
+Memory effects: ops read their operands; in-place ops (names ending in `_`, plus
+`adam_var_update`, and the `*_updater` ops for their `time_step`) also write the
+operands listed in `WRITES` (operand indices; `op.WRITES` may depend on which optional
+operands are present). Pure in-place ops have no results; the updaters have both. A
+tensor that is later updated in place is stateful, so the op producing it reports
+unknown effects and `cse` leaves it alone. `popxl.init` allocates (`AllocEffect`).
+
+Python API: `Op.make(operands, result_types=None, **props)` builds an op, inferring
+result types. For ops with optional operands `operands` is either one entry per
+leading operand definition (`None` when absent, missing trailing ones absent) or,
+without any `None`, the present operands in order (matched greedily); scalar-tensor factors may also be passed by keyword (`f=tensor`,
+`time_step=tensor`). `op_props(op)` gives the properties as Python values, plus
+`operand_segments` (operands per definition) for ops with optional operands; the
+NumPy kernels (`xl.runtime.kernels`) read that key.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -33,11 +58,15 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
     f64,
+    i32,
     i64,
 )
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
+    AttrSizedOperandSegments,
     IRDLOperation,
+    OptOperandDef,
+    VarOperandDef,
     irdl_op_definition,
     operand_def,
     opt_operand_def,
@@ -47,6 +76,7 @@ from xdsl.irdl import (
     traits_def,
     var_operand_def,
 )
+from xdsl.irdl.constraints import BaseAttr
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import EffectInstance, MemoryEffect, MemoryEffectKind
@@ -57,6 +87,8 @@ from xl.dialects.utils import dtype_of, fmt_type, shape_of, tensor_type
 # ------------------------------------------------------------------------------------
 # Properties: Python values <-> attributes
 # ------------------------------------------------------------------------------------
+
+SEGMENTS = "operandSegmentSizes"
 
 
 def to_attr(value: Any) -> Attribute:
@@ -92,8 +124,17 @@ def from_attr(attr: Attribute) -> Any:
 
 
 def op_props(op: Operation) -> dict[str, Any]:
-    """The properties of an op as plain Python values."""
-    return {k: from_attr(v) for k, v in op.properties.items()}
+    """The properties of an op as plain Python values.
+
+    For popxl ops with optional operands, `operandSegmentSizes` is replaced by
+    `operand_segments`: the number of operands given for each operand definition
+    (always present for such ops, even without the segment-sizes property).
+    """
+    props = {k: from_attr(v) for k, v in op.properties.items()}
+    if isinstance(op, PopxlOp) and op.has_optional_operands():
+        props.pop(SEGMENTS, None)
+        props["operand_segments"] = op.operand_segments()
+    return props
 
 
 IntProp = IntegerAttr
@@ -105,36 +146,21 @@ ArrayProp = DenseArrayBase
 # ------------------------------------------------------------------------------------
 
 
+def written_operands(op: Operation) -> tuple[int, ...]:
+    """Indices of the operands `op` updates in place (its `WRITES`)."""
+    return tuple(getattr(op, "WRITES", ()) or ())
+
+
 def is_written(value: SSAValue) -> bool:
     """Whether some op updates `value` in place (an in-place op or a by-ref call input)."""
     for use in value.uses:
         user = use.operation
-        writes = getattr(user, "WRITES", None)
-        if writes is not None and use.index in writes:
+        if use.index in written_operands(user):
             return True
         by_ref = getattr(user, "operand_is_by_ref", None)
         if by_ref is not None and by_ref(use.index):
             return True
     return False
-
-
-class TensorOpEffect(MemoryEffect):
-    """Reads the operands; writes the operands listed in `writes`.
-
-    An op whose result is later updated in place reports unknown effects, so that
-    CSE never merges a tensor that is mutated afterwards.
-    """
-
-    @classmethod
-    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
-        if any(is_written(r) for r in op.results):
-            return None
-        effects: set[EffectInstance] = set()
-        if op.operands:
-            effects.add(EffectInstance(MemoryEffectKind.READ))
-        if getattr(op, "WRITES", ()):
-            effects.add(EffectInstance(MemoryEffectKind.WRITE))
-        return effects
 
 
 class AllocEffect(MemoryEffect):
@@ -143,6 +169,30 @@ class AllocEffect(MemoryEffect):
     @classmethod
     def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
         return {EffectInstance(MemoryEffectKind.ALLOC, r) for r in op.results}
+
+
+class TensorOpEffect(MemoryEffect):
+    """Reads the operands; writes the operands listed in `WRITES`.
+
+    An op whose result is later updated in place reports unknown effects, so that
+    CSE never merges a tensor that is mutated afterwards. Ops that also have the
+    `AllocEffect` trait (`popxl.init`) get their effects from that trait alone:
+    an allocation is never merged anyway. Ops with both written operands and
+    results (the `*_updater` ops) report read + write.
+    """
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
+        if op.has_trait(AllocEffect):
+            return set()
+        if any(is_written(r) for r in op.results):
+            return None
+        effects: set[EffectInstance] = set()
+        if op.operands:
+            effects.add(EffectInstance(MemoryEffectKind.READ))
+        if written_operands(op):
+            effects.add(EffectInstance(MemoryEffectKind.WRITE))
+        return effects
 
 
 # ------------------------------------------------------------------------------------
@@ -154,40 +204,117 @@ def _err(op: str, msg: str) -> VerifyException:
     return VerifyException(f"{op}: {msg}")
 
 
-def _types_str(types: Sequence[Attribute]) -> str:
-    return ", ".join(fmt_type(t) for t in types)
+def _types_str(types: Sequence[Attribute | None]) -> str:
+    return ", ".join(fmt_type(t) for t in types if t is not None)
 
 
 class PopxlOp(IRDLOperation):
     """Base of the tensor ops: type inference, verification, uniform syntax.
 
     Subclasses implement `infer(types, props) -> result types` (raise `VerifyException`
-    through `cls.fail(...)` on bad input). `writes` lists operands updated in place.
+    through `cls.fail(...)` on bad input). `types` is the list of operand types; for
+    ops with optional operands it has one entry per operand definition, `None` for an
+    absent operand. `WRITES` lists operands updated in place.
     """
 
     WRITES: ClassVar[tuple[int, ...]] = ()
     traits = traits_def(TensorOpEffect())
 
+    # ---- operand definitions -------------------------------------------------------
+
+    @classmethod
+    def has_optional_operands(cls) -> bool:
+        return any(
+            isinstance(d, OptOperandDef) for _, d in cls.get_irdl_definition().operands
+        )
+
+    @classmethod
+    def has_segments(cls) -> bool:
+        return any(
+            isinstance(o, AttrSizedOperandSegments) for o in cls.get_irdl_definition().options
+        )
+
+    @classmethod
+    def operand_names(cls) -> tuple[str, ...]:
+        return tuple(n for n, _ in cls.get_irdl_definition().operands)
+
+    @classmethod
+    def greedy_segments(cls, n: int) -> tuple[int, ...] | None:
+        """Operands per definition when `n` operands are matched greedily in order.
+
+        Required operands take one each; optional ones take one in definition order
+        while operands are left; a single variadic definition takes the rest.
+        None if `n` operands cannot be matched.
+        """
+        defs = [d for _, d in cls.get_irdl_definition().operands]
+        n_req = sum(not isinstance(d, VarOperandDef) for d in defs)
+        extra = n - n_req
+        if extra < 0:
+            return None
+        n_var = sum(isinstance(d, VarOperandDef) and not isinstance(d, OptOperandDef) for d in defs)
+        out: list[int] = []
+        for d in defs:
+            if isinstance(d, OptOperandDef):
+                take = 1 if extra > 0 else 0
+            elif isinstance(d, VarOperandDef):
+                take = extra if n_var == 1 else 0
+            else:
+                out.append(1)
+                continue
+            extra -= take
+            out.append(take)
+        return tuple(out) if extra == 0 else None
+
+    def operand_segments(self) -> tuple[int, ...]:
+        """Number of operands given for each operand definition."""
+        out: list[int] = []
+        for name, d in self.get_irdl_definition().operands:
+            v = getattr(self, name)
+            if isinstance(d, OptOperandDef):
+                out.append(0 if v is None else 1)
+            elif isinstance(d, VarOperandDef):
+                out.append(len(v))
+            else:
+                out.append(1)
+        return tuple(out)
+
+    def infer_operand_types(self) -> list[Attribute | None]:
+        """Operand types as `infer` takes them (per definition when some are optional)."""
+        if not self.has_optional_operands():
+            return [o.type for o in self.operands]
+        return [
+            None if (v := getattr(self, n)) is None else v.type for n in self.operand_names()
+        ]
+
+    # ---- syntax --------------------------------------------------------------------
+
     @classmethod
     def parse(cls, parser: Parser) -> PopxlOp:
         pos = parser.pos
-        operands = parser.parse_optional_undelimited_comma_separated_list(
-            parser.parse_optional_operand, parser.parse_operand
+        unresolved = parser.parse_optional_undelimited_comma_separated_list(
+            parser.parse_optional_unresolved_operand, parser.parse_unresolved_operand
         ) or []
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         ftype = parser.parse_function_type()
-        if len(ftype.inputs.data) != len(operands):
+        if len(ftype.inputs.data) != len(unresolved):
             parser.raise_error(
-                f"{cls.name}: {len(operands)} operands but {len(ftype.inputs.data)} operand types",
+                f"{cls.name}: {len(unresolved)} operands but {len(ftype.inputs.data)} operand types",
                 pos,
             )
-        for i, (o, t) in enumerate(zip(operands, ftype.inputs.data)):
-            if o.type != t:
-                parser.raise_error(f"{cls.name}: operand {i} has type {o.type}, not {t}", pos)
+        operands = list(parser.resolve_operands(unresolved, ftype.inputs.data, pos))
         prop_names = set(cls.get_irdl_definition().properties)
         props = {k: v for k, v in attrs.items() if k in prop_names}
         others = {k: v for k, v in attrs.items() if k not in prop_names}
+        if cls.has_segments() and SEGMENTS not in props:
+            segs = cls.greedy_segments(len(operands))
+            if segs is None:
+                parser.raise_error(
+                    f"{cls.name}: cannot match {len(operands)} operands to "
+                    f"({', '.join(cls.operand_names())})",
+                    pos,
+                )
+            props[SEGMENTS] = DenseArrayBase.from_list(i32, list(segs))
         return cls.create(
             operands=operands,
             result_types=list(ftype.outputs.data),
@@ -199,7 +326,13 @@ class PopxlOp(IRDLOperation):
         if self.operands:
             printer.print_string(" ")
             printer.print_list(self.operands, printer.print_operand)
-        printer.print_op_attributes({**self.properties, **self.attributes})
+        props = dict(self.properties)
+        seg = props.get(SEGMENTS)
+        if isinstance(seg, DenseArrayBase) and self.greedy_segments(len(self.operands)) == tuple(
+            int(v) for v in seg.get_values()
+        ):
+            del props[SEGMENTS]
+        printer.print_op_attributes({**props, **self.attributes})
         printer.print_string(" : (")
         printer.print_list([o.type for o in self.operands], printer.print_attribute)
         printer.print_string(") -> ")
@@ -210,49 +343,143 @@ class PopxlOp(IRDLOperation):
             printer.print_list([r.type for r in self.results], printer.print_attribute)
             printer.print_string(")")
 
+    # ---- inference -----------------------------------------------------------------
+
     @classmethod
     def fail(cls, msg: str) -> VerifyException:
         return _err(cls.name, msg)
 
     @classmethod
-    def infer(cls, types: Sequence[TensorType], props: dict[str, Any]) -> list[TensorType]:
+    def infer(cls, types: Sequence[Any], props: dict[str, Any]) -> list[TensorType]:
         raise NotImplementedError(cls.name)
+
+    @classmethod
+    def check_results(
+        cls, types: Sequence[Any], props: dict[str, Any], results: Sequence[Attribute]
+    ) -> list[Attribute]:
+        """The result types the op must have; by default `infer(types, props)`."""
+        return list(cls.infer(types, props))
+
+    @classmethod
+    def _coerce(cls, name: str, value: Any) -> Attribute:
+        pdef = cls.get_irdl_definition().properties.get(name)
+        if (
+            pdef is not None
+            and isinstance(pdef.constr, BaseAttr)
+            and pdef.constr.attr is FloatAttr
+            and isinstance(value, int | np.integer)
+            and not isinstance(value, bool | np.bool_)
+        ):
+            value = float(value)
+        return to_attr(value)
 
     @classmethod
     def make(
         cls,
-        operands: Sequence[SSAValue],
-        result_types: Sequence[TensorType] | None = None,
+        operands: Sequence[SSAValue | Operation | None],
+        result_types: Sequence[Attribute] | None = None,
         **props: Any,
     ) -> PopxlOp:
-        """Build the op, inferring result types unless they are given."""
-        attrs = {k: to_attr(v) for k, v in props.items() if v is not None}
+        """Build the op, inferring result types unless they are given.
+
+        Keyword arguments are properties (Python values or attributes; `None` is
+        dropped). For ops with optional operands, an SSA value passed by keyword goes
+        to the operand of that name or `<name>_tensor`; `operands` with a `None` entry
+        are one entry per leading operand definition (the rest absent), without `None`
+        they are matched greedily; `operand_segments` may also be given.
+        """
+        props = dict(props)
+        segs = props.pop("operand_segments", None)
+        seg_attr = props.pop(SEGMENTS, None)
+        if segs is None and seg_attr is not None:
+            segs = from_attr(seg_attr)
+        names = cls.operand_names()
+        if cls.has_optional_operands():
+            ops_ = list(operands)
+            if segs is not None:
+                flat = [o for o in ops_ if o is not None]
+                if sum(segs) != len(flat) or len(segs) != len(names):
+                    raise cls.fail(f"operand_segments {tuple(segs)} do not match {len(flat)} operands")
+                it = iter(flat)
+                slots: list[Any] = [next(it) if s else None for s in segs]
+            elif any(o is None for o in ops_) or len(ops_) == len(names):
+                if len(ops_) > len(names):
+                    raise cls.fail(f"{len(ops_)} operands for ({', '.join(names)})")
+                slots = ops_ + [None] * (len(names) - len(ops_))
+            else:
+                g = cls.greedy_segments(len(ops_))
+                if g is None:
+                    raise cls.fail(f"cannot match {len(ops_)} operands to ({', '.join(names)})")
+                it = iter(ops_)
+                slots = [next(it) if s else None for s in g]
+            for k in list(props):
+                v = props[k]
+                if not isinstance(v, SSAValue | Operation):
+                    continue
+                idx = next((names.index(c) for c in (k, f"{k}_tensor") if c in names), None)
+                if idx is None:
+                    raise cls.fail(f"has no operand named {k!r}")
+                if slots[idx] is not None:
+                    raise cls.fail(f"operand {names[idx]!r} given twice")
+                slots[idx] = v
+                del props[k]
+            slot_vals = [None if s is None else SSAValue.get(s) for s in slots]
+            flat_vals = [s for s in slot_vals if s is not None]
+            types: list[Any] = [None if s is None else s.type for s in slot_vals]
+            seg_sizes = [0 if s is None else 1 for s in slot_vals]
+        else:
+            flat_vals = [SSAValue.get(o) for o in operands if o is not None]
+            types = [o.type for o in flat_vals]
+            seg_sizes = []
+        for k, v in props.items():
+            if isinstance(v, SSAValue | Operation):
+                raise cls.fail(f"property {k!r} cannot be a tensor")
+        attrs = {k: cls._coerce(k, v) for k, v in props.items() if v is not None}
+        if cls.has_segments():
+            attrs[SEGMENTS] = DenseArrayBase.from_list(i32, seg_sizes)
         if result_types is None:
-            result_types = cls.infer(
-                [o.type for o in operands],  # type: ignore[misc]
-                {k: from_attr(a) for k, a in attrs.items()},
-            )
-        op = cls.create(
-            operands=list(operands), result_types=list(result_types), properties=attrs
-        )
-        return op
+            py = {k: from_attr(a) for k, a in attrs.items() if k != SEGMENTS}
+            result_types = cls.infer(types, py)
+        return cls.create(operands=flat_vals, result_types=list(result_types), properties=attrs)
 
     def operand_is_by_ref(self, index: int) -> bool:
         return False
 
     def verify_(self) -> None:
-        in_types = [o.type for o in self.operands]
+        in_types = self.infer_operand_types()
         for i, t in enumerate(in_types):
-            if not isinstance(t, TensorType):
+            if t is not None and not isinstance(t, TensorType):
                 raise _err(self.name, f"operand {i} is {t}, not a tensor")
-        expected = self.infer(in_types, op_props(self))  # type: ignore[arg-type]
+        for w in written_operands(self):
+            if not 0 <= w < len(self.operands):
+                raise _err(self.name, f"writes operand {w}, but has {len(self.operands)} operands")
         actual = [r.type for r in self.results]
+        expected = self.check_results(in_types, op_props(self), actual)
         if list(expected) != actual:
             raise _err(
                 self.name,
                 f"result types ({_types_str(actual)}) differ from the inferred "
                 f"({_types_str(expected)}) for operands ({_types_str(in_types)})",
             )
+
+
+class ResultTypedOp(PopxlOp):
+    """An op whose result type is given (not inferable); `check` validates it."""
+
+    @classmethod
+    def infer(cls, types, props):
+        raise cls.fail("the result type cannot be inferred; pass result_types")
+
+    @classmethod
+    def check(cls, types: Sequence[Any], props: dict[str, Any], result: TensorType) -> None:
+        raise NotImplementedError(cls.name)
+
+    @classmethod
+    def check_results(cls, types, props, results):
+        if len(results) != 1 or not isinstance(results[0], TensorType):
+            raise cls.fail(f"expects one tensor result, got ({_types_str(results)})")
+        cls.check(types, props, results[0])  # type: ignore[arg-type]
+        return list(results)
 
 
 # ------------------------------------------------------------------------------------
@@ -279,6 +506,21 @@ def require_float(cls: type[PopxlOp], t: TensorType, what: str = "input") -> Non
         raise cls.fail(f"{what} must be a floating point tensor, got {fmt_type(t)}")
 
 
+def require_int(cls: type[PopxlOp], t: TensorType, what: str = "indices") -> None:
+    if dtype_of(t).kind not in "iu":
+        raise cls.fail(f"{what} must be an integer tensor, got {fmt_type(t)}")
+
+
+def require_numeric(cls: type[PopxlOp], t: TensorType, what: str = "input") -> None:
+    if dtype_of(t).kind not in "fiu":
+        raise cls.fail(f"{what} must be a numeric tensor, got {fmt_type(t)}")
+
+
+def require_same_shape(cls: type[PopxlOp], a: TensorType, b: TensorType, what: str) -> None:
+    if shape_of(a) != shape_of(b):
+        raise cls.fail(f"{what}: shapes differ: {fmt_type(a)} vs {fmt_type(b)}")
+
+
 def norm_axis(cls: type[PopxlOp], axis: int, rank: int) -> int:
     if not -rank <= axis < max(rank, 1):
         raise cls.fail(f"axis {axis} is out of range for rank {rank}")
@@ -297,6 +539,70 @@ def norm_axes(cls: type[PopxlOp], axes: Sequence[int] | None, rank: int) -> tupl
 def arity(cls: type[PopxlOp], types: Sequence[TensorType], n: int) -> None:
     if len(types) != n:
         raise cls.fail(f"expects {n} operands, got {len(types)}")
+
+
+def scalar_operand(cls: type[PopxlOp], t: TensorType | None, what: str) -> None:
+    """A factor given as a tensor: numeric with exactly one element."""
+    if t is None:
+        return
+    if dtype_of(t).kind not in "fiu" or math.prod(shape_of(t)) != 1:
+        raise cls.fail(f"{what} must be a numeric tensor with one element, got {fmt_type(t)}")
+
+
+def factor(
+    cls: type[PopxlOp],
+    t: TensorType | None,
+    props: dict[str, Any],
+    name: str,
+    required: bool = False,
+) -> None:
+    """Check a scalar factor given as property `name` or tensor operand `<name>_tensor`."""
+    scalar_operand(cls, t, f"{name}_tensor")
+    if t is not None and name in props:
+        raise cls.fail(f"{name} is given both as a property and as a tensor operand")
+    if required and t is None and name not in props:
+        raise cls.fail(f"{name} is required (a property or a tensor operand)")
+
+
+def update_compatible(cls: type[PopxlOp], t: TensorType, x: TensorType, what: str = "X") -> None:
+    """`x` can update the state `t` in place: numeric, broadcastable to t (dtype may differ)."""
+    require_numeric(cls, t, "the updated tensor")
+    require_numeric(cls, x, what)
+    try:
+        ok = tuple(np.broadcast_shapes(shape_of(t), shape_of(x))) == shape_of(t)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise cls.fail(f"cannot update {fmt_type(t)} in place with {what} {fmt_type(x)}")
+
+
+def slice_shape(
+    cls: type[PopxlOp], shape: Sequence[int], props: dict[str, Any]
+) -> tuple[int, ...]:
+    """Result shape of `popxl.slice` / operand shape of `popxl.slice_grad` (NumPy rules)."""
+    start, stop, step = props.get("start"), props.get("stop"), props.get("step")
+    given = [len(a) for a in (start, stop, step) if a is not None]
+    axes = props.get("axes")
+    n = given[0] if given else (len(axes) if axes is not None else 0)
+    if any(g != n for g in given) or (axes is not None and len(axes) != n):
+        raise cls.fail(
+            f"start {start}, stop {stop}, step {step} and axes {axes} must have equal lengths"
+        )
+    if axes is None:
+        if n > len(shape):
+            raise cls.fail(f"{n} slice entries for rank {len(shape)}")
+        axes = tuple(range(n))
+    nax = [norm_axis(cls, a, len(shape)) for a in axes]
+    if len(set(nax)) != len(nax):
+        raise cls.fail(f"repeated axis in {tuple(axes)}")
+    out = list(shape)
+    for i, a in enumerate(nax):
+        st = 1 if step is None else step[i]
+        if st == 0:
+            raise cls.fail("slice step cannot be zero")
+        s = slice(None if start is None else start[i], None if stop is None else stop[i], st)
+        out[a] = len(range(*s.indices(shape[a])))
+    return tuple(out)
 
 
 # ------------------------------------------------------------------------------------
@@ -325,35 +631,60 @@ class BinaryOp(PopxlOp):
 
 @irdl_op_definition
 class AddOp(BinaryOp):
-    """`lhs + rhs` (popxl.ops.add)."""
+    """`lhs + rhs` (popxl.ops.add).
+
+    ```mlir
+    %z = popxl.add %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+    ```
+    """
 
     name = "popxl.add"
 
 
 @irdl_op_definition
 class SubOp(BinaryOp):
-    """`lhs - rhs` (popxl.ops.sub)."""
+    """`lhs - rhs` (popxl.ops.sub).
+
+    ```mlir
+    %z = popxl.sub %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+    ```
+    """
 
     name = "popxl.sub"
 
 
 @irdl_op_definition
 class MulOp(BinaryOp):
-    """`lhs * rhs` (popxl.ops.mul)."""
+    """`lhs * rhs` (popxl.ops.mul).
+
+    ```mlir
+    %z = popxl.mul %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+    ```
+    """
 
     name = "popxl.mul"
 
 
 @irdl_op_definition
 class DivOp(BinaryOp):
-    """`lhs / rhs` (popxl.ops.div); integer division truncates toward zero."""
+    """`lhs / rhs` (popxl.ops.div); integer division truncates toward zero.
+
+    ```mlir
+    %z = popxl.div %a, %b : (tensor<2x3xi32>, tensor<3xi32>) -> tensor<2x3xi32>
+    ```
+    """
 
     name = "popxl.div"
 
 
 @irdl_op_definition
 class PowOp(BinaryOp):
-    """`lhs ** rhs` (popxl.ops.pow)."""
+    """`lhs ** rhs` (popxl.ops.pow).
+
+    ```mlir
+    %z = popxl.pow %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+    ```
+    """
 
     name = "popxl.pow"
     DTYPE_KINDS: ClassVar[str] = "fiu"
@@ -361,14 +692,24 @@ class PowOp(BinaryOp):
 
 @irdl_op_definition
 class MaximumOp(BinaryOp):
-    """Elementwise maximum of two tensors (popxl.ops.maximum)."""
+    """Elementwise maximum of two tensors (popxl.ops.maximum).
+
+    ```mlir
+    %z = popxl.maximum %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+    ```
+    """
 
     name = "popxl.maximum"
 
 
 @irdl_op_definition
 class EqualOp(BinaryOp):
-    """`lhs == rhs`, bool result (popxl.ops.equal)."""
+    """`lhs == rhs`, bool result (popxl.ops.equal).
+
+    ```mlir
+    %z = popxl.equal %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xi1>
+    ```
+    """
 
     name = "popxl.equal"
     RESULT_BOOL: ClassVar[bool] = True
@@ -376,7 +717,12 @@ class EqualOp(BinaryOp):
 
 @irdl_op_definition
 class GreaterOp(BinaryOp):
-    """`lhs > rhs`, bool result (popxl.ops.greater)."""
+    """`lhs > rhs`, bool result (popxl.ops.greater).
+
+    ```mlir
+    %z = popxl.greater %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xi1>
+    ```
+    """
 
     name = "popxl.greater"
     RESULT_BOOL: ClassVar[bool] = True
@@ -384,7 +730,12 @@ class GreaterOp(BinaryOp):
 
 @irdl_op_definition
 class LogicalAndOp(BinaryOp):
-    """`lhs and rhs` on bool tensors."""
+    """`lhs and rhs` on bool tensors.
+
+    ```mlir
+    %z = popxl.logical_and %a, %b : (tensor<2x3xi1>, tensor<3xi1>) -> tensor<2x3xi1>
+    ```
+    """
 
     name = "popxl.logical_and"
     RESULT_BOOL: ClassVar[bool] = True
@@ -393,7 +744,12 @@ class LogicalAndOp(BinaryOp):
 
 @irdl_op_definition
 class LogicalOrOp(BinaryOp):
-    """`lhs or rhs` on bool tensors."""
+    """`lhs or rhs` on bool tensors.
+
+    ```mlir
+    %z = popxl.logical_or %a, %b : (tensor<2x3xi1>, tensor<3xi1>) -> tensor<2x3xi1>
+    ```
+    """
 
     name = "popxl.logical_or"
     RESULT_BOOL: ClassVar[bool] = True
@@ -417,13 +773,17 @@ class UnaryOp(PopxlOp):
         return [t]
 
 
+_EX_DT = {"f": "f32", "fi": "f32", "b": "i1", "fiub": "f32"}
+
+
 def _unary(op_name: str, doc: str, kinds: str = "f") -> type[UnaryOp]:
     cls = type(
         "".join(p.capitalize() for p in op_name.split(".")[1].split("_")) + "Op",
         (UnaryOp,),
         {
             "name": op_name,
-            "__doc__": doc,
+            "__doc__": f"{doc}\n\n```mlir\n%y = {op_name} %x : (tensor<4x{_EX_DT[kinds]}>) -> "
+            f"tensor<4x{_EX_DT[kinds]}>\n```\n",
             "DTYPE_KINDS": kinds,
             "__annotations__": {"DTYPE_KINDS": "ClassVar[str]"},
             "__module__": __name__,
@@ -643,23 +1003,627 @@ class ReduceSumOp(ReduceOp):
 
 @irdl_op_definition
 class ReduceMeanOp(ReduceOp):
-    """Mean over axes (popxl.ops.mean)."""
+    """Mean over axes (popxl.ops.mean).
+
+    ```mlir
+    %s = popxl.reduce_mean %x {axis = array<i64: 1>} : (tensor<2x3xf32>) -> tensor<2xf32>
+    ```
+    """
 
     name = "popxl.reduce_mean"
 
 
 @irdl_op_definition
 class ReduceMaxOp(ReduceOp):
-    """Maximum over axes (popxl.ops.max)."""
+    """Maximum over axes (popxl.ops.max).
+
+    ```mlir
+    %s = popxl.reduce_max %x {axis = array<i64: 1>, keepdims = true} : (tensor<2x3xf32>) -> tensor<2x1xf32>
+    ```
+    """
 
     name = "popxl.reduce_max"
 
 
 @irdl_op_definition
 class ReduceMinOp(ReduceOp):
-    """Minimum over axes (popxl.ops.min)."""
+    """Minimum over axes (popxl.ops.min).
+
+    ```mlir
+    %s = popxl.reduce_min %x {axis = array<i64: 1>} : (tensor<2x3xf32>) -> tensor<2xf32>
+    ```
+    """
 
     name = "popxl.reduce_min"
+
+
+# ------------------------------------------------------------------------------------
+# Shape and index ops
+# ------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class ConcatOp(PopxlOp):
+    """Joins tensors along `axis` (popxl.ops.concat); other dims must match.
+
+    ```mlir
+    %c = popxl.concat %a, %b {axis = 0 : i64} : (tensor<2x3xf32>, tensor<1x3xf32>) -> tensor<3x3xf32>
+    ```
+    """
+
+    name = "popxl.concat"
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        if not types:
+            raise cls.fail("expects at least one operand")
+        dt = same_dtype(cls, types)
+        shapes = [shape_of(t) for t in types]
+        rank = len(shapes[0])
+        if rank == 0:
+            raise cls.fail("cannot concatenate rank-0 tensors")
+        axis = norm_axis(cls, props["axis"], rank)
+        for s in shapes:
+            if len(s) != rank or any(a != b for i, (a, b) in enumerate(zip(s, shapes[0])) if i != axis):
+                raise cls.fail(
+                    f"shapes must match except on axis {axis}: {', '.join(str(x) for x in shapes)}"
+                )
+        out = list(shapes[0])
+        out[axis] = sum(s[axis] for s in shapes)
+        return [tensor_type(out, dt)]
+
+
+@irdl_op_definition
+class SliceOp(PopxlOp):
+    """`t[start:stop:step]` on `axes` with NumPy semantics (popxl.ops.slice).
+
+    `start`, `stop`, `step`, `axes` are optional arrays of equal length (`axes`
+    defaults to the leading dims, `step` to 1). Negative values count from the end and
+    out-of-range values are clamped as in Python; "no bound" is written as a huge
+    value (e.g. `9223372036854775807`, or `-9223372036854775808` as a stop with a
+    negative step).
+
+    ```mlir
+    %s = popxl.slice %x {start = array<i64: 1>, stop = array<i64: 3>, axes = array<i64: 1>} : (tensor<2x4xf32>) -> tensor<2x2xf32>
+    ```
+    """
+
+    name = "popxl.slice"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    start = opt_prop_def(DenseArrayBase)
+    stop = opt_prop_def(DenseArrayBase)
+    step = opt_prop_def(DenseArrayBase)
+    axes = opt_prop_def(DenseArrayBase)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 1)
+        return [tensor_type(slice_shape(cls, shape_of(types[0]), props), dtype_of(types[0]))]
+
+
+@irdl_op_definition
+class GatherOp(PopxlOp):
+    """Selects slices of `data` along `axis` at integer `indices` (popxl.ops.gather).
+
+    Result shape `data.shape[:axis] + indices.shape + data.shape[axis+1:]`. Negative
+    indices count from the end. With `zero_oor`, out-of-range indices give zeros.
+
+    ```mlir
+    %g = popxl.gather %w, %i {axis = 0 : i64} : (tensor<10x4xf32>, tensor<2x3xi32>) -> tensor<2x3x4xf32>
+    ```
+    """
+
+    name = "popxl.gather"
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr)
+    zero_oor = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        data, idx = types
+        require_int(cls, idx)
+        shape = shape_of(data)
+        if not shape:
+            raise cls.fail(f"cannot gather from a rank-0 tensor {fmt_type(data)}")
+        axis = norm_axis(cls, props["axis"], len(shape))
+        out = (*shape[:axis], *shape_of(idx), *shape[axis + 1 :])
+        return [tensor_type(out, dtype_of(data))]
+
+
+@irdl_op_definition
+class WhereOp(PopxlOp):
+    """`condition ? lhs : rhs` elementwise with broadcasting (popxl.ops.where).
+
+    ```mlir
+    %w = popxl.where %c, %a, %b : (tensor<4xi1>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+    ```
+    """
+
+    name = "popxl.where"
+    condition = operand_def(TensorType)
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 3)
+        c, a, b = types
+        if dtype_of(c) != np.bool_:
+            raise cls.fail(f"condition must be a bool tensor, got {fmt_type(c)}")
+        dt = same_dtype(cls, [a, b])
+        return [tensor_type(broadcast(cls, types), dt)]
+
+
+@irdl_op_definition
+class OnehotOp(PopxlOp):
+    """One-hot encoding of integer `indices` (popxl.ops.onehot, ONNX OneHot).
+
+    `values` holds `[off, on]`; the result has its dtype and a new dim of size
+    `num_classes` inserted at `axis` (default -1: last). Negative indices count from
+    `num_classes`; out-of-range ones give an all-`off` row.
+
+    ```mlir
+    %o = popxl.onehot %i, %v {num_classes = 10 : i64} : (tensor<8xi32>, tensor<2xf32>) -> tensor<8x10xf32>
+    ```
+    """
+
+    name = "popxl.onehot"
+    indices = operand_def(TensorType)
+    values = operand_def(TensorType)
+    result = result_def(TensorType)
+    num_classes = prop_def(IntegerAttr)
+    axis = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        idx, vals = types
+        require_int(cls, idx)
+        if shape_of(vals) != (2,):
+            raise cls.fail(f"values must have shape (2,) ([off, on]), got {fmt_type(vals)}")
+        n = props["num_classes"]
+        if n <= 0:
+            raise cls.fail(f"num_classes must be positive, got {n}")
+        shape = shape_of(idx)
+        axis = props.get("axis", -1)
+        if not -(len(shape) + 1) <= axis <= len(shape):
+            raise cls.fail(f"axis {axis} is out of range for rank {len(shape) + 1}")
+        axis %= len(shape) + 1
+        out = (*shape[:axis], n, *shape[axis:])
+        return [tensor_type(out, dtype_of(vals))]
+
+
+@irdl_op_definition
+class SqueezeOp(PopxlOp):
+    """Removes size-1 dims at `axes` (all size-1 dims when absent) (popxl.ops.squeeze).
+
+    ```mlir
+    %s = popxl.squeeze %x {axes = array<i64: 0>} : (tensor<1x3xf32>) -> tensor<3xf32>
+    ```
+    """
+
+    name = "popxl.squeeze"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    axes = opt_prop_def(DenseArrayBase)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 1)
+        shape = shape_of(types[0])
+        if props.get("axes") is None:
+            axes = tuple(i for i, d in enumerate(shape) if d == 1)
+        else:
+            axes = norm_axes(cls, props["axes"], len(shape))
+        for a in axes:
+            if shape[a] != 1:
+                raise cls.fail(f"cannot squeeze axis {a} of size {shape[a]} in {fmt_type(types[0])}")
+        out = tuple(d for i, d in enumerate(shape) if i not in axes)
+        return [tensor_type(out, dtype_of(types[0]))]
+
+
+@irdl_op_definition
+class ExpandOp(ResultTypedOp):
+    """Broadcasts the input to the result shape (`np.broadcast_to`; popxl.ops.expand).
+
+    ```mlir
+    %e = popxl.expand %b : (tensor<3xf32>) -> tensor<2x3xf32>
+    ```
+    """
+
+    name = "popxl.expand"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+
+    @classmethod
+    def check(cls, types, props, result):
+        (t,) = types
+        if dtype_of(t) != dtype_of(result):
+            raise cls.fail(f"dtype changes: {fmt_type(t)} -> {fmt_type(result)}")
+        try:
+            ok = tuple(np.broadcast_shapes(shape_of(t), shape_of(result))) == shape_of(result)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise cls.fail(f"cannot broadcast {fmt_type(t)} to {fmt_type(result)}")
+
+
+@irdl_op_definition
+class ReduceToShapeOp(ResultTypedOp):
+    """Sums a broadcast tensor back to the result shape (gradient of broadcasting).
+
+    The result shape must broadcast to the input shape; leading extra dims and dims
+    where the result has size 1 are summed.
+
+    ```mlir
+    %r = popxl.reduce_to_shape %g : (tensor<2x3xf32>) -> tensor<1x3xf32>
+    ```
+    """
+
+    name = "popxl.reduce_to_shape"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+
+    @classmethod
+    def check(cls, types, props, result):
+        (t,) = types
+        if dtype_of(t) != dtype_of(result):
+            raise cls.fail(f"dtype changes: {fmt_type(t)} -> {fmt_type(result)}")
+        try:
+            ok = tuple(np.broadcast_shapes(shape_of(t), shape_of(result))) == shape_of(t)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise cls.fail(f"{fmt_type(result)} does not broadcast to the input {fmt_type(t)}")
+
+
+@irdl_op_definition
+class InitOp(ResultTypedOp):
+    """A new tensor of the result type, zero-filled or undefined (popxl.ops.init).
+
+    `init_type` is "zero" or "undef" (the kernel zero-fills an undef tensor on first
+    use only).
+
+    ```mlir
+    %z = popxl.init {init_type = "zero"} : () -> tensor<4xf32>
+    ```
+    """
+
+    name = "popxl.init"
+    result = result_def(TensorType)
+    init_type = prop_def(StringAttr)
+    traits = traits_def(AllocEffect())
+
+    @classmethod
+    def check(cls, types, props, result):
+        if props["init_type"] not in ("zero", "undef"):
+            raise cls.fail(f"init_type must be \"zero\" or \"undef\", got {props['init_type']!r}")
+
+
+class ArgReduceOp(PopxlOp):
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr)
+    keepdims = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 1)
+        require_numeric(cls, types[0])
+        shape = shape_of(types[0])
+        if not shape:
+            raise cls.fail(f"input must have rank >= 1, got {fmt_type(types[0])}")
+        axis = norm_axis(cls, props["axis"], len(shape))
+        keep = props.get("keepdims", False)
+        out = tuple(1 if i == axis else d for i, d in enumerate(shape) if keep or i != axis)
+        return [tensor_type(out, np.int32)]
+
+
+@irdl_op_definition
+class ArgmaxOp(ArgReduceOp):
+    """Index of the maximum along `axis` (first on ties), int32 (popxl.ops.argmax).
+
+    ```mlir
+    %i = popxl.argmax %x {axis = 1 : i64} : (tensor<8x10xf32>) -> tensor<8xi32>
+    ```
+    """
+
+    name = "popxl.argmax"
+
+
+@irdl_op_definition
+class ArgminOp(ArgReduceOp):
+    """Index of the minimum along `axis` (first on ties), int32 (popxl.ops.argmin).
+
+    ```mlir
+    %i = popxl.argmin %x {axis = 1 : i64, keepdims = true} : (tensor<8x10xf32>) -> tensor<8x1xi32>
+    ```
+    """
+
+    name = "popxl.argmin"
+
+
+# ------------------------------------------------------------------------------------
+# Losses
+# ------------------------------------------------------------------------------------
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def _nll_check(cls: type[PopxlOp], probs: TensorType, labels: TensorType, props: dict[str, Any]):
+    require_float(cls, probs, "probs")
+    require_int(cls, labels, "labels")
+    ps = shape_of(probs)
+    if not ps or shape_of(labels) != ps[:-1]:
+        raise cls.fail(
+            f"labels {fmt_type(labels)} must have the shape of probs {fmt_type(probs)} "
+            "without its last (class) dim"
+        )
+    if props["reduction"] not in REDUCTIONS:
+        raise cls.fail(f"reduction must be one of {REDUCTIONS}, got {props['reduction']!r}")
+    loss_shape = shape_of(labels) if props["reduction"] == "none" else ()
+    return tensor_type(loss_shape, dtype_of(probs))
+
+
+@irdl_op_definition
+class NllLossOp(PopxlOp):
+    """Negative log likelihood (popxl.ops.nll_loss, ONNX NegativeLogLikelihoodLoss).
+
+    `probs` is `[..., C]` (class dim last), `labels` is `[...]`. Per row
+    `loss = -log(probs[label])` (`-probs[label]` when `log_prob`); rows whose label is
+    `ignore_index` give 0. `reduction` "mean" divides the sum by the number of
+    non-ignored rows (by 1 if there are none), "sum" sums, "none" keeps `[...]`.
+
+    ```mlir
+    %l = popxl.nll_loss %p, %y {reduction = "mean"} : (tensor<8x10xf32>, tensor<8xi32>) -> tensor<f32>
+    ```
+    """
+
+    name = "popxl.nll_loss"
+    probs = operand_def(TensorType)
+    labels = operand_def(TensorType)
+    result = result_def(TensorType)
+    reduction = prop_def(StringAttr)
+    ignore_index = opt_prop_def(IntegerAttr)
+    log_prob = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        return [_nll_check(cls, types[0], types[1], props)]
+
+
+@irdl_op_definition
+class NllLossWithSoftmaxGradOp(PopxlOp):
+    """Fused NLL loss of softmax probabilities and its gradient w.r.t. the logits.
+
+    Results `(loss, dx)`: `loss` as `popxl.nll_loss` (unscaled), and
+    `dx = (probs - onehot(labels)) * loss_grad`, divided by the number of non-ignored
+    rows for "mean"; rows with `ignore_index` get 0. `loss_grad` (default 1.0) is a
+    property or a scalar tensor operand `loss_grad_tensor`
+    (popxl.ops.nll_loss_with_softmax_grad).
+
+    ```mlir
+    %l, %dx = popxl.nll_loss_with_softmax_grad %p, %y {loss_grad = 1.0 : f64, reduction = "mean"} : (tensor<8x10xf32>, tensor<8xi32>) -> (tensor<f32>, tensor<8x10xf32>)
+    ```
+    """
+
+    name = "popxl.nll_loss_with_softmax_grad"
+    probs = operand_def(TensorType)
+    labels = operand_def(TensorType)
+    loss_grad_tensor = opt_operand_def(TensorType)
+    loss = result_def(TensorType)
+    grad = result_def(TensorType)
+    loss_grad = opt_prop_def(FloatAttr)
+    reduction = prop_def(StringAttr)
+    ignore_index = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        probs, labels, lg = types
+        factor(cls, lg, props, "loss_grad")
+        return [_nll_check(cls, probs, labels, props), probs]
+
+
+# ------------------------------------------------------------------------------------
+# Gradient helpers (used by autodiff)
+# ------------------------------------------------------------------------------------
+
+
+class _DyXGrad(PopxlOp):
+    dy = operand_def(TensorType)
+    x = operand_def(TensorType)
+    result = result_def(TensorType)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        dy, x = types
+        require_float(cls, x, "x")
+        if dy != x:
+            raise cls.fail(f"dy {fmt_type(dy)} and x {fmt_type(x)} must have the same type")
+        return [x]
+
+
+@irdl_op_definition
+class GeluGradOp(_DyXGrad):
+    """`dy * d gelu(x)/dx` for the tanh-approximated GELU.
+
+    ```mlir
+    %dx = popxl.gelu_grad %dy, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    ```
+    """
+
+    name = "popxl.gelu_grad"
+
+
+@irdl_op_definition
+class ReluGradOp(_DyXGrad):
+    """`dy * (x > 0)`.
+
+    ```mlir
+    %dx = popxl.relu_grad %dy, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    ```
+    """
+
+    name = "popxl.relu_grad"
+
+
+@irdl_op_definition
+class SoftmaxGradOp(PopxlOp):
+    """`y * (dy - sum(dy * y, axis, keepdims))` where `y = softmax(x, axis)`.
+
+    ```mlir
+    %dx = popxl.softmax_grad %dy, %y {axis = 1 : i64} : (tensor<8x10xf32>, tensor<8x10xf32>) -> tensor<8x10xf32>
+    ```
+    """
+
+    name = "popxl.softmax_grad"
+    dy = operand_def(TensorType)
+    y = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        dy, y = types
+        require_float(cls, y, "y")
+        if dy != y:
+            raise cls.fail(f"dy {fmt_type(dy)} and y {fmt_type(y)} must have the same type")
+        norm_axis(cls, props["axis"], len(shape_of(y)))
+        return [y]
+
+
+@irdl_op_definition
+class NllLossGradOp(PopxlOp):
+    """Gradient of `popxl.nll_loss` w.r.t. `probs`, given `dloss` (shape of the loss).
+
+    At the label of each non-ignored row: `-dloss / probs[label]` (`-dloss` when
+    `log_prob`), divided by the number of non-ignored rows for "mean"; 0 elsewhere.
+
+    ```mlir
+    %dp = popxl.nll_loss_grad %p, %y, %dl {reduction = "mean"} : (tensor<8x10xf32>, tensor<8xi32>, tensor<f32>) -> tensor<8x10xf32>
+    ```
+    """
+
+    name = "popxl.nll_loss_grad"
+    probs = operand_def(TensorType)
+    labels = operand_def(TensorType)
+    dloss = operand_def(TensorType)
+    result = result_def(TensorType)
+    reduction = prop_def(StringAttr)
+    ignore_index = opt_prop_def(IntegerAttr)
+    log_prob = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 3)
+        probs, labels, dloss = types
+        loss = _nll_check(cls, probs, labels, props)
+        if dloss != loss:
+            raise cls.fail(f"dloss {fmt_type(dloss)} must have the loss type {fmt_type(loss)}")
+        return [probs]
+
+
+@irdl_op_definition
+class GatherGradOp(ResultTypedOp):
+    """Scatter-add of `dy` into zeros of the result (data) type at `indices` on `axis`.
+
+    ```mlir
+    %dw = popxl.gather_grad %dy, %i {axis = 0 : i64} : (tensor<2x3x4xf32>, tensor<2x3xi32>) -> tensor<10x4xf32>
+    ```
+    """
+
+    name = "popxl.gather_grad"
+    dy = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr)
+
+    @classmethod
+    def check(cls, types, props, result):
+        arity(cls, types, 2)
+        dy, idx = types
+        (expected,) = GatherOp.infer([result, idx], props)
+        if dy != expected:
+            raise cls.fail(
+                f"dy {fmt_type(dy)} is not the gather of {fmt_type(result)} at {fmt_type(idx)} "
+                f"(expected {fmt_type(expected)})"
+            )
+
+
+@irdl_op_definition
+class SliceGradOp(ResultTypedOp):
+    """Zeros of the result (original input) type with `dy` placed at the slice.
+
+    Props as `popxl.slice`.
+
+    ```mlir
+    %dx = popxl.slice_grad %dy {start = array<i64: 1>, stop = array<i64: 3>, axes = array<i64: 1>} : (tensor<2x2xf32>) -> tensor<2x4xf32>
+    ```
+    """
+
+    name = "popxl.slice_grad"
+    dy = operand_def(TensorType)
+    result = result_def(TensorType)
+    start = opt_prop_def(DenseArrayBase)
+    stop = opt_prop_def(DenseArrayBase)
+    step = opt_prop_def(DenseArrayBase)
+    axes = opt_prop_def(DenseArrayBase)
+
+    @classmethod
+    def check(cls, types, props, result):
+        arity(cls, types, 1)
+        (dy,) = types
+        expected = tensor_type(slice_shape(cls, shape_of(result), props), dtype_of(result))
+        if dy != expected:
+            raise cls.fail(
+                f"dy {fmt_type(dy)} is not the slice of {fmt_type(result)} "
+                f"(expected {fmt_type(expected)})"
+            )
+
+
+@irdl_op_definition
+class ReduceMaxGradOp(PopxlOp):
+    """Gradient of `popxl.reduce_max`: `dy` routed to the positions of the maximum.
+
+    `x` is the forward input, `y` the forward output and `dy` its gradient (props as
+    `reduce_max`). On ties the gradient is split evenly among the maxima.
+
+    ```mlir
+    %dx = popxl.reduce_max_grad %x, %y, %dy {axis = array<i64: 1>} : (tensor<2x3xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<2x3xf32>
+    ```
+    """
+
+    name = "popxl.reduce_max_grad"
+    x = operand_def(TensorType)
+    y = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = opt_prop_def(DenseArrayBase)
+    keepdims = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 3)
+        x, y, dy = types
+        require_float(cls, x, "x")
+        (expected,) = ReduceMaxOp.infer([x], props)
+        if y != expected or dy != expected:
+            raise cls.fail(
+                f"y {fmt_type(y)} and dy {fmt_type(dy)} must have the reduced type "
+                f"{fmt_type(expected)} of x {fmt_type(x)}"
+            )
+        return [x]
 
 
 # ------------------------------------------------------------------------------------
@@ -672,7 +1636,7 @@ class ScaledAddOp(PopxlOp):
     """`a * X + b * Y` (popxl.ops.scaled_add).
 
     ```mlir
-    %z = popxl.scaled_add %x, %y {a = 1.0 : f64, b = 0.5 : f64} : (...) -> tensor<4xf32>
+    %z = popxl.scaled_add %x, %y {a = 1.0 : f64, b = 0.5 : f64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
     ```
     """
 
@@ -694,6 +1658,8 @@ class ScaledAddOp(PopxlOp):
 class ScaledAddInplaceOp(PopxlOp):
     """`X = a * X + b * Y` in place (popxl.ops.scaled_add_); Y broadcasts to X.
 
+    Floating point dtypes may differ (Y is cast to X's dtype on store).
+
     ```mlir
     popxl.scaled_add_ %w, %g {a = 1.0 : f64, b = -0.05 : f64} : (tensor<4xf32>, tensor<4xf32>) -> ()
     ```
@@ -709,9 +1675,539 @@ class ScaledAddInplaceOp(PopxlOp):
     @classmethod
     def infer(cls, types, props):
         arity(cls, types, 2)
-        same_dtype(cls, types)
-        if broadcast(cls, types) != shape_of(types[0]):
-            raise cls.fail(f"cannot update {fmt_type(types[0])} in place with {fmt_type(types[1])}")
+        x, y = types
+        if dtype_of(x) != dtype_of(y) and not (dtype_of(x).kind == dtype_of(y).kind == "f"):
+            raise cls.fail(f"operand dtypes differ: {_types_str(types)}")
+        if broadcast(cls, types) != shape_of(x):
+            raise cls.fail(f"cannot update {fmt_type(x)} in place with {fmt_type(y)}")
+        return []
+
+
+class _AccumulateBase(PopxlOp):
+    """`t` updated in place from `X` with a scalar factor `f` (property or tensor)."""
+
+    t = operand_def(TensorType)
+    x = operand_def(TensorType)
+    f_tensor = opt_operand_def(TensorType)
+    f = opt_prop_def(FloatAttr)
+    WRITES: ClassVar[tuple[int, ...]] = (0,)
+    F_REQUIRED: ClassVar[bool] = False
+
+    @classmethod
+    def infer(cls, types, props):
+        t, x, f = types
+        update_compatible(cls, t, x)
+        factor(cls, f, props, "f", cls.F_REQUIRED)
+        return []
+
+
+@irdl_op_definition
+class AccumulateOp(_AccumulateBase):
+    """`t += f * X` in place, f defaults to 1 (popxl.ops.var_updates.accumulate_).
+
+    `t` may have another dtype than `X` (e.g. float16 state, float32 gradient).
+
+    ```mlir
+    popxl.accumulate_ %acc, %g {f = 0.5 : f64} : (tensor<4xf32>, tensor<4xf32>) -> ()
+    ```
+    """
+
+    name = "popxl.accumulate_"
+
+
+@irdl_op_definition
+class AccumulateSquareOp(_AccumulateBase):
+    """`t += f * X^2` in place, f defaults to 1 (var_updates.accumulate_square_).
+
+    ```mlir
+    popxl.accumulate_square_ %acc, %g : (tensor<4xf32>, tensor<4xf32>) -> ()
+    ```
+    """
+
+    name = "popxl.accumulate_square_"
+
+
+@irdl_op_definition
+class AccumulateMovingAverageOp(_AccumulateBase):
+    """`t = f * t + (1 - f) * X` in place (var_updates.accumulate_moving_average_).
+
+    ```mlir
+    popxl.accumulate_moving_average_ %m, %g {f = 0.9 : f64} : (tensor<4xf16>, tensor<4xf32>) -> ()
+    ```
+    """
+
+    name = "popxl.accumulate_moving_average_"
+    F_REQUIRED: ClassVar[bool] = True
+
+
+@irdl_op_definition
+class AccumulateMovingAverageSquareOp(_AccumulateBase):
+    """`t = f * t + (1 - f) * X^2` in place (var_updates.accumulate_moving_average_square_).
+
+    ```mlir
+    popxl.accumulate_moving_average_square_ %v, %g {f = 0.999 : f64} : (tensor<4xf32>, tensor<4xf32>) -> ()
+    ```
+    """
+
+    name = "popxl.accumulate_moving_average_square_"
+    F_REQUIRED: ClassVar[bool] = True
+
+
+@irdl_op_definition
+class AccumulateMeanOp(PopxlOp):
+    """`t = t * step / (step + 1) + X / (step + 1)` in place (var_updates.accumulate_mean_).
+
+    `step` (required) is a property or a scalar tensor operand `step_tensor`.
+
+    ```mlir
+    popxl.accumulate_mean_ %acc, %g, %n : (tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> ()
+    ```
+    """
+
+    name = "popxl.accumulate_mean_"
+    t = operand_def(TensorType)
+    x = operand_def(TensorType)
+    step_tensor = opt_operand_def(TensorType)
+    step = opt_prop_def(FloatAttr)
+    WRITES: ClassVar[tuple[int, ...]] = (0,)
+
+    @classmethod
+    def infer(cls, types, props):
+        t, x, step = types
+        update_compatible(cls, t, x)
+        factor(cls, step, props, "step", True)
+        return []
+
+
+@irdl_op_definition
+class AccumulatorScaleOp(PopxlOp):
+    """`t *= f` in place (var_updates.accumulator_scale_); f is a property or tensor.
+
+    ```mlir
+    popxl.accumulator_scale_ %acc {f = 0.0 : f64} : (tensor<4xf32>) -> ()
+    ```
+    """
+
+    name = "popxl.accumulator_scale_"
+    t = operand_def(TensorType)
+    f_tensor = opt_operand_def(TensorType)
+    f = opt_prop_def(FloatAttr)
+    WRITES: ClassVar[tuple[int, ...]] = (0,)
+
+    @classmethod
+    def infer(cls, types, props):
+        t, f = types
+        require_numeric(cls, t, "the updated tensor")
+        factor(cls, f, props, "f", True)
+        return []
+
+
+@irdl_op_definition
+class AccumulatorZeroOp(PopxlOp):
+    """`t = 0` in place (var_updates.accumulator_zero_).
+
+    ```mlir
+    popxl.accumulator_zero_ %acc : (tensor<4xf32>) -> ()
+    ```
+    """
+
+    name = "popxl.accumulator_zero_"
+    t = operand_def(TensorType)
+    WRITES: ClassVar[tuple[int, ...]] = (0,)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 1)
+        require_numeric(cls, types[0], "the updated tensor")
+        return []
+
+
+@irdl_op_definition
+class SparseAccumulateOp(PopxlOp):
+    """`t[indices along axis] += f * X` in place, repeated indices add up.
+
+    `X` has the shape of `gather(t, indices, axis)`; f defaults to 1
+    (var_updates.sparse_accumulate_; the optional PopXL `W` hint is not modelled).
+
+    ```mlir
+    popxl.sparse_accumulate_ %acc, %g, %i {axis = 0 : i64} : (tensor<10x4xf32>, tensor<3x4xf32>, tensor<3xi32>) -> ()
+    ```
+    """
+
+    name = "popxl.sparse_accumulate_"
+    t = operand_def(TensorType)
+    x = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    f_tensor = opt_operand_def(TensorType)
+    axis = prop_def(IntegerAttr)
+    f = opt_prop_def(FloatAttr)
+    WRITES: ClassVar[tuple[int, ...]] = (0,)
+
+    @classmethod
+    def infer(cls, types, props):
+        t, x, idx, f = types
+        require_numeric(cls, t, "the updated tensor")
+        require_numeric(cls, x, "X")
+        (expected,) = GatherOp.infer([t, idx], props)
+        if shape_of(x) != shape_of(expected):
+            raise cls.fail(
+                f"X {fmt_type(x)} must have the shape {shape_of(expected)} of gathering "
+                f"{fmt_type(t)} at {fmt_type(idx)}"
+            )
+        factor(cls, f, props, "f")
+        return []
+
+
+@irdl_op_definition
+class CopyVarUpdateOp(PopxlOp):
+    """`t = X` in place (var_updates.copy_var_update_); X broadcasts, dtype is cast.
+
+    ```mlir
+    popxl.copy_var_update_ %w, %x : (tensor<4xf32>, tensor<4xf32>) -> ()
+    ```
+    """
+
+    name = "popxl.copy_var_update_"
+    t = operand_def(TensorType)
+    x = operand_def(TensorType)
+    WRITES: ClassVar[tuple[int, ...]] = (0,)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        update_compatible(cls, types[0], types[1])
+        return []
+
+
+def _increment_mod_check(cls: type[PopxlOp], types, props) -> TensorType:
+    arity(cls, types, 1)
+    require_numeric(cls, types[0])
+    if props["modulus"] == 0:
+        raise cls.fail("modulus cannot be zero")
+    return types[0]
+
+
+@irdl_op_definition
+class IncrementModOp(PopxlOp):
+    """`fmod(t + increment, modulus)` computed in t's dtype (popxl.ops.increment_mod).
+
+    ```mlir
+    %c = popxl.increment_mod %t {increment = 1.0 : f64, modulus = 3.0 : f64} : (tensor<1xui32>) -> tensor<1xui32>
+    ```
+    """
+
+    name = "popxl.increment_mod"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    increment = prop_def(FloatAttr)
+    modulus = prop_def(FloatAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        return [_increment_mod_check(cls, types, props)]
+
+
+@irdl_op_definition
+class IncrementModInplaceOp(PopxlOp):
+    """`t = fmod(t + increment, modulus)` in place (popxl.ops.increment_mod_).
+
+    ```mlir
+    popxl.increment_mod_ %t {increment = 1.0 : f64, modulus = 3.0 : f64} : (tensor<1xui32>) -> ()
+    ```
+    """
+
+    name = "popxl.increment_mod_"
+    t = operand_def(TensorType)
+    increment = prop_def(FloatAttr)
+    modulus = prop_def(FloatAttr)
+    WRITES: ClassVar[tuple[int, ...]] = (0,)
+
+    @classmethod
+    def infer(cls, types, props):
+        _increment_mod_check(cls, types, props)
+        return []
+
+
+def _dynamic_slice_type(cls: type[PopxlOp], t: TensorType, index: TensorType, props) -> TensorType:
+    require_int(cls, index, "index")
+    shape = shape_of(t)
+    axes, sizes = props["axes"], props["sizes"]
+    if len(axes) != len(sizes) or not axes:
+        raise cls.fail(f"axes {axes} and sizes {sizes} must be non-empty and of equal length")
+    if math.prod(shape_of(index)) != len(axes):
+        raise cls.fail(f"index {fmt_type(index)} must have one element per axis ({len(axes)})")
+    nax = norm_axes(cls, axes, len(shape))
+    out = list(shape)
+    for a, s in zip(axes, sizes):
+        a %= len(shape)
+        if not 0 <= s <= shape[a]:
+            raise cls.fail(f"size {s} is out of range for axis {a} of {fmt_type(t)}")
+        out[a] = s
+    del nax
+    return tensor_type(out, dtype_of(t))
+
+
+@irdl_op_definition
+class DynamicSliceOp(PopxlOp):
+    """Slice of `sizes` at runtime offsets `index` on `axes` (popxl.ops.dynamic_slice).
+
+    Offsets are clamped to `[0, dim - size]`. `no_overlap` is accepted and ignored.
+
+    ```mlir
+    %s = popxl.dynamic_slice %t, %i {axes = array<i64: 0>, sizes = array<i64: 1>} : (tensor<4x3xf32>, tensor<1xui32>) -> tensor<1x3xf32>
+    ```
+    """
+
+    name = "popxl.dynamic_slice"
+    input = operand_def(TensorType)
+    index = operand_def(TensorType)
+    result = result_def(TensorType)
+    axes = prop_def(DenseArrayBase)
+    sizes = prop_def(DenseArrayBase)
+    no_overlap = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        return [_dynamic_slice_type(cls, types[0], types[1], props)]
+
+
+def _dynamic_update_check(cls: type[PopxlOp], types, props) -> TensorType:
+    arity(cls, types, 3)
+    t, index, update = types
+    expected = _dynamic_slice_type(cls, t, index, props)
+    if shape_of(update) != shape_of(expected):
+        raise cls.fail(
+            f"update {fmt_type(update)} must have the slice shape {shape_of(expected)} of {fmt_type(t)}"
+        )
+    if dtype_of(update) != dtype_of(t):
+        raise cls.fail(f"update {fmt_type(update)} and tensor {fmt_type(t)} dtypes differ")
+    return t
+
+
+@irdl_op_definition
+class DynamicUpdateOp(PopxlOp):
+    """A copy of `t` with `update` written at runtime offsets `index` on `axes`.
+
+    (popxl.ops.dynamic_update; offsets clamped as in `dynamic_slice`.)
+
+    ```mlir
+    %u = popxl.dynamic_update %t, %i, %x {axes = array<i64: 0>, sizes = array<i64: 1>} : (tensor<4x3xf32>, tensor<1xui32>, tensor<1x3xf32>) -> tensor<4x3xf32>
+    ```
+    """
+
+    name = "popxl.dynamic_update"
+    input = operand_def(TensorType)
+    index = operand_def(TensorType)
+    update = operand_def(TensorType)
+    result = result_def(TensorType)
+    axes = prop_def(DenseArrayBase)
+    sizes = prop_def(DenseArrayBase)
+    no_overlap = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        return [_dynamic_update_check(cls, types, props)]
+
+
+@irdl_op_definition
+class DynamicUpdateInplaceOp(PopxlOp):
+    """`t[index : index + sizes on axes] = update` in place (popxl.ops.dynamic_update_).
+
+    ```mlir
+    popxl.dynamic_update_ %t, %i, %x {axes = array<i64: 0>, sizes = array<i64: 1>} : (tensor<4x3xf32>, tensor<1xui32>, tensor<1x3xf32>) -> ()
+    ```
+    """
+
+    name = "popxl.dynamic_update_"
+    t = operand_def(TensorType)
+    index = operand_def(TensorType)
+    update = operand_def(TensorType)
+    axes = prop_def(DenseArrayBase)
+    sizes = prop_def(DenseArrayBase)
+    no_overlap = opt_prop_def(IntegerAttr)
+    WRITES: ClassVar[tuple[int, ...]] = (0,)
+
+    @classmethod
+    def infer(cls, types, props):
+        _dynamic_update_check(cls, types, props)
+        return []
+
+
+# ------------------------------------------------------------------------------------
+# Optimiser maths (popxl.ops.var_updates)
+# ------------------------------------------------------------------------------------
+
+
+class _UpdaterBase(PopxlOp):
+    """Shared checks of the adam/lamb/adamax updaters.
+
+    Operands `m, v, weight?, time_step?` then optional scalar tensors for the factors.
+    The result has m's shape and v's dtype. When `time_step` is given it is
+    incremented in place (so `WRITES` holds its operand index) and used for bias
+    correction, and `beta1` (and `beta2` where used) are required.
+    """
+
+    FACTORS: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def WRITES(self) -> tuple[int, ...]:  # noqa: N802  (a per-instance `WRITES`)
+        if getattr(self, "time_step") is None:
+            return ()
+        return (2 if getattr(self, "weight") is None else 3,)
+
+    @classmethod
+    def infer(cls, types, props):
+        m, v, w, ts, *fs = types
+        require_float(cls, m, "m")
+        require_float(cls, v, "v")
+        require_same_shape(cls, m, v, "m and v")
+        if w is not None:
+            require_float(cls, w, "weight")
+            require_same_shape(cls, m, w, "m and weight")
+        scalar_operand(cls, ts, "time_step")
+        for name, f in zip(cls.FACTORS, fs, strict=True):
+            factor(cls, f, props, name)
+
+        def given(name: str) -> bool:
+            return name in props or fs[cls.FACTORS.index(name)] is not None
+
+        if given("weight_decay") and props.get("weight_decay") != 0.0 and w is None:
+            raise cls.fail("weight_decay needs the weight operand")
+        if ts is not None:
+            for b in ("beta1", "beta2"):
+                if b in cls.FACTORS and not given(b):
+                    raise cls.fail(f"bias correction (time_step given) needs {b}")
+        return [tensor_type(shape_of(m), dtype_of(v))]
+
+
+@irdl_op_definition
+class AdamUpdaterOp(_UpdaterBase):
+    """Adam updater term (var_updates.adam_updater); increments `time_step` in place.
+
+    With `time_step` (t := time_step + 1, stored back): `mc = m / (1 - beta1^t)`,
+    `vc = v / (1 - beta2^t)`; without: `mc = m`, `vc = v`. Result
+    `x = mc / (sqrt(vc) + epsilon) + weight_decay * weight` (weight_decay default 0,
+    epsilon default 1e-7). Factors: f64 properties or `<name>_tensor` operands.
+
+    ```mlir
+    %u = popxl.adam_updater %m, %v, %w, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, weight_decay = 0.01 : f64} : (tensor<4xf16>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+    ```
+    """
+
+    name = "popxl.adam_updater"
+    m = operand_def(TensorType)
+    v = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    time_step = opt_operand_def(TensorType)
+    weight_decay_tensor = opt_operand_def(TensorType)
+    beta1_tensor = opt_operand_def(TensorType)
+    beta2_tensor = opt_operand_def(TensorType)
+    epsilon_tensor = opt_operand_def(TensorType)
+    weight_decay = opt_prop_def(FloatAttr)
+    beta1 = opt_prop_def(FloatAttr)
+    beta2 = opt_prop_def(FloatAttr)
+    epsilon = opt_prop_def(FloatAttr)
+    result = result_def(TensorType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    FACTORS: ClassVar[tuple[str, ...]] = ("weight_decay", "beta1", "beta2", "epsilon")
+
+
+@irdl_op_definition
+class LambUpdaterOp(_UpdaterBase):
+    """LAMB updater term (var_updates.lamb_updater): the Adam term, same maths.
+
+    `x = mc / (sqrt(vc) + epsilon) + weight_decay * weight` with bias correction as in
+    `adam_updater`; the trust ratio is applied by `adam_var_update` (r1, r2).
+
+    ```mlir
+    %u = popxl.lamb_updater %m, %v, %w, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+    ```
+    """
+
+    name = "popxl.lamb_updater"
+    m = operand_def(TensorType)
+    v = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    time_step = opt_operand_def(TensorType)
+    weight_decay_tensor = opt_operand_def(TensorType)
+    beta1_tensor = opt_operand_def(TensorType)
+    beta2_tensor = opt_operand_def(TensorType)
+    epsilon_tensor = opt_operand_def(TensorType)
+    weight_decay = opt_prop_def(FloatAttr)
+    beta1 = opt_prop_def(FloatAttr)
+    beta2 = opt_prop_def(FloatAttr)
+    epsilon = opt_prop_def(FloatAttr)
+    result = result_def(TensorType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    FACTORS: ClassVar[tuple[str, ...]] = ("weight_decay", "beta1", "beta2", "epsilon")
+
+
+@irdl_op_definition
+class AdamaxUpdaterOp(_UpdaterBase):
+    """AdaMax updater term (var_updates.adamax_updater); increments `time_step`.
+
+    `v` is the infinity-norm accumulator `u`. With `time_step` (t := time_step + 1):
+    `mc = m / (1 - beta1^t)`, else `mc = m`. Result
+    `x = mc / (v + epsilon) + weight_decay * weight` (beta1 default 0.9).
+
+    ```mlir
+    %u = popxl.adamax_updater %m, %v, %w, %t {beta1 = 0.9 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+    ```
+    """
+
+    name = "popxl.adamax_updater"
+    m = operand_def(TensorType)
+    v = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    time_step = opt_operand_def(TensorType)
+    weight_decay_tensor = opt_operand_def(TensorType)
+    beta1_tensor = opt_operand_def(TensorType)
+    epsilon_tensor = opt_operand_def(TensorType)
+    weight_decay = opt_prop_def(FloatAttr)
+    beta1 = opt_prop_def(FloatAttr)
+    epsilon = opt_prop_def(FloatAttr)
+    result = result_def(TensorType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    FACTORS: ClassVar[tuple[str, ...]] = ("weight_decay", "beta1", "epsilon")
+
+
+@irdl_op_definition
+class AdamVarUpdateOp(PopxlOp):
+    """`t -= learning_rate * ratio * x` in place (var_updates.adam_var_update).
+
+    `r1`, `r2` are the squared norms of the weight and of the updater (lamb_square).
+    `ratio = min(sqrt(r1), max_weight_norm) / sqrt(r2)`, or 1 when either norm is 0
+    (max_weight_norm: no clipping when absent). `learning_rate` is required;
+    both factors are f64 properties or `<name>_tensor` operands.
+
+    ```mlir
+    popxl.adam_var_update %w, %u, %r1, %r2 {learning_rate = 0.001 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<f32>) -> ()
+    ```
+    """
+
+    name = "popxl.adam_var_update"
+    t = operand_def(TensorType)
+    x = operand_def(TensorType)
+    r1 = operand_def(TensorType)
+    r2 = operand_def(TensorType)
+    learning_rate_tensor = opt_operand_def(TensorType)
+    max_weight_norm_tensor = opt_operand_def(TensorType)
+    learning_rate = opt_prop_def(FloatAttr)
+    max_weight_norm = opt_prop_def(FloatAttr)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    WRITES: ClassVar[tuple[int, ...]] = (0,)
+
+    @classmethod
+    def infer(cls, types, props):
+        t, x, r1, r2, lr, mwn = types
+        require_float(cls, t, "t")
+        require_float(cls, x, "x")
+        require_same_shape(cls, t, x, "t and x")
+        scalar_operand(cls, r1, "r1")
+        scalar_operand(cls, r2, "r2")
+        factor(cls, lr, props, "learning_rate", True)
+        factor(cls, mwn, props, "max_weight_norm")
         return []
 
 
@@ -751,7 +2247,49 @@ OPS: list[type[IRDLOperation]] = [
     ReduceMinOp,
     ScaledAddOp,
     ScaledAddInplaceOp,
+    # shape / index
+    ConcatOp,
+    SliceOp,
+    GatherOp,
+    WhereOp,
+    OnehotOp,
+    SqueezeOp,
+    ExpandOp,
+    ReduceToShapeOp,
+    InitOp,
+    ArgmaxOp,
+    ArgminOp,
+    # losses
+    NllLossOp,
+    NllLossWithSoftmaxGradOp,
+    # gradient helpers
+    GeluGradOp,
+    ReluGradOp,
+    SoftmaxGradOp,
+    NllLossGradOp,
+    GatherGradOp,
+    SliceGradOp,
+    ReduceMaxGradOp,
+    # in-place updates
+    AccumulateOp,
+    AccumulateSquareOp,
+    AccumulateMeanOp,
+    AccumulateMovingAverageOp,
+    AccumulateMovingAverageSquareOp,
+    AccumulatorScaleOp,
+    AccumulatorZeroOp,
+    SparseAccumulateOp,
+    CopyVarUpdateOp,
+    IncrementModOp,
+    IncrementModInplaceOp,
+    DynamicSliceOp,
+    DynamicUpdateOp,
+    DynamicUpdateInplaceOp,
+    # optimiser maths
+    AdamUpdaterOp,
+    LambUpdaterOp,
+    AdamaxUpdaterOp,
+    AdamVarUpdateOp,
 ]
 
 Popxl = Dialect("popxl", OPS, [])
-

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     IntegerAttr,
@@ -35,7 +34,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     i64,
 )
-from xdsl.ir import Attribute, Block, Dialect, Region, SSAValue
+from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -51,13 +50,16 @@ from xdsl.irdl import (
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import (
+    AlwaysSpeculatable,
+    EffectInstance,
     HasParent,
     IsolatedFromAbove,
     MemoryAllocEffect,
+    MemoryEffect,
+    MemoryEffectKind,
     MemoryReadEffect,
     MemoryWriteEffect,
     NoTerminator,
-    Pure,
 )
 from xdsl.utils.exceptions import VerifyException
 
@@ -68,6 +70,36 @@ from xl.dialects.graph import (
     print_named_slot,
 )
 from xl.dialects.utils import fmt_type
+
+
+def is_buffer_written(value: SSAValue) -> bool:
+    """Whether some op may write `value` (a kernel out, a copy dest, an h2d buffer, ...)."""
+    for use in value.uses:
+        user = use.operation
+        if isinstance(user, KernelOp) and use.index < len(user.ins):
+            continue
+        if isinstance(user, CopyOp) and use.index == 0:
+            continue
+        if isinstance(user, D2HOp | IfOp):
+            continue
+        return True
+    return False
+
+
+class _ConstEffect(MemoryEffect):
+    """No effect (CSE may merge equal constants) unless the buffer is written."""
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
+        return None if any(is_buffer_written(r) for r in op.results) else set()
+
+
+class _AllocEffect(MemoryEffect):
+    """A fresh buffer: removable when unused, never merged with another."""
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
+        return {EffectInstance(MemoryEffectKind.ALLOC, r) for r in op.results}
 
 
 @irdl_op_definition
@@ -169,7 +201,7 @@ class ConstOp(IRDLOperation):
     name = "rt.const"
     value = prop_def(DenseIntOrFPElementsAttr)
     result = result_def(MemRefType)
-    traits = traits_def(Pure())
+    traits = traits_def(_ConstEffect(), AlwaysSpeculatable())
     assembly_format = "$value attr-dict `:` type($result)"
 
     def __init__(self, value: DenseIntOrFPElementsAttr, type: MemRefType):
@@ -194,7 +226,7 @@ class AllocOp(IRDLOperation):
 
     name = "rt.alloc"
     result = result_def(MemRefType)
-    traits = traits_def(MemoryAllocEffect())
+    traits = traits_def(_AllocEffect())
     assembly_format = "attr-dict `:` type($result)"
 
     def __init__(self, type: MemRefType):
@@ -374,12 +406,9 @@ class IfOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> IfOp:
-        cond = parser.parse_operand()
+        unresolved = parser.parse_unresolved_operand()
         parser.parse_punctuation(":")
-        pos = parser.pos
-        t = parser.parse_type()
-        if cond.type != t:
-            parser.raise_error(f"rt.if: condition has type {cond.type}, not {t}", pos)
+        cond = parser.resolve_operand(unresolved, parser.parse_type())
         then_region = parse_body_region(parser)
         parser.parse_keyword("else")
         else_region = parse_body_region(parser)

@@ -86,7 +86,8 @@ def fmt_type(t: Attribute) -> str:
 
 def dense_attr(value: np.ndarray) -> DenseIntOrFPElementsAttr:
     """A dense elements attribute holding ``value`` (any rank, any xl dtype)."""
-    value = np.ascontiguousarray(value)
+    value = np.asarray(value)
+    value = np.ascontiguousarray(value).reshape(value.shape)  # ascontiguousarray makes 0-d 1-d
     ttype = tensor_type(value.shape, value.dtype)
     if value.dtype == np.bool_:
         return DenseIntOrFPElementsAttr.from_list(ttype, [int(v) for v in value.reshape(-1)])

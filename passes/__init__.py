@@ -10,6 +10,11 @@ from xdsl.passes import ModulePass
 def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """Lazy factories for every xl pass, keyed by its kebab-case name."""
 
+    def get_autodiff() -> type[ModulePass]:
+        from xl.passes.autodiff import AutodiffPass
+
+        return AutodiffPass
+
     def get_inline() -> type[ModulePass]:
         from xl.passes.inline import InlinePass
 
@@ -21,6 +26,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         return LowerToRtPass
 
     return {
+        "autodiff": get_autodiff,
         "inline": get_inline,
         "lower-to-rt": get_lower_to_rt,
     }

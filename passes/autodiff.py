@@ -56,7 +56,6 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
-    FlatSymbolRefAttrConstr,
     IntegerAttr,
     ModuleOp,
     StringAttr,
@@ -64,7 +63,16 @@ from xdsl.dialects.builtin import (
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue, SSAValues
+from xdsl.ir import (
+    Attribute,
+    Block,
+    BlockArgument,
+    Operation,
+    OpResult,
+    Region,
+    SSAValue,
+    SSAValues,
+)
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -172,26 +180,40 @@ def append_results(op: Operation, types: Sequence[Attribute]) -> list[OpResult]:
     return new
 
 
-def add_graph_outputs(module: ModuleOp, graph: GraphOp, values: Sequence[SSAValue]) -> list[int]:
+def call_sites(module: ModuleOp) -> dict[str, list[Operation]]:
+    """Every op of the module that calls a graph, by callee name."""
+    sites: dict[str, list[Operation]] = {}
+    for op in module.walk():
+        if isinstance(op, CallOp | RepeatOp):
+            sites.setdefault(op.callee.root_reference.data, []).append(op)
+        elif isinstance(op, ConditionalOp):
+            for ref in (op.then_branch, op.else_branch):
+                sites.setdefault(ref.root_reference.data, []).append(op)
+    return sites
+
+
+def add_graph_outputs(
+    module: ModuleOp,
+    graph: GraphOp,
+    values: Sequence[SSAValue],
+    sites: Sequence[Operation] | None = None,
+) -> list[int]:
     """Makes `values` (of `graph`) extra outputs of `graph`; returns their output indices.
 
-    Every `call.call` of the graph gets the new results in place.
+    Every `call.call` of the graph (`sites`, default: found in `module`) gets the new
+    results in place.
     """
     if not values:
         return []
     name = graph.graph_name
-    sites: list[CallOp] = []
-    for op in module.walk():
-        if isinstance(op, CallOp) and op.callee.root_reference.data == name:
-            sites.append(op)
-        elif isinstance(op, RepeatOp) and op.callee.root_reference.data == name:
+    if sites is None:
+        sites = call_sites(module).get(name, [])
+    for op in sites:
+        if isinstance(op, RepeatOp):
             raise AutodiffError(
                 f"autodiff: cannot add outputs to graph @{name}: it is the body of a call.repeat"
             )
-        elif isinstance(op, ConditionalOp) and name in (
-            op.then_branch.root_reference.data,
-            op.else_branch.root_reference.data,
-        ):
+        if isinstance(op, ConditionalOp):
             raise AutodiffError(
                 f"autodiff: cannot add outputs to graph @{name}: it is a branch of a call.conditional"
             )
@@ -222,7 +244,6 @@ def check_not_modifying(graph: GraphOp) -> None:
         for i in _writes(op):
             v = op.operands[i]
             if v in args:
-                assert isinstance(v, Block.args.__class__) or True
                 idx = graph.body.block.args.index(v)  # type: ignore[arg-type]
                 raise AutodiffError(
                     f"The graph {graph.graph_name} contains a modifying op: {op.name} modifies "
@@ -231,36 +252,45 @@ def check_not_modifying(graph: GraphOp) -> None:
                 )
 
 
-def _out_of_place_name(name: str) -> str | None:
-    return name[:-1] if name.endswith("_") else None
+def _functional_form(op: Operation) -> Operation | None:
+    """The out-of-place op computing the value that in-place `op` writes to operand 0."""
+    from xl.dialects.popxl import IdentityOp, Popxl, ScaledAddOp, op_props
+
+    props = op_props(op)
+    if op.name == "popxl.copy_var_update_":
+        return IdentityOp.make([op.operands[1]])
+    if op.name == "popxl.accumulate_" and len(op.operands) == 2:
+        return ScaledAddOp.make(list(op.operands), a=1.0, b=float(props.get("f", 1.0)))
+    if not op.name.endswith("_"):
+        return None
+    base = op.name[:-1]
+    cls = next((c for c in Popxl.operations if c.name == base), None)
+    if cls is None:
+        return None
+    try:
+        return cls.make(list(op.operands), **props)  # type: ignore[attr-defined]
+    except Exception:
+        return None
 
 
 def functionalize(graph: GraphOp) -> None:
     """Rewrites in-place ops on the graph's own intermediates into out-of-place ops.
 
     `popxl.relu_ %x` becomes `%x2 = popxl.relu %x` and every later use of `%x` in
-    the graph uses `%x2`. Only ops with an out-of-place counterpart are rewritten.
+    the graph uses `%x2` (likewise `scaled_add_`, `add_`, `copy_var_update_`,
+    `accumulate_` with a constant factor). Ops without a functional form are kept;
+    `autodiff` refuses them if a gradient must flow through what they write.
     """
-    from xl.dialects.popxl import Popxl
-
-    by_name = {c.name: c for c in Popxl.operations}
     block = graph.body.block
     for op in list(block.ops):
-        w = getattr(op, "WRITES", ())
-        if not w or len(w) != 1 or w[0] != 0 or op.results:
-            continue
-        base = _out_of_place_name(op.name)
-        cls = by_name.get(base) if base else None
-        if cls is None:
+        w = _writes(op)
+        if w != [0] or op.results:
             continue
         target = op.operands[0]
         if target in block.args:
             continue  # refused by check_not_modifying
-        try:
-            new = cls.make(list(op.operands), **_props(op))  # type: ignore[attr-defined]
-        except Exception:
-            continue
-        if len(new.results) != 1 or new.results[0].type != target.type:
+        new = _functional_form(op)
+        if new is None or len(new.results) != 1 or new.results[0].type != target.type:
             continue
         Rewriter.insert_op(new, InsertPoint.before(op))
         later: set[Operation] = set()
@@ -269,6 +299,8 @@ def functionalize(graph: GraphOp) -> None:
             later.add(cur)
             cur = cur.next_op
         nv = new.results[0]
+        if target.name_hint and nv.name_hint is None:
+            nv.name_hint = target.name_hint
         for use in list(target.uses):
             if use.operation in later or _ancestor_in(use.operation, later):
                 use.operation.operands[use.index] = nv
@@ -282,12 +314,6 @@ def _ancestor_in(op: Operation, ops: set[Operation]) -> bool:
             return True
         p = p.parent_op()
     return False
-
-
-def _props(op: Operation) -> dict[str, Any]:
-    from xl.dialects.popxl import op_props
-
-    return op_props(op)
 
 
 def _is_float(v: SSAValue) -> bool:
@@ -334,7 +360,15 @@ class _GradGraphBuilder:
         self.fwd_map: dict[SSAValue, SSAValue] = {}
         self.const_cache: dict[tuple[float, str], SSAValue] = {}
         self.needs_set: set[SSAValue] = set()
-        self._pending_outputs: list[SSAValue] = []
+        self._out_idx: dict[SSAValue, int] | None = None
+        self._pending: list[SSAValue] = []
+
+    def _out_index(self) -> dict[SSAValue, int]:
+        if self._out_idx is None:
+            self._out_idx = {}
+            for j, v in enumerate(self.fwd_graph.output_op.outs):
+                self._out_idx.setdefault(v, j)
+        return self._out_idx
 
     # -- GradBuilder interface ------------------------------------------------------
     def needs(self, value: SSAValue) -> bool:
@@ -350,15 +384,18 @@ class _GradGraphBuilder:
             c = owner.clone()
             self.block.add_op(c)
             got = c.results[0]
-        elif value in fwd_block.args:
-            i = fwd_block.args.index(value)  # type: ignore[arg-type]
+        elif isinstance(value, BlockArgument) and value.block is fwd_block:
+            i = value.index
             got = self._add_input(value.type, (FWD_INPUT, i), self.fwd_graph.input_name(i))
         else:
-            outs = list(self.fwd_graph.output_op.outs)
-            if value in outs:
-                j = outs.index(value)
-            else:
-                (j,) = add_graph_outputs(self.module, self.fwd_graph, [value])
+            idx = self._out_index()
+            j = idx.get(value)
+            if j is None:
+                # becomes a forward output when the gradient graph is done (one update of
+                # the graph and its call sites for all activations)
+                j = len(self.fwd_graph.output_op.outs) + len(self._pending)
+                self._pending.append(value)
+                idx[value] = j
             got = self._add_input(value.type, (FWD_OUTPUT, j), _value_name(value, f"t{j}"))
         self.fwd_map[value] = got
         return got
@@ -451,12 +488,20 @@ class _GradGraphBuilder:
         for op in fblock.ops:
             if isinstance(op, OutputOp):
                 break
-            if any(o in needs for o in op.operands) or any(
-                o in needs for o in _region_inputs(op)
-            ):
+            if any(o in needs for o in op.operands):
                 for r in op.results:
                     if _is_float(r):
                         needs.add(r)
+
+        for op in fblock.ops:
+            for i in _writes(op):
+                v = op.operands[i]
+                if v in needs:
+                    raise AutodiffError(
+                        f"autodiff: graph @{fwd.graph_name}: {op.name} updates "
+                        f"'{_value_name(v, 'a tensor')}' in place and a gradient must flow "
+                        "through it; use the out-of-place op"
+                    )
 
         grads: dict[SSAValue, list[SSAValue]] = {}
         for j in provided:
@@ -508,12 +553,12 @@ class _GradGraphBuilder:
         for i in required:
             a = fblock.args[i]
             g = take(a) if a in needs else None
-            if g is None:
-                g = self.zeros(a.type)
-            elif g in self.block.args and g in results:
-                pass
-            results.append(g)
+            results.append(g if g is not None else self.zeros(a.type))
         self.block.add_op(OutputOp(results))
+
+        first = len(fwd.output_op.outs)
+        added = add_graph_outputs(self.module, fwd, self._pending, self.driver.sites_of(fwd))
+        assert added == list(range(first, first + len(self._pending)))
 
         grad = GraphOp(
             name,
@@ -540,10 +585,6 @@ class _GradGraphBuilder:
         return list(rule(self, op, dys))
 
 
-def _region_inputs(op: Operation) -> list[SSAValue]:
-    return []
-
-
 # ------------------------------------------------------------------------------------
 # Driver
 # ------------------------------------------------------------------------------------
@@ -566,6 +607,13 @@ class Autodiff:
         self.created: dict[str, GraphOp] = {}
         """forward graph name -> the gradient graph created for it (all of them)."""
         self._active: set[str] = set()
+        self._sites: dict[str, list[Operation]] | None = None
+
+    def sites_of(self, graph: GraphOp) -> list[Operation]:
+        """The ops calling `graph` (computed once; autodiff adds no calls to forward graphs)."""
+        if self._sites is None:
+            self._sites = call_sites(self.module)
+        return self._sites.get(graph.graph_name, [])
 
     def graph(self, name: str) -> GraphOp:
         g = self.graphs.get(name)
@@ -585,8 +633,6 @@ class Autodiff:
         name = fwd.graph_name
         if name in self._active:
             raise AutodiffError(f"autodiff: graph @{name} calls itself recursively")
-        check_not_modifying(fwd)
-        functionalize(fwd)
         fblock = fwd.body.block
         n_out = len(fwd.output_op.outs)
         n_in = len(fblock.args)
@@ -616,6 +662,8 @@ class Autodiff:
                         f"@{name} is {fmt_type(fblock.args[i].type)}; only floating point "
                         "tensors have gradients"
                     )
+        check_not_modifying(fwd)
+        functionalize(fwd)
         gname = grad_name if grad_name is not None else unique_graph_name(self.module, f"{name}_grad")
         if gname in graphs_by_name(self.module):
             raise AutodiffError(f"autodiff: a graph named @{gname} already exists")

@@ -484,17 +484,22 @@ def _reduce_sum(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Gr
 
 @grad_rule("popxl.reduce_max", "popxl.reduce_min")
 def _reduce_max(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
-    # the gradient goes to every element equal to the extremum
+    # the gradient is split evenly among the elements equal to the extremum
     (dy,) = dys
     assert dy is not None
     x = op.operands[0]
     if not b.needs(x):
         return [None]
+    props = {k: v for k, v in op_props(op).items() if k in ("axis", "keepdims")}
+    y = op.results[0]
+    if op.name == "popxl.reduce_max":
+        return [b.v("popxl.reduce_max_grad", b.fwd(x), b.fwd(y), dy, **props)]
     keep = _keep_shape(op)
-    y = _expand_to(b, _reshape(b, b.fwd(op.results[0]), keep), x.type)
-    m = _mask(b, b.v("popxl.equal", b.fwd(x), y), _dt(x))
-    g = _expand_to(b, _reshape(b, dy, keep), x.type)
-    return [_mul(b, g, m)]
+    y_full = _expand_to(b, _reshape(b, b.fwd(y), keep), x.type)
+    m = _mask(b, b.v("popxl.equal", b.fwd(x), y_full), _dt(x))
+    count = b.v("popxl.reduce_sum", m, axis=_reduced_axes(op), keepdims=True)
+    g = b.v("popxl.div", _reshape(b, dy, keep), count)
+    return [_mul(b, _expand_to(b, g, x.type), m)]
 
 
 @grad_rule("popxl.expand")
@@ -536,8 +541,7 @@ def _concat(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
                     result_type=x.type,
                     start=(start,),
                     stop=(start + n,),
-                    step=(1,),
-                    axis=(axis,),
+                    axes=(axis,),
                 )
             )
         else:
@@ -564,8 +568,8 @@ def _gather(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     x, idx = op.operands[0], op.operands[1]
     if not b.needs(x):
         return [None, None]
-    props = op_props(op)
-    return [b.v("popxl.gather_grad", dy, b.fwd(idx), result_type=x.type, **props), None]
+    axis = op_props(op)["axis"]
+    return [b.v("popxl.gather_grad", dy, b.fwd(idx), result_type=x.type, axis=axis), None]
 
 
 # ------------------------------------------------------------------------------------
@@ -581,12 +585,31 @@ def _nll_loss(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grad
     if not b.needs(probs):
         return [None, None]
     props = op_props(op)
-    g = b.v(
-        "popxl.nll_loss_grad",
-        dy,
-        b.fwd(probs),
-        b.fwd(labels),
-        result_type=probs.type,
-        **props,
-    )
+    g = b.v("popxl.nll_loss_grad", b.fwd(probs), b.fwd(labels), dy, **props)
     return [g, None]
+
+
+@grad_rule("popxl.dynamic_slice")
+def _dynamic_slice(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    (dy,) = dys
+    assert dy is not None
+    x, index = op.operands[0], op.operands[1]
+    if not b.needs(x):
+        return [None, None]
+    props = {k: v for k, v in op_props(op).items() if k in ("axes", "sizes")}
+    g = b.v("popxl.dynamic_update", b.zeros(x.type), b.fwd(index), dy, **props)
+    return [g, None]
+
+
+@grad_rule("popxl.dynamic_update")
+def _dynamic_update(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    (dy,) = dys
+    assert dy is not None
+    x, index, upd = op.operands[0], op.operands[1], op.operands[2]
+    props = {k: v for k, v in op_props(op).items() if k in ("axes", "sizes")}
+    out: list[SSAValue | None] = [None, None, None]
+    if b.needs(x):
+        out[0] = b.v("popxl.dynamic_update", dy, b.fwd(index), b.zeros(upd.type), **props)
+    if b.needs(upd):
+        out[2] = b.v("popxl.dynamic_slice", dy, b.fwd(index), **props)
+    return out

@@ -165,7 +165,7 @@ def _h2d(buf: np.ndarray, s: _StreamIn) -> None:
 def _d2h(buf: np.ndarray, s: _StreamOut) -> None:
     data = s.data
     assert data is not None
-    np.copyto(data[s.index % data.shape[0]], buf)
+    np.copyto(data[s.index % data.shape[0], ...], buf)
     s.index += 1
 
 

@@ -6,11 +6,25 @@ called with the input arrays followed by preallocated output arrays (right shape
 dtype) that it must fill in place. For ops that update operands in place (``WRITES``),
 ``outs`` are the written operands (the same arrays as in ``ins``) followed by results.
 Factories run once at compile time; ``fn`` runs every step, so it does no lookups.
+
+More rules:
+
+- Ops with optional operands (scalar factors given as tensors, the optimiser
+  updaters) read ``props["operand_segments"]`` (number of operands per operand
+  definition, as ``op_props`` gives it; ``operandSegmentSizes`` is accepted too) to
+  know which inputs are present. Without it, only the required operands are assumed.
+- Results must not alias inputs (except written operands of in-place ops); the
+  elementwise kernels are alias-safe anyway.
+- Shapes are static per kernel instance: kernels that need shape-derived data
+  compute it on the first call and keep it.
+- Maths runs in the output dtype (float32 stays float32); state of another float
+  dtype than its update (float16 moments, float32 gradients) is cast on store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,17 +43,923 @@ def register(name: str) -> Callable[[KernelFactory], KernelFactory]:
     return deco
 
 
-@register("popxl.add")
-def _add(p: dict[str, Any]) -> Kernel:
+# ------------------------------------------------------------------------------------
+# Helpers (compile time)
+# ------------------------------------------------------------------------------------
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_A = 0.044715
+
+
+def _axes(p: dict[str, Any], key: str = "axis") -> tuple[int, ...] | None:
+    v = p.get(key)
+    return None if v is None else tuple(int(a) for a in v)
+
+
+def _slots(p: dict[str, Any], names: Sequence[str]) -> dict[str, int]:
+    """Input position of each operand name (optional names end in '?'), -1 if absent."""
+    segs = p.get("operand_segments")
+    if segs is None:
+        segs = p.get("operandSegmentSizes")
+    if segs is None:
+        segs = tuple(0 if n.endswith("?") else 1 for n in names)
+    if len(segs) != len(names):
+        raise ValueError(f"operand_segments {tuple(segs)} do not match operands {tuple(names)}")
+    out: dict[str, int] = {}
+    i = 0
+    for n, s in zip(names, segs):
+        out[n.rstrip("?")] = i if s else -1
+        i += s
+    return out
+
+
+def _factor(p: dict[str, Any], pos: dict[str, int], name: str, default: float | None):
+    """(constant, input index) of a scalar factor given as a property or a tensor."""
+    idx = pos.get(f"{name}_tensor", -1)
+    const = p.get(name, default)
+    if idx < 0 and const is None:
+        raise ValueError(f"scalar factor {name!r} is missing")
+    return (0.0 if const is None else float(const)), idx
+
+
+def _slices(p: dict[str, Any], ndim: int) -> tuple[slice, ...]:
+    """The index tuple of `popxl.slice` props for a rank-`ndim` tensor."""
+    start, stop, step, axes = p.get("start"), p.get("stop"), p.get("step"), p.get("axes")
+    n = next((len(a) for a in (start, stop, step, axes) if a is not None), 0)
+    if axes is None:
+        axes = tuple(range(n))
+    idx = [slice(None)] * ndim
+    for i, a in enumerate(axes):
+        idx[a % ndim] = slice(
+            None if start is None else int(start[i]),
+            None if stop is None else int(stop[i]),
+            1 if step is None else int(step[i]),
+        )
+    return tuple(idx)
+
+
+# ------------------------------------------------------------------------------------
+# Elementwise
+# ------------------------------------------------------------------------------------
+
+
+def _binary(name: str, ufunc: np.ufunc) -> None:
+    def factory(p: dict[str, Any]) -> Kernel:
+        def k(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+            ufunc(a, b, out=out)
+
+        return k
+
+    register(name)(factory)
+
+
+def _unary(name: str, ufunc: np.ufunc) -> None:
+    def factory(p: dict[str, Any]) -> Kernel:
+        def k(x: np.ndarray, out: np.ndarray) -> None:
+            ufunc(x, out=out)
+
+        return k
+
+    register(name)(factory)
+
+
+for _n, _u in (
+    ("popxl.add", np.add),
+    ("popxl.sub", np.subtract),
+    ("popxl.mul", np.multiply),
+    ("popxl.pow", np.power),
+    ("popxl.maximum", np.maximum),
+    ("popxl.equal", np.equal),
+    ("popxl.greater", np.greater),
+    ("popxl.logical_and", np.logical_and),
+    ("popxl.logical_or", np.logical_or),
+):
+    _binary(_n, _u)
+
+for _n, _u in (
+    ("popxl.neg", np.negative),
+    ("popxl.abs", np.abs),
+    ("popxl.sign", np.sign),
+    ("popxl.tanh", np.tanh),
+    ("popxl.exp", np.exp),
+    ("popxl.log", np.log),
+    ("popxl.sqrt", np.sqrt),
+    ("popxl.cos", np.cos),
+    ("popxl.sin", np.sin),
+    ("popxl.logical_not", np.logical_not),
+):
+    _unary(_n, _u)
+
+
+@register("popxl.div")
+def _div(p: dict[str, Any]) -> Kernel:
+    """Float: true division. Integer: truncation toward zero (C semantics)."""
+
     def k(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-        np.add(a, b, out=out)
+        if out.dtype.kind == "f":
+            np.divide(a, b, out=out)
+        else:
+            # (a - fmod(a, b)) is an exact multiple of b, so floor division is exact.
+            q = np.subtract(a, np.fmod(a, b))
+            np.floor_divide(q, b, out=out)
 
     return k
+
+
+@register("popxl.relu")
+def _relu(p: dict[str, Any]) -> Kernel:
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.maximum(x, 0, out=out)
+
+    return k
+
+
+@register("popxl.sigmoid")
+def _sigmoid(p: dict[str, Any]) -> Kernel:
+    """Overflow-free: e = exp(-|x|); x >= 0: 1/(1+e), else e/(1+e)."""
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        e = np.exp(-np.abs(x))
+        num = np.where(x >= 0, np.ones_like(e), e)
+        e += 1
+        np.divide(num, e, out=out)
+
+    return k
+
+
+@register("popxl.gelu")
+def _gelu(p: dict[str, Any]) -> Kernel:
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        u = x * x
+        u *= _GELU_A
+        u += 1
+        u *= x
+        u *= _SQRT_2_OVER_PI
+        np.tanh(u, out=u)
+        u += 1
+        u *= 0.5
+        np.multiply(x, u, out=out)
+
+    return k
+
+
+@register("popxl.identity")
+def _identity(p: dict[str, Any]) -> Kernel:
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, x)
+
+    return k
+
+
+@register("popxl.cast")
+def _cast(p: dict[str, Any]) -> Kernel:
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, x, casting="unsafe")
+
+    return k
+
+
+# ------------------------------------------------------------------------------------
+# Linear algebra, NN
+# ------------------------------------------------------------------------------------
 
 
 @register("popxl.matmul")
 def _matmul(p: dict[str, Any]) -> Kernel:
     def k(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         np.matmul(a, b, out=out)
+
+    return k
+
+
+@register("popxl.softmax")
+def _softmax(p: dict[str, Any]) -> Kernel:
+    """exp(x - max) / sum, along `axis`."""
+    axis = int(p["axis"])
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        m = np.max(x, axis=axis, keepdims=True)
+        np.subtract(x, m, out=out)
+        np.exp(out, out=out)
+        s = np.sum(out, axis=axis, keepdims=True)
+        out /= s
+
+    return k
+
+
+# ------------------------------------------------------------------------------------
+# Shape ops
+# ------------------------------------------------------------------------------------
+
+
+@register("popxl.reshape")
+def _reshape(p: dict[str, Any]) -> Kernel:
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, x.reshape(out.shape))
+
+    return k
+
+
+@register("popxl.squeeze")
+def _squeeze(p: dict[str, Any]) -> Kernel:
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, x.reshape(out.shape))
+
+    return k
+
+
+@register("popxl.transpose")
+def _transpose(p: dict[str, Any]) -> Kernel:
+    perm = tuple(int(a) for a in p["perm"])
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, x.transpose(perm))
+
+    return k
+
+
+@register("popxl.expand")
+def _expand(p: dict[str, Any]) -> Kernel:
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, x)
+
+    return k
+
+
+@register("popxl.reduce_to_shape")
+def _reduce_to_shape(p: dict[str, Any]) -> Kernel:
+    axes: tuple[int, ...] | None = None
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        nonlocal axes
+        if axes is None:
+            lead = x.ndim - out.ndim
+            axes = tuple(range(lead)) + tuple(
+                lead + i for i, d in enumerate(out.shape) if d == 1 and x.shape[lead + i] != 1
+            )
+        if axes:
+            np.copyto(out, np.sum(x, axis=axes, keepdims=True).reshape(out.shape))
+        else:
+            np.copyto(out, x)
+
+    return k
+
+
+@register("popxl.concat")
+def _concat(p: dict[str, Any]) -> Kernel:
+    axis = int(p["axis"])
+
+    def k(*a: np.ndarray) -> None:
+        np.concatenate(a[:-1], axis=axis, out=a[-1])
+
+    return k
+
+
+@register("popxl.slice")
+def _slice(p: dict[str, Any]) -> Kernel:
+    idx: tuple[slice, ...] | None = None
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        nonlocal idx
+        if idx is None:
+            idx = _slices(p, x.ndim)
+        np.copyto(out, x[idx])
+
+    return k
+
+
+@register("popxl.slice_grad")
+def _slice_grad(p: dict[str, Any]) -> Kernel:
+    idx: tuple[slice, ...] | None = None
+
+    def k(dy: np.ndarray, out: np.ndarray) -> None:
+        nonlocal idx
+        if idx is None:
+            idx = _slices(p, out.ndim)
+        out.fill(0)
+        out[idx] = dy
+
+    return k
+
+
+@register("popxl.gather")
+def _gather(p: dict[str, Any]) -> Kernel:
+    """np.take along `axis`; negative indices wrap; `zero_oor`: out of range -> 0."""
+    axis = int(p["axis"])
+    if not p.get("zero_oor", False):
+
+        def k(data: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
+            np.take(data, idx, axis=axis, out=out)
+
+        return k
+
+    def k_oor(data: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
+        n = data.shape[axis]
+        bad = (idx < -n) | (idx >= n)
+        np.take(data, np.where(bad, 0, idx), axis=axis, out=out)
+        a = axis % data.ndim
+        mask = bad.reshape((1,) * a + idx.shape + (1,) * (data.ndim - a - 1))
+        np.copyto(out, 0, where=mask)
+
+    return k_oor
+
+
+@register("popxl.gather_grad")
+def _gather_grad(p: dict[str, Any]) -> Kernel:
+    """Scatter-add of dy into zeros; repeated indices accumulate."""
+    axis = int(p["axis"])
+    lead: tuple[slice, ...] | None = None
+
+    def k(dy: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
+        nonlocal lead
+        if lead is None:
+            lead = (slice(None),) * (axis % out.ndim)
+        out.fill(0)
+        np.add.at(out, (*lead, idx), dy)
+
+    return k
+
+
+@register("popxl.where")
+def _where(p: dict[str, Any]) -> Kernel:
+    def k(c: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, np.where(c, a, b))
+
+    return k
+
+
+@register("popxl.onehot")
+def _onehot(p: dict[str, Any]) -> Kernel:
+    n = int(p["num_classes"])
+    axis = int(p.get("axis", -1))
+    classes: np.ndarray | None = None
+    ax = 0
+
+    def k(idx: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
+        nonlocal classes, ax
+        if classes is None:
+            ax = axis % out.ndim
+            classes = np.arange(n).reshape((n,) + (1,) * (out.ndim - ax - 1))
+        i = np.where(idx < 0, idx + n, idx)
+        hot = np.expand_dims(i, ax) == classes
+        np.copyto(out, values[0])
+        np.copyto(out, values[1], where=hot)
+
+    return k
+
+
+@register("popxl.init")
+def _init(p: dict[str, Any]) -> Kernel:
+    if p.get("init_type", "zero") == "zero":
+
+        def k(out: np.ndarray) -> None:
+            out.fill(0)
+
+        return k
+    done = False
+
+    def k_undef(out: np.ndarray) -> None:
+        nonlocal done
+        if not done:  # undefined contents; zeros on first use for reproducibility
+            out.fill(0)
+            done = True
+
+    return k_undef
+
+
+def _arg(fn: Callable[..., np.ndarray]) -> KernelFactory:
+    def factory(p: dict[str, Any]) -> Kernel:
+        axis = int(p["axis"])
+        keep = bool(p.get("keepdims", False))
+
+        def k(x: np.ndarray, out: np.ndarray) -> None:
+            np.copyto(out, fn(x, axis=axis, keepdims=keep), casting="unsafe")
+
+        return k
+
+    return factory
+
+
+register("popxl.argmax")(_arg(np.argmax))
+register("popxl.argmin")(_arg(np.argmin))
+
+
+# ------------------------------------------------------------------------------------
+# Reductions
+# ------------------------------------------------------------------------------------
+
+
+def _reduce(fn: Callable[..., Any]) -> KernelFactory:
+    def factory(p: dict[str, Any]) -> Kernel:
+        axes = _axes(p)
+        keep = bool(p.get("keepdims", False))
+
+        def k(x: np.ndarray, out: np.ndarray) -> None:
+            fn(x, axis=axes, keepdims=keep, out=out)
+
+        return k
+
+    return factory
+
+
+register("popxl.reduce_sum")(_reduce(np.sum))
+register("popxl.reduce_mean")(_reduce(np.mean))
+register("popxl.reduce_max")(_reduce(np.max))
+register("popxl.reduce_min")(_reduce(np.min))
+
+
+@register("popxl.reduce_max_grad")
+def _reduce_max_grad(p: dict[str, Any]) -> Kernel:
+    """dy goes to the positions equal to the max; ties share it evenly."""
+    axes = _axes(p)
+    kshape: tuple[int, ...] | None = None
+
+    def k(x: np.ndarray, y: np.ndarray, dy: np.ndarray, out: np.ndarray) -> None:
+        nonlocal kshape
+        if kshape is None:
+            ax = range(x.ndim) if axes is None else {a % x.ndim for a in axes}
+            kshape = tuple(1 if i in ax else d for i, d in enumerate(x.shape))
+        mask = x == y.reshape(kshape)
+        count = np.sum(mask, axis=axes, keepdims=True)
+        np.multiply(mask, (dy.reshape(kshape) / count).astype(out.dtype, copy=False), out=out)
+
+    return k
+
+
+# ------------------------------------------------------------------------------------
+# Losses and gradient helpers
+# ------------------------------------------------------------------------------------
+
+
+class _Rows:
+    """Row bookkeeping shared by the NLL kernels (computed on first call)."""
+
+    __slots__ = ("rows", "c")
+
+    def __init__(self) -> None:
+        self.rows: np.ndarray | None = None
+        self.c = 0
+
+    def setup(self, probs: np.ndarray) -> None:
+        self.c = probs.shape[-1]
+        self.rows = np.arange(probs.size // max(self.c, 1))
+
+
+def _labels(labels: np.ndarray, ignore: int | None):
+    lab = labels.reshape(-1)
+    if ignore is None:
+        return lab, None, lab.size
+    keep = lab != ignore
+    return np.where(keep, lab, 0), keep, int(np.count_nonzero(keep))
+
+
+@register("popxl.nll_loss")
+def _nll_loss(p: dict[str, Any]) -> Kernel:
+    """loss = -log(probs[label]) (or -probs[label]); mean over non-ignored rows."""
+    red = p["reduction"]
+    ignore = p.get("ignore_index")
+    log_prob = bool(p.get("log_prob", False))
+    r = _Rows()
+
+    def k(probs: np.ndarray, labels: np.ndarray, out: np.ndarray) -> None:
+        if r.rows is None:
+            r.setup(probs)
+        lab, keep, n = _labels(labels, ignore)
+        picked = probs.reshape(-1, r.c)[r.rows, lab]
+        loss = -picked if log_prob else -np.log(picked)
+        if keep is not None:
+            loss[~keep] = 0
+        if red == "none":
+            np.copyto(out, loss.reshape(out.shape))
+        elif red == "sum":
+            np.sum(loss, out=out)
+        else:
+            np.copyto(out, np.sum(loss) / max(n, 1))
+
+    return k
+
+
+@register("popxl.nll_loss_grad")
+def _nll_loss_grad(p: dict[str, Any]) -> Kernel:
+    red = p["reduction"]
+    ignore = p.get("ignore_index")
+    log_prob = bool(p.get("log_prob", False))
+    r = _Rows()
+
+    def k(probs: np.ndarray, labels: np.ndarray, dloss: np.ndarray, out: np.ndarray) -> None:
+        if r.rows is None:
+            r.setup(probs)
+        lab, keep, n = _labels(labels, ignore)
+        g = -dloss.reshape(-1).astype(out.dtype, copy=False)  # (rows,) or (1,)
+        if red == "mean":
+            g = g / max(n, 1)
+        if not log_prob:
+            g = g / probs.reshape(-1, r.c)[r.rows, lab]
+        if keep is not None:
+            g = np.where(keep, g, 0)
+        out.fill(0)
+        out.reshape(-1, r.c)[r.rows, lab] = g
+
+    return k
+
+
+@register("popxl.nll_loss_with_softmax_grad")
+def _nll_loss_with_softmax_grad(p: dict[str, Any]) -> Kernel:
+    """(loss, dx): dx = (probs - onehot) * loss_grad [/ N for mean]; ignored rows 0."""
+    red = p["reduction"]
+    ignore = p.get("ignore_index")
+    pos = _slots(p, ("probs", "labels", "loss_grad_tensor?"))
+    lg_c, lg_i = _factor(p, pos, "loss_grad", 1.0)
+    r = _Rows()
+
+    def k(*a: np.ndarray) -> None:
+        probs, labels, loss_out, dx = a[0], a[1], a[-2], a[-1]
+        if r.rows is None:
+            r.setup(probs)
+        lg = a[lg_i].item() if lg_i >= 0 else lg_c
+        lab, keep, n = _labels(labels, ignore)
+        p2 = probs.reshape(-1, r.c)
+        loss = -np.log(p2[r.rows, lab])
+        d2 = dx.reshape(-1, r.c)
+        np.copyto(d2, p2)
+        d2[r.rows, lab] -= 1
+        if keep is not None:
+            loss[~keep] = 0
+            d2[~keep] = 0
+        if red == "none":
+            np.copyto(loss_out, loss.reshape(loss_out.shape))
+            scale = lg
+        elif red == "sum":
+            np.sum(loss, out=loss_out)
+            scale = lg
+        else:
+            np.copyto(loss_out, np.sum(loss) / max(n, 1))
+            scale = lg / max(n, 1)
+        if scale != 1.0:
+            dx *= scale
+
+    return k
+
+
+@register("popxl.gelu_grad")
+def _gelu_grad(p: dict[str, Any]) -> Kernel:
+    """dy * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3a x^2))."""
+
+    def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+        x2 = x * x
+        u = x2 * _GELU_A
+        u += 1
+        u *= x
+        u *= _SQRT_2_OVER_PI
+        t = np.tanh(u, out=u)
+        du = x2 * (3 * _GELU_A * _SQRT_2_OVER_PI)
+        du += _SQRT_2_OVER_PI
+        du *= x
+        sech2 = 1 - t * t
+        du *= sech2
+        du += t
+        du += 1
+        du *= 0.5
+        np.multiply(dy, du, out=out)
+
+    return k
+
+
+@register("popxl.relu_grad")
+def _relu_grad(p: dict[str, Any]) -> Kernel:
+    def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+        np.multiply(dy, x > 0, out=out)
+
+    return k
+
+
+@register("popxl.softmax_grad")
+def _softmax_grad(p: dict[str, Any]) -> Kernel:
+    axis = int(p["axis"])
+
+    def k(dy: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
+        s = np.sum(dy * y, axis=axis, keepdims=True)
+        d = dy - s
+        np.multiply(y, d, out=out)
+
+    return k
+
+
+# ------------------------------------------------------------------------------------
+# Updates (in place unless noted)
+# ------------------------------------------------------------------------------------
+
+
+@register("popxl.scaled_add")
+def _scaled_add(p: dict[str, Any]) -> Kernel:
+    a, b = float(p["a"]), float(p["b"])
+
+    def k(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
+        t = y * b
+        np.multiply(x, a, out=out)
+        out += t
+
+    if a == 1.0 and b == 1.0:
+
+        def k1(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
+            np.add(x, y, out=out)
+
+        return k1
+    return k
+
+
+@register("popxl.scaled_add_")
+def _scaled_add_inplace(p: dict[str, Any]) -> Kernel:
+    a, b = float(p["a"]), float(p["b"])
+
+    def k(x: np.ndarray, y: np.ndarray, x_out: np.ndarray) -> None:
+        if a != 1.0:
+            x *= a
+        if b == 1.0:
+            np.add(x, y, out=x, casting="unsafe")
+        else:
+            np.add(x, y * b, out=x, casting="unsafe")
+
+    return k
+
+
+def _update_kernel(
+    name: str,
+    body: Callable[[np.ndarray, np.ndarray, float], None],
+    default: float | None,
+) -> None:
+    """Register an `(t, X, f_tensor?) {f}` in-place update."""
+
+    def factory(p: dict[str, Any]) -> Kernel:
+        pos = _slots(p, ("t", "x", "f_tensor?"))
+        fc, fi = _factor(p, pos, "f", default)
+        if fi < 0:
+
+            def k(t: np.ndarray, x: np.ndarray, t_out: np.ndarray) -> None:
+                body(t, x, fc)
+
+            return k
+
+        def kt(t: np.ndarray, x: np.ndarray, f: np.ndarray, t_out: np.ndarray) -> None:
+            body(t, x, f.item())
+
+        return kt
+
+    register(name)(factory)
+
+
+def _acc(t: np.ndarray, x: np.ndarray, f: float) -> None:
+    np.add(t, x if f == 1.0 else x * f, out=t, casting="unsafe")
+
+
+def _acc_sq(t: np.ndarray, x: np.ndarray, f: float) -> None:
+    sq = x * x
+    if f != 1.0:
+        sq *= f
+    np.add(t, sq, out=t, casting="unsafe")
+
+
+def _moving_avg(t: np.ndarray, x: np.ndarray, f: float) -> None:
+    np.add(t * f, x * (1.0 - f), out=t, casting="unsafe")
+
+
+def _moving_avg_sq(t: np.ndarray, x: np.ndarray, f: float) -> None:
+    sq = x * x
+    sq *= 1.0 - f
+    np.add(t * f, sq, out=t, casting="unsafe")
+
+
+_update_kernel("popxl.accumulate_", _acc, 1.0)
+_update_kernel("popxl.accumulate_square_", _acc_sq, 1.0)
+_update_kernel("popxl.accumulate_moving_average_", _moving_avg, None)
+_update_kernel("popxl.accumulate_moving_average_square_", _moving_avg_sq, None)
+
+
+@register("popxl.accumulate_mean_")
+def _accumulate_mean(p: dict[str, Any]) -> Kernel:
+    """t = t * step/(step+1) + X/(step+1)."""
+    pos = _slots(p, ("t", "x", "step_tensor?"))
+    sc, si = _factor(p, pos, "step", None)
+
+    def k(*a: np.ndarray) -> None:
+        t, x = a[0], a[1]
+        s = a[si].item() if si >= 0 else sc
+        np.add(t * (s / (s + 1.0)), x * (1.0 / (s + 1.0)), out=t, casting="unsafe")
+
+    return k
+
+
+@register("popxl.accumulator_scale_")
+def _accumulator_scale(p: dict[str, Any]) -> Kernel:
+    pos = _slots(p, ("t", "f_tensor?"))
+    fc, fi = _factor(p, pos, "f", None)
+
+    def k(*a: np.ndarray) -> None:
+        t = a[0]
+        f = a[fi].item() if fi >= 0 else fc
+        if f == 0.0:
+            t.fill(0)  # no NaN/inf propagation, as PopXL's zeroing
+        else:
+            np.multiply(t, f, out=t, casting="unsafe")
+
+    return k
+
+
+@register("popxl.accumulator_zero_")
+def _accumulator_zero(p: dict[str, Any]) -> Kernel:
+    def k(t: np.ndarray, t_out: np.ndarray) -> None:
+        t.fill(0)
+
+    return k
+
+
+@register("popxl.sparse_accumulate_")
+def _sparse_accumulate(p: dict[str, Any]) -> Kernel:
+    """t[..., indices, ...] += f * X on `axis`; repeated indices add up."""
+    axis = int(p["axis"])
+    pos = _slots(p, ("t", "x", "indices", "f_tensor?"))
+    fc, fi = _factor(p, pos, "f", 1.0)
+    lead: tuple[slice, ...] | None = None
+
+    def k(*a: np.ndarray) -> None:
+        nonlocal lead
+        t, x, idx = a[0], a[1], a[2]
+        if lead is None:
+            lead = (slice(None),) * (axis % t.ndim)
+        f = a[fi].item() if fi >= 0 else fc
+        upd = x if f == 1.0 else x * f
+        np.add.at(t, (*lead, idx), upd.astype(t.dtype, copy=False))
+
+    return k
+
+
+@register("popxl.copy_var_update_")
+def _copy_var_update(p: dict[str, Any]) -> Kernel:
+    def k(t: np.ndarray, x: np.ndarray, t_out: np.ndarray) -> None:
+        np.copyto(t, x, casting="unsafe")
+
+    return k
+
+
+def _int_if_integral(v: float) -> float | int:
+    return int(v) if float(v).is_integer() else float(v)
+
+
+@register("popxl.increment_mod")
+def _increment_mod(p: dict[str, Any]) -> Kernel:
+    """fmod(t + increment, modulus) in t's dtype."""
+    inc, mod = _int_if_integral(p["increment"]), _int_if_integral(p["modulus"])
+
+    def k(t: np.ndarray, out: np.ndarray) -> None:
+        np.add(t, inc, out=out, casting="unsafe")
+        np.fmod(out, mod, out=out, casting="unsafe")
+
+    return k
+
+
+@register("popxl.increment_mod_")
+def _increment_mod_inplace(p: dict[str, Any]) -> Kernel:
+    inc, mod = _int_if_integral(p["increment"]), _int_if_integral(p["modulus"])
+
+    def k(t: np.ndarray, t_out: np.ndarray) -> None:
+        np.add(t, inc, out=t, casting="unsafe")
+        np.fmod(t, mod, out=t, casting="unsafe")
+
+    return k
+
+
+def _dyn_index(p: dict[str, Any]) -> Callable[[np.ndarray, np.ndarray], tuple[slice, ...]]:
+    """index tensor -> slices of `sizes` on `axes`, offsets clamped to [0, dim - size]."""
+    axes = tuple(int(a) for a in p["axes"])
+    sizes = tuple(int(s) for s in p["sizes"])
+
+    def build(t: np.ndarray, index: np.ndarray) -> tuple[slice, ...]:
+        idx = [slice(None)] * t.ndim
+        offs = index.reshape(-1).tolist()
+        for a, s, o in zip(axes, sizes, offs):
+            hi = t.shape[a] - s
+            o = 0 if o < 0 else (hi if o > hi else int(o))
+            idx[a] = slice(o, o + s)
+        return tuple(idx)
+
+    return build
+
+
+@register("popxl.dynamic_slice")
+def _dynamic_slice(p: dict[str, Any]) -> Kernel:
+    build = _dyn_index(p)
+
+    def k(t: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, t[build(t, index)])
+
+    return k
+
+
+@register("popxl.dynamic_update")
+def _dynamic_update(p: dict[str, Any]) -> Kernel:
+    build = _dyn_index(p)
+
+    def k(t: np.ndarray, index: np.ndarray, update: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, t)
+        out[build(t, index)] = update
+
+    return k
+
+
+@register("popxl.dynamic_update_")
+def _dynamic_update_inplace(p: dict[str, Any]) -> Kernel:
+    build = _dyn_index(p)
+
+    def k(t: np.ndarray, index: np.ndarray, update: np.ndarray, t_out: np.ndarray) -> None:
+        t[build(t, index)] = update
+
+    return k
+
+
+# ------------------------------------------------------------------------------------
+# Optimiser maths
+# ------------------------------------------------------------------------------------
+
+_UPDATER_OPERANDS = ("m", "v", "weight?", "time_step?")
+
+
+def _updater(kind: str) -> KernelFactory:
+    """adam / lamb: mc/(sqrt(vc)+eps) + wd*w; adamax: mc/(v+eps) + wd*w.
+
+    With time_step: it is incremented in place first and t = its new value gives the
+    bias corrections mc = m/(1-beta1^t), vc = v/(1-beta2^t) (adamax: mc only).
+    """
+    factors = ("weight_decay", "beta1", "epsilon") if kind == "adamax" else (
+        "weight_decay", "beta1", "beta2", "epsilon"
+    )
+    defaults = {"weight_decay": 0.0, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7}
+
+    def factory(p: dict[str, Any]) -> Kernel:
+        pos = _slots(p, _UPDATER_OPERANDS + tuple(f"{f}_tensor?" for f in factors))
+        fs = [_factor(p, pos, f, defaults[f]) for f in factors]
+        wi, ti = pos["weight"], pos["time_step"]
+        (wd_c, wd_i), (b1_c, b1_i) = fs[0], fs[1]
+        b2_c, b2_i = fs[2] if kind != "adamax" else (0.0, -1)
+        ep_c, ep_i = fs[-1]
+        adamax = kind == "adamax"
+
+        def k(*a: np.ndarray) -> None:
+            m, v, out = a[0], a[1], a[-1]
+            dt = out.dtype
+            wd = a[wd_i].item() if wd_i >= 0 else wd_c
+            eps = a[ep_i].item() if ep_i >= 0 else ep_c
+            c1 = c2 = 1.0
+            if ti >= 0:
+                ts = a[ti]
+                ts += 1
+                t = ts.item()
+                b1 = a[b1_i].item() if b1_i >= 0 else b1_c
+                c1 = 1.0 / (1.0 - b1**t)
+                if not adamax:
+                    b2 = a[b2_i].item() if b2_i >= 0 else b2_c
+                    c2 = 1.0 / (1.0 - b2**t)
+            if adamax:
+                den = v.astype(dt, copy=True)
+            else:
+                den = np.multiply(v, c2, dtype=dt) if c2 != 1.0 else v.astype(dt, copy=True)
+                np.sqrt(den, out=den)
+            den += eps
+            np.multiply(m, c1, out=out, dtype=dt)
+            out /= den
+            if wi >= 0 and wd != 0.0:
+                out += a[wi] * wd
+
+        return k
+
+    return factory
+
+
+register("popxl.adam_updater")(_updater("adam"))
+register("popxl.lamb_updater")(_updater("lamb"))
+register("popxl.adamax_updater")(_updater("adamax"))
+
+
+@register("popxl.adam_var_update")
+def _adam_var_update(p: dict[str, Any]) -> Kernel:
+    """t -= lr * ratio * x; ratio = min(sqrt(r1), mwn) / sqrt(r2), 1 if a norm is 0."""
+    pos = _slots(
+        p, ("t", "x", "r1", "r2", "learning_rate_tensor?", "max_weight_norm_tensor?")
+    )
+    lr_c, lr_i = _factor(p, pos, "learning_rate", None)
+    mw_i = pos["max_weight_norm_tensor"]
+    mw_c = p.get("max_weight_norm")
+
+    def k(*a: np.ndarray) -> None:
+        t, x, r1, r2 = a[0], a[1], a[2], a[3]
+        lr = a[lr_i].item() if lr_i >= 0 else lr_c
+        n1 = math.sqrt(r1.item())
+        n2 = math.sqrt(r2.item())
+        mwn = a[mw_i].item() if mw_i >= 0 else mw_c
+        if mwn is not None:
+            n1 = min(n1, mwn)
+        ratio = n1 / n2 if n1 != 0.0 and n2 != 0.0 else 1.0
+        np.subtract(t, x * (lr * ratio), out=t, casting="unsafe")
 
     return k

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import IO
 
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.context import Context
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.parser import Parser
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import (
@@ -35,8 +38,10 @@ from xdsl.utils.exceptions import (
     DiagnosticException,
     MultipleSpansParseError,
     ParseError,
+    PassFailedException,
     ShrinkException,
 )
+from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from xl.dialects import get_all_dialects
@@ -45,10 +50,32 @@ from xl.passes import get_all_passes
 PROG = "xl-opt"
 
 
+_UNREGISTERED = re.compile(r"^Operation (\S+) is not registered$")
+
+
+def _point_at_op_name(e: ParseError) -> Span[str] | Span[bytes]:
+    """xDSL reports an unknown op after its name; point at the name instead."""
+    span = e.span
+    m = _UNREGISTERED.match(e.msg)
+    if m is None:
+        return span
+    content = span.input.content
+    name = m.group(1)
+    needle: str | bytes = name.encode() if isinstance(content, bytes) else name
+    line_start = span.input.get_start_of_line(span.start)
+    idx = content.rfind(needle, line_start, span.start)  # type: ignore[arg-type]
+    if idx < 0:
+        return span
+    if idx > 0 and content[idx - 1 : idx] in ('"', b'"'):
+        return dataclasses.replace(span, start=idx - 1, end=idx + len(name) + 1)
+    return dataclasses.replace(span, start=idx, end=idx + len(name))
+
+
 def format_parse_error(e: ParseError) -> str:
     """MLIR-style: ``file:line:col: error: msg``, then the source line and a caret."""
-    context = e.span.print_with_context(None).split("\n", 1)
-    out = f"{e.span.get_location()}: error: {e.msg}\n"
+    span = _point_at_op_name(e)
+    context = span.print_with_context(None).split("\n", 1)
+    out = f"{span.get_location()}: error: {e.msg}\n"
     if len(context) > 1:
         out += context[1]
     if isinstance(e, MultipleSpansParseError):
@@ -71,14 +98,43 @@ def format_exception(e: BaseException) -> str:
 
 
 def _only_comments(text: bytes) -> bool:
-    return all(
-        not line.strip() or line.lstrip().startswith(b"//") for line in text.splitlines()
-    )
+    return all(not line.strip() or line.lstrip().startswith(b"//") for line in text.splitlines())
 
 
 def _eprint(text: str) -> None:
     sys.stdout.flush()
     print(text, file=sys.stderr, flush=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class TestFailPass(ModulePass):
+    """Fails on purpose, to test how xl-opt reports errors (like MLIR's `test-*` passes).
+
+    `kind`: `value` raises a ValueError with a note, `diagnostic` a PassFailedException,
+    `internal` a RuntimeError, `verify` leaves IR that does not verify.
+    """
+
+    name = "xl-test-fail"
+    kind: str = "value"
+    message: str = "test failure"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.kind == "value":
+            e = ValueError(self.message)
+            e.__notes__ = [f"note: raised by {self.name}"]  # add_note() needs Python 3.11
+            raise e
+        if self.kind == "diagnostic":
+            raise PassFailedException(self.message)
+        if self.kind == "internal":
+            raise RuntimeError(self.message)
+        if self.kind == "verify":
+            from xl.dialects.graph import MainGraphOp
+
+            bad = MainGraphOp()
+            bad.attributes["num_host_transfers"] = IntegerAttr(0, i64)
+            op.body.block.add_op(bad)
+            return
+        raise ValueError(f"{self.name}: unknown kind '{self.kind}'")
 
 
 class XlOptMain(xDSLOptMain):
@@ -96,6 +152,7 @@ class XlOptMain(xDSLOptMain):
         super().register_all_passes()
         for name, factory in get_all_passes().items():
             self.register_pass(name, factory)
+        self.register_pass(TestFailPass.name, lambda: TestFailPass)
 
     def register_all_frontends(self) -> None:
         super().register_all_frontends()
@@ -153,7 +210,9 @@ class XlOptMain(xDSLOptMain):
                 try:
                     if i > 0:
                         output_stream.write("// -----\n")
+                    self._stage = "while parsing the input"
                     module = self.parse_chunk(chunk, file_extension, offset)
+                    self._stage = None
                     if module is not None:
                         self.apply_passes(module)
                         output_stream.write(self.output_resulting_program(module))
@@ -177,7 +236,7 @@ class XlOptMain(xDSLOptMain):
                     else:
                         self._report(e)
                         failed = True
-                except ShrinkException:
+                except (ShrinkException, BrokenPipeError):
                     raise
                 except Exception as e:
                     if self.args.traceback:
@@ -205,6 +264,9 @@ def main(args: Sequence[str] | None = None) -> None:
     try:
         tool = XlOptMain(description="xl modular optimizer driver", args=argv)
         status = tool.run()
+    except BrokenPipeError:  # `xl-opt ... | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 1
     except (Exception, ArgSpecParseError) as e:
         if debug:
             raise

@@ -198,3 +198,13 @@ _DOWNCAST = {
 
 def _downcast_np(npd: np.dtype) -> np.dtype:
     return _DOWNCAST.get(np.dtype(npd), np.dtype(npd))
+
+
+def element_type(dt: Any) -> Attribute:
+    """The xDSL element type of a popxl dtype (or anything `dtype.as_dtype` accepts)."""
+    return dtype.as_dtype(dt)._element_type
+
+
+def from_element_type(elem: Attribute) -> dtype:
+    """The popxl dtype of an xDSL element type (`f32` -> `popxl.float32`)."""
+    return dtype._from_element_type(elem)

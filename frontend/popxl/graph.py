@@ -105,8 +105,9 @@ class Graph:
         t = self._values.get(value)
         if t is not None:
             return t
+        hint = True
         if name is None:
-            name = self._derive_name(value)
+            name, hint = self._derive_name(value)
         owner = value.owner
         cls: type[Tensor] = Tensor
         if isinstance(owner, VariableOp):
@@ -115,22 +116,24 @@ class Graph:
             cls = Constant
         t = cls._create(value, self, name)
         self._values[value] = t
-        if value.name_hint is None and _VALID_HINT.fullmatch(name):
+        if hint and value.name_hint is None and _VALID_HINT.fullmatch(name):
             try:
                 value.name_hint = name
             except ValueError:
                 pass
         return t
 
-    def _derive_name(self, value: SSAValue) -> str:
+    def _derive_name(self, value: SSAValue) -> tuple[str, bool]:
+        """A name for a value not created through the frontend (and whether to use it as
+        the SSA name hint)."""
         owner = value.owner
         if isinstance(owner, VariableOp):
-            return self._unique_name(owner.var_name.data)
+            return self._unique_name(owner.var_name.data), True
         if isinstance(value, BlockArgument) and isinstance(self._op, GraphOp):
-            return self._unique_name(self._op.input_name(value.index))
+            return self._unique_name(self._op.input_name(value.index)), True
         if value.name_hint is not None:
-            return self._unique_name(value.name_hint)
-        return self._auto_name()
+            return self._unique_name(value.name_hint), True
+        return self._auto_name(), False
 
     def _auto_name(self) -> str:
         while True:

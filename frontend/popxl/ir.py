@@ -146,6 +146,20 @@ class Ir:
         hints = _type_hints(build)
 
         g = Graph._from_op(self, self._new_graph_op(self._create_name(qualname)))
+        try:
+            self._build_graph(g, build, qualname, sig, bound if sig is not None else None, hints, args, kwargs)
+        except BaseException:
+            # Drop the half-built graph so that the module stays valid.
+            self._module.body.block.detach_op(g._op)
+            self._graphs.pop(g._op, None)
+            raise
+        g._finalize()
+        return g
+
+    def _build_graph(
+        self, g: Graph, build: Callable[..., Any], qualname: str, sig: Any, bound: Any,
+        hints: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+    ) -> None:
         with g:
             if sig is None:
                 call_args = [_make_input(a, f"arg{i}", False) for i, a in enumerate(args)]
@@ -197,8 +211,6 @@ class Ir:
                         "must be Tensors"
                     )
                 g._add_output(o)
-        g._finalize()
-        return g
 
     # -- streams ----------------------------------------------------------------------------
     def _add_stream_decl(self, op: H2DStreamOp | D2HStreamOp) -> None:
@@ -249,6 +261,11 @@ class Ir:
         from popxl.replica_grouping import ReplicaGrouping
 
         return ReplicaGrouping._from_params(self, stride, group_size)
+
+    def replica_grouping_from_assignments(self, assignment: Iterable[int]) -> Any:
+        from popxl.replica_grouping import ReplicaGrouping
+
+        return ReplicaGrouping._from_assignments(self, list(assignment))
 
     # -- text -------------------------------------------------------------------------------
     def to_mlir(self) -> str:

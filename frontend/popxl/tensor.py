@@ -380,14 +380,6 @@ class Tensor:
 
         return ops.abs(self)
 
-    def __iadd__(self, o: Any) -> Tensor:
-        import popxl.ops as ops
-
-        if hasattr(ops, "add_"):
-            return ops.add_(self, self._ensure_tensor(o))
-        return self + o
-
-
 class Variable(Tensor):
     """A variable: persistent state, created in the main graph with `popxl.variable`."""
 
@@ -453,13 +445,14 @@ def _to_numpy(data: HostTensor, dtype_: Optional[dtype], downcast: bool) -> np.n
         data = data.detach().cpu().numpy()
     arr = np.asarray(data)
     if dtype_ is not None:
-        return np.ascontiguousarray(arr.astype(dtype_.as_numpy(), copy=False))
+        arr = arr.astype(dtype_.as_numpy(), copy=False)
+        return np.require(arr, requirements="C")
     if arr.dtype == np.dtype(object):
         raise TypeError(f"Cannot convert {type(data).__name__} to a tensor")
     if downcast:
         arr = arr.astype(dtypes._downcast_np(arr.dtype), copy=False)
     dtype.as_dtype(arr.dtype)  # raise for unsupported dtypes
-    return np.ascontiguousarray(arr)
+    return np.require(arr, requirements="C")
 
 
 # ---------------------------------------------------------------------------------------

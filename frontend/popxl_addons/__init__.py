@@ -1,0 +1,55 @@
+"""popxl_addons: `import popxl_addons as addons` — Modules, named tensors, variable factories,
+graphs with named args, transforms and ops on top of `popxl` (upstream: graphcore/popxl-addons).
+"""
+
+from popxl_addons.dot_tree import DotTree, to_mapping
+from popxl_addons.named_tensors import NamedTensorData, NamedTensors, print_named_tensors
+from popxl_addons.variable_factory import (
+    NamedReplicaGrouping,
+    NamedVariableFactories,
+    VariableFactory,
+    add_replica_sharded_variable_input,
+    add_variable_input,
+)
+from popxl_addons.graph import BoundGraph, GraphWithNamedArgs
+from popxl_addons.graph_cache import GraphCache, function
+from popxl_addons.module import Module
+from popxl_addons.streams import InputStreams, OutputStreams
+from popxl_addons import ops, transforms
+from popxl_addons.ops import cross_entropy, cross_entropy_with_grad, host_load, host_store
+from popxl_addons import module, graph, graph_cache, named_tensors, variable_factory, dot_tree  # noqa: F401
+
+
+def __getattr__(name: str):
+    # transforms re-exported at top level (addons.autodiff, addons.pipelined_execution, ...)
+    try:
+        return getattr(transforms, name)
+    except AttributeError:
+        raise AttributeError(f"module 'popxl_addons' has no attribute {name!r}") from None
+
+
+__all__ = [
+    "DotTree",
+    "to_mapping",
+    "NamedTensors",
+    "NamedTensorData",
+    "print_named_tensors",
+    "VariableFactory",
+    "NamedVariableFactories",
+    "NamedReplicaGrouping",
+    "add_variable_input",
+    "add_replica_sharded_variable_input",
+    "GraphWithNamedArgs",
+    "BoundGraph",
+    "GraphCache",
+    "function",
+    "Module",
+    "InputStreams",
+    "OutputStreams",
+    "ops",
+    "transforms",
+    "cross_entropy",
+    "cross_entropy_with_grad",
+    "host_load",
+    "host_store",
+]

@@ -18,22 +18,13 @@ __all__ = ["GraphCache", "function"]
 def _context_key() -> tuple:
     """The current virtual IPU and tile set: graphs differ between them."""
     try:
-        import popxl.context as ctx  # type: ignore[import-not-found]
-    except ImportError:
+        from popxl import context as ctx
+    except ImportError:  # pragma: no cover
         return ()
-    out: list[Any] = []
-    for getter in ("get_current_context",):
+    out = []
+    for getter in ("_current_ipu", "_current_tile_set"):
         fn = getattr(ctx, getter, None)
-        if fn is None:
-            continue
-        try:
-            c = fn()
-        except Exception:  # noqa: BLE001
-            continue
-        for attr in ("ipu_id", "io_tile_set", "tile_set"):
-            v = getattr(c, attr, None)
-            if v is not None and not callable(v):
-                out.append((attr, v))
+        out.append(fn() if fn is not None else None)
     return tuple(out)
 
 

@@ -1,0 +1,13 @@
+"""`popxl.transforms`: graph transforms (autodiff, ...)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+__all__: list[str] = []
+
+if importlib.util.find_spec("popxl.transforms.autodiff") is not None:
+    from popxl.transforms.autodiff import *  # noqa: F401,F403
+    from popxl.transforms import autodiff as _autodiff_mod
+
+    __all__ += list(getattr(_autodiff_mod, "__all__", ["autodiff"]))

@@ -1,0 +1,351 @@
+"""Calling graphs: `call`, `call_with_info`, `repeat`, `repeat_with_info`, `conditional`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
+
+from xdsl.ir import Operation
+
+from popxl.context import gcg
+from popxl.graph import Graph
+from popxl.ops._utils import check_in_graph, insert, to_tensor
+from popxl.tensor import Tensor
+from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
+
+__all__ = [
+    "call",
+    "call_with_info",
+    "CallSiteInfo",
+    "repeat",
+    "repeat_with_info",
+    "conditional",
+    "conditional_with_info",
+    "ConditionalSiteInfo",
+]
+
+
+class CallSiteInfo:
+    """Information about one call of a graph (`call.call` or `call.repeat` op)."""
+
+    def __init__(self, op: Operation, parent: Graph, called: Graph):
+        self._op = op
+        self._parent = parent
+        self._called = called
+
+    @property
+    def called_graph(self) -> Graph:
+        return self._called
+
+    @property
+    def parent_graph(self) -> Graph:
+        return self._parent
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._parent._tensor(v) for v in self._op.operands)
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._parent._tensor(r) for r in self._op.results)
+
+    def parent_input(self, idx: int) -> Tensor:
+        return self.inputs[idx]
+
+    def parent_output(self, idx: int) -> Tensor:
+        return self.outputs[idx]
+
+    def graph_to_parent_input_index(self, idx: int) -> int:
+        return idx
+
+    def parent_to_graph_input_index(self, idx: int) -> int:
+        return idx
+
+    def graph_to_parent_output_index(self, idx: int) -> int:
+        return idx
+
+    def parent_to_graph_output_index(self, idx: int) -> int:
+        return idx
+
+    def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
+        """The parent tensor connected to a called-graph input or output."""
+        g = self._called
+        for i, t in enumerate(g.inputs):
+            if t is graph_tensor:
+                return self.parent_input(i)
+        for i, t in enumerate(g.outputs):
+            if t is graph_tensor:
+                return self.parent_output(i)
+        raise ValueError(
+            f"{graph_tensor!r} is neither an input nor an output of graph {g.name!r}"
+        )
+
+    def parent_to_graph(self, parent_tensor: Tensor) -> Tensor:
+        """The called-graph input (or output) connected to a parent tensor."""
+        for i, t in enumerate(self.inputs):
+            if t is parent_tensor:
+                return self._called.inputs[i]
+        for i, t in enumerate(self.outputs):
+            if t is parent_tensor:
+                return self._called.outputs[i]
+        raise ValueError(f"{parent_tensor!r} is not an input or output of this call site")
+
+    def set_parent_input_modified(self, parent_tensor: Tensor, infer_modified_regions: bool = False) -> None:
+        """Mark the callee input fed by `parent_tensor` as modified (by reference).
+
+        xl records this on the callee input (`graph.by_ref`), so it holds for every call site.
+        """
+        for i, t in enumerate(self.inputs):
+            if t is parent_tensor:
+                self._called._set_input_by_ref(i - self._input_offset)
+                return
+        raise ValueError(f"{parent_tensor!r} is not an input of this call site")
+
+    @property
+    def _input_offset(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return f"CallSiteInfo[{self._parent.name} -> {self._called.name}]"
+
+
+def _check_graph(graph: Any, what: str) -> Graph:
+    if not isinstance(graph, Graph):
+        raise TypeError(f"ops.{what}: expected a popxl.Graph, got {type(graph).__name__}")
+    if graph._is_main:
+        raise ValueError(f"ops.{what}: the main graph cannot be called")
+    if not graph._is_built:
+        raise ValueError(f"ops.{what}: graph {graph.name!r} is still being built")
+    return graph
+
+
+def _bind_inputs(
+    graph: Graph,
+    inputs: Iterable[Any],
+    inputs_dict: Optional[Mapping[Tensor, Any]],
+    what: str,
+    check_inputs: bool = True,
+) -> list[Tensor]:
+    parent = gcg()
+    if parent is graph:
+        raise ValueError(f"ops.{what}: graph {graph.name!r} cannot call itself")
+    g_inputs = graph.inputs
+    n = len(g_inputs)
+    inputs = list(inputs)
+    if len(inputs) > n:
+        raise ValueError(
+            f"ops.{what}: too many inputs for graph {graph.name!r}: {len(inputs)} given, "
+            f"it takes {n} ({', '.join(t.name for t in g_inputs)})"
+        )
+    args: list[Optional[Tensor]] = [None] * n
+    for i, x in enumerate(inputs):
+        args[i] = to_tensor(x, g_inputs[i].dtype)
+    for gt, pt in (inputs_dict or {}).items():
+        idx = next((i for i, t in enumerate(g_inputs) if t is gt), None)
+        if idx is None:
+            raise ValueError(
+                f"ops.{what}: {gt!r} in inputs_dict is not an input of graph {graph.name!r}"
+            )
+        if args[idx] is not None:
+            raise ValueError(
+                f"ops.{what}: input {gt.name!r} of graph {graph.name!r} is specified twice "
+                "(positionally and/or in inputs_dict)"
+            )
+        args[idx] = to_tensor(pt, gt.dtype)
+    missing = [g_inputs[i].name for i, a in enumerate(args) if a is None]
+    if missing:
+        raise ValueError(
+            f"ops.{what}: graph {graph.name!r} is missing inputs: {', '.join(missing)}"
+        )
+    full: list[Tensor] = args  # type: ignore[assignment]
+    check_in_graph(parent, full, f"ops.{what}({graph.name})")
+    if check_inputs:
+        for gt, pt in zip(g_inputs, full):
+            if gt.shape != pt.shape or gt.dtype != pt.dtype:
+                raise ValueError(
+                    f"ops.{what}: input {gt.name!r} of graph {graph.name!r} expects "
+                    f"{gt.shape} {gt.dtype.name}, got {pt.id} {pt.shape} {pt.dtype.name}"
+                )
+    return full
+
+
+def _name_outputs(parent: Graph, op: Operation, graph: Graph) -> None:
+    for r, gt in zip(op.results, graph.outputs):
+        if gt._value.name_hint is not None:  # user-named output: reuse its name
+            parent._tensor(r, parent._unique_name(gt.name))
+        else:
+            parent._tensor(r)
+
+
+def call_with_info(
+    graph: Graph,
+    *inputs: Any,
+    inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+    check_inputs: bool = True,
+) -> CallSiteInfo:
+    """Call `graph` (a `call.call` op); `inputs_dict` maps graph inputs to parent tensors."""
+    graph = _check_graph(graph, "call")
+    args = _bind_inputs(graph, inputs, inputs_dict, "call", check_inputs)
+    parent = gcg()
+    op = CallOp(graph.name, [a._value for a in args], list(graph._op.function_type.outputs.data))
+    insert(parent, op, "call.call", verify=False)
+    _name_outputs(parent, op, graph)
+    return CallSiteInfo(op, parent, graph)
+
+
+def call(
+    graph: Graph,
+    *inputs: Any,
+    inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+) -> tuple[Tensor, ...]:
+    """Call `graph`; returns its outputs in the current graph."""
+    return call_with_info(graph, *inputs, inputs_dict=inputs_dict).outputs
+
+
+def repeat_with_info(
+    graph: Graph,
+    repeat_count: int,
+    *inputs: Any,
+    inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+    check_inputs: bool = True,
+) -> CallSiteInfo:
+    """Run `graph` `repeat_count` times (`call.repeat`); its N outputs feed its first N
+    inputs on the next iteration."""
+    graph = _check_graph(graph, "repeat")
+    if not isinstance(repeat_count, int) or isinstance(repeat_count, bool) or repeat_count < 0:
+        raise ValueError(f"ops.repeat: repeat_count must be an int >= 0, got {repeat_count!r}")
+    g_in, g_out = graph.inputs, graph.outputs
+    if len(g_out) > len(g_in):
+        raise ValueError(
+            f"ops.repeat: graph {graph.name!r} has {len(g_out)} outputs but only {len(g_in)} "
+            "inputs; each output is carried into the input at the same position"
+        )
+    for i, (o, x) in enumerate(zip(g_out, g_in)):
+        if o.shape != x.shape or o.dtype != x.dtype:
+            raise ValueError(
+                f"ops.repeat: output {i} of graph {graph.name!r} ({o.shape} {o.dtype.name}) "
+                f"cannot be carried into input {x.name!r} ({x.shape} {x.dtype.name})"
+            )
+    args = _bind_inputs(graph, inputs, inputs_dict, "repeat", check_inputs)
+    parent = gcg()
+    op = RepeatOp(
+        graph.name, repeat_count, [a._value for a in args], list(graph._op.function_type.outputs.data)
+    )
+    insert(parent, op, "call.repeat", verify=False)
+    _name_outputs(parent, op, graph)
+    return CallSiteInfo(op, parent, graph)
+
+
+def repeat(
+    graph: Graph,
+    repeat_count: int,
+    *inputs: Any,
+    inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+) -> tuple[Tensor, ...]:
+    return repeat_with_info(graph, repeat_count, *inputs, inputs_dict=inputs_dict).outputs
+
+
+class ConditionalSiteInfo:
+    """Information about one `call.conditional` op."""
+
+    def __init__(self, op: ConditionalOp, parent: Graph, then_graph: Graph, else_graph: Graph):
+        self._op = op
+        self._parent = parent
+        self.then_branch = then_graph
+        self.else_branch = else_graph
+
+    @property
+    def condition(self) -> Tensor:
+        return self._parent._tensor(self._op.condition)
+
+    @property
+    def then_inputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._parent._tensor(v) for v in self._op.then_args)
+
+    @property
+    def else_inputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._parent._tensor(v) for v in self._op.else_args)
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return (self.condition, *self.then_inputs, *self.else_inputs)
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._parent._tensor(r) for r in self._op.res)
+
+    def parent_output(self, idx: int) -> Tensor:
+        return self.outputs[idx]
+
+    def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
+        for g, ins in ((self.then_branch, self.then_inputs), (self.else_branch, self.else_inputs)):
+            for i, t in enumerate(g.inputs):
+                if t is graph_tensor:
+                    return ins[i]
+            for i, t in enumerate(g.outputs):
+                if t is graph_tensor:
+                    return self.outputs[i]
+        raise ValueError(f"{graph_tensor!r} is not an input or output of either branch")
+
+
+def conditional_with_info(
+    cond: Tensor,
+    then_branch: Graph,
+    else_branch: Graph,
+    then_inputs: Optional[Iterable[Any]] = None,
+    else_inputs: Optional[Iterable[Any]] = None,
+    then_inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+    else_inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+    check_inputs: bool = True,
+) -> ConditionalSiteInfo:
+    """Run `then_branch` if the scalar bool `cond` holds, else `else_branch`."""
+    from popxl import dtypes
+
+    then_branch = _check_graph(then_branch, "conditional")
+    else_branch = _check_graph(else_branch, "conditional")
+    parent = gcg()
+    cond = to_tensor(cond, dtypes.bool)
+    check_in_graph(parent, [cond], "ops.conditional")
+    if cond.dtype != dtypes.bool:
+        from popxl.ops import cast
+
+        cond = cast(cond, dtypes.bool)
+    if cond.shape != ():
+        if cond.nelms != 1:
+            raise ValueError(f"ops.conditional: condition must be a scalar, got shape {cond.shape}")
+        cond = cond.reshape(())
+    t_out = then_branch._op.function_type.outputs.data
+    e_out = else_branch._op.function_type.outputs.data
+    if t_out != e_out:
+        raise ValueError(
+            f"ops.conditional: the outputs of {then_branch.name!r} "
+            f"({[(t.shape, t.dtype.name) for t in then_branch.outputs]}) and {else_branch.name!r} "
+            f"({[(t.shape, t.dtype.name) for t in else_branch.outputs]}) must match"
+        )
+    t_args = _bind_inputs(then_branch, then_inputs or (), then_inputs_dict, "conditional", check_inputs)
+    e_args = _bind_inputs(else_branch, else_inputs or (), else_inputs_dict, "conditional", check_inputs)
+    op = ConditionalOp(
+        cond._value,
+        then_branch.name,
+        [a._value for a in t_args],
+        else_branch.name,
+        [a._value for a in e_args],
+        list(t_out),
+    )
+    insert(parent, op, "call.conditional", verify=False)
+    _name_outputs(parent, op, then_branch)
+    return ConditionalSiteInfo(op, parent, then_branch, else_branch)
+
+
+def conditional(
+    cond: Tensor,
+    then_branch: Graph,
+    else_branch: Graph,
+    then_inputs: Optional[Iterable[Any]] = None,
+    else_inputs: Optional[Iterable[Any]] = None,
+    then_inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+    else_inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+) -> tuple[Tensor, ...]:
+    return conditional_with_info(
+        cond, then_branch, else_branch, then_inputs, else_inputs, then_inputs_dict, else_inputs_dict
+    ).outputs

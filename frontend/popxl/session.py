@@ -1,0 +1,344 @@
+"""`popxl.Session` (popxl/session.py): compiles an Ir and runs it on the NumPy runtime.
+
+The session keeps a host copy of every variable. Attaching (entering the context)
+writes the host copies to the device (`weights_from_host`); detaching copies the
+device values back (`weights_to_host`, unless `weights_to_host_on_exit=False`).
+While attached, `get_tensor_data` lazily fetches the device values after a `run`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
+
+import numpy as np
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
+
+from popxl.dtypes import _downcast_np
+from popxl.ir import Ir
+from popxl.streams import DeviceToHostStream, HostToDeviceStream
+from popxl.tensor import Constant, Tensor, Variable
+from xl.dialects.graph import VariableOp
+from xl.dialects.utils import dense_to_numpy
+
+__all__ = ["Session"]
+
+_DEVICES = ("cpu", "ipu_model", "ipu_hw")
+
+
+class Session:
+    """Runs an `Ir`. Use as a context manager: `with session: session.run(inputs)`."""
+
+    def __init__(self, ir: Ir, device_desc: Any = "cpu", weights_to_host_on_exit: bool = True):
+        if not isinstance(ir, Ir):
+            raise TypeError(f"Session expects a popxl.Ir, got {type(ir).__name__}")
+        if isinstance(device_desc, str) and device_desc not in _DEVICES:
+            raise ValueError(
+                f"Session: unknown device_desc {device_desc!r}; expected one of {', '.join(_DEVICES)}"
+            )
+        self._ir = ir
+        self._device_desc = device_desc
+        self.weights_to_host_on_exit = weights_to_host_on_exit
+        self._attached = False
+        self._ctx_stack: list[bool] = []
+        self._device_dirty = False  # device state may differ from the host copies
+
+        module = ir._module
+        module.verify()
+        from xl.runtime import compile_module
+
+        self._exe = compile_module(module)
+        ir._sessions.append(self)
+
+        self._num_host_transfers = ir.num_host_transfers
+        self._replication_factor = ir.replication_factor
+        self._h2d = ir._ordered_h2d_streams()
+        self._d2h = ir._ordered_d2h_streams()
+        self._d2h_by_name = {s.tensor_id: s for s in self._d2h}
+
+        # Host copies of the variables, in main-graph order.
+        main = ir.main_graph
+        self._host: dict[Variable, np.ndarray] = {}
+        for op in main._block.ops:
+            if isinstance(op, VariableOp):
+                v = main._tensor(op.result)
+                assert isinstance(v, Variable)
+                self._host[v] = self._initial_value(v, op)
+
+    def _initial_value(self, v: Variable, op: VariableOp) -> np.ndarray:
+        name = op.var_name.data
+        host_init = getattr(v, "_host_init", None)
+        if host_init is not None:
+            return np.array(host_init)
+        if name in self._exe.state:
+            return np.array(self._exe.get_state(name))
+        if isinstance(op.init, DenseIntOrFPElementsAttr):
+            return dense_to_numpy(op.init)
+        return np.zeros(v.shape, v.dtype.as_numpy())
+
+    # -- properties -----------------------------------------------------------------------
+    @property
+    def ir(self) -> Ir:
+        return self._ir
+
+    @property
+    def is_attached(self) -> bool:
+        return self._attached
+
+    @property
+    def device(self) -> Any:
+        return self._device_desc
+
+    def expected_inputs(self) -> list[HostToDeviceStream]:
+        """The host-to-device streams a `run` needs data for."""
+        return list(self._h2d)
+
+    def _full_input_shape(self, shape: Iterable[int]) -> tuple[int, ...]:
+        lead: tuple[int, ...] = ()
+        if self._num_host_transfers > 1:
+            lead += (self._num_host_transfers,)
+        if self._replication_factor > 1:
+            lead += (self._replication_factor,)
+        return lead + tuple(shape)
+
+    # -- attach / detach --------------------------------------------------------------------
+    def _attach(self) -> None:
+        self._attached = True
+
+    def _detach(self) -> None:
+        self._attached = False
+
+    def __enter__(self) -> Session:
+        was_attached = self._attached
+        self._ctx_stack.append(was_attached)
+        if not was_attached:
+            self._attach()
+            self.weights_from_host()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        was_attached = self._ctx_stack.pop()
+        if not was_attached:
+            try:
+                if exc_type is None and self.weights_to_host_on_exit:
+                    self.weights_to_host()
+            finally:
+                self._detach()
+
+    def _require_attached(self, what: str) -> None:
+        if not self._attached:
+            raise ValueError(
+                f"Must be attached to device before calling {what}. Did you forget to put "
+                f"the call inside a `Session` context, e.g. `with session: session.{what}(...)`?"
+            )
+
+    # -- weights ------------------------------------------------------------------------------
+    def weights_to_host(self) -> None:
+        """Copy every variable from the device to its host copy."""
+        self._require_attached("weights_to_host")
+        state = self._exe.state
+        for v, host in self._host.items():
+            name = v._var_name
+            if name not in state:
+                continue
+            if v._num_groups > 1:
+                assign = v.replica_grouping.assignment
+                replicas = self._replica_states()
+                for grp in range(v._num_groups):
+                    np.copyto(host[grp], replicas[assign.index(grp)][name], casting="no")
+            else:
+                np.copyto(host, state[name], casting="no")
+        self._device_dirty = False
+
+    def weights_from_host(self) -> None:
+        """Copy every host copy to the device."""
+        self._require_attached("weights_from_host")
+        for v, host in self._host.items():
+            self._write_device(v, host)
+        self._device_dirty = False
+
+    def _write_device(self, v: Variable, host: np.ndarray) -> None:
+        name = v._var_name
+        if name not in self._exe.state:
+            return
+        if v._num_groups > 1:
+            assign = v.replica_grouping.assignment
+            for r, st in enumerate(self._replica_states()):
+                np.copyto(st[name], host[assign[r]], casting="no")
+        else:
+            self._exe.set_state(name, host)
+
+    def _replica_states(self) -> list[dict[str, np.ndarray]]:
+        """The variable buffers of each simulated replica."""
+        replicas = getattr(self._exe, "replicas", None)
+        if replicas is None:
+            raise NotImplementedError("grouped variables need per-replica state in the runtime")
+        return [r.state for r in replicas]
+
+    def _check_variable(self, t: Any, what: str) -> Variable:
+        if not isinstance(t, Variable):
+            raise TypeError(
+                f"Session.{what}: {t!r} is not a Variable"
+                + (" (constants are read-only)" if isinstance(t, Constant) else "")
+            )
+        if t not in self._host:
+            raise ValueError(f"Session.{what}: variable {t.id} is not part of this session's Ir")
+        return t
+
+    def get_tensor_data(self, tensor: Tensor) -> np.ndarray:
+        """The value of a Variable (host copy, synced from the device when needed) or Constant."""
+        if isinstance(tensor, Constant):
+            return tensor._data
+        if not isinstance(tensor, Variable):
+            raise TypeError(
+                f"Session.get_tensor_data: {tensor!r} is not a Variable or Constant; only "
+                "variables and constants have data outside a run"
+            )
+        v = self._check_variable(tensor, "get_tensor_data")
+        if self._attached and self._device_dirty:
+            self.weights_to_host()
+        return self._host[v]
+
+    def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
+        tensors = list(tensors)
+        for t in tensors:
+            if not isinstance(t, Variable | Constant):
+                raise TypeError(f"Session.get_tensors_data: {t!r} is not a Variable or Constant")
+        return {t: self.get_tensor_data(t) for t in tensors}
+
+    def _write_host(self, v: Variable, data: Any) -> None:
+        host = self._host[v]
+        if isinstance(data, int | float | bool) and not isinstance(data, np.generic):
+            arr = np.full(host.shape, data, dtype=host.dtype)
+        else:
+            if type(data).__module__.startswith("torch"):
+                data = data.detach().cpu().numpy()
+            arr = np.asarray(data)
+            if arr.dtype != host.dtype:
+                raise TypeError(
+                    f"Session.write_variable_data: dtype of the data ({arr.dtype}) does not "
+                    f"match variable {v.id} ({v.dtype.name})"
+                )
+            if arr.shape != host.shape:
+                raise ValueError(
+                    f"Session.write_variable_data: shape of the data {arr.shape} does not match "
+                    f"variable {v.id} {host.shape}"
+                )
+        if v.retrieval_mode == "all_replicas" and self._replication_factor > 1:
+            raise NotImplementedError("write_variable_data with retrieval_mode='all_replicas'")
+        np.copyto(host, arr)
+
+    def write_variable_data(self, tensor: Variable, data: Any) -> None:
+        """Set the value of a variable (host copy; also the device when attached)."""
+        v = self._check_variable(tensor, "write_variable_data")
+        if self._attached and self._device_dirty:
+            self.weights_to_host()
+        self._write_host(v, data)
+        if self._attached:
+            self._write_device(v, self._host[v])
+
+    def write_variables_data(self, tensors: Mapping[Variable, Any]) -> None:
+        vs = {self._check_variable(t, "write_variables_data"): d for t, d in tensors.items()}
+        if self._attached and self._device_dirty:
+            self.weights_to_host()
+        for v, d in vs.items():
+            self._write_host(v, d)
+        if self._attached:
+            for v in vs:
+                self._write_device(v, self._host[v])
+
+    # -- running --------------------------------------------------------------------------------
+    def _prepare_inputs(self, inputs: Optional[Mapping[HostToDeviceStream, Any]], downcast: bool) -> dict[str, np.ndarray]:
+        inputs = dict(inputs or {})
+        expected = set(self._h2d)
+        given = set(inputs)
+        unexpected = [s for s in given if s not in expected]
+        missing = [s for s in self._h2d if s not in given]
+        if unexpected or missing:
+            msg = "Session.run: the inputs do not match the streams the program loads."
+            if unexpected:
+                msg += f"\nUnexpected: {', '.join(_stream_str(s) for s in unexpected)}"
+            if missing:
+                msg += f"\nMissing: {', '.join(_stream_str(s) for s in missing)}"
+            raise ValueError(msg)
+        out: dict[str, np.ndarray] = {}
+        for s in self._h2d:
+            data = inputs[s]
+            if type(data).__module__.startswith("torch"):
+                data = data.detach().cpu().numpy()
+            arr = np.asarray(data)
+            want = np.dtype(s.dtype.as_numpy())
+            if arr.dtype != want and downcast and _downcast_np(arr.dtype) == want:
+                arr = arr.astype(want)
+            full = self._full_input_shape(s.shape)
+            if arr.shape != full:
+                raise ValueError(
+                    f"Session.run: input for stream {s.tensor_id!r} has shape {arr.shape}, "
+                    f"expected {full} ([num_host_transfers={self._num_host_transfers}, "
+                    f"replication_factor={self._replication_factor}] + {s.shape}, size-1 dims dropped)"
+                )
+            if arr.dtype != want:
+                raise ValueError(
+                    f"Session.run: input for stream {s.tensor_id!r} has dtype {arr.dtype}, "
+                    f"expected {want}"
+                )
+            out[s.tensor_id] = arr
+        return out
+
+    def run(
+        self,
+        inputs: Optional[Mapping[HostToDeviceStream, Any]] = None,
+        downcast_inputs: bool = True,
+    ) -> dict[DeviceToHostStream, np.ndarray]:
+        """Run the program once; returns one array per device-to-host stream."""
+        self._require_attached("run")
+        arrays = self._prepare_inputs(inputs, downcast_inputs)
+        outs = self._exe.run(arrays)
+        self._device_dirty = True
+        return {self._d2h_by_name[n]: a for n, a in outs.items() if n in self._d2h_by_name}
+
+    def run_with_outputs(
+        self,
+        inputs: Optional[Mapping[HostToDeviceStream, Any]] = None,
+        outputs: Optional[Mapping[DeviceToHostStream, np.ndarray]] = None,
+        downcast_inputs: bool = True,
+    ) -> None:
+        """Run, writing the results into the user-provided `outputs` arrays."""
+        self._require_attached("run_with_outputs")
+        outputs = dict(outputs) if outputs is not None else self.create_host_outputs()
+        expected = set(self._d2h)
+        unexpected = [s for s in outputs if s not in expected]
+        missing = [s for s in self._d2h if s not in outputs]
+        if unexpected or missing:
+            msg = "Session.run_with_outputs: the outputs do not match the streams the program stores."
+            if unexpected:
+                msg += f"\nUnexpected: {', '.join(_stream_str(s) for s in unexpected)}"
+            if missing:
+                msg += f"\nMissing: {', '.join(_stream_str(s) for s in missing)}"
+            raise ValueError(msg)
+        for s, arr in outputs.items():
+            full = self._full_input_shape(s.shape)
+            if not isinstance(arr, np.ndarray) or arr.shape != full or arr.dtype != np.dtype(s.dtype.as_numpy()):
+                raise ValueError(
+                    f"Session.run_with_outputs: output array for stream {s.tensor_id!r} must be "
+                    f"a {full} {s.dtype.name} ndarray, got "
+                    f"{getattr(arr, 'shape', None)} {getattr(arr, 'dtype', type(arr).__name__)}"
+                )
+        results = self.run(inputs, downcast_inputs)
+        for s, arr in outputs.items():
+            np.copyto(arr, results[s])
+
+    def create_host_outputs(self) -> dict[DeviceToHostStream, np.ndarray]:
+        """Empty arrays of the right shape and dtype for every device-to-host stream."""
+        return {
+            s: np.empty(self._full_input_shape(s.shape), dtype=s.dtype.as_numpy()) for s in self._d2h
+        }
+
+    def __repr__(self) -> str:
+        return f"Session[{self._ir!r} device={self._device_desc!r} attached={self._attached}]"
+
+
+def _stream_str(s: Any) -> str:
+    if isinstance(s, HostToDeviceStream | DeviceToHostStream):
+        return f"{s.tensor_id} {s.shape} {s.dtype.name}"
+    return repr(s)

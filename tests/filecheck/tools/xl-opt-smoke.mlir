@@ -1,2 +1,0 @@
-// RUN: xl-opt %s | filecheck %s
-// CHECK: builtin.module

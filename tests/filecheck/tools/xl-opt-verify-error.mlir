@@ -1,0 +1,23 @@
+// RUN: not xl-opt %s 2>&1 | filecheck %s
+// RUN: not xl-opt %s -p cse 2>&1 | filecheck %s
+// RUN: xl-opt %s --verify-diagnostics | filecheck %s --check-prefix=DIAG
+
+// A verifier error without --verify-diagnostics: the message, the IR with the failing op
+// underlined, exit status 1 and no traceback. Verification runs before any pass.
+
+graph.h2d_stream @x : tensor<2xf32>
+graph.main {
+  %x = graph.host_load @x : tensor<3xf32>
+}
+
+// CHECK:      xl-opt: error: graph.host_load: stream @x carries (2,) float32 but the load produces (3,) float32
+// CHECK:        %x = "graph.host_load"() <{stream = @x}> : () -> tensor<3xf32>
+// CHECK-NEXT:   ^^^^^^^^^^^^^^^^^^^^^^{{-+}}
+// CHECK-NEXT:   | Operation does not verify: graph.host_load: stream @x carries (2,) float32 but the load produces (3,) float32
+// CHECK:      xl-opt: note: while verifying the input
+// CHECK-NOT:  Traceback
+
+// With --verify-diagnostics the diagnostic goes to stdout and xl-opt succeeds.
+
+// DIAG:     graph.host_load: stream @x carries (2,) float32 but the load produces (3,) float32
+// DIAG-NOT: xl-opt: error
