@@ -5,14 +5,12 @@ plus numerics of the built programs on the NumPy runtime."""
 from __future__ import annotations
 
 import re
-from typing import List
 
 import numpy as np
-import pytest
-from xdsl.parser import Parser
-
 import popxl
-import popxl.ops as ops
+import pytest
+from popxl import ops
+from xdsl.parser import Parser
 from xl.dialects import call as call_d
 from xl.dialects import graph as graph_d
 from xl.dialects import ipu as ipu_d
@@ -218,7 +216,7 @@ def test_create_graph_argument_kinds():
     ir = popxl.Ir()
     spec = popxl.TensorSpec((2,), popxl.float32)
 
-    def f(xs, *rest, scale=2.0, ys: List[popxl.TensorByRef] = (), **named):
+    def f(xs, *rest, scale=2.0, ys: list[popxl.TensorByRef] = (), **named):
         out = xs[0] * scale
         for t in (*xs[1:], *rest, *ys, *named.values()):
             out = out + t
@@ -330,7 +328,7 @@ def test_tensor_properties():
     with pytest.raises(TypeError):
         list(t)
     # hash / eq by identity, never elementwise
-    assert t == t and t != s and not (t == s)
+    assert t == t and t != s and not (t == s)  # noqa: PLR0124, SIM201
     assert {t: 1}[t] == 1
     assert t.ipu == 0 and t.tile_set == "compute"
 
@@ -380,9 +378,8 @@ def test_op_errors_are_value_errors():
         with pytest.raises(ValueError, match="popxl.softmax"):
             ops.softmax(i, 0)
         g = ir.create_graph(lambda x: x, a)
-    with g:
-        with pytest.raises(ValueError, match="not in the current graph"):
-            ops.relu(a)
+    with g, pytest.raises(ValueError, match="not in the current graph"):
+        ops.relu(a)
 
 
 def test_shape_ops_structure():
@@ -445,7 +442,7 @@ def test_all_ops_build_and_reparse():
         assert ops.nll_loss(x, lbl, reduction="none", ignore_index=1, log_prob=True).shape == (4,)
         l2, dx = ops.nll_loss_with_softmax_grad(ops.softmax(x, 1), lbl, loss_grad=2.0)
         assert l2.shape == () and dx.shape == (4, 3)
-        l3, dx3 = ops.nll_loss_with_softmax_grad(ops.softmax(x, 1), lbl, loss_grad=popxl.constant(0.5))
+        _l3, dx3 = ops.nll_loss_with_softmax_grad(ops.softmax(x, 1), lbl, loss_grad=popxl.constant(0.5))
         assert dx3.shape == (4, 3)
         idx = popxl.constant(np.array([1], np.uint32))
         assert ops.dynamic_slice(x, idx, [0], [2]).shape == (2, 3)
@@ -562,7 +559,7 @@ def test_streams():
     assert t.name == "x" and t2.name == "named"
     assert ir.get_all_h2d_streams() == {s1, s2, s3}
     assert ir.get_all_d2h_streams() == {o}
-    text, module = reparse(ir)
+    _text, module = reparse(ir)
     decls = [op for op in module.ops if isinstance(op, graph_d.H2DStreamOp | graph_d.D2HStreamOp)]
     assert len(decls) == 4 and list(module.ops)[:4] == decls  # streams come first
     ir2 = popxl.Ir()
@@ -585,7 +582,7 @@ def test_call_with_info_and_errors():
         w = popxl.variable(np.ones((4, 3), np.float32), name="w")
         b = popxl.variable(np.ones((3,), np.float32), name="b")
         g = ir.create_graph(linear, x, w, b)
-        gx, gw, gb = g.inputs
+        _gx, gw, gb = g.inputs
         info = ops.call_with_info(g, x, inputs_dict={gw: w, gb: b})
         (y,) = info.outputs
         assert y.name == "y"

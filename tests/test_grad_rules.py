@@ -81,15 +81,7 @@ class GradProgram:
         grads_provided: Sequence[int] | None = None,
         grads_required: Sequence[int] | None = None,
     ):
-        import os
-
-        if os.environ.get("XL_GRAD_REF"):  # dev only: a reference evaluator outside the repo
-            import sys
-
-            sys.path.insert(0, os.environ["XL_GRAD_REF"])
-            from refeval import compile_module  # type: ignore[import-not-found]
-        else:
-            from xl.runtime import compile_module
+        from xl.runtime import compile_module
 
         module = ModuleOp(list(graphs))
         grad, _ = autodiff(module, fwd, grads_provided, grads_required)

@@ -4,13 +4,12 @@ layout (after POPART tests/integration/popxl/test_session*.py)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import popxl
-import popxl.ops as ops
+import pytest
+from popxl import ops
 
 pytest.importorskip("xl.runtime")
-from xl import runtime  # noqa: E402
+from xl import runtime
 
 if not hasattr(runtime, "compile_module"):
     pytest.skip("xl.runtime.compile_module not available", allow_module_level=True)
@@ -33,7 +32,7 @@ def counter_program(num_host_transfers: int = 1, replication: int = 1):
 
 
 def test_run_requires_attached_and_returns_streams():
-    ir, w, c, xs, ys, y = counter_program()
+    ir, w, _c, xs, ys, _y = counter_program()
     s = popxl.Session(ir, "ipu_hw")
     assert s.ir is ir and not s.is_attached
     with pytest.raises(ValueError, match="Must be attached to device.*`Session` context"):
@@ -50,7 +49,7 @@ def test_run_requires_attached_and_returns_streams():
 
 
 def test_input_validation():
-    ir, w, c, xs, ys, y = counter_program()
+    ir, _w, _c, xs, ys, _y = counter_program()
     other = popxl.Ir()
     with other.main_graph:
         foreign = popxl.h2d_stream((3,), popxl.float32, "foreign")
@@ -80,14 +79,14 @@ def test_input_validation():
 
 def test_torch_inputs():
     torch = pytest.importorskip("torch")
-    ir, w, c, xs, ys, y = counter_program()
+    ir, _w, _c, xs, ys, _y = counter_program()
     with popxl.Session(ir, "cpu") as s:
         out = s.run({xs: torch.ones(3, dtype=torch.float64)})
     np.testing.assert_allclose(out[ys], [1, 1, 1])
 
 
 def test_context_manager_weights_and_reentrancy():
-    ir, w, c, xs, ys, y = counter_program()
+    ir, w, _c, xs, ys, _y = counter_program()
     s = popxl.Session(ir, "cpu")
     x = {xs: np.zeros(3, np.float32)}
     # written while detached: goes to the host copy, sent to the device on enter
@@ -120,12 +119,11 @@ def test_context_manager_weights_and_reentrancy():
 
 
 def test_exception_in_context_skips_weights_to_host():
-    ir, w, c, xs, ys, y = counter_program()
+    ir, w, _c, xs, _ys, _y = counter_program()
     s = popxl.Session(ir, "cpu")
-    with pytest.raises(RuntimeError):
-        with s:
-            s.run({xs: np.zeros(3, np.float32)})
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), s:
+        s.run({xs: np.zeros(3, np.float32)})
+        raise RuntimeError("boom")
     assert not s.is_attached
     np.testing.assert_allclose(s.get_tensor_data(w), [0, 0, 0])
 
@@ -148,7 +146,7 @@ def test_get_and_write_tensor_data():
         s.write_variable_data(c, np.zeros(3, np.int32))
     s.write_variable_data(h, 2.0)  # Python scalars are allowed
     np.testing.assert_array_equal(s.get_tensor_data(h), np.full((2, 2), 2.0, np.float16))
-    other_ir, other_w, *_ = counter_program()
+    _other_ir, other_w, *_ = counter_program()
     with pytest.raises(ValueError, match="not part of this session"):
         s.write_variable_data(other_w, np.zeros(3, np.float32))
     with s:

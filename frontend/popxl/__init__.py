@@ -48,6 +48,7 @@ from popxl.graph import Graph
 from popxl.ir import Ir
 from popxl.module import Module
 from popxl.replica_grouping import ReplicaGrouping
+from popxl.session import Session
 from popxl.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
 from popxl.tensor import (
     Constant,
@@ -64,7 +65,6 @@ from popxl.tensor import (
     replica_sharded_variable,
     variable,
 )
-from popxl.session import Session
 from popxl.utils import create_seeds
 
 
@@ -78,7 +78,7 @@ def _not_implemented(name: str):
 
 RemoteBuffer = _not_implemented("RemoteBuffer")
 remote_buffer = _not_implemented("remote_buffer")
-from popxl import ops, transforms, utils  # noqa: E402  (after the core names: ops imports them)
+from popxl import ops, transforms, utils
 
 __all__ = [
     # context

@@ -15,16 +15,16 @@ if TYPE_CHECKING:
     from popxl.ir import Ir
 
 __all__ = [
-    "get_current_graph",
-    "get_main_graph",
-    "get_ir",
     "gcg",
-    "gmg",
+    "get_current_graph",
+    "get_ir",
+    "get_main_graph",
     "gir",
+    "gmg",
     "in_sequence",
-    "name_scope",
-    "ipu",
     "io_tiles",
+    "ipu",
+    "name_scope",
 ]
 
 
@@ -139,7 +139,7 @@ class in_sequence:
         _state.in_sequence.append(self.mode)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         _state.in_sequence.pop()
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -12,13 +12,22 @@ from typing import Any
 
 import numpy as np
 from xdsl.ir import Attribute
-
 from xl.dialects.utils import element_type as _np_to_elem
 from xl.dialects.utils import numpy_dtype as _elem_to_np
 
 __all__ = [
-    "dtype",
     "bool",
+    "complex64",
+    "complex128",
+    "double",
+    "dtype",
+    "float",
+    "float8_143",
+    "float8_152",
+    "float16",
+    "float32",
+    "float64",
+    "half",
     "int8",
     "int16",
     "int32",
@@ -27,16 +36,6 @@ __all__ = [
     "uint16",
     "uint32",
     "uint64",
-    "half",
-    "float8_143",
-    "float8_152",
-    "float16",
-    "float",
-    "float32",
-    "double",
-    "float64",
-    "complex64",
-    "complex128",
 ]
 
 _BY_NAME: dict[str, dtype] = {}
@@ -46,7 +45,7 @@ _BY_NP: dict[np.dtype, dtype] = {}
 class dtype:
     """A PopXL element type. Not constructible by users: use `popxl.float32` etc."""
 
-    __slots__ = ("_name", "_np", "_is_complex", "_is_int", "_is_fp", "_is_signed")
+    __slots__ = ("_is_complex", "_is_fp", "_is_int", "_is_signed", "_name", "_np")
 
     def __init__(
         self,

@@ -5,14 +5,18 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, IntegerAttr, StringAttr, UnitAttr, i64
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
-
-from popxl import context
-from popxl.dtypes import dtype as _dtype
-from popxl.tensor import Constant, Tensor, Variable
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    FunctionType,
+    IntegerAttr,
+    StringAttr,
+    UnitAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 from xl.dialects.graph import (
     BY_REF_ATTR,
     NAME_ATTR,
@@ -25,6 +29,10 @@ from xl.dialects.graph import (
 )
 from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
 from xl.dialects.utils import tensor_type
+
+from popxl import context
+from popxl.dtypes import dtype as _dtype
+from popxl.tensor import Constant, Tensor, Variable
 
 if TYPE_CHECKING:
     from popxl.ir import Ir
@@ -91,7 +99,7 @@ class Graph:
         return self._ir.main_graph
 
     @property
-    def _output_op(self) -> Optional[OutputOp]:
+    def _output_op(self) -> OutputOp | None:
         last = self._block.last_op
         return last if isinstance(last, OutputOp) else None
 
@@ -100,7 +108,7 @@ class Graph:
         return self._is_main or self._output_op is not None
 
     # -- tensors --------------------------------------------------------------------------------
-    def _tensor(self, value: SSAValue, name: Optional[str] = None) -> Tensor:
+    def _tensor(self, value: SSAValue, name: str | None = None) -> Tensor:
         """The Tensor for `value` (always the same object for the same value)."""
         t = self._values.get(value)
         if t is not None:
@@ -142,7 +150,7 @@ class Graph:
                 self._used_names.add(n)
                 return n
 
-    def _unique_name(self, name: Optional[str], scoped: bool = False) -> str:
+    def _unique_name(self, name: str | None, scoped: bool = False) -> str:
         """Register `name` in this graph; a used name gets `__t<k>` appended."""
         if name is None:
             return self._auto_name()
@@ -240,9 +248,9 @@ class Graph:
         self,
         shape: Iterable[int],
         dtype: _dtype,
-        name: Optional[str],
+        name: str | None,
         by_ref: bool,
-        meta_shape: Optional[Iterable[int]],
+        meta_shape: Iterable[int] | None,
     ) -> Tensor:
         if self._is_main:
             raise ValueError("popxl.graph_input cannot be used in the main graph")
@@ -335,7 +343,7 @@ class Graph:
         context._push_graph(self)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         context._pop_graph(self)
 
     # -- dunder ------------------------------------------------------------------------------

@@ -12,15 +12,22 @@ import io
 import itertools
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Optional, Union
+from typing import Any
 
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.printer import Printer
+from xl.dialects.graph import (
+    D2HStreamOp,
+    GraphOp,
+    H2DStreamOp,
+    HostLoadOp,
+    HostStoreOp,
+    MainGraphOp,
+)
 
 from popxl import context
 from popxl.graph import Graph
 from popxl.tensor import Tensor, TensorByRef, TensorSpec
-from xl.dialects.graph import D2HStreamOp, GraphOp, H2DStreamOp, HostLoadOp, HostStoreOp, MainGraphOp
 
 __all__ = ["Ir"]
 
@@ -30,7 +37,7 @@ _ir_ids = itertools.count()
 class Ir:
     """A PopXL program: a main graph, subgraphs and host streams."""
 
-    def __init__(self, replication: Union[int, str] = 1):
+    def __init__(self, replication: int | str = 1):
         if replication == "popdist":
             replication = 1
         if not isinstance(replication, int) or replication < 1:
@@ -110,7 +117,7 @@ class Ir:
                 return Graph._from_op(self, op)
         raise ValueError(f"Ir has no graph named {name!r}")
 
-    def create_empty_graph(self, name: Optional[str] = None) -> Graph:
+    def create_empty_graph(self, name: str | None = None) -> Graph:
         """An empty subgraph; add inputs and outputs with `popxl.graph_input/graph_output`
         inside `with graph:`."""
         g = Graph._from_op(self, self._new_graph_op(self._create_name(name or "graph")))
@@ -257,7 +264,7 @@ class Ir:
         return [s for n, s in self._d2h.items() if n in used]
 
     # -- replica groupings ------------------------------------------------------------------
-    def replica_grouping(self, stride: int = 1, group_size: Optional[int] = None) -> Any:
+    def replica_grouping(self, stride: int = 1, group_size: int | None = None) -> Any:
         from popxl.replica_grouping import ReplicaGrouping
 
         return ReplicaGrouping._from_params(self, stride, group_size)
@@ -299,10 +306,10 @@ def _qualname(fn: Callable[..., Any]) -> str:
 def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(fn)
-    except Exception:
+    except Exception:  # noqa: BLE001  (unresolvable annotations)
         try:
             return dict(getattr(fn, "__annotations__", {}))
-        except Exception:
+        except Exception:  # noqa: BLE001
             return {}
 
 

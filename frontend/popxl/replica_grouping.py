@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from popxl.ir import Ir
@@ -19,7 +19,7 @@ class ReplicaGrouping:
         raise TypeError("Use ir.replica_grouping(stride, group_size) to create a ReplicaGrouping")
 
     @classmethod
-    def _from_params(cls, ir: Ir, stride: int = 1, group_size: Optional[int] = None) -> ReplicaGrouping:
+    def _from_params(cls, ir: Ir, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
         rf = ir.replication_factor
         if group_size is None:
             if not 0 < stride <= rf or rf % stride:
@@ -102,7 +102,7 @@ class ReplicaGrouping:
                 new[r] = i
         return ReplicaGrouping._from_assignments(self._ir, new)
 
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, ReplicaGrouping) and self.assignment == other.assignment
 
     def __hash__(self) -> int:

@@ -9,17 +9,17 @@ While attached, `get_tensor_data` lazily fetches the device values after a `run`
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
+from xl.dialects.graph import VariableOp
+from xl.dialects.utils import dense_to_numpy
 
 from popxl.dtypes import _downcast_np
 from popxl.ir import Ir
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
-from xl.dialects.graph import VariableOp
-from xl.dialects.utils import dense_to_numpy
 
 __all__ = ["Session"]
 
@@ -116,7 +116,7 @@ class Session:
             self.weights_from_host()
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         was_attached = self._ctx_stack.pop()
         if not was_attached:
             try:
@@ -248,7 +248,7 @@ class Session:
                 self._write_device(v, self._host[v])
 
     # -- running --------------------------------------------------------------------------------
-    def _prepare_inputs(self, inputs: Optional[Mapping[HostToDeviceStream, Any]], downcast: bool) -> dict[str, np.ndarray]:
+    def _prepare_inputs(self, inputs: Mapping[HostToDeviceStream, Any] | None, downcast: bool) -> dict[str, np.ndarray]:
         inputs = dict(inputs or {})
         expected = set(self._h2d)
         given = set(inputs)
@@ -287,7 +287,7 @@ class Session:
 
     def run(
         self,
-        inputs: Optional[Mapping[HostToDeviceStream, Any]] = None,
+        inputs: Mapping[HostToDeviceStream, Any] | None = None,
         downcast_inputs: bool = True,
     ) -> dict[DeviceToHostStream, np.ndarray]:
         """Run the program once; returns one array per device-to-host stream."""
@@ -299,8 +299,8 @@ class Session:
 
     def run_with_outputs(
         self,
-        inputs: Optional[Mapping[HostToDeviceStream, Any]] = None,
-        outputs: Optional[Mapping[DeviceToHostStream, np.ndarray]] = None,
+        inputs: Mapping[HostToDeviceStream, Any] | None = None,
+        outputs: Mapping[DeviceToHostStream, np.ndarray] | None = None,
         downcast_inputs: bool = True,
     ) -> None:
         """Run, writing the results into the user-provided `outputs` arrays."""

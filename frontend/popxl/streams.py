@@ -7,18 +7,19 @@ objects are cached per Ir by name, so the same object comes back everywhere.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
+
+from xl.dialects.graph import D2HStreamOp, H2DStreamOp
+from xl.dialects.utils import tensor_type
 
 from popxl.context import gcg
 from popxl.dtypes import dtype as _dtype
 from popxl.tensor import TensorSpec
-from xl.dialects.graph import D2HStreamOp, H2DStreamOp
-from xl.dialects.utils import tensor_type
 
 if TYPE_CHECKING:
     from popxl.ir import Ir
 
-__all__ = ["HostToDeviceStream", "DeviceToHostStream", "h2d_stream", "d2h_stream"]
+__all__ = ["DeviceToHostStream", "HostToDeviceStream", "d2h_stream", "h2d_stream"]
 
 
 class _Stream:
@@ -85,7 +86,7 @@ class DeviceToHostStream(_Stream):
     _KIND = "d2h"
 
 
-def _make(kind: str, shape: Iterable[int], dtype: _dtype, name: Optional[str]) -> _Stream:
+def _make(kind: str, shape: Iterable[int], dtype: _dtype, name: str | None) -> _Stream:
     ir = gcg().ir
     shape = tuple(int(d) for d in shape)
     dt = _dtype.as_dtype(dtype)
@@ -102,11 +103,11 @@ def _make(kind: str, shape: Iterable[int], dtype: _dtype, name: Optional[str]) -
     return s
 
 
-def h2d_stream(shape: Iterable[int], dtype: _dtype, name: Optional[str] = None) -> HostToDeviceStream:
+def h2d_stream(shape: Iterable[int], dtype: _dtype, name: str | None = None) -> HostToDeviceStream:
     """A host-to-device stream (always declared at module level)."""
     return _make("h2d", shape, dtype, name)  # type: ignore[return-value]
 
 
-def d2h_stream(shape: Iterable[int], dtype: _dtype, name: Optional[str] = None) -> DeviceToHostStream:
+def d2h_stream(shape: Iterable[int], dtype: _dtype, name: str | None = None) -> DeviceToHostStream:
     """A device-to-host stream (always declared at module level)."""
     return _make("d2h", shape, dtype, name)  # type: ignore[return-value]

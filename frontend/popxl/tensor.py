@@ -8,45 +8,45 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, TensorType
 from xdsl.ir import BlockArgument, OpResult, SSAValue
+from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
 
 from popxl import dtypes
-from popxl.context import _scoped, gcg
+from popxl.context import gcg
 from popxl.dtypes import dtype
-from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
 
 if TYPE_CHECKING:
     from popxl.graph import Graph
     from popxl.ir import Ir
 
 __all__ = [
-    "Tensor",
-    "Variable",
     "Constant",
-    "TensorSpec",
+    "Tensor",
     "TensorByRef",
-    "variable",
+    "TensorSpec",
+    "Variable",
     "constant",
     "graph_input",
     "graph_output",
-    "remote_variable",
     "remote_replica_sharded_variable",
-    "replica_sharded_variable",
+    "remote_variable",
     "replica_sharded_buffer",
+    "replica_sharded_variable",
+    "variable",
 ]
 
-ScalarType = Union[int, float, bool]
+ScalarType = int | float | bool
 HostTensor = Any  # np.ndarray, torch.Tensor, Python scalars and nested lists
 
 
 class TensorSpec(Mapping):
     """Shape, dtype and meta-shape of a tensor; a Mapping so `**spec` works."""
 
-    __slots__ = ("shape", "dtype", "meta_shape")
+    __slots__ = ("dtype", "meta_shape", "shape")
 
     def __init__(self, shape: Iterable[int], dtype: dtype, meta_shape: Iterable[int] = ()):
         self.shape = tuple(int(d) for d in shape)
@@ -155,7 +155,7 @@ class Tensor:
     def nelms(self) -> int:
         return math.prod(self.shape)
 
-    def strides(self, shape: Optional[Iterable[int]] = None) -> list[int]:
+    def strides(self, shape: Iterable[int] | None = None) -> list[int]:
         """Row-major strides in elements."""
         shape = tuple(shape) if shape is not None else self.shape
         out, acc = [], 1
@@ -185,7 +185,7 @@ class Tensor:
         return None
 
     @property
-    def _ipu_or_none(self) -> Optional[int]:
+    def _ipu_or_none(self) -> int | None:
         a = self._placement_attr(IPU_ATTR)
         return a.value.data if isinstance(a, IntegerAttr) else None
 
@@ -231,32 +231,32 @@ class Tensor:
 
     # -- shape methods --------------------------------------------------------------------
     def reshape(self, shape: Iterable[int]) -> Tensor:
-        import popxl.ops as ops
+        from popxl import ops
 
         return ops.reshape(self, shape)
 
     def reshape_(self, shape: Iterable[int]) -> Tensor:
-        import popxl.ops as ops
+        from popxl import ops
 
         return ops.reshape_(self, shape)
 
     def flatten(self) -> Tensor:
-        import popxl.ops as ops
+        from popxl import ops
 
         return ops.flatten(self)
 
     def flatten_(self) -> Tensor:
-        import popxl.ops as ops
+        from popxl import ops
 
         return ops.flatten_(self)
 
-    def transpose(self, permutation: Optional[Iterable[int]] = None) -> Tensor:
-        import popxl.ops as ops
+    def transpose(self, permutation: Iterable[int] | None = None) -> Tensor:
+        from popxl import ops
 
         return ops.transpose(self, permutation)
 
-    def transpose_(self, permutation: Optional[Iterable[int]] = None) -> Tensor:
-        import popxl.ops as ops
+    def transpose_(self, permutation: Iterable[int] | None = None) -> Tensor:
+        from popxl import ops
 
         return ops.transpose_(self, permutation)
 
@@ -269,24 +269,24 @@ class Tensor:
         return self.transpose_()
 
     def detach(self) -> Tensor:
-        import popxl.ops as ops
+        from popxl import ops
 
         return ops.detach(self)
 
     def detach_(self) -> Tensor:
-        import popxl.ops as ops
+        from popxl import ops
 
         return ops.detach_(self)
 
-    def copy_to_ipu(self, destination: int, source: Optional[int] = None) -> Tensor:
+    def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
         """Copy to virtual IPU `destination` (`ipu.copy`); `source` defaults to this tensor's IPU."""
-        import popxl.ops as ops
+        from popxl import ops
 
         return ops.ipu_copy(self, destination, source)
 
     # -- indexing ---------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Tensor:
-        import popxl.ops as ops
+        from popxl import ops
 
         return ops._getitem(self, key)
 
@@ -297,7 +297,7 @@ class Tensor:
         return constant(value, dtype=self.dtype)
 
     def _binop(self, fn_name: str, other: Any, reflected: bool = False) -> Tensor:
-        import popxl.ops as ops
+        from popxl import ops
 
         if not isinstance(other, Tensor | int | float | bool | np.ndarray | np.generic | list | tuple):
             if type(other).__module__.startswith("torch"):
@@ -363,12 +363,12 @@ class Tensor:
         return self._binop("logical_or", o, True)
 
     def __invert__(self) -> Tensor:
-        import popxl.ops as ops
+        from popxl import ops
 
         return ops.logical_not(self)
 
     def __neg__(self) -> Tensor:
-        import popxl.ops as ops
+        from popxl import ops
 
         return ops.negate(self)
 
@@ -376,7 +376,7 @@ class Tensor:
         return self
 
     def __abs__(self) -> Tensor:
-        import popxl.ops as ops
+        from popxl import ops
 
         return ops.abs(self)
 
@@ -409,7 +409,7 @@ class Variable(Tensor):
     def _var_name(self) -> str:
         return self._value.op.var_name.data  # type: ignore[union-attr]
 
-    def copy_to_ipu(self, destination: int, source: Optional[int] = None) -> Tensor:  # type: ignore[override]
+    def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:  # type: ignore[override]
         if source is None:
             raise ValueError(
                 "Variable.copy_to_ipu: the source IPU must be given for a variable "
@@ -438,7 +438,7 @@ class TensorByRef(Tensor):
 # ---------------------------------------------------------------------------------------
 
 
-def _to_numpy(data: HostTensor, dtype_: Optional[dtype], downcast: bool) -> np.ndarray:
+def _to_numpy(data: HostTensor, dtype_: dtype | None, downcast: bool) -> np.ndarray:
     if isinstance(data, Tensor):
         raise TypeError(f"Expected host data (array, scalar), got a popxl Tensor {data!r}")
     if type(data).__module__.startswith("torch"):
@@ -462,11 +462,11 @@ def _to_numpy(data: HostTensor, dtype_: Optional[dtype], downcast: bool) -> np.n
 
 def variable(
     data: HostTensor,
-    dtype: Optional[dtype] = None,
-    name: Optional[str] = None,
+    dtype: dtype | None = None,
+    name: str | None = None,
     downcast: bool = True,
     replica_grouping: Any = None,
-    retrieval_mode: Optional[str] = None,
+    retrieval_mode: str | None = None,
     log2_scale: Any = None,
     nan_on_overflow: Any = None,
 ) -> Variable:
@@ -511,8 +511,8 @@ def variable(
 
 def constant(
     data: HostTensor,
-    dtype: Optional[dtype] = None,
-    name: Optional[str] = None,
+    dtype: dtype | None = None,
+    name: str | None = None,
     downcast: bool = True,
     log2_scale: Any = None,
     nan_on_overflow: Any = None,
@@ -533,9 +533,9 @@ def constant(
 def graph_input(
     shape: Iterable[int],
     dtype: dtype,
-    name: Optional[str] = None,
+    name: str | None = None,
     by_ref: bool = False,
-    meta_shape: Optional[Iterable[int]] = None,
+    meta_shape: Iterable[int] | None = None,
 ) -> Tensor:
     """Add an input to the current (sub)graph."""
     return gcg()._add_input(shape, dtype, name, by_ref, meta_shape)

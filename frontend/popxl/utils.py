@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 from popxl.dtypes import _downcast_np
 from popxl.dtypes import dtype as _dtype
 
-__all__ = ["to_numpy", "create_seeds"]
+__all__ = ["create_seeds", "to_numpy"]
 
 
 def to_numpy(
     x: Any,
-    dtype: Optional[_dtype] = None,
+    dtype: _dtype | None = None,
     downcast: bool = True,
     copy: bool = True,
     log2_scale: Any = None,
@@ -32,7 +32,7 @@ def to_numpy(
 
 
 def create_seeds(
-    seed: Optional[int] = None,
+    seed: int | None = None,
     offset: int = 0,
     batches_per_step: int = 1,
     gradient_accumulation_factor: int = 1,

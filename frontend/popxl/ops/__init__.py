@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Sequence
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
+from xl.dialects.utils import tensor_type
 
 from popxl import dtypes
 from popxl.context import gcg
@@ -25,7 +26,6 @@ from popxl.ops._utils import (
     emit_inplace,
     has_op,
     insert,
-    op_class,
     to_tensor,
 )
 from popxl.ops.call import (
@@ -40,7 +40,6 @@ from popxl.ops.call import (
 )
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Tensor, constant
-from xl.dialects.utils import tensor_type
 
 __all__ = [
     # elementwise unary
@@ -83,7 +82,7 @@ __all__ = [
 ]
 
 
-def _t(x: Any, like: Optional[Tensor] = None) -> Tensor:
+def _t(x: Any, like: Tensor | None = None) -> Tensor:
     return to_tensor(x, like.dtype if like is not None else None)
 
 
@@ -275,52 +274,52 @@ def _reduce(op_name: str, t: Tensor, axis: Any, keepdims: bool) -> Tensor:
     return emit1(op_name, [t], axis=axes_tuple(axis, t.rank), keepdims=bool(keepdims) or None)
 
 
-def sum(t: Tensor, axis: Optional[Union[int, Iterable[int]]] = None, keepdims: bool = False) -> Tensor:
+def sum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Sum over `axis` (all axes when None)."""
     return _reduce("popxl.reduce_sum", t, axis, keepdims)
 
 
-def mean(t: Tensor, axis: Optional[Union[int, Iterable[int]]] = None, keepdims: bool = False) -> Tensor:
+def mean(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     return _reduce("popxl.reduce_mean", t, axis, keepdims)
 
 
-def max(t: Tensor, axis: Optional[Union[int, Iterable[int]]] = None, keepdims: bool = False) -> Tensor:
+def max(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     return _reduce("popxl.reduce_max", t, axis, keepdims)
 
 
-def min(t: Tensor, axis: Optional[Union[int, Iterable[int]]] = None, keepdims: bool = False) -> Tensor:
+def min(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     return _reduce("popxl.reduce_min", t, axis, keepdims)
 
 
-def prod(t: Tensor, axis: Optional[Union[int, Iterable[int]]] = None, keepdims: bool = False) -> Tensor:
+def prod(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     return _reduce("popxl.reduce_prod", t, axis, keepdims)
 
 
-def sumsquare(t: Tensor, axis: Optional[Union[int, Iterable[int]]] = None, keepdims: bool = False) -> Tensor:
+def sumsquare(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     if has_op("popxl.reduce_sumsquare"):
         return _reduce("popxl.reduce_sumsquare", t, axis, keepdims)
     return sum(mul(t, t), axis, keepdims)
 
 
-def l2(t: Tensor, axis: Optional[Union[int, Iterable[int]]] = None, keepdims: bool = False) -> Tensor:
+def l2(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     if has_op("popxl.reduce_l2"):
         return _reduce("popxl.reduce_l2", t, axis, keepdims)
     return sqrt(sumsquare(t, axis, keepdims))
 
 
-def l1(t: Tensor, axis: Optional[Union[int, Iterable[int]]] = None, keepdims: bool = False) -> Tensor:
+def l1(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     if has_op("popxl.reduce_l1"):
         return _reduce("popxl.reduce_l1", t, axis, keepdims)
     return sum(abs(t), axis, keepdims)
 
 
-def logsum(t: Tensor, axis: Optional[Union[int, Iterable[int]]] = None, keepdims: bool = False) -> Tensor:
+def logsum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     if has_op("popxl.reduce_logsum"):
         return _reduce("popxl.reduce_logsum", t, axis, keepdims)
     return log(sum(t, axis, keepdims))
 
 
-def logsumexp(t: Tensor, axis: Optional[Union[int, Iterable[int]]] = None, keepdims: bool = False) -> Tensor:
+def logsumexp(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     if has_op("popxl.reduce_logsumexp"):
         return _reduce("popxl.reduce_logsumexp", t, axis, keepdims)
     m = max(t, axis, keepdims=True)
@@ -346,7 +345,7 @@ def cumsum(t: Tensor, dim: int = 0) -> Tensor:
 
 def topk(
     t: Tensor, k: int, axis: int, largest: bool = True, sorted: bool = True,
-    available_memory_proportion: Optional[float] = None,
+    available_memory_proportion: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     vals, idx = emit("popxl.topk", [t], k=int(k), axis=int(axis), largest=bool(largest), sorted=bool(sorted))
     return vals, idx
@@ -380,7 +379,7 @@ def flatten(t: Tensor) -> Tensor:
 flatten_ = flatten
 
 
-def transpose(t: Tensor, permutation: Optional[Iterable[int]] = None) -> Tensor:
+def transpose(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
     """Permute the dims (reverse them by default)."""
     perm = tuple(range(t.rank))[::-1] if permutation is None else tuple(int(p) for p in permutation)
     perm = tuple(p % t.rank if t.rank else p for p in perm)
@@ -390,7 +389,7 @@ def transpose(t: Tensor, permutation: Optional[Iterable[int]] = None) -> Tensor:
 transpose_ = transpose
 
 
-def squeeze(t: Tensor, axes: Optional[Union[int, Iterable[int]]] = None) -> Tensor:
+def squeeze(t: Tensor, axes: int | Iterable[int] | None = None) -> Tensor:
     """Remove size-1 dims (`axes`, or all of them)."""
     if axes is None:
         ax = tuple(i for i, d in enumerate(t.shape) if d == 1)
@@ -421,7 +420,7 @@ def concat(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
 concat_ = concat
 
 
-def split(t: Tensor, splits: Union[int, Sequence[int]], axis: int = 0) -> list[Tensor]:
+def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]:
     """Split `t` into `splits` equal parts, or parts of the given sizes, along `axis`."""
     axis = axis % t.rank
     n = t.shape[axis]
@@ -446,14 +445,14 @@ _NO_BOUND_LO = -(2**63)
 
 def slice(
     t: Tensor,
-    start: Optional[Union[int, Sequence[Optional[int]]]] = None,
-    stop: Optional[Union[int, Sequence[Optional[int]]]] = None,
-    step: Optional[Union[int, Sequence[Optional[int]]]] = None,
-    axis: Optional[Union[int, Sequence[int]]] = None,
+    start: int | Sequence[int | None] | None = None,
+    stop: int | Sequence[int | None] | None = None,
+    step: int | Sequence[int | None] | None = None,
+    axis: int | Sequence[int] | None = None,
 ) -> Tensor:
     """`t[start:stop:step]` along `axis` (the leading dims when None), Python semantics."""
 
-    def as_list(x: Any) -> Optional[list[Optional[int]]]:
+    def as_list(x: Any) -> list[int | None] | None:
         if x is None:
             return None
         if isinstance(x, int | np.integer):
@@ -573,7 +572,7 @@ def _getitem(t: Tensor, key: Any) -> Tensor:
 
 
 def gather(
-    t: Tensor, indices: Any, axis: int = 0, available_memory_proportion: Optional[float] = None,
+    t: Tensor, indices: Any, axis: int = 0, available_memory_proportion: float | None = None,
     zero_OOR: bool = False,
 ) -> Tensor:
     """`np.take(t, indices, axis)`."""
@@ -581,7 +580,7 @@ def gather(
     return emit1("popxl.gather", [t, indices], axis=int(axis), zero_oor=True if zero_OOR else None)
 
 
-def scatter(t: Tensor, indices: Tensor, values: Tensor, axis: int = 0, available_memory_proportion: Optional[float] = None) -> Tensor:
+def scatter(t: Tensor, indices: Tensor, values: Tensor, axis: int = 0, available_memory_proportion: float | None = None) -> Tensor:
     return emit1("popxl.scatter", [t, to_tensor(indices, dtypes.int32), _t(values, t)], axis=int(axis))
 
 
@@ -633,8 +632,8 @@ def dynamic_update_(t: Tensor, index: Tensor, t_update: Tensor, axes: Sequence[i
 
 
 def matmul(
-    lhs: Tensor, rhs: Tensor, available_memory_proportion: Optional[float] = None,
-    output_type: Optional[dtype] = None, partials_type: Optional[dtype] = None,
+    lhs: Tensor, rhs: Tensor, available_memory_proportion: float | None = None,
+    output_type: dtype | None = None, partials_type: dtype | None = None,
 ) -> Tensor:
     """Matrix product (NumPy `matmul` semantics)."""
     out = emit1("popxl.matmul", _pair(lhs, rhs))
@@ -681,7 +680,7 @@ def batch_norm_inference(
 ) -> Tensor:
     """`(t - mean) / sqrt(var + eps) * scale + bias` per channel (dim 1)."""
     bshape = (t.shape[1],) + (1,) * (t.rank - 2)
-    r = lambda x: reshape(x, bshape)  # noqa: E731
+    r = lambda x: reshape(x, bshape)
     normed = div(sub(t, r(mean)), sqrt(add(r(var), constant(float(epsilon), t.dtype))))
     return add(mul(normed, r(scale)), r(bias))
 
@@ -693,7 +692,7 @@ def lamb_square(t: Tensor) -> Tensor:
     return sum(mul(t, t))
 
 
-def tied_gather(t: Tensor, indices: Any, axis: int = 0, available_memory_proportion: Optional[float] = None, zero_OOR: bool = False) -> Tensor:
+def tied_gather(t: Tensor, indices: Any, axis: int = 0, available_memory_proportion: float | None = None, zero_OOR: bool = False) -> Tensor:
     return gather(t, indices, axis, available_memory_proportion, zero_OOR)
 
 
@@ -725,7 +724,7 @@ del _name
 
 
 def nll_loss(
-    probs: Tensor, labels: Tensor, ignore_index: Optional[int] = None,
+    probs: Tensor, labels: Tensor, ignore_index: int | None = None,
     reduction: str = "mean", log_prob: bool = False,
 ) -> Tensor:
     """Negative log likelihood of `labels` under `probs` (or log-probs)."""
@@ -738,7 +737,7 @@ def nll_loss(
 
 
 def nll_loss_with_softmax_grad(
-    probs: Tensor, labels: Tensor, loss_grad: Any = 1, ignore_index: Optional[int] = None,
+    probs: Tensor, labels: Tensor, loss_grad: Any = 1, ignore_index: int | None = None,
     reduction: str = "mean",
 ) -> tuple[Tensor, Tensor]:
     """`(loss, dprobs_logits)`: NLL of softmax `probs` and the gradient w.r.t. the logits,
@@ -803,12 +802,12 @@ def cast(t: Tensor, data_type: dtype) -> Tensor:
     return emit1("popxl.cast", [t], tensor_type(t.shape, dt.as_numpy()))
 
 
-def identity(t: Tensor, output_name: Optional[str] = None) -> Tensor:
+def identity(t: Tensor, output_name: str | None = None) -> Tensor:
     """A copy of `t`."""
     return emit1("popxl.identity", [t], name=output_name)
 
 
-def rename(t: Tensor, output_name: Optional[str] = None) -> Tensor:
+def rename(t: Tensor, output_name: str | None = None) -> Tensor:
     return identity(t, output_name)
 
 
@@ -822,15 +821,15 @@ def detach(t: Tensor) -> Tensor:
 detach_ = detach
 
 
-def print_tensor(t: Tensor, title: Optional[str] = None, print_self: bool = True, print_gradient: bool = False, **kwargs: Any) -> Tensor:
+def print_tensor(t: Tensor, title: str | None = None, print_self: bool = True, print_gradient: bool = False, **kwargs: Any) -> Tensor:
     if has_op("popxl.print_tensor"):
         return emit1("popxl.print_tensor", [t], title=title if title is not None else t.name)
     return identity(t)
 
 
 def init(
-    shape: Iterable[int], dtype: dtype, name: Optional[str] = None, init_type: str = "zero",
-    meta_shape: Optional[Iterable[int]] = None,
+    shape: Iterable[int], dtype: dtype, name: str | None = None, init_type: str = "zero",
+    meta_shape: Iterable[int] | None = None,
 ) -> Tensor:
     """A new tensor of `shape`/`dtype`, zero-filled (`init_type='zero'`) or undefined ('undef')."""
     if init_type not in ("zero", "undef"):
@@ -867,7 +866,7 @@ def _scaled(t: Tensor, f: Any, like: Tensor) -> Tensor:
     return mul(t, f)
 
 
-def scaled_add(X: Tensor, Y: Tensor, a: Union[float, Tensor] = 1.0, b: Union[float, Tensor] = 1.0) -> Tensor:
+def scaled_add(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor = 1.0) -> Tensor:
     """`a * X + b * Y` (a, b floats or scalar tensors)."""
     X, Y = _pair(X, Y)
     a, b = _scale_args(X, a, b)
@@ -881,7 +880,7 @@ def scaled_add(X: Tensor, Y: Tensor, a: Union[float, Tensor] = 1.0, b: Union[flo
     return emit1("popxl.scaled_add", [X, Y], a=a, b=b)
 
 
-def scaled_add_(X: Tensor, Y: Tensor, a: Union[float, Tensor] = 1.0, b: Union[float, Tensor] = 1.0) -> Tensor:
+def scaled_add_(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor = 1.0) -> Tensor:
     """`X = a * X + b * Y` in place; returns X."""
     Y = _t(Y, X)
     a, b = _scale_args(X, a, b)
@@ -899,7 +898,7 @@ def scaled_add_(X: Tensor, Y: Tensor, a: Union[float, Tensor] = 1.0, b: Union[fl
 # ---------------------------------------------------------------------------------------
 
 
-def host_load(h2d_stream: HostToDeviceStream, name: Optional[str] = None) -> Tensor:
+def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor:
     """Load the next transfer of `h2d_stream` (any graph)."""
     from xl.dialects.graph import HostLoadOp
 
@@ -931,7 +930,7 @@ def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
     insert(g, HostStoreOp(d2h_stream.tensor_id, t._value), "graph.host_store", verify=False)
 
 
-def ipu_copy(t: Tensor, destination: int, source: Optional[int] = None) -> Tensor:
+def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
     """Copy `t` to virtual IPU `destination` (`ipu.copy`). `source` defaults to the IPU
     of the op producing `t` (ValueError if it has none)."""
     from xl.dialects.ipu import CopyOp

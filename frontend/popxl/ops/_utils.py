@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 from xdsl.ir import Attribute, Operation
@@ -67,9 +67,9 @@ def insert(g: Graph, op: Operation, what: str, verify: bool = True) -> Operation
 
 def emit(
     op_name: str,
-    inputs: Sequence[Optional[Tensor]],
-    result_types: Optional[Sequence[Attribute]] = None,
-    names: Optional[Sequence[Optional[str]]] = None,
+    inputs: Sequence[Tensor | None],
+    result_types: Sequence[Attribute] | None = None,
+    names: Sequence[str | None] | None = None,
     **props: Any,
 ) -> list[Tensor]:
     """Build `op_name` on `inputs` in the current graph; returns the result tensors.
@@ -102,14 +102,14 @@ def emit(
     return outs
 
 
-def emit1(op_name: str, inputs: Sequence[Tensor], result_type: Any = None, name: Optional[str] = None, **props: Any) -> Tensor:
+def emit1(op_name: str, inputs: Sequence[Tensor], result_type: Any = None, name: str | None = None, **props: Any) -> Tensor:
     (t,) = emit(
         op_name, inputs, [result_type] if result_type is not None else None, [name], **props
     )
     return t
 
 
-def emit_inplace(op_name: str, inputs: Sequence[Optional[Tensor]], **props: Any) -> Tensor:
+def emit_inplace(op_name: str, inputs: Sequence[Tensor | None], **props: Any) -> Tensor:
     """An in-place op (no results): returns the updated first input."""
     emit(op_name, inputs, None, None, **props)
     t = inputs[0]
@@ -124,7 +124,7 @@ def factor(f: Any) -> Any:
     return float(f)
 
 
-def axes_tuple(axis: Any, rank: int) -> Optional[tuple[int, ...]]:
+def axes_tuple(axis: Any, rank: int) -> tuple[int, ...] | None:
     if axis is None:
         return None
     if isinstance(axis, int | np.integer):

@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional
+from typing import Any
 
 from xdsl.ir import Operation
+from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
 
 from popxl.context import gcg
 from popxl.graph import Graph
 from popxl.ops._utils import check_in_graph, insert, to_tensor
 from popxl.tensor import Tensor
-from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
 
 __all__ = [
+    "CallSiteInfo",
+    "ConditionalSiteInfo",
     "call",
     "call_with_info",
-    "CallSiteInfo",
-    "repeat",
-    "repeat_with_info",
     "conditional",
     "conditional_with_info",
-    "ConditionalSiteInfo",
+    "repeat",
+    "repeat_with_info",
 ]
 
 
@@ -122,7 +122,7 @@ def _check_graph(graph: Any, what: str) -> Graph:
 def _bind_inputs(
     graph: Graph,
     inputs: Iterable[Any],
-    inputs_dict: Optional[Mapping[Tensor, Any]],
+    inputs_dict: Mapping[Tensor, Any] | None,
     what: str,
     check_inputs: bool = True,
 ) -> list[Tensor]:
@@ -137,7 +137,7 @@ def _bind_inputs(
             f"ops.{what}: too many inputs for graph {graph.name!r}: {len(inputs)} given, "
             f"it takes {n} ({', '.join(t.name for t in g_inputs)})"
         )
-    args: list[Optional[Tensor]] = [None] * n
+    args: list[Tensor | None] = [None] * n
     for i, x in enumerate(inputs):
         args[i] = to_tensor(x, g_inputs[i].dtype)
     for gt, pt in (inputs_dict or {}).items():
@@ -180,7 +180,7 @@ def _name_outputs(parent: Graph, op: Operation, graph: Graph) -> None:
 def call_with_info(
     graph: Graph,
     *inputs: Any,
-    inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+    inputs_dict: Mapping[Tensor, Any] | None = None,
     check_inputs: bool = True,
 ) -> CallSiteInfo:
     """Call `graph` (a `call.call` op); `inputs_dict` maps graph inputs to parent tensors."""
@@ -196,7 +196,7 @@ def call_with_info(
 def call(
     graph: Graph,
     *inputs: Any,
-    inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+    inputs_dict: Mapping[Tensor, Any] | None = None,
 ) -> tuple[Tensor, ...]:
     """Call `graph`; returns its outputs in the current graph."""
     return call_with_info(graph, *inputs, inputs_dict=inputs_dict).outputs
@@ -206,7 +206,7 @@ def repeat_with_info(
     graph: Graph,
     repeat_count: int,
     *inputs: Any,
-    inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+    inputs_dict: Mapping[Tensor, Any] | None = None,
     check_inputs: bool = True,
 ) -> CallSiteInfo:
     """Run `graph` `repeat_count` times (`call.repeat`); its N outputs feed its first N
@@ -240,7 +240,7 @@ def repeat(
     graph: Graph,
     repeat_count: int,
     *inputs: Any,
-    inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+    inputs_dict: Mapping[Tensor, Any] | None = None,
 ) -> tuple[Tensor, ...]:
     return repeat_with_info(graph, repeat_count, *inputs, inputs_dict=inputs_dict).outputs
 
@@ -292,10 +292,10 @@ def conditional_with_info(
     cond: Tensor,
     then_branch: Graph,
     else_branch: Graph,
-    then_inputs: Optional[Iterable[Any]] = None,
-    else_inputs: Optional[Iterable[Any]] = None,
-    then_inputs_dict: Optional[Mapping[Tensor, Any]] = None,
-    else_inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+    then_inputs: Iterable[Any] | None = None,
+    else_inputs: Iterable[Any] | None = None,
+    then_inputs_dict: Mapping[Tensor, Any] | None = None,
+    else_inputs_dict: Mapping[Tensor, Any] | None = None,
     check_inputs: bool = True,
 ) -> ConditionalSiteInfo:
     """Run `then_branch` if the scalar bool `cond` holds, else `else_branch`."""
@@ -341,10 +341,10 @@ def conditional(
     cond: Tensor,
     then_branch: Graph,
     else_branch: Graph,
-    then_inputs: Optional[Iterable[Any]] = None,
-    else_inputs: Optional[Iterable[Any]] = None,
-    then_inputs_dict: Optional[Mapping[Tensor, Any]] = None,
-    else_inputs_dict: Optional[Mapping[Tensor, Any]] = None,
+    then_inputs: Iterable[Any] | None = None,
+    else_inputs: Iterable[Any] | None = None,
+    then_inputs_dict: Mapping[Tensor, Any] | None = None,
+    else_inputs_dict: Mapping[Tensor, Any] | None = None,
 ) -> tuple[Tensor, ...]:
     return conditional_with_info(
         cond, then_branch, else_branch, then_inputs, else_inputs, then_inputs_dict, else_inputs_dict

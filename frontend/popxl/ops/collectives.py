@@ -5,17 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "CommGroup",
+    "CommGroupType",
+    "all_reduce",
+    "all_reduce_identical_grad_inputs",
+    "all_reduce_identical_inputs",
+    "replica_sharded_slice",
+    "replicated_all_gather",
     "replicated_all_reduce",
     "replicated_all_reduce_",
     "replicated_reduce_scatter",
-    "replicated_all_gather",
-    "replica_sharded_slice",
     "replicated_slice",
-    "all_reduce",
-    "all_reduce_identical_inputs",
-    "all_reduce_identical_grad_inputs",
-    "CommGroup",
-    "CommGroupType",
 ]
 
 CollectiveOps = ("add", "mean", "mul", "min", "max", "and", "or", "square_add")

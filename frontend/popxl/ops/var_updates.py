@@ -6,35 +6,35 @@ an op property, a Tensor an extra operand.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any
 
 from popxl.ops._utils import emit1, emit_inplace, factor, to_tensor
 from popxl.tensor import Tensor
 
 __all__ = [
     "accumulate_",
-    "accumulate_square_",
     "accumulate_mean_",
     "accumulate_moving_average_",
     "accumulate_moving_average_square_",
+    "accumulate_square_",
     "accumulator_scale_",
     "accumulator_zero_",
-    "sparse_accumulate_",
     "adam_updater",
-    "lamb_updater",
-    "adamax_updater",
     "adam_var_update",
+    "adamax_updater",
     "copy_var_update_",
+    "lamb_updater",
+    "sparse_accumulate_",
 ]
 
-Factor = Union[float, int, Tensor]
+Factor = float | int | Tensor
 
 
 def _x(t: Tensor, X: Any) -> Tensor:
     return to_tensor(X, t.dtype)
 
 
-def accumulate_(t: Tensor, X: Tensor, f: Optional[Factor] = None) -> Tensor:
+def accumulate_(t: Tensor, X: Tensor, f: Factor | None = None) -> Tensor:
     """`t += f * X` in place (f defaults to 1)."""
     return emit_inplace("popxl.accumulate_", [t, _x(t, X)], f=factor(f))
 
@@ -74,8 +74,8 @@ def sparse_accumulate_(
     X: Tensor,
     indices: Tensor,
     axis: int = 0,
-    f: Optional[Factor] = None,
-    W: Optional[Tensor] = None,
+    f: Factor | None = None,
+    W: Tensor | None = None,
 ) -> Tensor:
     """`t[indices along axis] += f * X` in place (repeated indices add up; `W` ignored)."""
     from popxl import dtypes
@@ -88,11 +88,11 @@ def _updater(
     op_name: str,
     m: Tensor,
     v: Tensor,
-    weight: Optional[Tensor],
-    time_step: Optional[Tensor],
+    weight: Tensor | None,
+    time_step: Tensor | None,
     **factors: Any,
 ) -> Tensor:
-    ops: list[Optional[Tensor]] = [m, v, weight, time_step]
+    ops: list[Tensor | None] = [m, v, weight, time_step]
     props = {k: factor(f) for k, f in factors.items()}
     return emit1(op_name, ops, **props)
 
@@ -100,11 +100,11 @@ def _updater(
 def adam_updater(
     acc_first_order: Tensor,
     acc_second_order: Tensor,
-    weight: Optional[Tensor] = None,
-    time_step: Optional[Tensor] = None,
-    weight_decay: Optional[Factor] = None,
-    beta1: Optional[Factor] = None,
-    beta2: Optional[Factor] = None,
+    weight: Tensor | None = None,
+    time_step: Tensor | None = None,
+    weight_decay: Factor | None = None,
+    beta1: Factor | None = None,
+    beta2: Factor | None = None,
     epsilon: Factor = 1e-07,
 ) -> Tensor:
     """Adam update term `mc / (sqrt(vc) + eps) + wd * w`; bias-corrected (and
@@ -118,11 +118,11 @@ def adam_updater(
 def lamb_updater(
     acc_first_order: Tensor,
     acc_second_order: Tensor,
-    weight: Optional[Tensor] = None,
-    time_step: Optional[Tensor] = None,
-    weight_decay: Optional[Factor] = None,
-    beta1: Optional[Factor] = None,
-    beta2: Optional[Factor] = None,
+    weight: Tensor | None = None,
+    time_step: Tensor | None = None,
+    weight_decay: Factor | None = None,
+    beta1: Factor | None = None,
+    beta2: Factor | None = None,
     epsilon: Factor = 1e-07,
 ) -> Tensor:
     """LAMB update term (same maths as `adam_updater`)."""
@@ -135,9 +135,9 @@ def lamb_updater(
 def adamax_updater(
     acc_first_order: Tensor,
     acc_second_order: Tensor,
-    weight: Optional[Tensor] = None,
-    time_step: Optional[Tensor] = None,
-    weight_decay: Optional[Factor] = None,
+    weight: Tensor | None = None,
+    time_step: Tensor | None = None,
+    weight_decay: Factor | None = None,
     beta1: Factor = 0.9,
     epsilon: Factor = 1e-07,
 ) -> Tensor:
@@ -153,8 +153,8 @@ def adam_var_update(
     x: Tensor,
     r1: Tensor,
     r2: Tensor,
-    learning_rate: Optional[Factor] = None,
-    max_weight_norm: Optional[Factor] = None,
+    learning_rate: Factor | None = None,
+    max_weight_norm: Factor | None = None,
 ) -> Tensor:
     """`t -= learning_rate * ratio(r1, r2) * x` in place (LAMB weight update)."""
     return emit_inplace(

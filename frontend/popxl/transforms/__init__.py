@@ -7,7 +7,7 @@ import importlib.util
 __all__: list[str] = []
 
 if importlib.util.find_spec("popxl.transforms.autodiff") is not None:
-    from popxl.transforms.autodiff import *  # noqa: F401,F403
     from popxl.transforms import autodiff as _autodiff_mod
+    from popxl.transforms.autodiff import *
 
     __all__ += list(getattr(_autodiff_mod, "__all__", ["autodiff"]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any
 
 from xl.dialects.graph import GraphOp
 from xl.passes.autodiff import (
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from popxl.graph import Graph
     from popxl.tensor import Tensor
 
-__all__ = ["autodiff", "GradGraphInfo", "ExpectedConnection", "ExpectedConnectionType"]
+__all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff"]
 
 
 class ExpectedConnectionType(Enum):
@@ -294,11 +294,11 @@ def _tensor_indices(
 
 def autodiff(
     graph: Graph,
-    grads_provided: Optional[Iterable[Tensor]] = None,
-    grads_required: Optional[Iterable[Tensor]] = None,
-    called_graphs_grad_info: Optional[Mapping[Graph, GradGraphInfo]] = None,
+    grads_provided: Iterable[Tensor] | None = None,
+    grads_required: Iterable[Tensor] | None = None,
+    called_graphs_grad_info: Mapping[Graph, GradGraphInfo] | None = None,
     return_all_grad_graphs: bool = False,
-) -> Union[GradGraphInfo, dict[Graph, GradGraphInfo]]:
+) -> GradGraphInfo | dict[Graph, GradGraphInfo]:
     """Creates the gradient graph of `graph`.
 
     Args:
