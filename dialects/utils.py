@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -53,6 +54,12 @@ def numpy_dtype(elem: Attribute) -> np.dtype:
 
 
 def tensor_type(shape: Sequence[int], dtype: np.dtype | type | str) -> TensorType:
+    """`tensor<shape x dtype>`; types are immutable, so they are cached."""
+    return _tensor_type(tuple(int(d) for d in shape), np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_type(shape: tuple[int, ...], dtype: np.dtype) -> TensorType:
     return TensorType(element_type(dtype), list(shape))
 
 

@@ -12,7 +12,8 @@ More rules:
 - Ops with optional operands (scalar factors given as tensors, the optimiser
   updaters) read ``props["operand_segments"]`` (number of operands per operand
   definition, as ``op_props`` gives it; ``operandSegmentSizes`` is accepted too) to
-  know which inputs are present. Without it, only the required operands are assumed.
+  know which inputs are present. Without it, presence is resolved once from the
+  argument count of the first call (optional operands matched greedily in order).
 - Results must not alias inputs (except written operands of in-place ops); the
   elementwise kernels are alias-safe anyway.
 - Shapes are static per kernel instance: kernels that need shape-derived data
@@ -56,13 +57,8 @@ def _axes(p: dict[str, Any], key: str = "axis") -> tuple[int, ...] | None:
     return None if v is None else tuple(int(a) for a in v)
 
 
-def _slots(p: dict[str, Any], names: Sequence[str]) -> dict[str, int]:
+def _positions(names: Sequence[str], segs: Sequence[int]) -> dict[str, int]:
     """Input position of each operand name (optional names end in '?'), -1 if absent."""
-    segs = p.get("operand_segments")
-    if segs is None:
-        segs = p.get("operandSegmentSizes")
-    if segs is None:
-        segs = tuple(0 if n.endswith("?") else 1 for n in names)
     if len(segs) != len(names):
         raise ValueError(f"operand_segments {tuple(segs)} do not match operands {tuple(names)}")
     out: dict[str, int] = {}
@@ -71,6 +67,59 @@ def _slots(p: dict[str, Any], names: Sequence[str]) -> dict[str, int]:
         out[n.rstrip("?")] = i if s else -1
         i += s
     return out
+
+
+def _greedy(names: Sequence[str], n: int) -> tuple[int, ...] | None:
+    """Segments when `n` inputs fill the required operands, then optional ones in order."""
+    extra = n - sum(not x.endswith("?") for x in names)
+    if extra < 0:
+        return None
+    out = []
+    for x in names:
+        take = 1 if not x.endswith("?") else (1 if extra > 0 else 0)
+        if x.endswith("?"):
+            extra -= take
+        out.append(take)
+    return tuple(out) if extra == 0 else None
+
+
+def _optional_kernel(
+    p: dict[str, Any],
+    names: Sequence[str],
+    n_outs: Callable[[dict[str, int]], int],
+    build: Callable[[dict[str, int]], Kernel],
+) -> Kernel:
+    """A kernel for an op with optional operands.
+
+    Which operands are present comes from `operand_segments` (or
+    `operandSegmentSizes`) in `props`; without it, from the number of arguments of
+    the first call (greedy matching, `n_outs(positions)` outputs), then fixed.
+    """
+    segs = p.get("operand_segments")
+    if segs is None:
+        segs = p.get("operandSegmentSizes")
+    if segs is not None:
+        return build(_positions(names, segs))
+    inner: Kernel | None = None
+
+    def resolve(n_args: int) -> Kernel:
+        for n_in in range(n_args, -1, -1):
+            g = _greedy(names, n_in)
+            if g is not None and n_in + n_outs(_positions(names, g)) == n_args:
+                return build(_positions(names, g))
+        raise ValueError(f"cannot match {n_args} kernel arguments to operands {tuple(names)}")
+
+    def k(*a: np.ndarray) -> None:
+        nonlocal inner
+        if inner is None:
+            inner = resolve(len(a))
+        inner(*a)
+
+    return k
+
+
+def _one(pos: dict[str, int]) -> int:
+    return 1
 
 
 def _factor(p: dict[str, Any], pos: dict[str, int], name: str, default: float | None):
@@ -570,37 +619,40 @@ def _nll_loss_with_softmax_grad(p: dict[str, Any]) -> Kernel:
     """(loss, dx): dx = (probs - onehot) * loss_grad [/ N for mean]; ignored rows 0."""
     red = p["reduction"]
     ignore = p.get("ignore_index")
-    pos = _slots(p, ("probs", "labels", "loss_grad_tensor?"))
-    lg_c, lg_i = _factor(p, pos, "loss_grad", 1.0)
     r = _Rows()
 
-    def k(*a: np.ndarray) -> None:
-        probs, labels, loss_out, dx = a[0], a[1], a[-2], a[-1]
-        if r.rows is None:
-            r.setup(probs)
-        lg = a[lg_i].item() if lg_i >= 0 else lg_c
-        lab, keep, n = _labels(labels, ignore)
-        p2 = probs.reshape(-1, r.c)
-        loss = -np.log(p2[r.rows, lab])
-        d2 = dx.reshape(-1, r.c)
-        np.copyto(d2, p2)
-        d2[r.rows, lab] -= 1
-        if keep is not None:
-            loss[~keep] = 0
-            d2[~keep] = 0
-        if red == "none":
-            np.copyto(loss_out, loss.reshape(loss_out.shape))
-            scale = lg
-        elif red == "sum":
-            np.sum(loss, out=loss_out)
-            scale = lg
-        else:
-            np.copyto(loss_out, np.sum(loss) / max(n, 1))
-            scale = lg / max(n, 1)
-        if scale != 1.0:
-            dx *= scale
+    def build(pos: dict[str, int]) -> Kernel:
+        lg_c, lg_i = _factor(p, pos, "loss_grad", 1.0)
 
-    return k
+        def k(*a: np.ndarray) -> None:
+            probs, labels, loss_out, dx = a[0], a[1], a[-2], a[-1]
+            if r.rows is None:
+                r.setup(probs)
+            lg = a[lg_i].item() if lg_i >= 0 else lg_c
+            lab, keep, n = _labels(labels, ignore)
+            p2 = probs.reshape(-1, r.c)
+            loss = -np.log(p2[r.rows, lab])
+            d2 = dx.reshape(-1, r.c)
+            np.copyto(d2, p2)
+            d2[r.rows, lab] -= 1
+            if keep is not None:
+                loss[~keep] = 0
+                d2[~keep] = 0
+            if red == "none":
+                np.copyto(loss_out, loss.reshape(loss_out.shape))
+                scale = lg
+            elif red == "sum":
+                np.sum(loss, out=loss_out)
+                scale = lg
+            else:
+                np.copyto(loss_out, np.sum(loss) / max(n, 1))
+                scale = lg / max(n, 1)
+            if scale != 1.0:
+                dx *= scale
+
+        return k
+
+    return _optional_kernel(p, ("probs", "labels", "loss_grad_tensor?"), lambda pos: 2, build)
 
 
 @register("popxl.gelu_grad")
@@ -693,19 +745,21 @@ def _update_kernel(
     """Register an `(t, X, f_tensor?) {f}` in-place update."""
 
     def factory(p: dict[str, Any]) -> Kernel:
-        pos = _slots(p, ("t", "x", "f_tensor?"))
-        fc, fi = _factor(p, pos, "f", default)
-        if fi < 0:
+        def build(pos: dict[str, int]) -> Kernel:
+            fc, fi = _factor(p, pos, "f", default)
+            if fi < 0:
 
-            def k(t: np.ndarray, x: np.ndarray, t_out: np.ndarray) -> None:
-                body(t, x, fc)
+                def k(t: np.ndarray, x: np.ndarray, t_out: np.ndarray) -> None:
+                    body(t, x, fc)
 
-            return k
+                return k
 
-        def kt(t: np.ndarray, x: np.ndarray, f: np.ndarray, t_out: np.ndarray) -> None:
-            body(t, x, f.item())
+            def kt(t: np.ndarray, x: np.ndarray, f: np.ndarray, t_out: np.ndarray) -> None:
+                body(t, x, f.item())
 
-        return kt
+            return kt
+
+        return _optional_kernel(p, ("t", "x", "f_tensor?"), _one, build)
 
     register(name)(factory)
 
@@ -740,31 +794,37 @@ _update_kernel("popxl.accumulate_moving_average_square_", _moving_avg_sq, None)
 @register("popxl.accumulate_mean_")
 def _accumulate_mean(p: dict[str, Any]) -> Kernel:
     """t = t * step/(step+1) + X/(step+1)."""
-    pos = _slots(p, ("t", "x", "step_tensor?"))
-    sc, si = _factor(p, pos, "step", None)
 
-    def k(*a: np.ndarray) -> None:
-        t, x = a[0], a[1]
-        s = a[si].item() if si >= 0 else sc
-        np.add(t * (s / (s + 1.0)), x * (1.0 / (s + 1.0)), out=t, casting="unsafe")
+    def build(pos: dict[str, int]) -> Kernel:
+        sc, si = _factor(p, pos, "step", None)
 
-    return k
+        def k(*a: np.ndarray) -> None:
+            t, x = a[0], a[1]
+            s = a[si].item() if si >= 0 else sc
+            np.add(t * (s / (s + 1.0)), x * (1.0 / (s + 1.0)), out=t, casting="unsafe")
+
+        return k
+
+    return _optional_kernel(p, ("t", "x", "step_tensor?"), _one, build)
 
 
 @register("popxl.accumulator_scale_")
 def _accumulator_scale(p: dict[str, Any]) -> Kernel:
-    pos = _slots(p, ("t", "f_tensor?"))
-    fc, fi = _factor(p, pos, "f", None)
 
-    def k(*a: np.ndarray) -> None:
-        t = a[0]
-        f = a[fi].item() if fi >= 0 else fc
-        if f == 0.0:
-            t.fill(0)  # no NaN/inf propagation, as PopXL's zeroing
-        else:
-            np.multiply(t, f, out=t, casting="unsafe")
+    def build(pos: dict[str, int]) -> Kernel:
+        fc, fi = _factor(p, pos, "f", None)
 
-    return k
+        def k(*a: np.ndarray) -> None:
+            t = a[0]
+            f = a[fi].item() if fi >= 0 else fc
+            if f == 0.0:
+                t.fill(0)  # no NaN/inf propagation, as PopXL's zeroing
+            else:
+                np.multiply(t, f, out=t, casting="unsafe")
+
+        return k
+
+    return _optional_kernel(p, ("t", "f_tensor?"), _one, build)
 
 
 @register("popxl.accumulator_zero_")
@@ -779,20 +839,23 @@ def _accumulator_zero(p: dict[str, Any]) -> Kernel:
 def _sparse_accumulate(p: dict[str, Any]) -> Kernel:
     """t[..., indices, ...] += f * X on `axis`; repeated indices add up."""
     axis = int(p["axis"])
-    pos = _slots(p, ("t", "x", "indices", "f_tensor?"))
-    fc, fi = _factor(p, pos, "f", 1.0)
-    lead: tuple[slice, ...] | None = None
 
-    def k(*a: np.ndarray) -> None:
-        nonlocal lead
-        t, x, idx = a[0], a[1], a[2]
-        if lead is None:
-            lead = (slice(None),) * (axis % t.ndim)
-        f = a[fi].item() if fi >= 0 else fc
-        upd = x if f == 1.0 else x * f
-        np.add.at(t, (*lead, idx), upd.astype(t.dtype, copy=False))
+    def build(pos: dict[str, int]) -> Kernel:
+        fc, fi = _factor(p, pos, "f", 1.0)
+        lead: tuple[slice, ...] | None = None
 
-    return k
+        def k(*a: np.ndarray) -> None:
+            nonlocal lead
+            t, x, idx = a[0], a[1], a[2]
+            if lead is None:
+                lead = (slice(None),) * (axis % t.ndim)
+            f = a[fi].item() if fi >= 0 else fc
+            upd = x if f == 1.0 else x * f
+            np.add.at(t, (*lead, idx), upd.astype(t.dtype, copy=False))
+
+        return k
+
+    return _optional_kernel(p, ("t", "x", "indices", "f_tensor?"), _one, build)
 
 
 @register("popxl.copy_var_update_")
@@ -896,8 +959,15 @@ def _updater(kind: str) -> KernelFactory:
     )
     defaults = {"weight_decay": 0.0, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7}
 
+    names = _UPDATER_OPERANDS + tuple(f"{f}_tensor?" for f in factors)
+
+    def n_outs(pos: dict[str, int]) -> int:
+        return 2 if pos["time_step"] >= 0 else 1
+
     def factory(p: dict[str, Any]) -> Kernel:
-        pos = _slots(p, _UPDATER_OPERANDS + tuple(f"{f}_tensor?" for f in factors))
+        return _optional_kernel(p, names, n_outs, lambda pos: build(p, pos))
+
+    def build(p: dict[str, Any], pos: dict[str, int]) -> Kernel:
         fs = [_factor(p, pos, f, defaults[f]) for f in factors]
         wi, ti = pos["weight"], pos["time_step"]
         (wd_c, wd_i), (b1_c, b1_i) = fs[0], fs[1]
@@ -944,22 +1014,24 @@ register("popxl.adamax_updater")(_updater("adamax"))
 @register("popxl.adam_var_update")
 def _adam_var_update(p: dict[str, Any]) -> Kernel:
     """t -= lr * ratio * x; ratio = min(sqrt(r1), mwn) / sqrt(r2), 1 if a norm is 0."""
-    pos = _slots(
-        p, ("t", "x", "r1", "r2", "learning_rate_tensor?", "max_weight_norm_tensor?")
-    )
-    lr_c, lr_i = _factor(p, pos, "learning_rate", None)
-    mw_i = pos["max_weight_norm_tensor"]
-    mw_c = p.get("max_weight_norm")
+    names = ("t", "x", "r1", "r2", "learning_rate_tensor?", "max_weight_norm_tensor?")
 
-    def k(*a: np.ndarray) -> None:
-        t, x, r1, r2 = a[0], a[1], a[2], a[3]
-        lr = a[lr_i].item() if lr_i >= 0 else lr_c
-        n1 = math.sqrt(r1.item())
-        n2 = math.sqrt(r2.item())
-        mwn = a[mw_i].item() if mw_i >= 0 else mw_c
-        if mwn is not None:
-            n1 = min(n1, mwn)
-        ratio = n1 / n2 if n1 != 0.0 and n2 != 0.0 else 1.0
-        np.subtract(t, x * (lr * ratio), out=t, casting="unsafe")
+    def build(pos: dict[str, int]) -> Kernel:
+        lr_c, lr_i = _factor(p, pos, "learning_rate", None)
+        mw_i = pos["max_weight_norm_tensor"]
+        mw_c = p.get("max_weight_norm")
 
-    return k
+        def k(*a: np.ndarray) -> None:
+            t, x, r1, r2 = a[0], a[1], a[2], a[3]
+            lr = a[lr_i].item() if lr_i >= 0 else lr_c
+            n1 = math.sqrt(r1.item())
+            n2 = math.sqrt(r2.item())
+            mwn = a[mw_i].item() if mw_i >= 0 else mw_c
+            if mwn is not None:
+                n1 = min(n1, mwn)
+            ratio = n1 / n2 if n1 != 0.0 and n2 != 0.0 else 1.0
+            np.subtract(t, x * (lr * ratio), out=t, casting="unsafe")
+
+        return k
+
+    return _optional_kernel(p, names, _one, build)

@@ -28,9 +28,12 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(0)
 
 
-def run(cls, ins, result_types=None, **props):
+def run(cls, ins, result_types=None, props_from="op_props", **props):
     """Build `cls` on values typed like `ins` (None: absent optional operand), verify,
-    run its kernel. Returns (results, ins after the call)."""
+    run its kernel. Returns (results, ins after the call).
+
+    `props_from`: "op_props" (the documented contract), "properties" (the raw
+    properties, as lower-to-rt copies them) or "bare" (raw, without segment sizes)."""
     arrays = [None if a is None else np.array(a, copy=True) for a in ins]
     present = [a for a in arrays if a is not None]
     src = xdsl_test.TestOp.create(result_types=[tensor_type(a.shape, a.dtype) for a in present])
@@ -40,7 +43,13 @@ def run(cls, ins, result_types=None, **props):
         result_types = [tensor_type(s, d) for s, d in result_types]
     op = cls.make(operands, result_types, **props)
     op.verify()
-    fn = KERNELS[cls.name](P.op_props(op))
+    if props_from == "op_props":
+        kprops = P.op_props(op)
+    else:
+        kprops = {k: P.from_attr(v) for k, v in op.properties.items()}
+        if props_from == "bare":
+            kprops.pop("operandSegmentSizes", None)
+    fn = KERNELS[cls.name](kprops)
     outs = []
     for r in op.results:
         dt = dtype_of(r.type)
@@ -744,6 +753,32 @@ def test_torch_adam_three_steps(rng):
         KERNELS["popxl.scaled_add_"]({"a": 1.0, "b": -lr})(w, u, w)
     assert float(step) == 3.0
     close(w, tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("props_from", ["properties", "bare"])
+def test_optional_operands_without_op_props(rng, props_from):
+    """Kernels work from raw properties: presence from segment sizes or argument count."""
+    t, x, f = f32(rng, 3), f32(rng, 3), np.array([0.5], np.float32)
+    for cls, ref in [(P.AccumulateOp, t + 0.5 * x), (P.AccumulateMeanOp, t * 0.5 / 1.5 + x / 1.5)]:
+        _, (out, *_) = run(cls, [t, x, f], props_from=props_from)
+        close(out, ref)
+    _, (out, _) = run(P.AccumulatorScaleOp, [t, f], props_from=props_from)
+    close(out, t * 0.5)
+    _, (out, *_) = run(P.SparseAccumulateOp, [t, x[:1], np.array([2], np.int32), f], axis=0,
+                       props_from=props_from)
+    close(out, t + np.array([0, 0, 0.5 * x[0]]))
+    probs, labels = _probs(rng, 2, 3).astype(np.float32), np.array([0, 2], np.int32)
+    (loss, dx), _ = run(P.NllLossWithSoftmaxGradOp, [probs, labels, f], reduction="sum", props_from=props_from)
+    close(dx, (probs - np.eye(3)[labels]) * 0.5, rtol=1e-6, atol=1e-7)
+    m, v, w, step = f32(rng, 3), np.abs(f32(rng, 3)), f32(rng, 3), np.zeros((), np.float32)
+    (u,), present = run(P.AdamUpdaterOp, [m, v, None, step], beta1=0.9, beta2=0.99, props_from=props_from)
+    close(u, _adam_ref(m, v, None, 1.0, 0.0, 0.9, 0.99, 1e-7), rtol=1e-5)
+    assert float(present[2]) == 1.0
+    (u,), _ = run(P.AdamUpdaterOp, [m, v, w, None, np.array(0.1, np.float32)], props_from=props_from)
+    close(u, _adam_ref(m, v, w, None, 0.1, 0.9, 0.999, 1e-7), rtol=1e-5)
+    _, (out, *_) = run(P.AdamVarUpdateOp, [w, x, np.ones((), np.float32), np.ones((), np.float32),
+                                           np.array(0.1, np.float32)], props_from=props_from)
+    close(out, w - 0.1 * x, rtol=1e-6)
 
 
 # ------------------------------------------------------------------------------------

@@ -164,6 +164,7 @@ class GraphWithNamedArgs:
                 grads_provided=grads_provided,
                 grads_required=grads_required,
                 called_graphs_grad_info=called_graphs_grad_info,
+                force=force,
             )
         self.autodiff_applied = True
         return result
