@@ -1936,14 +1936,16 @@ def _dynamic_slice_type(cls: type[PopxlOp], t: TensorType, index: TensorType, pr
         raise cls.fail(f"axes {axes} and sizes {sizes} must be non-empty and of equal length")
     if math.prod(shape_of(index)) != len(axes):
         raise cls.fail(f"index {fmt_type(index)} must have one element per axis ({len(axes)})")
-    nax = norm_axes(cls, axes, len(shape))
     out = list(shape)
+    seen: set[int] = set()
     for a, s in zip(axes, sizes):
-        a %= len(shape)
+        a = norm_axis(cls, a, len(shape))
+        if a in seen:
+            raise cls.fail(f"repeated axis in {tuple(axes)}")
+        seen.add(a)
         if not 0 <= s <= shape[a]:
             raise cls.fail(f"size {s} is out of range for axis {a} of {fmt_type(t)}")
         out[a] = s
-    del nax
     return tensor_type(out, dtype_of(t))
 
 

@@ -14,8 +14,10 @@ More rules:
   definition, as ``op_props`` gives it; ``operandSegmentSizes`` is accepted too) to
   know which inputs are present. Without it, presence is resolved once from the
   argument count of the first call (optional operands matched greedily in order).
-- Results must not alias inputs (except written operands of in-place ops); the
-  elementwise kernels are alias-safe anyway.
+- A result may share storage with a same-typed input only for the elementwise
+  kernels (add ... sin, identity, gelu_grad, relu_grad, scaled_add) and softmax /
+  softmax_grad; tests/test_kernels.py::test_alias_safe pins that. Other kernels need
+  distinct result buffers (written operands of in-place ops excepted).
 - Shapes are static per kernel instance: kernels that need shape-derived data
   compute it on the first call and keep it.
 - Maths runs in the output dtype (float32 stays float32); state of another float

@@ -768,3 +768,20 @@ def test_grouped_variable_factory():
 def test_replica_sharded_factory_shape():
     f = VariableFactory(partial(np.zeros, (4, 5)), shard_over=4)
     assert f.shape == (5,) and f.meta_shape == (4, 5)
+
+
+def test_graph_autodiff_method_and_guard():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        _, graph = Linear(3).create_graph(SPEC)
+        bwd = graph.autodiff()
+        assert isinstance(bwd, GraphWithNamedArgs)
+        info = bwd.grad_graph_info
+        assert info.forward_graph == graph.graph
+        assert len(bwd.graph.outputs) == 3  # dx, dweight, dbias
+        with pytest.raises(ValueError):
+            graph.autodiff()
+        again = graph.autodiff(force=True)
+        assert again.graph != bwd.graph
+        with pytest.raises(ValueError):
+            graph.autodiff(method="nope")

@@ -1,0 +1,160 @@
+"""Memory-effect and liveness helpers shared by the `rt` optimisation passes.
+
+The `rt` dialect is flat: buffers are SSA values defined by `rt.alloc`, `rt.state` or
+`rt.const`, and every op says which buffers it reads and writes. Passes reason about
+one block at a time: an op nested in a `rt.loop` / `rt.if` counts as a use at the
+position of its ancestor in the block being analysed (so a buffer used inside a loop is
+live over the whole loop).
+
+A kernel carrying the unit attribute `rt.view` produces its output as a *view* of its
+input (no copy). Its output never has storage of its own; the view's uses are uses of
+the viewed buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from xdsl.dialects.builtin import MemRefType, ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+
+from xl.dialects import rt
+
+VIEW_ATTR = "rt.view"
+
+# Kernels whose output may be a NumPy view of their single input.
+VIEW_KERNELS = frozenset({"popxl.reshape", "popxl.squeeze", "popxl.transpose"})
+
+# Elementwise kernels whose output may share storage with an input of the same type
+# (every result element depends only on the same element of the inputs).
+ELEMENTWISE = frozenset(
+    {
+        "popxl.add", "popxl.sub", "popxl.mul", "popxl.div", "popxl.pow", "popxl.maximum",
+        "popxl.neg", "popxl.abs", "popxl.sign", "popxl.relu", "popxl.gelu", "popxl.tanh",
+        "popxl.sigmoid", "popxl.exp", "popxl.log", "popxl.sqrt", "popxl.cos", "popxl.sin",
+        "popxl.identity", "popxl.gelu_grad", "popxl.relu_grad", "popxl.scaled_add",
+    }
+)  # fmt: skip
+
+# Kernels known to overwrite every element of each output without reading it first.
+FULL_WRITE = ELEMENTWISE | frozenset(
+    {
+        "popxl.equal", "popxl.greater", "popxl.logical_and", "popxl.logical_or",
+        "popxl.logical_not", "popxl.cast", "popxl.matmul", "popxl.softmax", "popxl.reshape",
+        "popxl.squeeze", "popxl.transpose", "popxl.expand", "popxl.reduce_to_shape",
+        "popxl.concat", "popxl.slice", "popxl.gather", "popxl.where", "popxl.onehot",
+        "popxl.argmax", "popxl.argmin", "popxl.reduce_sum", "popxl.reduce_mean",
+        "popxl.reduce_max", "popxl.reduce_min", "popxl.nll_loss", "popxl.nll_loss_grad",
+        "popxl.nll_loss_with_softmax_grad", "popxl.softmax_grad", "xl.fused",
+    }
+)  # fmt: skip
+
+
+def programs(module: ModuleOp) -> list[rt.ProgramOp]:
+    return [op for op in module.ops if isinstance(op, rt.ProgramOp)]
+
+
+def effects(op: Operation) -> tuple[Sequence[SSAValue], Sequence[SSAValue]] | None:
+    """(buffers read, buffers written) by `op` itself (not its regions); None if unknown."""
+    if isinstance(op, rt.KernelOp):
+        return op.ins, op.outs
+    if isinstance(op, rt.CopyOp):
+        return (op.source,), (op.dest,)
+    if isinstance(op, rt.H2DOp):
+        return (), (op.buffer,)
+    if isinstance(op, rt.D2HOp):
+        return (op.buffer,), ()
+    if isinstance(op, rt.IfOp):
+        return (op.condition,), ()
+    if isinstance(op, rt.LoopOp | rt.AllocOp | rt.StateOp | rt.ConstOp):
+        return (), ()
+    return None
+
+
+def kernel_name(op: Operation) -> str | None:
+    return op.kernel.data if isinstance(op, rt.KernelOp) else None
+
+
+def is_view(op: Operation) -> bool:
+    return isinstance(op, rt.KernelOp) and VIEW_ATTR in op.attributes
+
+
+def blocks(program: rt.ProgramOp) -> Iterator[Block]:
+    """Every block of the program (the body first, then nested blocks)."""
+    yield program.body.block
+    for op in program.walk():
+        for region in op.regions:
+            if op is not program:
+                yield from region.blocks
+
+
+def ancestor_in(op: Operation, block: Block) -> Operation | None:
+    """`op` or the ancestor of `op` that is directly in `block` (None if outside it)."""
+    cur: Operation | None = op
+    while cur is not None:
+        if cur.parent is block:
+            return cur
+        cur = cur.parent_op()
+    return None
+
+
+class Memory:
+    """Writers and view structure of every buffer of a program (computed once)."""
+
+    def __init__(self, program: rt.ProgramOp):
+        self.writers: dict[SSAValue, list[Operation]] = {}
+        self.unknown: set[SSAValue] = set()  # used by an op with unknown effects
+        self.view_src: dict[SSAValue, SSAValue] = {}  # view output -> viewed buffer
+        self.views: dict[SSAValue, list[SSAValue]] = {}  # buffer -> its direct views
+        for op in program.walk():
+            eff = effects(op)
+            if eff is None:
+                for v in op.operands:
+                    self.unknown.add(v)
+                    self.writers.setdefault(v, []).append(op)
+                continue
+            for v in eff[1]:
+                self.writers.setdefault(v, []).append(op)
+            if is_view(op):
+                self.add_view(op)
+
+    def add_view(self, op: rt.KernelOp) -> None:
+        src, dst = op.ins[0], op.outs[0]
+        self.view_src[dst] = src
+        self.views.setdefault(src, []).append(dst)
+
+    def root(self, v: SSAValue) -> SSAValue:
+        while v in self.view_src:
+            v = self.view_src[v]
+        return v
+
+    def aliases(self, v: SSAValue) -> list[SSAValue]:
+        """`v` and every view (transitively) of it."""
+        out = [v]
+        i = 0
+        while i < len(out):
+            out.extend(self.views.get(out[i], ()))
+            i += 1
+        return out
+
+
+def positions(block: Block) -> dict[Operation, int]:
+    return {op: i for i, op in enumerate(block.ops)}
+
+
+def written_between(
+    mem: Memory, v: SSAValue, block: Block, pos: dict[Operation, int], lo: int, hi: int
+) -> bool:
+    """Whether some op of `block` at a position in [lo, hi] (or nested in one) writes `v`'s storage."""
+    for a in mem.aliases(mem.root(v)):
+        for w in mem.writers.get(a, ()):
+            if a in mem.view_src and is_view(w):
+                continue  # creating a view does not touch the storage
+            anc = ancestor_in(w, block)
+            if anc is not None and lo <= pos[anc] <= hi:
+                return True
+    return False
+
+
+def is_buffer(v: SSAValue) -> bool:
+    return isinstance(v.type, MemRefType)

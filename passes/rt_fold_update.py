@@ -1,0 +1,198 @@
+"""`rt-fold-update`: folds `W = a*W + b*(P @ Q)` into one accumulating gemm.
+
+An SGD step (`popxl.scaled_add_`) whose update is a matmul used nowhere else becomes
+one `xl.gemm_acc` kernel (BLAS `gemm` with `beta = a`, `alpha = b`), so the weight
+gradient is never materialised. Transposed operands produced by `popxl.transpose`
+become gemm flags. The fused kernel runs where the update ran; `P` and `Q` must not
+change in between.
+
+```mlir
+// before
+rt.kernel "popxl.transpose"(%x) -> (%xt) {perm = array<i64: 1, 0>} : (memref<8x784xf32>) -> memref<784x8xf32>
+rt.kernel "popxl.matmul"(%xt, %dy) -> (%dw) : (memref<784x8xf32>, memref<8x512xf32>) -> memref<784x512xf32>
+rt.kernel "popxl.scaled_add_"(%w, %dw) -> (%w) {a = 1.0 : f64, b = -0.05 : f64} : ...
+// after `xl-opt -p rt-fold-update`
+rt.kernel "xl.gemm_acc"(%x, %dy, %w) -> (%w) {alpha = -0.05 : f64, beta = 1.0 : f64, trans_a = true, trans_b = false} : ...
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType, MemRefType, ModuleOp, f64
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from xl.dialects import rt
+from xl.dialects.popxl import from_attr
+from xl.dialects.utils import dtype_of, shape_of
+from xl.passes.rt_analysis import (
+    Memory,
+    kernel_name,
+    positions,
+    programs,
+    written_between,
+)
+
+GEMM_ACC = "xl.gemm_acc"
+
+
+def _float2d(v: SSAValue) -> bool:
+    t = v.type
+    return (
+        isinstance(t, MemRefType)
+        and len(shape_of(t)) == 2
+        and dtype_of(t).kind == "f"
+        and dtype_of(t).itemsize in (4, 8)
+    )
+
+
+def _single_writer(mem: Memory, v: SSAValue) -> Operation | None:
+    ws = mem.writers.get(v, [])
+    return ws[0] if len(ws) == 1 else None
+
+
+def _users(v: SSAValue) -> set[Operation]:
+    return {u.operation for u in v.uses}
+
+
+def _transpose_src(mem: Memory, v: SSAValue) -> tuple[SSAValue, Operation] | None:
+    """If `v` is (only) written by a 2-D `popxl.transpose`, its source and that kernel."""
+    w = _single_writer(mem, v)
+    if (
+        isinstance(w, rt.KernelOp)
+        and kernel_name(w) == "popxl.transpose"
+        and len(w.ins) == 1
+        and len(w.outs) == 1
+        and w.outs[0] is v
+        and w.ins[0] is not v
+        and len(shape_of(w.ins[0].type)) == 2
+    ):
+        perm = w.attributes.get("perm")
+        if perm is None or tuple(from_attr(perm)) == (1, 0):
+            return w.ins[0], w
+    return None
+
+
+def _erase_if_dead(op: Operation) -> None:
+    """Erase a kernel whose outputs are allocs read by nobody else, with those allocs."""
+    if not isinstance(op, rt.KernelOp) or op.parent is None:
+        return
+    outs = list(op.outs)
+    if any(o in op.ins for o in outs):
+        return
+    for o in outs:
+        if not isinstance(o.owner, rt.AllocOp) or _users(o) != {op}:
+            return
+    op.detach()
+    op.erase()
+    for o in outs:
+        if not o.uses:
+            alloc = o.owner
+            assert isinstance(alloc, Operation)
+            alloc.detach()
+            alloc.erase()
+
+
+def fold_updates(program: rt.ProgramOp) -> int:
+    """Apply the folding to every match in `program`; returns the number of folds."""
+    mem = Memory(program)
+    n = 0
+    candidates = [
+        op
+        for op in program.walk()
+        if isinstance(op, rt.KernelOp) and kernel_name(op) == "popxl.scaled_add_"
+    ]
+    pos_cache: dict = {}
+    for upd in candidates:
+        if len(upd.ins) != 2 or len(upd.outs) != 1 or upd.outs[0] is not upd.ins[0]:
+            continue
+        w, g = upd.ins
+        mm = _single_writer(mem, g)
+        if not (
+            isinstance(mm, rt.KernelOp)
+            and kernel_name(mm) == "popxl.matmul"
+            and len(mm.ins) == 2
+            and list(mm.outs) == [g]
+            and mm.parent is upd.parent
+            and isinstance(g.owner, rt.AllocOp)
+            and _users(g) == {mm, upd}
+            and g.type == w.type
+            and all(_float2d(v) for v in (w, *mm.ins))
+            and all(dtype_of(v.type) == dtype_of(w.type) for v in mm.ins)
+        ):
+            continue
+        block = upd.parent
+        assert block is not None
+        pos = pos_cache.get(block)
+        if pos is None:
+            pos = pos_cache[block] = positions(block)
+        if pos[mm] > pos[upd]:
+            continue
+        # Operands as the fused kernel will read them, and where the original read them.
+        operands: list[tuple[SSAValue, bool, Operation]] = []
+        for v in mm.ins:
+            t = _transpose_src(mem, v)
+            if t is not None and t[1].parent is block and pos[t[1]] < pos[mm]:
+                operands.append((t[0], True, t[1]))
+            else:
+                operands.append((v, False, mm))
+        # A view/transposed source must also be unchanged since the transpose ran.
+        ok = True
+        for v, _, reader in operands:
+            if mem.root(v) is mem.root(w) or written_between(
+                mem, v, block, pos, pos[reader] + 1, pos[upd] - 1
+            ):
+                ok = False
+        if not ok:
+            # Retry with the matmul's own operands (no transpose folding).
+            operands = [(v, False, mm) for v in mm.ins]
+            if any(
+                mem.root(v) is mem.root(w)
+                or written_between(mem, v, block, pos, pos[mm] + 1, pos[upd] - 1)
+                for v, _, _ in operands
+            ):
+                continue
+        a = float(from_attr(upd.attributes["a"])) if "a" in upd.attributes else 1.0
+        b = float(from_attr(upd.attributes["b"])) if "b" in upd.attributes else 1.0
+        (pa, ta, ra), (pb, tb, rb) = operands
+        attrs = {
+            "alpha": FloatAttr(b, f64),
+            "beta": FloatAttr(a, f64),
+            "trans_a": IntegerAttr(int(ta), IntegerType(1)),
+            "trans_b": IntegerAttr(int(tb), IntegerType(1)),
+        }
+        for k, v in upd.attributes.items():
+            if k.startswith("ipu."):
+                attrs[k] = v
+        fused = rt.KernelOp(GEMM_ACC, [pa, pb, w], [w], attrs)
+        block.insert_op_before(fused, upd)
+        # Keep the position map valid for later matches in this block.
+        pos[fused] = pos[upd]
+        upd.detach()
+        upd.erase()
+        mm.detach()
+        mm.erase()
+        alloc = g.owner
+        assert isinstance(alloc, Operation)
+        alloc.detach()
+        alloc.erase()
+        mem.writers[w] = [fused if x is upd else x for x in mem.writers.get(w, [])]
+        for _, flag, reader in ((pa, ta, ra), (pb, tb, rb)):
+            if flag:
+                _erase_if_dead(reader)
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class RtFoldUpdatePass(ModulePass):
+    """Fold `scaled_add_(W, P @ Q)` into an accumulating gemm (`xl.gemm_acc`)."""
+
+    name = "rt-fold-update"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for program in programs(op):
+            fold_updates(program)

@@ -1,0 +1,165 @@
+"""`rt-reuse-buffers`: shares storage between temporaries whose lifetimes do not overlap.
+
+Per block, each `rt.alloc` buffer lives from its first use to its last use (uses nested
+in a loop or branch count at the position of that op; uses of views count as uses of the
+viewed buffer). A buffer whose first use overwrites it completely (a kernel known to fill
+its outputs, `rt.copy`, `rt.h2d`) takes the storage of a dead buffer of the same type,
+most recently freed first. An elementwise kernel may also write into an input that dies
+at that kernel (in-place). Reused buffers are replaced by the buffer that owns the
+storage and their `rt.alloc` is erased. State, constants and views are never touched.
+
+```mlir
+// before
+%a = rt.alloc : memref<8x512xf32>
+rt.kernel "popxl.matmul"(%x, %w) -> (%a) : ...
+%b = rt.alloc : memref<8x512xf32>
+rt.kernel "popxl.gelu"(%a) -> (%b) : ...
+// after `xl-opt -p rt-reuse-buffers` (%a is dead after the gelu: it is updated in place)
+%a = rt.alloc : memref<8x512xf32>
+rt.kernel "popxl.matmul"(%x, %w) -> (%a) : ...
+rt.kernel "popxl.gelu"(%a) -> (%a) : ...
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from xl.dialects import rt
+from xl.passes.rt_analysis import (
+    ELEMENTWISE,
+    FULL_WRITE,
+    Memory,
+    ancestor_in,
+    blocks,
+    kernel_name,
+    positions,
+    programs,
+)
+
+
+def _full_write(op: Operation, v: SSAValue) -> bool:
+    """Whether `op` overwrites all of `v` without reading it."""
+    if isinstance(op, rt.KernelOp):
+        return (
+            kernel_name(op) in FULL_WRITE
+            and v in op.outs
+            and v not in op.ins
+            and list(op.outs).count(v) == 1
+        )
+    if isinstance(op, rt.CopyOp):
+        return op.dest is v and op.source is not v
+    if isinstance(op, rt.H2DOp):
+        return op.buffer is v
+    return False
+
+
+@dataclass
+class _Life:
+    value: SSAValue
+    first: int
+    last: int
+    first_op: Operation
+
+
+def _lifetimes(block: Block, mem: Memory) -> tuple[list[Operation], list[_Life]]:
+    ops = list(block.ops)
+    pos = positions(block)
+    lives: list[_Life] = []
+    for op in ops:
+        if not isinstance(op, rt.AllocOp):
+            continue
+        v = op.result
+        if v in mem.view_src:
+            continue
+        aliases = mem.aliases(v)
+        if any(a in mem.unknown for a in aliases):
+            continue
+        first, last = len(ops), -1
+        first_op: Operation | None = None
+        ok = True
+        for a in aliases:
+            for use in a.uses:
+                anc = ancestor_in(use.operation, block)
+                if anc is None:
+                    ok = False
+                    break
+                p = pos[anc]
+                if p < first:
+                    first, first_op = p, anc
+                last = max(last, p)
+            if not ok:
+                break
+        if not ok or first_op is None or not _full_write(first_op, v):
+            continue
+        lives.append(_Life(v, first, last, first_op))
+    return ops, lives
+
+
+def plan_block(block: Block, mem: Memory) -> dict[SSAValue, SSAValue]:
+    """buffer -> buffer whose storage it takes, for the allocs of `block`."""
+    ops, lives = _lifetimes(block, mem)
+    starts: dict[int, list[_Life]] = {}
+    ends: dict[int, list[_Life]] = {}
+    for life in lives:
+        starts.setdefault(life.first, []).append(life)
+        ends.setdefault(life.last, []).append(life)
+    phys: dict[SSAValue, SSAValue] = {}
+    pool: dict[Attribute, list[SSAValue]] = {}
+    consumed: set[SSAValue] = set()
+    for i in sorted(set(starts) | set(ends)):
+        op = ops[i]
+        for life in starts.get(i, ()):
+            rep: SSAValue | None = None
+            if kernel_name(op) in ELEMENTWISE and isinstance(op, rt.KernelOp):
+                for d in ends.get(i, ()):
+                    if (
+                        d.value not in consumed
+                        and d.value.type == life.value.type
+                        and d.first < i
+                        and d.value in op.ins
+                        and d.value not in op.outs
+                        and not any(a in op.ins for a in mem.aliases(d.value)[1:])
+                    ):
+                        rep = phys[d.value]
+                        consumed.add(d.value)
+                        break
+            if rep is None:
+                free = pool.get(life.value.type)
+                if free:
+                    rep = free.pop()
+            phys[life.value] = rep if rep is not None else life.value
+        for life in ends.get(i, ()):
+            if life.value not in consumed:
+                pool.setdefault(life.value.type, []).append(phys[life.value])
+    return {v: r for v, r in phys.items() if r is not v}
+
+
+def reuse_buffers(program: rt.ProgramOp) -> int:
+    mem = Memory(program)
+    renames: dict[SSAValue, SSAValue] = {}
+    for block in list(blocks(program)):
+        renames.update(plan_block(block, mem))
+    for v, r in renames.items():
+        v.replace_all_uses_with(r)
+        alloc = v.owner
+        assert isinstance(alloc, rt.AllocOp)
+        alloc.detach()
+        alloc.erase()
+    return len(renames)
+
+
+@dataclass(frozen=True)
+class RtReuseBuffersPass(ModulePass):
+    """Share storage between `rt.alloc` buffers with disjoint lifetimes."""
+
+    name = "rt-reuse-buffers"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for program in programs(op):
+            reuse_buffers(program)
