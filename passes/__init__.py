@@ -10,6 +10,16 @@ from xdsl.passes import ModulePass
 def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """Lazy factories for every xl pass, keyed by its kebab-case name."""
 
+    def get_accumulate() -> type[ModulePass]:
+        from xl.passes.accumulate import AccumulatePass
+
+        return AccumulatePass
+
+    def get_recompute() -> type[ModulePass]:
+        from xl.passes.recompute import RecomputePass
+
+        return RecomputePass
+
     def get_autodiff() -> type[ModulePass]:
         from xl.passes.autodiff import AutodiffPass
 
@@ -25,8 +35,41 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return LowerToRtPass
 
+    # -- rt optimisations (runtime speed) ------------------------------------------------
+    def get_rt_fold_update() -> type[ModulePass]:
+        from xl.passes.rt_fold_update import RtFoldUpdatePass
+
+        return RtFoldUpdatePass
+
+    def get_rt_fuse_elementwise() -> type[ModulePass]:
+        from xl.passes.rt_fuse_elementwise import RtFuseElementwisePass
+
+        return RtFuseElementwisePass
+
+    def get_rt_views() -> type[ModulePass]:
+        from xl.passes.rt_views import RtViewsPass
+
+        return RtViewsPass
+
+    def get_rt_reuse_buffers() -> type[ModulePass]:
+        from xl.passes.rt_reuse_buffers import RtReuseBuffersPass
+
+        return RtReuseBuffersPass
+
+    def get_rt_optimize() -> type[ModulePass]:
+        from xl.passes.rt_optimize import RtOptimizePass
+
+        return RtOptimizePass
+
     return {
+        "accumulate": get_accumulate,
+        "recompute": get_recompute,
         "autodiff": get_autodiff,
         "inline": get_inline,
         "lower-to-rt": get_lower_to_rt,
+        "rt-fold-update": get_rt_fold_update,
+        "rt-fuse-elementwise": get_rt_fuse_elementwise,
+        "rt-views": get_rt_views,
+        "rt-reuse-buffers": get_rt_reuse_buffers,
+        "rt-optimize": get_rt_optimize,
     }

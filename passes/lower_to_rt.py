@@ -52,7 +52,7 @@ from xl.dialects.graph import (
 )
 from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.ipu import CopyOp as IpuCopyOp
-from xl.dialects.popxl import PopxlOp, is_written
+from xl.dialects.popxl import PopxlOp, is_written, op_props, to_attr
 
 
 def to_memref(t: Attribute) -> MemRefType:
@@ -107,7 +107,9 @@ class _Emitter:
                 env[r] = buf
                 fresh.add(buf)
                 outs.append(buf)
-            attrs: dict[str, Attribute] = dict(op.properties)
+            # plain properties, with `operand_segments` telling which optional operands
+            # are present (it survives printing, unlike operandSegmentSizes)
+            attrs: dict[str, Attribute] = {k: to_attr(v) for k, v in op_props(op).items()}
             if IPU_ATTR in op.attributes:
                 attrs[IPU_ATTR] = op.attributes[IPU_ATTR]
             block.add_op(rt.KernelOp(op.name, ins, outs, attrs))

@@ -25,6 +25,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xl.dialects import rt
 from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
+from xl.runtime import xl_kernels as _xl_kernels  # noqa: F401  (registers xl.* kernels)
 from xl.runtime.kernels import KERNELS
 
 Step = Callable[[], None]
@@ -71,6 +72,8 @@ class Executable:
     h2d_streams: dict[str, tuple[tuple[int, ...], np.dtype]]
     d2h_streams: dict[str, tuple[tuple[int, ...], np.dtype]]
     replicas: list[_Replica] = field(repr=False)
+    # The generated source of each replica's step (optimised plans only), for inspection.
+    sources: list[str] = field(default_factory=list, repr=False)
 
     # -- state ---------------------------------------------------------------------
     @property
@@ -267,14 +270,29 @@ class _Compiler:
         raise PlanError(f"runtime: cannot execute '{op.name}'")
 
 
-def compile_program(program: rt.ProgramOp) -> Executable:
+def compile_program(program: rt.ProgramOp, optimize: bool = False) -> Executable:
+    """Build the plan of a lowered program.
+
+    `optimize=False`: the straightforward plan (a list of kernel closures, run in order).
+    `optimize=True`: one generated function per replica (see `xl.runtime.plan`); the
+    program should have been through `rt-optimize` (any `rt` program is accepted).
+    """
     n = program.int_attr("num_host_transfers", 1)
     reps = program.int_attr("replication_factor", 1)
     replicas: list[_Replica] = []
+    sources: list[str] = []
     for _ in range(reps):
-        c = _Compiler()
-        steps = c.compile_block(program.body.block)
-        replicas.append(_Replica(steps, c.state, c.inputs, c.outputs))
+        if optimize:
+            from xl.runtime.plan import build_replica
+
+            b = build_replica(program, _StreamIn, _StreamOut)
+            fn, src = b.finish()
+            sources.append(src)
+            replicas.append(_Replica([fn], b.state, b.inputs, b.outputs))
+        else:
+            c = _Compiler()
+            steps = c.compile_block(program.body.block)
+            replicas.append(_Replica(steps, c.state, c.inputs, c.outputs))
     first = replicas[0]
     return Executable(
         num_host_transfers=n,
@@ -282,6 +300,7 @@ def compile_program(program: rt.ProgramOp) -> Executable:
         h2d_streams={k: (s.shape, s.dtype) for k, s in first.inputs.items()},
         d2h_streams={k: (s.shape, s.dtype) for k, s in first.outputs.items()},
         replicas=replicas,
+        sources=sources,
     )
 
 
@@ -302,12 +321,26 @@ def lower(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> ModuleOp:
     return module
 
 
-def compile_module(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> Executable:
-    """Compile a high-level or already lowered module into an `Executable`."""
+# The rt-level optimisations applied by `compile_module(..., optimize=True)`.
+RT_PIPELINE = "rt-optimize"
+
+
+def compile_module(
+    module: ModuleOp, pipeline: str = DEFAULT_PIPELINE, optimize: bool = True
+) -> Executable:
+    """Compile a high-level or already lowered module into an `Executable`.
+
+    With `optimize=True` (default) the lowered program also goes through `RT_PIPELINE`
+    and runs as a generated plan; `optimize=False` gives the straightforward plan of the
+    lowered program as is (same results, used as the reference in tests).
+    The input module is never modified.
+    """
     programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
     if not programs:
-        module = lower(module, pipeline)
-        programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
+        module = lower(module, f"{pipeline},{RT_PIPELINE}" if optimize else pipeline)
+    elif optimize:
+        module = lower(module, RT_PIPELINE)
+    programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
     if len(programs) != 1:
         raise PlanError(f"runtime: expected one rt.program, found {len(programs)}")
-    return compile_program(programs[0])
+    return compile_program(programs[0], optimize=optimize)

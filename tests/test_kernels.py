@@ -769,6 +769,7 @@ def test_optional_operands_without_op_props(rng, props_from):
     close(out, t + np.array([0, 0, 0.5 * x[0]]))
     probs, labels = _probs(rng, 2, 3).astype(np.float32), np.array([0, 2], np.int32)
     (loss, dx), _ = run(P.NllLossWithSoftmaxGradOp, [probs, labels, f], reduction="sum", props_from=props_from)
+    close(loss, -np.log(probs[[0, 1], labels].astype(np.float64)).sum(), rtol=1e-6)
     close(dx, (probs - np.eye(3)[labels]) * 0.5, rtol=1e-6, atol=1e-7)
     m, v, w, step = f32(rng, 3), np.abs(f32(rng, 3)), f32(rng, 3), np.zeros((), np.float32)
     (u,), present = run(P.AdamUpdaterOp, [m, v, w, step], beta1=0.9, beta2=0.99, props_from=props_from)
@@ -816,7 +817,7 @@ def test_alias_safe(rng, cls, n):
 
 def test_every_op_has_a_kernel_and_a_test():
     names = {op.name for op in P.OPS}
-    assert names == set(KERNELS)
+    assert names == {k for k in KERNELS if k.startswith("popxl.")}  # xl.* are fused kernels
     src = inspect.getsource(sys.modules[__name__])
     untested = [op.__name__ for op in P.OPS if f"P.{op.__name__}" not in src]
     assert not untested, untested

@@ -55,7 +55,6 @@ def _example(cls) -> str:
 def test_docstring_example_round_trips(cls):
     ctx = xl_context(allow_unregistered=True)
     line = _example(cls)
-    head, _, _ = line.partition(cls.name)
     rest = line[line.index(cls.name) + len(cls.name) :]
     operands = re.findall(r"%\w+", rest.split("{")[0].split(" : ")[0])
     ftext = rest.rsplit("} : ", 1)[1] if "} : " in rest else rest.split(" : ", 1)[1]

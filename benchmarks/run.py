@@ -1,0 +1,432 @@
+"""xl benchmarks: runtime speed against hand-written NumPy (and PyTorch / JAX), compile time.
+
+    python benchmarks/run.py                  # everything (~2 min), table + benchmarks/results.json
+    python benchmarks/run.py --quick          # fewer repetitions
+    python benchmarks/run.py --only train_b8,compile_mnist --json out.json
+    python benchmarks/run.py --threads 1      # pin BLAS (NumPy's OpenBLAS, torch) to 1 thread
+
+Cases:
+  train_b8, train_b128  the seed MNIST training step (Net 784-512-512-512-10, gelu,
+                        cross-entropy, SGD with scaled_add_), steady-state steps/s
+  infer_b80             inference of the same Net at batch 80
+  compile_mnist         building the training IR (incl. autodiff), passes + lowering,
+                        rt optimisations, plan creation
+  compile_scaling       the same pipeline on graphs of 100, 1,000, 10,000 ops
+
+Every runtime figure is measured alternately with the other implementations in this
+process (chunks of steps, rotating order); the reported time is the median per step
+over chunks. `ratio` = NumPy time / xl time (> 1: xl is faster). xl runs through the
+user API (`popxl.Session.run`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import popxl  # noqa: E402
+from models import chain_ir, count_ops, infer_ir, module_of, train_ir  # noqa: E402
+from references import NumpyMLP, jax_mlp, torch_mlp  # noqa: E402
+
+LR = 0.05
+
+
+# ------------------------------------------------------------------------------------
+# Machine and timing helpers
+# ------------------------------------------------------------------------------------
+
+
+def set_blas_threads(n: int) -> None:
+    """Pin NumPy's OpenBLAS (and torch) to `n` threads."""
+    import ctypes
+    import glob
+
+    libdir = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    for path in glob.glob(os.path.join(libdir, "*openblas*.so*")):
+        lib = ctypes.CDLL(path)
+        for sym in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"):
+            f = getattr(lib, sym, None)
+            if f is not None:
+                f(ctypes.c_int(n))
+                break
+    try:
+        import torch
+
+        torch.set_num_threads(n)
+    except Exception:
+        pass
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+    }
+    try:
+        import xdsl  # noqa: F401
+        from importlib.metadata import version
+
+        info["xdsl"] = version("xdsl")
+    except Exception:
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+    except Exception:
+        pass
+    try:
+        import jax
+
+        info["jax"] = jax.__version__
+    except Exception:
+        pass
+    try:
+        info["loadavg"] = os.getloadavg()
+    except OSError:
+        pass
+    return info
+
+
+def alternate(impls: dict[str, Callable[[], object]], rounds: int, target_s: float) -> dict[str, dict]:
+    """Median seconds per call of each impl, timed in alternating chunks."""
+    chunk: dict[str, int] = {}
+    for name, f in impls.items():  # warm up, size the chunks
+        for _ in range(3):
+            f()
+        t = time.perf_counter()
+        f()
+        dt = max(time.perf_counter() - t, 1e-6)
+        chunk[name] = max(1, int(target_s / dt))
+    samples: dict[str, list[float]] = {n: [] for n in impls}
+    names = list(impls)
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            order = names[r % len(names):] + names[: r % len(names)]
+            for name in order:
+                f, k = impls[name], chunk[name]
+                t = time.perf_counter()
+                for _ in range(k):
+                    f()
+                samples[name].append((time.perf_counter() - t) / k)
+    finally:
+        if gc_was:
+            gc.enable()
+    return {
+        n: {
+            "median_s": statistics.median(s),
+            "min_s": min(s),
+            "iqr_s": (np.percentile(s, 75) - np.percentile(s, 25)).item(),
+            "chunks": len(s),
+            "steps_per_chunk": chunk[n],
+        }
+        for n, s in samples.items()
+    }
+
+
+def mnist_batches(batch: int, count: int = 64) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Real MNIST digits (bundled 10k) when available, else random data."""
+    path = HERE.parent / "examples" / "data" / "mnist10k.npz"
+    rng = np.random.default_rng(0)
+    if path.exists():
+        d = np.load(path)
+        x = ((d["images"].astype(np.float32) / 255.0 - 0.1307) / 0.3081).astype(np.float32)
+        y = d["labels"].astype(np.int32)
+    else:
+        x = rng.normal(size=(batch * count, 28, 28)).astype(np.float32)
+        y = rng.integers(0, 10, batch * count).astype(np.int32)
+    idx = rng.permutation(len(x))[: batch * count]
+    return [
+        (np.ascontiguousarray(x[idx[i * batch : (i + 1) * batch]]), np.ascontiguousarray(y[idx[i * batch : (i + 1) * batch]]))
+        for i in range(count)
+    ]
+
+
+def weights_of(session: popxl.Session, variables) -> list[tuple[np.ndarray, np.ndarray]]:
+    data = session.get_tensors_data(variables.tensors)
+    named = {name: data[t] for name, t in variables.named_tensors.items()}
+    return [(named[f"fc{i}.weight"].copy(), named[f"fc{i}.bias"].copy()) for i in range(1, 5)]
+
+
+class Cycle:
+    """Feeds batches round-robin."""
+
+    def __init__(self, batches):
+        self.batches = batches
+        self.i = 0
+
+    def next(self):
+        b = self.batches[self.i]
+        self.i = (self.i + 1) % len(self.batches)
+        return b
+
+
+# ------------------------------------------------------------------------------------
+# Cases
+# ------------------------------------------------------------------------------------
+
+
+def bench_train(batch: int, rounds: int, target_s: float) -> dict:
+    np.random.seed(42)
+    ir, (img_s, lab_s), variables, loss_s = train_ir(batch, LR)
+    session = popxl.Session(ir, "cpu")
+    weights = weights_of(session, variables)
+    batches = mnist_batches(batch)
+
+    # Correctness: first steps from the same weights and data.
+    ref = NumpyMLP(weights, LR)
+    check = []
+    with session:
+        for x, y in batches[:3]:
+            xl_loss = float(session.run({img_s: x, lab_s: y})[loss_s])
+            check.append(abs(xl_loss - ref.train_step(x, y)))
+        # back to the initial weights, as every other implementation starts from them
+        session.write_variables_data(
+            {t: _named(weights)[name] for name, t in variables.named_tensors.items()}
+        )
+
+    impls: dict[str, Callable[[], object]] = {}
+    cx = Cycle(batches)
+
+    session.__enter__()
+
+    def xl_step():
+        x, y = cx.next()
+        return session.run({img_s: x, lab_s: y})
+
+    impls["xl"] = xl_step
+    np_ref, np_fast = NumpyMLP(weights, LR), NumpyMLP(weights, LR, pow3=False)
+    cn, cf = Cycle(batches), Cycle(batches)
+    impls["numpy"] = lambda: np_ref.train_step(*cn.next())
+    impls["numpy_xxx"] = lambda: np_fast.train_step(*cf.next())
+    t = torch_mlp(weights, LR)
+    if t is not None:
+        ct = Cycle(batches)
+        impls["torch"] = lambda: t[0](*ct.next())
+    j = jax_mlp(weights, LR)
+    if j is not None:
+        cj = Cycle(batches)
+        impls["jax"] = lambda: j[0](*cj.next())
+    try:
+        res = alternate(impls, rounds, target_s)
+    finally:
+        session.__exit__(None, None, None)
+    return {"batch": batch, "impls": res, "first_steps_max_abs_loss_diff": max(check)}
+
+
+def _named(weights) -> dict[str, np.ndarray]:
+    named = {}
+    for i, (w, b) in enumerate(weights, start=1):
+        named[f"fc{i}.weight"], named[f"fc{i}.bias"] = w, b
+    return named
+
+
+def bench_infer(batch: int, rounds: int, target_s: float) -> dict:
+    np.random.seed(42)
+    ir, in_s, variables, out_s = infer_ir(batch)
+    session = popxl.Session(ir, "cpu")
+    weights = weights_of(session, variables)
+    batches = mnist_batches(batch, 16)
+    ref = NumpyMLP(weights, LR)
+    fast = NumpyMLP(weights, LR, pow3=False)
+    with session:
+        diff = max(
+            float(np.abs(session.run({in_s: x})[out_s] - ref.forward(x)).max()) for x, _ in batches[:3]
+        )
+    session.__enter__()
+    cx, cn, cf = Cycle(batches), Cycle(batches), Cycle(batches)
+    impls: dict[str, Callable[[], object]] = {
+        "xl": lambda: session.run({in_s: cx.next()[0]}),
+        "numpy": lambda: ref.forward(cn.next()[0]),
+        "numpy_xxx": lambda: fast.forward(cf.next()[0]),
+    }
+    t = torch_mlp(weights, LR)
+    if t is not None:
+        ct = Cycle(batches)
+        impls["torch"] = lambda: t[1](ct.next()[0])
+    j = jax_mlp(weights, LR)
+    if j is not None:
+        cj = Cycle(batches)
+        impls["jax"] = lambda: j[1](cj.next()[0])
+    try:
+        res = alternate(impls, rounds, target_s)
+    finally:
+        session.__exit__(None, None, None)
+    return {"batch": batch, "impls": res, "max_abs_output_diff": diff}
+
+
+def compile_phases(build: Callable[[], object]) -> dict[str, float]:
+    """Seconds for: build IR, passes + lowering, rt optimisations, plan creation."""
+    from xl.runtime.executable import DEFAULT_PIPELINE, RT_PIPELINE, compile_program, lower
+
+    t0 = time.perf_counter()
+    ir = build()
+    t1 = time.perf_counter()
+    low = lower(module_of(ir), DEFAULT_PIPELINE)
+    t2 = time.perf_counter()
+    opt = lower(low, RT_PIPELINE)
+    t3 = time.perf_counter()
+    (program,) = list(opt.ops)
+    compile_program(program, optimize=True)
+    t4 = time.perf_counter()
+    return {
+        "build_s": t1 - t0,
+        "passes_lowering_s": t2 - t1,
+        "rt_optimize_s": t3 - t2,
+        "plan_s": t4 - t3,
+        "total_s": t4 - t0,
+        "ops": count_ops(module_of(ir)),
+    }
+
+
+def _median_phases(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def bench_compile_mnist(repeats: int) -> dict:
+    runs = []
+    for _ in range(repeats):
+        np.random.seed(0)
+        gc.collect()
+        runs.append(compile_phases(lambda: train_ir(8, LR)[0]))
+    return {"repeats": repeats, **_median_phases(runs)}
+
+
+def bench_compile_scaling(sizes: list[int], repeats: int) -> dict:
+    out = {}
+    for n in sizes:
+        runs = []
+        for _ in range(repeats if n < 10000 else max(1, repeats // 2)):
+            gc.collect()
+            runs.append(compile_phases(lambda: chain_ir(n)))
+        out[str(n)] = _median_phases(runs)
+    return out
+
+
+# ------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------
+
+COLS = ["xl", "numpy", "numpy_xxx", "torch", "jax"]
+
+
+def fmt_ms(s: float | None) -> str:
+    return "n/a" if s is None else f"{s * 1e3:.3f}"
+
+
+def report(results: dict) -> str:
+    lines = []
+    m = results["machine"]
+    lines.append(
+        f"machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}, NumPy {m['numpy']}"
+        + (f", xDSL {m['xdsl']}" if "xdsl" in m else "")
+        + (f", torch {m['torch']}" if "torch" in m else "")
+        + (f"; BLAS threads: {results['threads']}" if results.get("threads") else "; BLAS threads: default")
+    )
+    rt_cases = [k for k in ("train_b8", "train_b128", "infer_b80") if k in results]
+    if rt_cases:
+        lines.append("")
+        lines.append("| case | xl ms/step | xl steps/s | NumPy ms | ratio NumPy/xl | NumPy x*x*x ms | ratio | torch ms | jax ms |")
+        lines.append("|---|---|---|---|---|---|---|---|---|")
+        for k in rt_cases:
+            r = results[k]["impls"]
+            g = lambda n: r[n]["median_s"] if n in r else None  # noqa: E731
+            xl = g("xl")
+            lines.append(
+                f"| {k} | {fmt_ms(xl)} | {1 / xl:.0f} | {fmt_ms(g('numpy'))} | **{g('numpy') / xl:.2f}x** | "
+                f"{fmt_ms(g('numpy_xxx'))} | {g('numpy_xxx') / xl:.2f}x | {fmt_ms(g('torch'))} | {fmt_ms(g('jax'))} |"
+            )
+    if "compile_mnist" in results:
+        c = results["compile_mnist"]
+        lines.append("")
+        lines.append("| compile (MNIST training program) | s |")
+        lines.append("|---|---|")
+        for k in ("build_s", "passes_lowering_s", "rt_optimize_s", "plan_s", "total_s"):
+            lines.append(f"| {k[:-2].replace('_', ' ')} | {c[k]:.3f} |")
+    if "compile_scaling" in results:
+        s = results["compile_scaling"]
+        lines.append("")
+        lines.append("| graph ops | build s | passes+lowering s | rt-optimize s | plan s | total s | total / ops (ms) |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for n, r in s.items():
+            lines.append(
+                f"| {r['ops']} | {r['build_s']:.3f} | {r['passes_lowering_s']:.3f} | {r['rt_optimize_s']:.3f} | "
+                f"{r['plan_s']:.3f} | {r['total_s']:.3f} | {r['total_s'] / max(r['ops'], 1) * 1e3:.3f} |"
+            )
+        if "1000" in s and "10000" in s:
+            lines.append(
+                f"\n10,000 ops / 1,000 ops compile time: {s['10000']['total_s'] / s['1000']['total_s']:.1f}x "
+                f"(compile without building the IR: "
+                f"{(s['10000']['total_s'] - s['10000']['build_s']) / (s['1000']['total_s'] - s['1000']['build_s']):.1f}x)"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description="xl benchmarks")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--only", help="comma-separated cases")
+    ap.add_argument("--json", default=str(HERE / "results.json"), help="where to write results")
+    ap.add_argument("--threads", type=int, help="BLAS / torch threads (default: library default)")
+    args = ap.parse_args(argv)
+    if args.threads:
+        set_blas_threads(args.threads)
+    cases = ["train_b8", "train_b128", "infer_b80", "compile_mnist", "compile_scaling"]
+    if args.only:
+        cases = [c for c in args.only.split(",") if c]
+    rounds = 5 if args.quick else 15
+    target = 0.05 if args.quick else 0.1
+    results: dict = {"machine": machine(), "threads": args.threads, "quick": args.quick}
+    for case in cases:
+        t = time.perf_counter()
+        if case == "train_b8":
+            results[case] = bench_train(8, rounds, target)
+        elif case == "train_b128":
+            results[case] = bench_train(128, rounds, target)
+        elif case == "infer_b80":
+            results[case] = bench_infer(80, rounds, target)
+        elif case == "compile_mnist":
+            results[case] = bench_compile_mnist(3 if args.quick else 7)
+        elif case == "compile_scaling":
+            results[case] = bench_compile_scaling([100, 1000, 10000], 2 if args.quick else 3)
+        else:
+            raise SystemExit(f"unknown case {case!r}")
+        print(f"[{case}: {time.perf_counter() - t:.1f} s]", file=sys.stderr)
+    results["machine"]["loadavg_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
+    text = report(results)
+    print(text)
+    results["table"] = text
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=float))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""`recompute`: a gradient graph that recomputes the forward activations (addons.recompute_graph).
+
+```mlir
+// xl-opt -p 'recompute{graph=linear_grad}'
+graph.graph @linear_grad(%dz: tensor<2x3xf32> {graph.name = "Gradient___z"},
+                         %y: tensor<2x3xf32> {graph.name = "y"},      // an activation
+                         %w: tensor<4x3xf32> {graph.name = "w"},
+                         %x: tensor<2x4xf32> {graph.name = "x"}) -> (...)
+    attributes {autodiff.forward = @linear, autodiff.expected_inputs = [["fwd_grad", 0 : i64],
+      ["fwd_output", 1 : i64], ["fwd_input", 1 : i64], ["fwd_input", 0 : i64]], ...}
+// after: a new graph
+graph.graph @linear_grad_recomp(%dz: ... {graph.name = "Gradient___z"},
+                                %w: ... {graph.name = "w"}, %x: ... {graph.name = "x"},
+                                %b: ... {graph.name = "b"}) -> (...)
+    attributes {autodiff.forward = @linear, autodiff.expected_inputs = [["fwd_grad", 0 : i64],
+      ["fwd_input", 1 : i64], ["fwd_input", 0 : i64], ["fwd_input", 2 : i64]], ...} {
+  %z, %y = call.call @linear(%x, %w, %b) : ...
+  %dx, %dw, %db = call.call @linear_grad(%dz, %y, %w, %x) : ...
+  graph.output %dx, %dw, %db : ...
+}
+```
+
+The new graph `@<graph>_recomp` (option `new_graph`) takes, in order: the gradient graph's
+`fwd_grad` inputs; its `fwd_input` inputs; the other forward inputs (sorted by name) needed to
+call the forward graph; then the gradient graph's own inputs after its expected connections
+(accumulators, counters; `graph.by_ref` kept). It calls the forward graph, then the gradient
+graph with the recomputed activations, and returns the gradient graph's outputs. Its
+`autodiff.*` attributes name the same forward graph and expected outputs, but it expects only
+forward inputs and gradients: no `fwd_output` (activation) connections. The original gradient
+graph is left unchanged (the new graph calls it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from xl.dialects.call import CallOp
+from xl.dialects.graph import GraphOp, OutputOp
+from xl.dialects.ipu import IPU_ATTR
+from xl.passes.autodiff import (
+    FWD_GRAD,
+    FWD_INPUT,
+    AutodiffError,
+    GradInfo,
+    graphs_by_name,
+    unique_graph_name,
+)
+
+
+class RecomputeError(ValueError):
+    """A gradient graph cannot be recomputed as asked."""
+
+
+def _placement(graph: GraphOp) -> Attribute | None:
+    ids = {op.attributes[IPU_ATTR] for op in graph.body.walk() if IPU_ATTR in op.attributes}
+    return next(iter(ids)) if len(ids) == 1 else None
+
+
+def _hint(value: SSAValue, name: str) -> None:
+    try:
+        value.name_hint = name
+    except ValueError:
+        pass
+
+
+def recompute(module: ModuleOp, graph: str, name: str | None = None) -> GraphOp:
+    """Creates `@<graph>_recomp`, the recomputing version of gradient graph `@graph`."""
+    graphs = graphs_by_name(module)
+    grad = graphs.get(graph)
+    if grad is None:
+        raise RecomputeError(f"recompute: no graph @{graph} in the module")
+    try:
+        info = GradInfo.from_graph(grad)
+    except AutodiffError as e:
+        raise RecomputeError(f"recompute: {e}") from None
+    fwd = graphs.get(info.forward)
+    if fwd is None:
+        raise RecomputeError(
+            f"recompute: @{graph} is the gradient graph of @{info.forward}, which is not in the module"
+        )
+    gblock = grad.body.block
+    fblock = fwd.body.block
+    n_conn = len(info.expected_inputs)
+    if n_conn > len(gblock.args):
+        raise RecomputeError(
+            f"recompute: @{graph} has {len(gblock.args)} inputs but {n_conn} expected connections"
+        )
+    n_fwd_out = len(fwd.output_op.outs)
+    for kind, idx in info.expected_inputs:
+        bound = n_fwd_out if kind != FWD_INPUT else len(fblock.args)
+        if not 0 <= idx < bound:
+            raise RecomputeError(
+                f"recompute: @{graph} expects {kind} {idx}, which the forward graph "
+                f"@{fwd.graph_name} does not have"
+            )
+
+    block = Block()
+    names: list[str] = []
+    by_ref: list[bool] = []
+    conns: list[tuple[str, int]] = []
+
+    def add(type: Attribute, nm: str, ref: bool, conn: tuple[str, int] | None) -> SSAValue:
+        arg = block.insert_arg(type, len(block.args))
+        _hint(arg, nm)
+        names.append(nm)
+        by_ref.append(ref)
+        if conn is not None:
+            conns.append(conn)
+        return arg
+
+    grad_arg: dict[int, SSAValue] = {}  # gradient graph input index -> new value (or later)
+    fwd_in: dict[int, SSAValue] = {}  # forward input index -> new input
+    for p, (kind, idx) in enumerate(info.expected_inputs):
+        if kind == FWD_GRAD:
+            grad_arg[p] = add(gblock.args[p].type, grad.input_name(p), grad.input_is_by_ref(p), (kind, idx))
+    for p, (kind, idx) in enumerate(info.expected_inputs):
+        if kind == FWD_INPUT and idx not in fwd_in:
+            fwd_in[idx] = add(fblock.args[idx].type, grad.input_name(p), False, (FWD_INPUT, idx))
+    rest = sorted(
+        (i for i in range(len(fblock.args)) if i not in fwd_in), key=lambda i: (fwd.input_name(i), i)
+    )
+    for i in rest:
+        fwd_in[i] = add(fblock.args[i].type, fwd.input_name(i), False, (FWD_INPUT, i))
+    for p in range(n_conn, len(gblock.args)):
+        grad_arg[p] = add(gblock.args[p].type, grad.input_name(p), grad.input_is_by_ref(p), None)
+
+    ipu = _placement(grad)
+    fwd_call = CallOp(
+        fwd.graph_name,
+        [fwd_in[i] for i in range(len(fblock.args))],
+        fwd.function_type.outputs.data,
+    )
+    block.add_op(fwd_call)
+    operands: list[SSAValue] = []
+    for p in range(len(gblock.args)):
+        if p < n_conn:
+            kind, idx = info.expected_inputs[p]
+            if kind == FWD_GRAD:
+                operands.append(grad_arg[p])
+            elif kind == FWD_INPUT:
+                operands.append(fwd_in[idx])
+            else:
+                operands.append(fwd_call.res[idx])
+        else:
+            operands.append(grad_arg[p])
+    grad_call = CallOp(grad.graph_name, operands, grad.function_type.outputs.data)
+    block.add_op(grad_call)
+    for op in (fwd_call, grad_call):
+        if ipu is not None:
+            op.attributes[IPU_ATTR] = ipu
+    for r, v in zip(fwd_call.res, fwd.output_op.outs):
+        if v.name_hint:
+            _hint(r, v.name_hint)
+    for r, v in zip(grad_call.res, grad.output_op.outs):
+        if v.name_hint:
+            _hint(r, v.name_hint)
+    block.add_op(OutputOp(list(grad_call.res)))
+
+    new_name = name if name is not None else unique_graph_name(module, f"{graph}_recomp")
+    if new_name in graphs:
+        raise RecomputeError(f"recompute: a graph named @{new_name} already exists")
+    new = GraphOp(
+        new_name,
+        [a.type for a in block.args],
+        list(grad.function_type.outputs.data),
+        Region(block),
+        input_names=names,
+        by_ref=by_ref,
+    )
+    new.attributes.update(
+        GradInfo(info.forward, tuple(conns), info.expected_outputs).to_attributes()
+    )
+    Rewriter.insert_op(new, InsertPoint.after(grad))
+    return new
+
+
+@dataclass(frozen=True)
+class RecomputePass(ModulePass):
+    """`recompute{graph=NAME name=NEW}`."""
+
+    name = "recompute"
+
+    graph: str | None = None
+    new_graph: str | None = None
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.graph is None:
+            raise RecomputeError(
+                "recompute: the 'graph' option (the gradient graph to recompute) is required"
+            )
+        recompute(op, self.graph.lstrip("@"), self.new_graph)

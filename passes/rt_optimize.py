@@ -1,0 +1,43 @@
+"""`rt-optimize`: the runtime's optimisation pipeline on a lowered `rt.program`.
+
+Runs, in order: `rt-fold-update` (SGD update folded into the weight-gradient gemm),
+`rt-fuse-elementwise` (single-use elementwise chains become one kernel), `rt-views`
+(reshape/transpose as views) and `rt-reuse-buffers` (liveness-based storage sharing
+and in-place elementwise kernels). Each step is also a pass of its own.
+
+```
+xl-opt prog.mlir -p lower-to-rt,rt-optimize
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from xl.passes.rt_analysis import programs
+from xl.passes.rt_fold_update import fold_updates
+from xl.passes.rt_fuse_elementwise import fuse_elementwise
+from xl.passes.rt_reuse_buffers import reuse_buffers
+from xl.passes.rt_views import mark_views
+
+
+def optimize_program(program) -> None:  # type: ignore[no-untyped-def]
+    fold_updates(program)
+    fuse_elementwise(program)
+    mark_views(program)
+    reuse_buffers(program)
+
+
+@dataclass(frozen=True)
+class RtOptimizePass(ModulePass):
+    """All `rt` optimisations, in the order the runtime uses them."""
+
+    name = "rt-optimize"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for program in programs(op):
+            optimize_program(program)

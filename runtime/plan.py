@@ -1,0 +1,666 @@
+"""The optimised plan: one generated Python function per replica for a whole `rt.program`.
+
+`build_replica(program)` allocates every buffer once, binds each kernel to its arrays at
+compile time and emits straight-line Python source (loops become `for`, branches `if`)
+that is compiled once with `compile()`. Every name the step uses is a closure variable,
+so a steady-state step does no dictionary lookups, no dispatch on types or names, no
+shape checks and no allocations: it calls NumPy ufuncs with preallocated `out=` arrays,
+precomputed views and bound BLAS calls.
+
+Kernel selection: the common kernels have *templates* here (alias-aware sequences of
+in-place ufunc calls over shared scratch buffers, e.g. gelu as multiplies and one tanh,
+`pow` by a constant 2 or 3 as multiplies, reductions as `ufunc.reduce(..., out=)`).
+Anything else calls the kernel factory of `xl.runtime.kernels`, as the straightforward
+plan does. Kernels marked `rt.view` bind their output as a view of their input and emit
+no code at all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import MemRefType
+from xdsl.ir import Block, Operation, SSAValue
+
+from xl.dialects import rt
+from xl.dialects.popxl import from_attr
+from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
+from xl.runtime import blas
+from xl.runtime.executable import PlanError
+from xl.runtime.kernels import KERNELS
+
+VIEW_ATTR = "rt.view"
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_A = 0.044715
+
+
+def kernel_props(op: rt.KernelOp) -> dict[str, Any]:
+    """The attributes of a kernel as plain Python values (runtime markers excluded)."""
+    return {
+        k: from_attr(v)
+        for k, v in op.attributes.items()
+        if not k.startswith("ipu.") and not k.startswith("rt.")
+    }
+
+
+class Gen:
+    """Source and namespace of one generated step function."""
+
+    def __init__(self) -> None:
+        self.ns: dict[str, Any] = {}
+        self.lines: list[str] = []
+        self.arrays: dict[SSAValue, np.ndarray] = {}
+        self.names: dict[SSAValue, str] = {}
+        self._ids = itertools.count()
+        self._fns: dict[int, str] = {}
+        self._scratch: dict[tuple[tuple[int, ...], np.dtype], list[np.ndarray]] = {}
+        self._in_use: dict[tuple[tuple[int, ...], np.dtype], int] = {}
+
+    # -- names -----------------------------------------------------------------------------
+    def bind(self, obj: Any, hint: str = "k") -> str:
+        name = f"{hint}{next(self._ids)}"
+        self.ns[name] = obj
+        return name
+
+    def fn(self, f: Any) -> str:
+        """A name for a shared callable (ufunc, function)."""
+        key = id(f)
+        name = self._fns.get(key)
+        if name is None:
+            base = getattr(f, "__name__", "f")
+            name = self._fns[key] = self.bind(f, f"_{base}_")
+        return name
+
+    def buf(self, v: SSAValue) -> str:
+        return self.names[v]
+
+    def arr(self, v: SSAValue) -> np.ndarray:
+        return self.arrays[v]
+
+    def set_buffer(self, v: SSAValue, a: np.ndarray, hint: str = "b") -> None:
+        self.arrays[v] = a
+        self.names[v] = self.bind(a, hint)
+
+    def view(self, a: np.ndarray) -> str:
+        """A name for a precomputed array (typically a view of a buffer)."""
+        return self.bind(a, "v")
+
+    # -- scratch: temporaries inside one kernel, shared by all kernels -----------------------
+    def scratch(self, shape: Sequence[int], dtype: Any) -> tuple[np.ndarray, str]:
+        key = (tuple(shape), np.dtype(dtype))
+        i = self._in_use.get(key, 0)
+        pool = self._scratch.setdefault(key, [])
+        if i == len(pool):
+            a = np.zeros(key[0], key[1])
+            pool.append(a)
+            self.ns[f"s_{id(a)}"] = a
+        self._in_use[key] = i + 1
+        a = pool[i]
+        return a, f"s_{id(a)}"
+
+    def release_scratch(self) -> None:
+        self._in_use.clear()
+
+
+def _lit(x: float | int | bool) -> str:
+    r = repr(x)
+    if r in ("inf", "-inf", "nan"):
+        return f"float('{r}')"
+    return r
+
+
+# ------------------------------------------------------------------------------------
+# Kernel templates: (gen, op, in names, out names, props) -> source lines, or None
+# ------------------------------------------------------------------------------------
+
+Template = Callable[[Gen, rt.KernelOp, list[str], list[str], dict[str, Any]], "list[str] | None"]
+TEMPLATES: dict[str, Template] = {}
+
+
+def template(*names: str) -> Callable[[Template], Template]:
+    def deco(f: Template) -> Template:
+        for n in names:
+            TEMPLATES[n] = f
+        return f
+
+    return deco
+
+
+_BINARY = {
+    "popxl.add": np.add,
+    "popxl.sub": np.subtract,
+    "popxl.mul": np.multiply,
+    "popxl.maximum": np.maximum,
+    "popxl.equal": np.equal,
+    "popxl.greater": np.greater,
+    "popxl.logical_and": np.logical_and,
+    "popxl.logical_or": np.logical_or,
+}
+_UNARY = {
+    "popxl.neg": np.negative,
+    "popxl.abs": np.abs,
+    "popxl.sign": np.sign,
+    "popxl.tanh": np.tanh,
+    "popxl.exp": np.exp,
+    "popxl.log": np.log,
+    "popxl.sqrt": np.sqrt,
+    "popxl.cos": np.cos,
+    "popxl.sin": np.sin,
+    "popxl.logical_not": np.logical_not,
+}
+
+
+def _arity(op: rt.KernelOp, n_in: int, n_out: int) -> bool:
+    return len(op.ins) == n_in and len(op.outs) == n_out
+
+
+@template(*_BINARY)
+def _t_binary(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 2, 1):
+        return None
+    return [f"{g.fn(_BINARY[op.kernel.data])}({i[0]}, {i[1]}, {o[0]})"]
+
+
+@template("popxl.div")
+def _t_div(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 2, 1) or g.arr(op.outs[0]).dtype.kind != "f":
+        return None
+    return [f"{g.fn(np.divide)}({i[0]}, {i[1]}, {o[0]})"]
+
+
+@template(*_UNARY)
+def _t_unary(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 1, 1):
+        return None
+    return [f"{g.fn(_UNARY[op.kernel.data])}({i[0]}, {o[0]})"]
+
+
+@template("popxl.relu")
+def _t_relu(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 1, 1):
+        return None
+    return [f"{g.fn(np.maximum)}({i[0]}, 0, {o[0]})"]
+
+
+@template("popxl.pow")
+def _t_pow(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    """`x ** c` for a constant c in {1, 2, 3}: multiplies instead of `pow`."""
+    if not _arity(op, 2, 1):
+        return None
+    x, c = op.ins
+    out = g.arr(op.outs[0])
+    if not isinstance(c.owner, rt.ConstOp) or out.dtype.kind != "f" or out.shape != g.arr(x).shape:
+        return g_call_ufunc(g, np.power, i, o)
+    vals = np.unique(g.arr(c))
+    if vals.size != 1 or float(vals[0]) not in (1.0, 2.0, 3.0):
+        return g_call_ufunc(g, np.power, i, o)
+    e = int(vals[0])
+    mul = g.fn(np.multiply)
+    if e == 1:
+        return [f"{g.fn(np.copyto)}({o[0]}, {i[0]})"]
+    if e == 2:
+        return [f"{mul}({i[0]}, {i[0]}, {o[0]})"]
+    if op.outs[0] is x:
+        s, sn = g.scratch(out.shape, out.dtype)
+        return [f"{mul}({i[0]}, {i[0]}, {sn})", f"{mul}({sn}, {i[0]}, {o[0]})"]
+    return [f"{mul}({i[0]}, {i[0]}, {o[0]})", f"{mul}({o[0]}, {i[0]}, {o[0]})"]
+
+
+def g_call_ufunc(g: Gen, f: np.ufunc, i: list[str], o: list[str]) -> list[str]:
+    return [f"{g.fn(f)}({', '.join(i)}, {o[0]})"]
+
+
+@template("popxl.identity")
+def _t_identity(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 1, 1):
+        return None
+    return [f"{g.fn(np.copyto)}({o[0]}, {i[0]})"]
+
+
+@template("popxl.cast")
+def _t_cast(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 1, 1):
+        return None
+    return [f"{g.fn(np.copyto)}({o[0]}, {i[0]}, 'unsafe')"]
+
+
+@template("popxl.matmul")
+def _t_matmul(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 2, 1):
+        return None
+    return [f"{g.fn(np.matmul)}({i[0]}, {i[1]}, {o[0]})"]
+
+
+@template("popxl.transpose", "popxl.reshape", "popxl.squeeze", "popxl.expand")
+def _t_layout(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    """Copy through a view of the input computed now (the buffers never move)."""
+    if not _arity(op, 1, 1):
+        return None
+    x, out = g.arr(op.ins[0]), g.arr(op.outs[0])
+    src = _layout_view(op.kernel.data, x, out, p)
+    if src is None:
+        return None
+    return [f"{g.fn(np.copyto)}({o[0]}, {g.view(src)})"]
+
+
+def _layout_view(name: str, x: np.ndarray, out: np.ndarray, p: dict[str, Any]) -> np.ndarray | None:
+    if name == "popxl.transpose":
+        perm = tuple(int(a) for a in p.get("perm", range(x.ndim - 1, -1, -1)))
+        return x.transpose(perm)
+    if name == "popxl.expand":
+        return x
+    v = x.reshape(out.shape)
+    return v
+
+
+@template("popxl.gelu")
+def _t_gelu(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    """0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), as the reference kernel, no temporaries."""
+    if not _arity(op, 1, 1):
+        return None
+    out = g.arr(op.outs[0])
+    if out.dtype.kind != "f":
+        return None
+    x = i[0]
+    if op.outs[0] is op.ins[0]:
+        _, u = g.scratch(out.shape, out.dtype)
+    else:
+        u = o[0]
+    mul, add = g.fn(np.multiply), g.fn(np.add)
+    return [
+        f"{mul}({x}, {x}, {u})",
+        f"{mul}({u}, {_lit(_GELU_A)}, {u})",
+        f"{add}({u}, 1, {u})",
+        f"{mul}({u}, {x}, {u})",
+        f"{mul}({u}, {_lit(_SQRT_2_OVER_PI)}, {u})",
+        f"{g.fn(np.tanh)}({u}, {u})",
+        f"{add}({u}, 1, {u})",
+        f"{mul}({u}, 0.5, {u})",
+        f"{mul}({x}, {u}, {o[0]})",
+    ]
+
+
+@template("popxl.gelu_grad")
+def _t_gelu_grad(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    """dy (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3a x^2)), t = tanh(u), as the reference."""
+    if not _arity(op, 2, 1):
+        return None
+    out = g.arr(op.outs[0])
+    if out.dtype.kind != "f" or any(g.arr(v).shape != out.shape for v in op.ins):
+        return None
+    dy, x = i
+    _, x2 = g.scratch(out.shape, out.dtype)
+    _, u = g.scratch(out.shape, out.dtype)
+    _, s = g.scratch(out.shape, out.dtype)
+    mul, add = g.fn(np.multiply), g.fn(np.add)
+    return [
+        f"{mul}({x}, {x}, {x2})",
+        f"{mul}({x2}, {_lit(_GELU_A)}, {u})",
+        f"{add}({u}, 1, {u})",
+        f"{mul}({u}, {x}, {u})",
+        f"{mul}({u}, {_lit(_SQRT_2_OVER_PI)}, {u})",
+        f"{g.fn(np.tanh)}({u}, {u})",  # t
+        f"{mul}({x2}, {_lit(3 * _GELU_A * _SQRT_2_OVER_PI)}, {x2})",  # du
+        f"{add}({x2}, {_lit(_SQRT_2_OVER_PI)}, {x2})",
+        f"{mul}({x2}, {x}, {x2})",
+        f"{mul}({u}, {u}, {s})",
+        f"{g.fn(np.subtract)}(1, {s}, {s})",  # sech2
+        f"{mul}({x2}, {s}, {x2})",
+        f"{add}({x2}, {u}, {x2})",
+        f"{add}({x2}, 1, {x2})",
+        f"{mul}({x2}, 0.5, {x2})",
+        f"{mul}({dy}, {x2}, {o[0]})",
+    ]
+
+
+@template("popxl.relu_grad")
+def _t_relu_grad(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 2, 1):
+        return None
+    x = g.arr(op.ins[1])
+    _, m = g.scratch(x.shape, np.bool_)
+    return [f"{g.fn(np.greater)}({i[1]}, 0, {m})", f"{g.fn(np.multiply)}({i[0]}, {m}, {o[0]})"]
+
+
+@template("popxl.softmax")
+def _t_softmax(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 1, 1):
+        return None
+    out = g.arr(op.outs[0])
+    if out.dtype.kind != "f" or out.ndim == 0:
+        return None
+    axis = int(p["axis"]) % out.ndim
+    kshape = tuple(1 if d == axis else n for d, n in enumerate(out.shape))
+    _, m = g.scratch(kshape, out.dtype)
+    _, s = g.scratch(kshape, out.dtype)
+    return [
+        f"{g.fn(np.maximum.reduce)}({i[0]}, {axis}, None, {m}, True)",
+        f"{g.fn(np.subtract)}({i[0]}, {m}, {o[0]})",
+        f"{g.fn(np.exp)}({o[0]}, {o[0]})",
+        f"{g.fn(np.add.reduce)}({o[0]}, {axis}, None, {s}, True)",
+        f"{g.fn(np.divide)}({o[0]}, {s}, {o[0]})",
+    ]
+
+
+@template("popxl.softmax_grad")
+def _t_softmax_grad(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 2, 1):
+        return None
+    out = g.arr(op.outs[0])
+    if out.dtype.kind != "f" or any(g.arr(v).shape != out.shape for v in op.ins):
+        return None
+    axis = int(p["axis"]) % out.ndim
+    kshape = tuple(1 if d == axis else n for d, n in enumerate(out.shape))
+    _, t = g.scratch(out.shape, out.dtype)
+    _, s = g.scratch(kshape, out.dtype)
+    dy, y = i
+    return [
+        f"{g.fn(np.multiply)}({dy}, {y}, {t})",
+        f"{g.fn(np.add.reduce)}({t}, {axis}, None, {s}, True)",
+        f"{g.fn(np.subtract)}({dy}, {s}, {t})",
+        f"{g.fn(np.multiply)}({y}, {t}, {o[0]})",
+    ]
+
+
+def _reduce_template(ufunc: np.ufunc) -> Template:
+    def t(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+        if not _arity(op, 1, 1):
+            return None
+        x, out = g.arr(op.ins[0]), g.arr(op.outs[0])
+        axes = p.get("axis")
+        axes = tuple(range(x.ndim)) if axes is None else tuple(int(a) % max(x.ndim, 1) for a in axes)
+        kshape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+        if math.prod(kshape) != out.size or not out.flags.c_contiguous or x.size == 0:
+            return None
+        if ufunc is np.add and x.dtype.kind in "biu" and x.dtype != out.dtype:
+            return None
+        return [f"{g.fn(ufunc.reduce)}({i[0]}, {axes!r}, None, {g.view(out.reshape(kshape))}, True)"]
+
+    return t
+
+
+TEMPLATES["popxl.reduce_sum"] = _reduce_template(np.add)
+TEMPLATES["popxl.reduce_max"] = _reduce_template(np.maximum)
+TEMPLATES["popxl.reduce_min"] = _reduce_template(np.minimum)
+
+
+@template("popxl.reduce_to_shape")
+def _t_reduce_to_shape(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 1, 1):
+        return None
+    x, out = g.arr(op.ins[0]), g.arr(op.outs[0])
+    lead = x.ndim - out.ndim
+    axes = tuple(range(lead)) + tuple(
+        lead + k for k, d in enumerate(out.shape) if d == 1 and x.shape[lead + k] != 1
+    )
+    if not axes:
+        return [f"{g.fn(np.copyto)}({o[0]}, {i[0]})"]
+    kshape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+    if math.prod(kshape) != out.size or not out.flags.c_contiguous or x.dtype != out.dtype:
+        return None
+    return [f"{g.fn(np.add.reduce)}({i[0]}, {axes!r}, None, {g.view(out.reshape(kshape))}, True)"]
+
+
+@template("popxl.scaled_add_")
+def _t_scaled_add_(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 2, 1) or op.outs[0] is not op.ins[0]:
+        return None
+    x, y = g.arr(op.ins[0]), g.arr(op.ins[1])
+    if x.dtype != y.dtype or x.dtype.kind != "f":
+        return None
+    a, b = float(p["a"]), float(p["b"])
+    mul, add = g.fn(np.multiply), g.fn(np.add)
+    lines = []
+    if a != 1.0:
+        lines.append(f"{mul}({i[0]}, {_lit(a)}, {i[0]})")
+    if b == 1.0:
+        lines.append(f"{add}({i[0]}, {i[1]}, {i[0]})")
+    else:
+        _, s = g.scratch(y.shape, y.dtype)
+        lines += [f"{mul}({i[1]}, {_lit(b)}, {s})", f"{add}({i[0]}, {s}, {i[0]})"]
+    return lines
+
+
+@template("popxl.scaled_add")
+def _t_scaled_add(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 2, 1):
+        return None
+    x, y, out = g.arr(op.ins[0]), g.arr(op.ins[1]), g.arr(op.outs[0])
+    if not (x.dtype == y.dtype == out.dtype) or out.dtype.kind != "f":
+        return None
+    a, b = float(p["a"]), float(p["b"])
+    mul, add = g.fn(np.multiply), g.fn(np.add)
+    if a == 1.0 and b == 1.0:
+        return [f"{add}({i[0]}, {i[1]}, {o[0]})"]
+    _, t = g.scratch(y.shape, y.dtype)
+    return [f"{mul}({i[1]}, {_lit(b)}, {t})", f"{mul}({i[0]}, {_lit(a)}, {o[0]})", f"{add}({o[0]}, {t}, {o[0]})"]
+
+
+@template("popxl.nll_loss_with_softmax_grad")
+def _t_nll_softmax_grad(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    """Without ignore_index / loss_grad tensor: gathers through a precomputed flat index."""
+    segs = p.get("operand_segments", p.get("operandSegmentSizes"))
+    if not _arity(op, 2, 2) or p.get("ignore_index") is not None or (segs is not None and sum(segs) != 2):
+        return None
+    probs, labels = g.arr(op.ins[0]), g.arr(op.ins[1])
+    loss, dx = g.arr(op.outs[0]), g.arr(op.outs[1])
+    red = p.get("reduction", "mean")
+    if (
+        probs.dtype.kind != "f"
+        or dx.dtype != probs.dtype
+        or loss.dtype != probs.dtype
+        or probs.ndim == 0
+        or not (probs.flags.c_contiguous and dx.flags.c_contiguous and labels.flags.c_contiguous)
+        or red not in ("mean", "sum", "none")
+        or (red == "none" and loss.size != labels.size)
+        or (red != "none" and loss.size != 1)
+        or labels.dtype.kind not in "iu"
+    ):
+        return None
+    c = probs.shape[-1]
+    n = probs.size // max(c, 1)
+    if labels.size != n or n == 0:
+        return None
+    lg = float(p.get("loss_grad", 1.0))
+    rows_c = np.arange(n, dtype=np.int64) * c
+    _, idx = g.scratch((n,), np.int64)
+    _, pk = g.scratch((n,), probs.dtype)
+    pflat, dflat, lab = probs.reshape(-1), dx.reshape(-1), labels.reshape(-1)
+    take, copyto = g.fn(np.take), g.fn(np.copyto)
+    pf, df = g.view(pflat), g.view(dflat)
+    lines = [
+        f"{g.fn(np.add)}({g.view(rows_c)}, {g.view(lab)}, {idx})",
+        f"{take}({pf}, {idx}, None, {pk})",
+        f"{g.fn(np.log)}({pk}, {pk})",
+        f"{g.fn(np.negative)}({pk}, {pk})",
+    ]
+    if red == "none":
+        lines.append(f"{copyto}({g.view(loss.reshape(n))}, {pk})")
+        scale = lg
+    elif red == "sum":
+        lines.append(f"{g.fn(np.add.reduce)}({pk}, 0, None, {g.view(loss.reshape(()))})")
+        scale = lg
+    else:
+        lv = g.view(loss.reshape(()))
+        lines.append(f"{g.fn(np.add.reduce)}({pk}, 0, None, {lv})")
+        lines.append(f"{g.fn(np.divide)}({lv}, {n}, {lv})")
+        scale = lg / n
+    lines += [
+        f"{copyto}({df}, {pf})",
+        f"{take}({df}, {idx}, None, {pk})",
+        f"{g.fn(np.subtract)}({pk}, 1, {pk})",
+        f"{g.fn(np.put)}({df}, {idx}, {pk})",
+    ]
+    if scale != 1.0:
+        lines.append(f"{g.fn(np.multiply)}({o[1]}, {_lit(scale)}, {o[1]})")
+    return lines
+
+
+@template("xl.gemm_acc")
+def _t_gemm_acc(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 3, 1) or op.outs[0] is not op.ins[2]:
+        return None
+    a, b, c = (g.arr(v) for v in op.ins)
+    call = blas.gemm_acc(
+        a, b, c, float(p["alpha"]), float(p["beta"]), bool(p["trans_a"]), bool(p["trans_b"])
+    )
+    return [f"{g.bind(call, 'gemm')}()"]
+
+
+# ------------------------------------------------------------------------------------
+# Building the step function
+# ------------------------------------------------------------------------------------
+
+
+class PlanBuilder:
+    """Allocates the buffers of one replica and generates its step function."""
+
+    def __init__(self, stream_in: type, stream_out: type) -> None:
+        self.g = Gen()
+        self.state: dict[str, np.ndarray] = {}
+        self.inputs: dict[str, Any] = {}
+        self.outputs: dict[str, Any] = {}
+        self._stream_in = stream_in
+        self._stream_out = stream_out
+        self.fallbacks: list[str] = []
+
+    def emit(self, line: str, depth: int) -> None:
+        self.g.lines.append("    " * depth + line)
+
+    def block(self, block: Block, depth: int) -> None:
+        start = len(self.g.lines)
+        for op in block.ops:
+            self.op(op, depth)
+        if len(self.g.lines) == start:
+            self.emit("pass", depth)
+
+    def op(self, op: Operation, depth: int) -> None:
+        g = self.g
+        if isinstance(op, rt.AllocOp):
+            t = op.result.type
+            g.set_buffer(op.result, np.zeros(shape_of(t), dtype=dtype_of(t)))
+            return
+        if isinstance(op, rt.StateOp):
+            t = op.result.type
+            arr = (
+                dense_to_numpy(op.init)
+                if op.init is not None
+                else np.zeros(shape_of(t), dtype=dtype_of(t))
+            )
+            arr = np.array(arr, dtype=dtype_of(t), order="C").reshape(shape_of(t))
+            g.set_buffer(op.result, arr, "w")
+            self.state[op.slot.data] = arr
+            return
+        if isinstance(op, rt.ConstOp):
+            arr = np.array(dense_to_numpy(op.value)).reshape(shape_of(op.result.type))
+            arr.flags.writeable = False
+            g.set_buffer(op.result, arr, "c")
+            return
+        if isinstance(op, rt.KernelOp):
+            self.kernel(op, depth)
+            return
+        if isinstance(op, rt.CopyOp):
+            self.emit(f"{g.fn(np.copyto)}({g.buf(op.dest)}, {g.buf(op.source)})", depth)
+            return
+        if isinstance(op, rt.H2DOp):
+            s = self.stream(op, self.inputs, self._stream_in, "loaded")
+            sn, b = g.bind(s, "s"), g.buf(op.buffer)
+            self.emit(
+                f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}({b}, _d[_i % _d.shape[0]]); "
+                f"{sn}.index = _i + 1",
+                depth,
+            )
+            return
+        if isinstance(op, rt.D2HOp):
+            s = self.stream(op, self.outputs, self._stream_out, "stored")
+            sn, b = g.bind(s, "s"), g.buf(op.buffer)
+            self.emit(
+                f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}(_d[_i % _d.shape[0], ...], {b}); "
+                f"{sn}.index = _i + 1",
+                depth,
+            )
+            return
+        if isinstance(op, rt.LoopOp):
+            count = op.count.value.data
+            self.emit(f"for _ in {g.fn(range)}({count}):", depth)
+            self.block(op.body.block, depth + 1)
+            return
+        if isinstance(op, rt.IfOp):
+            self.emit(f"if {g.buf(op.condition)}:", depth)
+            self.block(op.then_region.block, depth + 1)
+            self.emit("else:", depth)
+            self.block(op.else_region.block, depth + 1)
+            return
+        raise PlanError(f"runtime: cannot execute '{op.name}'")
+
+    def stream(self, op: rt.H2DOp | rt.D2HOp, table: dict[str, Any], cls: type, verb: str) -> Any:
+        t = op.buffer.type
+        assert isinstance(t, MemRefType)
+        name = op.stream.data
+        shape, dtype = shape_of(t), dtype_of(t)
+        s = table.get(name)
+        if s is None:
+            s = table[name] = cls(name, shape, dtype)
+        elif (s.shape, s.dtype) != (shape, dtype):
+            raise PlanError(
+                f"runtime: stream \"{name}\" is {verb} as {s.shape} {s.dtype} and as {shape} {dtype}"
+            )
+        return s
+
+    def kernel(self, op: rt.KernelOp, depth: int) -> None:
+        g = self.g
+        name = op.kernel.data
+        props = kernel_props(op)
+        if VIEW_ATTR in op.attributes and len(op.ins) == 1 and len(op.outs) == 1:
+            x = g.arr(op.ins[0])
+            shape = shape_of(op.outs[0].type)
+            if name == "popxl.transpose":
+                perm = tuple(int(a) for a in props.get("perm", range(x.ndim - 1, -1, -1)))
+                v = x.transpose(perm)
+            else:
+                v = x.reshape(shape)
+            if v.shape == shape and v.base is not None and np.may_share_memory(v, x):
+                g.set_buffer(op.outs[0], v, "v")
+                return
+            # Not expressible as a view: the output gets storage and the kernel copies.
+            g.set_buffer(op.outs[0], np.zeros(shape, dtype_of(op.outs[0].type)))
+        ins = [g.buf(v) for v in op.ins]
+        outs = [g.buf(v) for v in op.outs]
+        tmpl = TEMPLATES.get(name)
+        lines = tmpl(g, op, ins, outs, props) if tmpl is not None else None
+        g.release_scratch()
+        if lines is None:
+            factory = KERNELS.get(name)
+            if factory is None:
+                raise PlanError(f"runtime: no NumPy kernel for '{name}'")
+            fn = factory(props)
+            self.fallbacks.append(name)
+            lines = [f"{g.bind(fn, 'k')}({', '.join(ins + outs)})"]
+        self.emit(f"# {name}", depth)
+        for line in lines:
+            self.emit(line, depth)
+
+    def finish(self) -> tuple[Callable[[], None], str]:
+        """Compile the generated source; returns (step function, source)."""
+        g = self.g
+        names = sorted(g.ns)
+        head = ["def _make(_ns):"]
+        head += [f"    {n} = _ns[{n!r}]" for n in names]
+        head.append("    def _step():")
+        body = ["        " + line for line in g.lines] or ["        pass"]
+        tail = ["    return _step"]
+        src = "\n".join(head + body + tail) + "\n"
+        scope: dict[str, Any] = {}
+        exec(compile(src, "<xl plan>", "exec"), scope)
+        return scope["_make"](g.ns), src
+
+
+def build_replica(program: rt.ProgramOp, stream_in: type, stream_out: type) -> PlanBuilder:
+    b = PlanBuilder(stream_in, stream_out)
+    b.block(program.body.block, 0)
+    return b
