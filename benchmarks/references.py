@@ -108,7 +108,7 @@ def torch_mlp(weights: list[tuple[np.ndarray, np.ndarray]], lr: float = 0.05):
             for t in flat:
                 t.add_(t.grad, alpha=-lr)
                 t.grad = None
-        return float(loss)
+        return float(loss.detach())
 
     def infer(images: np.ndarray) -> np.ndarray:
         with torch.no_grad():

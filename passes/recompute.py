@@ -69,7 +69,18 @@ def _hint(value: SSAValue, name: str) -> None:
         pass
 
 
-def recompute(module: ModuleOp, graph: str, name: str | None = None) -> GraphOp:
+@dataclass
+class Recomputed:
+    """What `recompute` created."""
+
+    graph: GraphOp
+    """The new gradient graph `@<graph>_recomp`."""
+    input_map: dict[int, int]
+    """Input index in the old gradient graph -> input index in the new one (every input
+    except the activations, which the new graph recomputes)."""
+
+
+def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomputed:
     """Creates `@<graph>_recomp`, the recomputing version of gradient graph `@graph`."""
     graphs = graphs_by_name(module)
     grad = graphs.get(graph)
@@ -177,7 +188,9 @@ def recompute(module: ModuleOp, graph: str, name: str | None = None) -> GraphOp:
         GradInfo(info.forward, tuple(conns), info.expected_outputs).to_attributes()
     )
     Rewriter.insert_op(new, InsertPoint.after(grad))
-    return new
+    index = {a: j for j, a in enumerate(block.args)}
+    input_map = {p: index[v] for p, v in enumerate(operands) if v in index}
+    return Recomputed(new, input_map)
 
 
 @dataclass(frozen=True)

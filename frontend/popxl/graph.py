@@ -235,6 +235,7 @@ class Graph:
         tiles = context._current_tile_set()
         if tiles is not None and TILE_SET_ATTR not in op.attributes:
             op.attributes[TILE_SET_ATTR] = StringAttr(tiles)
+        self._ir._op_ids[op] = next(self._ir._op_counter)
         block = self._block
         last = block.last_op
         if isinstance(last, OutputOp):

@@ -52,8 +52,15 @@ class Ir:
         self._d2h: dict[str, Any] = {}
         self._stream_uniq = itertools.count()
         self._sessions: list[Any] = []
+        # PopART-style op ids: ops numbered from 100 in the order they are created
+        self._op_counter = itertools.count(100)
+        self._op_ids: dict[Any, int] = {}
         self._set_main_attr("num_host_transfers", 1)
         self._set_main_attr("replication_factor", replication)
+
+    def _op_id(self, op: Any) -> int | None:
+        """The creation-order id of an op built through the frontend (None otherwise)."""
+        return self._op_ids.get(op)
 
     # -- main graph -------------------------------------------------------------------------
     @property
