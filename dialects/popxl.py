@@ -79,7 +79,7 @@ from xdsl.irdl import (
 from xdsl.irdl.constraints import BaseAttr
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import EffectInstance, MemoryEffect, MemoryEffectKind
+from xdsl.traits import EffectInstance, HasCanonicalizationPatternsTrait, MemoryEffect, MemoryEffectKind
 from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects.utils import dtype_of, fmt_type, shape_of, tensor_type
@@ -811,6 +811,19 @@ LogicalNotOp = _unary("popxl.logical_not", "`not x` on bool tensors.", "b")
 IdentityOp = _unary("popxl.identity", "A copy of the input (popxl.ops.identity).", "fiub")
 
 
+def _canonicalization(*names: str) -> HasCanonicalizationPatternsTrait:
+    """A trait whose patterns are the named classes of `popxl_canonicalization` (lazy)."""
+
+    class Canonicalization(HasCanonicalizationPatternsTrait):
+        @classmethod
+        def get_canonicalization_patterns(cls) -> tuple[Any, ...]:
+            from xl.dialects import popxl_canonicalization as patterns
+
+            return tuple(getattr(patterns, n)() for n in names)
+
+    return Canonicalization()
+
+
 @irdl_op_definition
 class CastOp(PopxlOp):
     """Converts the elements to the result dtype (popxl.ops.cast).
@@ -823,6 +836,7 @@ class CastOp(PopxlOp):
     name = "popxl.cast"
     input = operand_def(TensorType)
     result = result_def(TensorType)
+    traits = traits_def(TensorOpEffect(), _canonicalization("RemoveNoopShapeOp"))
 
     def verify_(self) -> None:
         if shape_of(self.input.type) != shape_of(self.result.type):
@@ -916,6 +930,7 @@ class ReshapeOp(PopxlOp):
     name = "popxl.reshape"
     input = operand_def(TensorType)
     result = result_def(TensorType)
+    traits = traits_def(TensorOpEffect(), _canonicalization("RemoveNoopShapeOp", "FoldReshapeChain"))
 
     @staticmethod
     def resolve_shape(in_shape: Sequence[int], shape: Sequence[int]) -> tuple[int, ...]:
@@ -958,6 +973,7 @@ class TransposeOp(PopxlOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     perm = prop_def(DenseArrayBase)
+    traits = traits_def(TensorOpEffect(), _canonicalization("FoldTransposeChain"))
 
     @classmethod
     def infer(cls, types, props):

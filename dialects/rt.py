@@ -27,11 +27,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import (
+    DenseArrayBase,
     DenseIntOrFPElementsAttr,
     IntegerAttr,
     IntegerType,
     MemRefType,
     StringAttr,
+    i32,
     i64,
 )
 from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
@@ -230,7 +232,18 @@ class AllocOp(IRDLOperation):
     assembly_format = "attr-dict `:` type($result)"
 
     def __init__(self, type: MemRefType):
-        super().__init__(result_types=[type])
+        # Operation.__init__ directly: the generic IRDL argument processing costs ~2x.
+        Operation.__init__(self, result_types=[type])
+
+
+_SEGMENTS: dict[tuple[int, int], DenseArrayBase] = {}
+
+
+def _segments(n_in: int, n_out: int) -> DenseArrayBase:
+    seg = _SEGMENTS.get((n_in, n_out))
+    if seg is None:
+        seg = _SEGMENTS[(n_in, n_out)] = DenseArrayBase.from_list(i32, [n_in, n_out])
+    return seg
 
 
 @irdl_op_definition
@@ -259,9 +272,13 @@ class KernelOp(IRDLOperation):
         outs: Sequence[SSAValue],
         attributes: dict[str, Attribute] | None = None,
     ):
-        super().__init__(
-            operands=[list(ins), list(outs)],
-            properties={"kernel": StringAttr(kernel)},
+        ins, outs = list(ins), list(outs)
+        # Operation.__init__ directly (the generic IRDL argument processing costs ~4x;
+        # lowering creates one kernel per tensor op).
+        Operation.__init__(
+            self,
+            operands=[*ins, *outs],
+            properties={"kernel": StringAttr(kernel), "operandSegmentSizes": _segments(len(ins), len(outs))},
             attributes=attributes or {},
         )
 

@@ -43,11 +43,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, DenseIntOrFPElementsAttr, DictionaryAttr, ModuleOp, TensorType
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseIntOrFPElementsAttr,
+    DictionaryAttr,
+    ModuleOp,
+    TensorType,
+)
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
-
 from xl.dialects.graph import ConstantOp, GraphOp, _arg_attr
 from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.popxl import AccumulateMeanOp, AccumulateOp
@@ -185,10 +190,12 @@ def accumulate(
         else [_arg_attr(f"arg{j}", False) for j in range(n_in)]
     )
     new_attrs = [_arg_attr(counter, True), *(_arg_attr(acc_names[i], True) for i in inputs)]
+    ipu = _placement(grad)
+    if ipu is not None:
+        new_attrs = [DictionaryAttr(dict(sorted({**a.data, IPU_ATTR: ipu}.items()))) for a in new_attrs]
     grad.arg_attrs = ArrayAttr([*old_attrs, *new_attrs])
 
     # -- the running means, then the counter increment (program order = execution order) ----
-    ipu = _placement(grad)
     out_op = grad.output_op
     new_ops: list[Operation] = []
     for i in inputs:

@@ -55,9 +55,15 @@ from xl.dialects.ipu import CopyOp as IpuCopyOp
 from xl.dialects.popxl import PopxlOp, is_written, op_props, to_attr
 
 
+_MEMREFS: dict[Attribute, MemRefType] = {}
+
+
 def to_memref(t: Attribute) -> MemRefType:
-    assert isinstance(t, TensorType), t
-    return MemRefType(t.get_element_type(), t.get_shape())
+    m = _MEMREFS.get(t)  # building a MemRefType costs ~45 us; programs repeat few types
+    if m is None:
+        assert isinstance(t, TensorType), t
+        m = _MEMREFS[t] = MemRefType(t.get_element_type(), t.get_shape())
+    return m
 
 
 class LoweringError(ValueError):

@@ -35,13 +35,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+)
 from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
-
 from xl.dialects.call import CallOp
-from xl.dialects.graph import GraphOp, OutputOp
+from xl.dialects.graph import BY_REF_ATTR, NAME_ATTR, GraphOp, OutputOp
 from xl.dialects.ipu import IPU_ATTR
 from xl.passes.autodiff import (
     FWD_GRAD,
@@ -112,34 +117,45 @@ def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomput
             )
 
     block = Block()
-    names: list[str] = []
-    by_ref: list[bool] = []
+    attrs: list[DictionaryAttr] = []
     conns: list[tuple[str, int]] = []
 
-    def add(type: Attribute, nm: str, ref: bool, conn: tuple[str, int] | None) -> SSAValue:
+    def arg_attr(g: GraphOp, i: int, by_ref: bool) -> DictionaryAttr:
+        """Input i's attributes in graph g (name, placement), by-ref as asked."""
+        d = dict(g.arg_attrs.data[i].data) if g.arg_attrs is not None else {}
+        d[NAME_ATTR] = StringAttr(g.input_name(i))
+        d.pop(BY_REF_ATTR, None)
+        if by_ref:
+            d[BY_REF_ATTR] = UnitAttr()
+        return DictionaryAttr(dict(sorted(d.items())))
+
+    def add(type: Attribute, attr: DictionaryAttr, conn: tuple[str, int] | None) -> SSAValue:
         arg = block.insert_arg(type, len(block.args))
-        _hint(arg, nm)
-        names.append(nm)
-        by_ref.append(ref)
+        name = attr.data[NAME_ATTR]
+        assert isinstance(name, StringAttr)
+        _hint(arg, name.data)
+        attrs.append(attr)
         if conn is not None:
             conns.append(conn)
         return arg
 
-    grad_arg: dict[int, SSAValue] = {}  # gradient graph input index -> new value (or later)
+    grad_arg: dict[int, SSAValue] = {}  # gradient graph input index -> new input
     fwd_in: dict[int, SSAValue] = {}  # forward input index -> new input
     for p, (kind, idx) in enumerate(info.expected_inputs):
         if kind == FWD_GRAD:
-            grad_arg[p] = add(gblock.args[p].type, grad.input_name(p), grad.input_is_by_ref(p), (kind, idx))
+            attr = arg_attr(grad, p, grad.input_is_by_ref(p))
+            grad_arg[p] = add(gblock.args[p].type, attr, (kind, idx))
     for p, (kind, idx) in enumerate(info.expected_inputs):
         if kind == FWD_INPUT and idx not in fwd_in:
-            fwd_in[idx] = add(fblock.args[idx].type, grad.input_name(p), False, (FWD_INPUT, idx))
+            fwd_in[idx] = add(fblock.args[idx].type, arg_attr(grad, p, False), (FWD_INPUT, idx))
     rest = sorted(
         (i for i in range(len(fblock.args)) if i not in fwd_in), key=lambda i: (fwd.input_name(i), i)
     )
     for i in rest:
-        fwd_in[i] = add(fblock.args[i].type, fwd.input_name(i), False, (FWD_INPUT, i))
+        fwd_in[i] = add(fblock.args[i].type, arg_attr(fwd, i, False), (FWD_INPUT, i))
     for p in range(n_conn, len(gblock.args)):
-        grad_arg[p] = add(gblock.args[p].type, grad.input_name(p), grad.input_is_by_ref(p), None)
+        attr = arg_attr(grad, p, grad.input_is_by_ref(p))
+        grad_arg[p] = add(gblock.args[p].type, attr, None)
 
     ipu = _placement(grad)
     fwd_call = CallOp(
@@ -181,9 +197,8 @@ def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomput
         [a.type for a in block.args],
         list(grad.function_type.outputs.data),
         Region(block),
-        input_names=names,
-        by_ref=by_ref,
     )
+    new.arg_attrs = ArrayAttr(attrs)
     new.attributes.update(
         GradInfo(info.forward, tuple(conns), info.expected_outputs).to_attributes()
     )

@@ -54,10 +54,24 @@ def programs(module: ModuleOp) -> list[rt.ProgramOp]:
     return [op for op in module.ops if isinstance(op, rt.ProgramOp)]
 
 
+_SEGMENTS: dict[bytes, int] = {}
+
+
+def kernel_io(op: rt.KernelOp) -> tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]]:
+    """(ins, outs) of a kernel; much cheaper than the `ins` / `outs` accessors."""
+    seg = op.properties["operandSegmentSizes"]
+    key = seg.data.data  # type: ignore[attr-defined]
+    n = _SEGMENTS.get(key)
+    if n is None:
+        n = _SEGMENTS[key] = int(seg.get_values()[0])  # type: ignore[attr-defined]
+    operands = tuple(op.operands)
+    return operands[:n], operands[n:]
+
+
 def effects(op: Operation) -> tuple[Sequence[SSAValue], Sequence[SSAValue]] | None:
     """(buffers read, buffers written) by `op` itself (not its regions); None if unknown."""
     if isinstance(op, rt.KernelOp):
-        return op.ins, op.outs
+        return kernel_io(op)
     if isinstance(op, rt.CopyOp):
         return (op.source,), (op.dest,)
     if isinstance(op, rt.H2DOp):
@@ -119,7 +133,8 @@ class Memory:
                 self.add_view(op)
 
     def add_view(self, op: rt.KernelOp) -> None:
-        src, dst = op.ins[0], op.outs[0]
+        ins, outs = kernel_io(op)
+        src, dst = ins[0], outs[0]
         self.view_src[dst] = src
         self.views.setdefault(src, []).append(dst)
 

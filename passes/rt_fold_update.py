@@ -30,6 +30,7 @@ from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dtype_of, shape_of
 from xl.passes.rt_analysis import (
     Memory,
+    kernel_io,
     kernel_name,
     positions,
     programs,
@@ -61,18 +62,19 @@ def _users(v: SSAValue) -> set[Operation]:
 def _transpose_src(mem: Memory, v: SSAValue) -> tuple[SSAValue, Operation] | None:
     """If `v` is (only) written by a 2-D `popxl.transpose`, its source and that kernel."""
     w = _single_writer(mem, v)
+    if not isinstance(w, rt.KernelOp) or kernel_name(w) != "popxl.transpose":
+        return None
+    ins, outs = kernel_io(w)
     if (
-        isinstance(w, rt.KernelOp)
-        and kernel_name(w) == "popxl.transpose"
-        and len(w.ins) == 1
-        and len(w.outs) == 1
-        and w.outs[0] is v
-        and w.ins[0] is not v
-        and len(shape_of(w.ins[0].type)) == 2
+        len(ins) == 1
+        and len(outs) == 1
+        and outs[0] is v
+        and ins[0] is not v
+        and len(shape_of(ins[0].type)) == 2
     ):
         perm = w.attributes.get("perm")
         if perm is None or tuple(from_attr(perm)) == (1, 0):
-            return w.ins[0], w
+            return ins[0], w
     return None
 
 
@@ -80,8 +82,8 @@ def _erase_if_dead(op: Operation) -> None:
     """Erase a kernel whose outputs are allocs read by nobody else, with those allocs."""
     if not isinstance(op, rt.KernelOp) or op.parent is None:
         return
-    outs = list(op.outs)
-    if any(o in op.ins for o in outs):
+    ins, outs = kernel_io(op)
+    if any(o in ins for o in outs):
         return
     for o in outs:
         if not isinstance(o.owner, rt.AllocOp) or _users(o) != {op}:
@@ -107,21 +109,23 @@ def fold_updates(program: rt.ProgramOp) -> int:
     ]
     pos_cache: dict = {}
     for upd in candidates:
-        if len(upd.ins) != 2 or len(upd.outs) != 1 or upd.outs[0] is not upd.ins[0]:
+        upd_ins, upd_outs = kernel_io(upd)
+        if len(upd_ins) != 2 or len(upd_outs) != 1 or upd_outs[0] is not upd_ins[0]:
             continue
-        w, g = upd.ins
+        w, g = upd_ins
         mm = _single_writer(mem, g)
+        if not isinstance(mm, rt.KernelOp) or kernel_name(mm) != "popxl.matmul":
+            continue
+        mm_ins, mm_outs = kernel_io(mm)
         if not (
-            isinstance(mm, rt.KernelOp)
-            and kernel_name(mm) == "popxl.matmul"
-            and len(mm.ins) == 2
-            and list(mm.outs) == [g]
+            len(mm_ins) == 2
+            and list(mm_outs) == [g]
             and mm.parent is upd.parent
             and isinstance(g.owner, rt.AllocOp)
             and _users(g) == {mm, upd}
             and g.type == w.type
-            and all(_float2d(v) for v in (w, *mm.ins))
-            and all(dtype_of(v.type) == dtype_of(w.type) for v in mm.ins)
+            and all(_float2d(v) for v in (w, *mm_ins))
+            and all(dtype_of(v.type) == dtype_of(w.type) for v in mm_ins)
         ):
             continue
         block = upd.parent
@@ -133,7 +137,7 @@ def fold_updates(program: rt.ProgramOp) -> int:
             continue
         # Operands as the fused kernel will read them, and where the original read them.
         operands: list[tuple[SSAValue, bool, Operation]] = []
-        for v in mm.ins:
+        for v in mm_ins:
             t = _transpose_src(mem, v)
             if t is not None and t[1].parent is block and pos[t[1]] < pos[mm]:
                 operands.append((t[0], True, t[1]))
@@ -148,7 +152,7 @@ def fold_updates(program: rt.ProgramOp) -> int:
                 ok = False
         if not ok:
             # Retry with the matmul's own operands (no transpose folding).
-            operands = [(v, False, mm) for v in mm.ins]
+            operands = [(v, False, mm) for v in mm_ins]
             if any(
                 mem.root(v) is mem.root(w)
                 or written_between(mem, v, block, pos, pos[mm] + 1, pos[upd] - 1)

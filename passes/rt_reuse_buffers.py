@@ -37,6 +37,7 @@ from xl.passes.rt_analysis import (
     Memory,
     ancestor_in,
     blocks,
+    kernel_io,
     kernel_name,
     positions,
     programs,
@@ -46,12 +47,10 @@ from xl.passes.rt_analysis import (
 def _full_write(op: Operation, v: SSAValue) -> bool:
     """Whether `op` overwrites all of `v` without reading it."""
     if isinstance(op, rt.KernelOp):
-        return (
-            kernel_name(op) in FULL_WRITE
-            and v in op.outs
-            and v not in op.ins
-            and list(op.outs).count(v) == 1
-        )
+        if kernel_name(op) not in FULL_WRITE:
+            return False
+        ins, outs = kernel_io(op)
+        return v in outs and v not in ins and outs.count(v) == 1
     if isinstance(op, rt.CopyOp):
         return op.dest is v and op.source is not v
     if isinstance(op, rt.H2DOp):
@@ -117,14 +116,15 @@ def plan_block(block: Block, mem: Memory) -> dict[SSAValue, SSAValue]:
         for life in starts.get(i, ()):
             rep: SSAValue | None = None
             if kernel_name(op) in ELEMENTWISE and isinstance(op, rt.KernelOp):
+                op_ins, op_outs = kernel_io(op)
                 for d in ends.get(i, ()):
                     if (
                         d.value not in consumed
                         and d.value.type == life.value.type
                         and d.first < i
-                        and d.value in op.ins
-                        and d.value not in op.outs
-                        and not any(a in op.ins for a in mem.aliases(d.value)[1:])
+                        and d.value in op_ins
+                        and d.value not in op_outs
+                        and not any(a in op_ins for a in mem.aliases(d.value)[1:])
                     ):
                         rep = phys[d.value]
                         consumed.add(d.value)

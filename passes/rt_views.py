@@ -30,6 +30,7 @@ from xl.passes.rt_analysis import (
     VIEW_KERNELS,
     Memory,
     ancestor_in,
+    kernel_io,
     kernel_name,
     positions,
     programs,
@@ -46,11 +47,12 @@ def mark_views(program: rt.ProgramOp) -> int:
             isinstance(op, rt.KernelOp)
             and kernel_name(op) in VIEW_KERNELS
             and VIEW_ATTR not in op.attributes
-            and len(op.ins) == 1
-            and len(op.outs) == 1
         ):
             continue
-        src, dst = op.ins[0], op.outs[0]
+        ins, outs = kernel_io(op)
+        if len(ins) != 1 or len(outs) != 1:
+            continue
+        src, dst = ins[0], outs[0]
         if (
             src is dst
             or not isinstance(dst.owner, rt.AllocOp)

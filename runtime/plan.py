@@ -29,6 +29,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xl.dialects import rt
 from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
+from xl.passes.rt_analysis import kernel_io
 from xl.runtime import blas
 from xl.runtime.executable import PlanError
 from xl.runtime.kernels import KERNELS
@@ -37,6 +38,17 @@ VIEW_ATTR = "rt.view"
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
+
+
+class K:
+    """What a template sees of a kernel: its name and its in / out buffers."""
+
+    __slots__ = ("name", "ins", "outs")
+
+    def __init__(self, name: str, ins: Sequence[SSAValue], outs: Sequence[SSAValue]):
+        self.name = name
+        self.ins = tuple(ins)
+        self.outs = tuple(outs)
 
 
 def kernel_props(op: rt.KernelOp) -> dict[str, Any]:
@@ -118,7 +130,7 @@ def _lit(x: float | int | bool) -> str:
 # Kernel templates: (gen, op, in names, out names, props) -> source lines, or None
 # ------------------------------------------------------------------------------------
 
-Template = Callable[[Gen, rt.KernelOp, list[str], list[str], dict[str, Any]], "list[str] | None"]
+Template = Callable[[Gen, K, list[str], list[str], dict[str, Any]], "list[str] | None"]
 TEMPLATES: dict[str, Template] = {}
 
 
@@ -155,40 +167,40 @@ _UNARY = {
 }
 
 
-def _arity(op: rt.KernelOp, n_in: int, n_out: int) -> bool:
+def _arity(op: K, n_in: int, n_out: int) -> bool:
     return len(op.ins) == n_in and len(op.outs) == n_out
 
 
 @template(*_BINARY)
-def _t_binary(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_binary(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 2, 1):
         return None
-    return [f"{g.fn(_BINARY[op.kernel.data])}({i[0]}, {i[1]}, {o[0]})"]
+    return [f"{g.fn(_BINARY[op.name])}({i[0]}, {i[1]}, {o[0]})"]
 
 
 @template("popxl.div")
-def _t_div(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_div(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 2, 1) or g.arr(op.outs[0]).dtype.kind != "f":
         return None
     return [f"{g.fn(np.divide)}({i[0]}, {i[1]}, {o[0]})"]
 
 
 @template(*_UNARY)
-def _t_unary(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_unary(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 1, 1):
         return None
-    return [f"{g.fn(_UNARY[op.kernel.data])}({i[0]}, {o[0]})"]
+    return [f"{g.fn(_UNARY[op.name])}({i[0]}, {o[0]})"]
 
 
 @template("popxl.relu")
-def _t_relu(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_relu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 1, 1):
         return None
     return [f"{g.fn(np.maximum)}({i[0]}, 0, {o[0]})"]
 
 
 @template("popxl.pow")
-def _t_pow(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_pow(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     """`x ** c` for a constant c in {1, 2, 3}: multiplies instead of `pow`."""
     if not _arity(op, 2, 1):
         return None
@@ -216,33 +228,33 @@ def g_call_ufunc(g: Gen, f: np.ufunc, i: list[str], o: list[str]) -> list[str]:
 
 
 @template("popxl.identity")
-def _t_identity(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_identity(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 1, 1):
         return None
     return [f"{g.fn(np.copyto)}({o[0]}, {i[0]})"]
 
 
 @template("popxl.cast")
-def _t_cast(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_cast(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 1, 1):
         return None
     return [f"{g.fn(np.copyto)}({o[0]}, {i[0]}, 'unsafe')"]
 
 
 @template("popxl.matmul")
-def _t_matmul(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_matmul(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 2, 1):
         return None
     return [f"{g.fn(np.matmul)}({i[0]}, {i[1]}, {o[0]})"]
 
 
 @template("popxl.transpose", "popxl.reshape", "popxl.squeeze", "popxl.expand")
-def _t_layout(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_layout(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     """Copy through a view of the input computed now (the buffers never move)."""
     if not _arity(op, 1, 1):
         return None
     x, out = g.arr(op.ins[0]), g.arr(op.outs[0])
-    src = _layout_view(op.kernel.data, x, out, p)
+    src = _layout_view(op.name, x, out, p)
     if src is None:
         return None
     return [f"{g.fn(np.copyto)}({o[0]}, {g.view(src)})"]
@@ -259,7 +271,7 @@ def _layout_view(name: str, x: np.ndarray, out: np.ndarray, p: dict[str, Any]) -
 
 
 @template("popxl.gelu")
-def _t_gelu(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_gelu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     """0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), as the reference kernel, no temporaries."""
     if not _arity(op, 1, 1):
         return None
@@ -286,7 +298,7 @@ def _t_gelu(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, An
 
 
 @template("popxl.gelu_grad")
-def _t_gelu_grad(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_gelu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     """dy (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3a x^2)), t = tanh(u), as the reference."""
     if not _arity(op, 2, 1):
         return None
@@ -319,7 +331,7 @@ def _t_gelu_grad(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[st
 
 
 @template("popxl.relu_grad")
-def _t_relu_grad(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_relu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 2, 1):
         return None
     x = g.arr(op.ins[1])
@@ -328,7 +340,7 @@ def _t_relu_grad(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[st
 
 
 @template("popxl.softmax")
-def _t_softmax(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_softmax(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 1, 1):
         return None
     out = g.arr(op.outs[0])
@@ -348,7 +360,7 @@ def _t_softmax(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str,
 
 
 @template("popxl.softmax_grad")
-def _t_softmax_grad(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 2, 1):
         return None
     out = g.arr(op.outs[0])
@@ -368,7 +380,7 @@ def _t_softmax_grad(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict
 
 
 def _reduce_template(ufunc: np.ufunc) -> Template:
-    def t(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+    def t(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
         if not _arity(op, 1, 1):
             return None
         x, out = g.arr(op.ins[0]), g.arr(op.outs[0])
@@ -390,7 +402,7 @@ TEMPLATES["popxl.reduce_min"] = _reduce_template(np.minimum)
 
 
 @template("popxl.reduce_to_shape")
-def _t_reduce_to_shape(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_reduce_to_shape(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 1, 1):
         return None
     x, out = g.arr(op.ins[0]), g.arr(op.outs[0])
@@ -407,7 +419,7 @@ def _t_reduce_to_shape(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: d
 
 
 @template("popxl.scaled_add_")
-def _t_scaled_add_(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_scaled_add_(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 2, 1) or op.outs[0] is not op.ins[0]:
         return None
     x, y = g.arr(op.ins[0]), g.arr(op.ins[1])
@@ -427,7 +439,7 @@ def _t_scaled_add_(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[
 
 
 @template("popxl.scaled_add")
-def _t_scaled_add(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_scaled_add(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 2, 1):
         return None
     x, y, out = g.arr(op.ins[0]), g.arr(op.ins[1]), g.arr(op.outs[0])
@@ -442,7 +454,7 @@ def _t_scaled_add(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[s
 
 
 @template("popxl.nll_loss_with_softmax_grad")
-def _t_nll_softmax_grad(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     """Without ignore_index / loss_grad tensor: gathers through a precomputed flat index."""
     segs = p.get("operand_segments", p.get("operandSegmentSizes"))
     if not _arity(op, 2, 2) or p.get("ignore_index") is not None or (segs is not None and sum(segs) != 2):
@@ -502,7 +514,7 @@ def _t_nll_softmax_grad(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: 
 
 
 @template("xl.gemm_acc")
-def _t_gemm_acc(g: Gen, op: rt.KernelOp, i: list[str], o: list[str], p: dict[str, Any]):
+def _t_gemm_acc(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 3, 1) or op.outs[0] is not op.ins[2]:
         return None
     a, b, c = (g.arr(v) for v in op.ins)
@@ -612,11 +624,12 @@ class PlanBuilder:
             )
         return s
 
-    def kernel(self, op: rt.KernelOp, depth: int) -> None:
+    def kernel(self, rop: rt.KernelOp, depth: int) -> None:
         g = self.g
-        name = op.kernel.data
-        props = kernel_props(op)
-        if VIEW_ATTR in op.attributes and len(op.ins) == 1 and len(op.outs) == 1:
+        name = rop.kernel.data
+        props = kernel_props(rop)
+        op = K(name, *kernel_io(rop))
+        if VIEW_ATTR in rop.attributes and len(op.ins) == 1 and len(op.outs) == 1:
             x = g.arr(op.ins[0])
             shape = shape_of(op.outs[0].type)
             if name == "popxl.transpose":

@@ -16,6 +16,7 @@ from popxl_addons.graph_cache import GraphCache, function
 from popxl_addons.module import Module
 from popxl_addons.streams import InputStreams, OutputStreams
 from popxl_addons import ops, transforms
+from popxl_addons import optimizers  # noqa: F401  (addons.optimizers.adam.AdamOptimizerStep)
 from popxl_addons.ops import cross_entropy, cross_entropy_with_grad, host_load, host_store
 from popxl_addons import module, graph, graph_cache, named_tensors, variable_factory, dot_tree  # noqa: F401
 

@@ -12,6 +12,7 @@ from typing import Any
 # (module, names) pairs re-exported when the module exists
 _EXPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("autodiff", ("autodiff", "autodiff_with_accumulation", "remap_grad_info", "recompute_graph")),
+    ("accumulate", ("autodiff_with_accumulation",)),
     ("recompute", ("recompute_graph",)),
     ("pipelining", ("pipelined_execution",)),
     ("batch_serialisation", ("batch_serialise", "batch_serialise_fwd_and_grad", "batch_serial_buffer", "RemoteHandle")),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from functools import partial
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 import popxl
@@ -58,11 +58,11 @@ def _index_of(t: Any, candidates: tuple, what: str, graph: Any) -> int:
 
 
 def autodiff_with_accumulation(
-    graph: Union[GraphWithNamedArgs, popxl.Graph],
+    graph: GraphWithNamedArgs | popxl.Graph,
     tensors_to_accumulate_grads: Iterable[popxl.Tensor],
-    grads_provided: Optional[Iterable[popxl.Tensor]] = None,
-    grads_required: Optional[Iterable[popxl.Tensor]] = None,
-    called_graphs_grad_info: Optional[Mapping[popxl.Graph, GradGraphInfo]] = None,
+    grads_provided: Iterable[popxl.Tensor] | None = None,
+    grads_required: Iterable[popxl.Tensor] | None = None,
+    called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
     replica_groupings: Any = None,
 ) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
     """The gradient graph of `graph`, accumulating the gradients of `tensors_to_accumulate_grads`.
