@@ -147,3 +147,56 @@ def test_scaled_add_and_inplace():
     close(z, 0.5 * x.astype(np.float64) - 2.0 * y)
     (w,) = run_op(P.ScaledAddInplaceOp, [x, y], a=1.0, b=-0.05)
     close(w, x.astype(np.float64) - 0.05 * y)
+
+
+def test_concat():
+    a, b, c = rand(2, 3), rand(2, 1), rand(2, 4)
+    (y,) = run_op(P.ConcatOp, [a, b, c], axis=1)
+    np.testing.assert_array_equal(y, np.concatenate([a, b, c], axis=1))
+
+
+@pytest.mark.parametrize(
+    "start,stop,step,axes,index",
+    [
+        ((1,), (3,), (1,), (0,), np.s_[1:3]),
+        ((0, 1), (4, 5), (2, 2), (0, 1), np.s_[0:4:2, 1:5:2]),
+        ((-2,), (5,), (1,), (1,), np.s_[:, -2:5]),
+        ((3,), (0,), (-1,), (0,), np.s_[3:0:-1]),
+    ],
+)
+def test_slice(start, stop, step, axes, index):
+    x = rand(4, 5)
+    (y,) = run_op(P.SliceOp, [x], start=start, stop=stop, step=step, axes=axes)
+    np.testing.assert_array_equal(y, x[index])
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_gather(axis):
+    x = rand(4, 5)
+    idx = RNG.integers(0, x.shape[axis], size=(2, 3)).astype(np.int32)
+    (y,) = run_op(P.GatherOp, [x, idx], axis=axis)
+    np.testing.assert_array_equal(y, np.take(x, idx, axis=axis))
+
+
+def test_where():
+    cond = RNG.integers(0, 2, size=(3, 4)).astype(np.bool_)
+    a, b = rand(3, 4), rand(4)
+    (y,) = run_op(P.WhereOp, [cond, a, b])
+    np.testing.assert_array_equal(y, np.where(cond, a, b))
+
+
+def test_onehot():
+    idx = np.array([0, 3, 1], np.int32)
+    values = np.array([0.0, 1.0], np.float32)
+    (y,) = run_op(P.OnehotOp, [idx, values], num_classes=4)
+    np.testing.assert_array_equal(y, np.eye(4, dtype=np.float32)[idx])
+
+
+def test_nll_loss_with_softmax_grad():
+    logits = rand(5, 10, low=-3, high=3)
+    labels = RNG.integers(0, 10, size=(5,)).astype(np.int32)
+    e = np.exp(logits.astype(np.float64) - logits.max(axis=1, keepdims=True))
+    probs = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    loss, dx = run_op(P.NllLossWithSoftmaxGradOp, [probs, labels], reduction="mean")
+    close(loss, -np.mean(np.log(probs.astype(np.float64)[np.arange(5), labels])), rtol=1e-6)
+    close(dx, (probs - np.eye(10)[labels]) / 5, rtol=1e-5, atol=1e-7)
