@@ -494,6 +494,14 @@ def broadcast(cls: type[PopxlOp], types: Sequence[TensorType]) -> tuple[int, ...
         raise cls.fail(f"cannot broadcast {' with '.join(fmt_type(t) for t in types)}") from None
 
 
+def broadcasts_to(src: Sequence[int], dst: Sequence[int]) -> bool:
+    """Whether a tensor of shape `src` broadcasts (NumPy rules) to exactly `dst`."""
+    try:
+        return tuple(np.broadcast_shapes(tuple(src), tuple(dst))) == tuple(dst)
+    except ValueError:
+        return False
+
+
 def same_dtype(cls: type[PopxlOp], types: Sequence[TensorType]) -> np.dtype:
     dts = {dtype_of(t) for t in types}
     if len(dts) != 1:
@@ -1264,11 +1272,7 @@ class ExpandOp(ResultTypedOp):
         (t,) = types
         if dtype_of(t) != dtype_of(result):
             raise cls.fail(f"dtype changes: {fmt_type(t)} -> {fmt_type(result)}")
-        try:
-            ok = tuple(np.broadcast_shapes(shape_of(t), shape_of(result))) == shape_of(result)
-        except ValueError:
-            ok = False
-        if not ok:
+        if not broadcasts_to(shape_of(t), shape_of(result)):
             raise cls.fail(f"cannot broadcast {fmt_type(t)} to {fmt_type(result)}")
 
 
@@ -1293,11 +1297,7 @@ class ReduceToShapeOp(ResultTypedOp):
         (t,) = types
         if dtype_of(t) != dtype_of(result):
             raise cls.fail(f"dtype changes: {fmt_type(t)} -> {fmt_type(result)}")
-        try:
-            ok = tuple(np.broadcast_shapes(shape_of(t), shape_of(result))) == shape_of(t)
-        except ValueError:
-            ok = False
-        if not ok:
+        if not broadcasts_to(shape_of(result), shape_of(t)):
             raise cls.fail(f"{fmt_type(result)} does not broadcast to the input {fmt_type(t)}")
 
 
