@@ -86,7 +86,8 @@ class Accumulated:
 
 
 def _placement(graph: GraphOp) -> Attribute | None:
-    """The `ipu.id` of the graph's ops when they all agree (else None)."""
+    """The `ipu.id` of the graph's ops when they all agree (else None). New ops take the
+    gradient graph's placement, else the forward graph's."""
     ids = {op.attributes[IPU_ATTR] for op in graph.body.walk() if IPU_ATTR in op.attributes}
     return next(iter(ids)) if len(ids) == 1 else None
 
@@ -190,7 +191,7 @@ def accumulate(
         else [_arg_attr(f"arg{j}", False) for j in range(n_in)]
     )
     new_attrs = [_arg_attr(counter, True), *(_arg_attr(acc_names[i], True) for i in inputs)]
-    ipu = _placement(grad)
+    ipu = _placement(grad) or _placement(fwd)
     if ipu is not None:
         new_attrs = [DictionaryAttr(dict(sorted({**a.data, IPU_ATTR: ipu}.items()))) for a in new_attrs]
     grad.arg_attrs = ArrayAttr([*old_attrs, *new_attrs])

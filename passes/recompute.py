@@ -157,7 +157,7 @@ def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomput
         attr = arg_attr(grad, p, grad.input_is_by_ref(p))
         grad_arg[p] = add(gblock.args[p].type, attr, None)
 
-    ipu = _placement(grad)
+    ipu = _placement(grad) or _placement(fwd)
     fwd_call = CallOp(
         fwd.graph_name,
         [fwd_in[i] for i in range(len(fblock.args))],
