@@ -210,7 +210,7 @@ def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomput
 
 @dataclass(frozen=True)
 class RecomputePass(ModulePass):
-    """`recompute{graph=NAME name=NEW}`."""
+    """`recompute{graph=NAME new_graph=NEW}`."""
 
     name = "recompute"
 
