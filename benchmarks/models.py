@@ -10,10 +10,9 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-
 import popxl
-import popxl.ops as ops
 import popxl_addons as addons
+from popxl import ops
 
 
 class Linear(addons.Module):

@@ -239,6 +239,16 @@ class AllocOp(IRDLOperation):
 _SEGMENTS: dict[tuple[int, int], DenseArrayBase] = {}
 
 
+_NAMES: dict[str, StringAttr] = {}
+
+
+def _kernel_name(name: str) -> StringAttr:
+    attr = _NAMES.get(name)
+    if attr is None:
+        attr = _NAMES[name] = StringAttr(name)
+    return attr
+
+
 def _segments(n_in: int, n_out: int) -> DenseArrayBase:
     seg = _SEGMENTS.get((n_in, n_out))
     if seg is None:
@@ -278,7 +288,7 @@ class KernelOp(IRDLOperation):
         Operation.__init__(
             self,
             operands=[*ins, *outs],
-            properties={"kernel": StringAttr(kernel), "operandSegmentSizes": _segments(len(ins), len(outs))},
+            properties={"kernel": _kernel_name(kernel), "operandSegmentSizes": _segments(len(ins), len(outs))},
             attributes=attributes or {},
         )
 

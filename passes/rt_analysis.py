@@ -17,7 +17,6 @@ from collections.abc import Iterator, Sequence
 
 from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
-
 from xl.dialects import rt
 
 VIEW_ATTR = "rt.view"

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
-
 from xl.passes.rt_analysis import programs
-from xl.passes.rt_fold_update import fold_updates
+from xl.passes.rt_fold_update import fold_bias_adds, fold_updates
 from xl.passes.rt_fuse_elementwise import fuse_elementwise
 from xl.passes.rt_reuse_buffers import reuse_buffers
 from xl.passes.rt_views import mark_views
@@ -27,6 +26,7 @@ from xl.passes.rt_views import mark_views
 
 def optimize_program(program) -> None:  # type: ignore[no-untyped-def]
     fold_updates(program)
+    fold_bias_adds(program)
     fuse_elementwise(program)
     mark_views(program)
     reuse_buffers(program)

@@ -29,7 +29,6 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
-
 from xl.dialects import rt
 from xl.passes.rt_analysis import (
     ELEMENTWISE,

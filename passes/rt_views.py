@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.passes import ModulePass
-
 from xl.dialects import rt
 from xl.dialects.utils import dtype_of
 from xl.passes.rt_analysis import (

@@ -1,9 +1,14 @@
-"""Compiles an `rt.program` once into a plan of closures over preallocated buffers.
+"""Compiles an `rt.program` once into a plan over preallocated buffers, and runs it.
 
 `compile_module(module)` accepts a high-level module (it is cloned and lowered with
-the standard pipeline) or an already lowered one. The resulting `Executable` runs
-the program with `run(inputs)`; per step it only calls the planned kernels: no
-xDSL object, name lookup or allocation is involved.
+the standard pipeline) or an already lowered one. By default the lowered program also
+goes through the `rt` optimisations (`RT_PIPELINE`: update folding, fusion, views,
+buffer reuse) and runs as one generated Python function per replica
+(`xl.runtime.plan`); `compile_module(module, optimize=False)` gives the straightforward
+plan: a list of kernel closures run in order, the reference the optimised plan is tested
+against. Either way, per step only planned kernels run: no xDSL object, name lookup or
+buffer allocation is involved. The resulting `Executable` runs the program with
+`run(inputs)`.
 
 Host data layout: stream arrays are `[num_host_transfers, replication_factor, *shape]`
 with size-1 leading dims dropped; each executed `rt.h2d` consumes the next transfer
@@ -13,7 +18,9 @@ Replicas are simulated one after another, each with its own buffers and state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import gc
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -270,6 +277,19 @@ class _Compiler:
         raise PlanError(f"runtime: cannot execute '{op.name}'")
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Compiling creates many objects and frees few; the cyclic GC would rescan them again
+    and again (superlinear in program size), so it is paused while compiling."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def compile_program(program: rt.ProgramOp, optimize: bool = False) -> Executable:
     """Build the plan of a lowered program.
 
@@ -277,6 +297,11 @@ def compile_program(program: rt.ProgramOp, optimize: bool = False) -> Executable
     `optimize=True`: one generated function per replica (see `xl.runtime.plan`); the
     program should have been through `rt-optimize` (any `rt` program is accepted).
     """
+    with gc_paused():
+        return _compile_program(program, optimize)
+
+
+def _compile_program(program: rt.ProgramOp, optimize: bool) -> Executable:
     n = program.int_attr("num_host_transfers", 1)
     reps = program.int_attr("replication_factor", 1)
     replicas: list[_Replica] = []
@@ -285,8 +310,8 @@ def compile_program(program: rt.ProgramOp, optimize: bool = False) -> Executable
         if optimize:
             from xl.runtime.plan import build_replica
 
-            b = build_replica(program, _StreamIn, _StreamOut)
-            fn, src = b.finish()
+            b, marks = build_replica(program, _StreamIn, _StreamOut)
+            fn, src = b.finish(marks)
             sources.append(src)
             replicas.append(_Replica([fn], b.state, b.inputs, b.outputs))
         else:
@@ -315,9 +340,10 @@ def lower(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> ModuleOp:
     from xl.passes import get_all_passes as xl_passes
     from xl.tools.context import xl_context
 
-    module = module.clone()
-    passes = {**get_all_passes(), **xl_passes()}
-    PassPipeline.parse_spec(passes, pipeline).apply(xl_context(), module)
+    with gc_paused():
+        module = module.clone()
+        passes = {**get_all_passes(), **xl_passes()}
+        PassPipeline.parse_spec(passes, pipeline).apply(xl_context(), module)
     return module
 
 
@@ -335,12 +361,13 @@ def compile_module(
     lowered program as is (same results, used as the reference in tests).
     The input module is never modified.
     """
-    programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
-    if not programs:
-        module = lower(module, f"{pipeline},{RT_PIPELINE}" if optimize else pipeline)
-    elif optimize:
-        module = lower(module, RT_PIPELINE)
-    programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
-    if len(programs) != 1:
-        raise PlanError(f"runtime: expected one rt.program, found {len(programs)}")
-    return compile_program(programs[0], optimize=optimize)
+    with gc_paused():
+        programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
+        if not programs:
+            module = lower(module, f"{pipeline},{RT_PIPELINE}" if optimize else pipeline)
+        elif optimize:
+            module = lower(module, RT_PIPELINE)
+        programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
+        if len(programs) != 1:
+            raise PlanError(f"runtime: expected one rt.program, found {len(programs)}")
+        return compile_program(programs[0], optimize=optimize)

@@ -1,31 +1,40 @@
 """The optimised plan: one generated Python function per replica for a whole `rt.program`.
 
 `build_replica(program)` allocates every buffer once, binds each kernel to its arrays at
-compile time and emits straight-line Python source (loops become `for`, branches `if`)
-that is compiled once with `compile()`. Every name the step uses is a closure variable,
-so a steady-state step does no dictionary lookups, no dispatch on types or names, no
-shape checks and no allocations: it calls NumPy ufuncs with preallocated `out=` arrays,
-precomputed views and bound BLAS calls.
+compile time and emits straight-line Python source (loops become `for`, branches `if`),
+compiled once with `compile()`. The bound arrays, ufuncs and constants are globals of the
+generated code, so a steady-state step does no name lookups in Python dicts of ours, no
+dispatch on types or kernel names, no shape checks and no array allocations: it calls
+NumPy ufuncs with preallocated `out=` arrays, precomputed views and bound BLAS calls.
 
-Kernel selection: the common kernels have *templates* here (alias-aware sequences of
-in-place ufunc calls over shared scratch buffers, e.g. gelu as multiplies and one tanh,
-`pow` by a constant 2 or 3 as multiplies, reductions as `ufunc.reduce(..., out=)`).
-Anything else calls the kernel factory of `xl.runtime.kernels`, as the straightforward
-plan does. Kernels marked `rt.view` bind their output as a view of their input and emit
-no code at all.
+Kernel selection: the common kernels have *templates* here, alias-aware sequences of
+in-place ufunc calls over shared scratch buffers: gelu / gelu_grad as multiplies and one
+tanh, `pow` by a constant 2 or 3 as multiplies, reductions as `ufunc.reduce(..., out=)`,
+the NLL gradient through a precomputed flat index, `xl.gemm_acc` as one BLAS call,
+`dy @ W.T` with few rows computed as the (faster) transposed product. Anything else
+calls the kernel factory of `xl.runtime.kernels`, as the straightforward plan does.
+Kernels marked `rt.view` bind their output as a view of their input and emit no code.
+Scalar constants are 0-d arrays of the operand dtype (same results as Python scalars,
+no conversion per call).
+
+Code size: kernels of 4+ lines become calls to helper functions shared by all kernels
+with the same code, and long programs are split into chunk functions, so `compile()`
+stays linear and small. Scratch buffers are shared by all kernels of a replica: a step
+function is not re-entrant.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Block, Operation, SSAValue
-
 from xl.dialects import rt
 from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
@@ -33,6 +42,7 @@ from xl.passes.rt_analysis import kernel_io
 from xl.runtime import blas
 from xl.runtime.executable import PlanError
 from xl.runtime.kernels import KERNELS
+from xl.runtime.xl_kernels import parse_steps
 
 VIEW_ATTR = "rt.view"
 
@@ -43,7 +53,7 @@ _GELU_A = 0.044715
 class K:
     """What a template sees of a kernel: its name and its in / out buffers."""
 
-    __slots__ = ("name", "ins", "outs")
+    __slots__ = ("ins", "name", "outs")
 
     def __init__(self, name: str, ins: Sequence[SSAValue], outs: Sequence[SSAValue]):
         self.name = name
@@ -70,6 +80,7 @@ class Gen:
         self.names: dict[SSAValue, str] = {}
         self._ids = itertools.count()
         self._fns: dict[int, str] = {}
+        self._consts: dict[tuple[str, np.dtype], str] = {}
         self._scratch: dict[tuple[tuple[int, ...], np.dtype], list[np.ndarray]] = {}
         self._in_use: dict[tuple[tuple[int, ...], np.dtype], int] = {}
 
@@ -98,6 +109,23 @@ class Gen:
         self.arrays[v] = a
         self.names[v] = self.bind(a, hint)
 
+    def const(self, value: float, dtype: Any) -> str:
+        """A global name for a 0-d constant array of `dtype`.
+
+        Passing a 0-d array of the operand's dtype to a ufunc gives the same result as a
+        Python scalar (which NumPy converts to that dtype), without the conversion and its
+        allocation on every call (~0.3 us faster).
+        """
+        dt = np.dtype(dtype)
+        key = (repr(value), dt)
+        name = self._consts.get(key)
+        if name is None:
+            arr = np.array(value, dtype=dt)
+            arr.flags.writeable = False
+            name = self._consts[key] = f"_k{len(self._consts)}"
+            self.ns[name] = arr
+        return name
+
     def view(self, a: np.ndarray) -> str:
         """A name for a precomputed array (typically a view of a buffer)."""
         return self.bind(a, "v")
@@ -117,13 +145,6 @@ class Gen:
 
     def release_scratch(self) -> None:
         self._in_use.clear()
-
-
-def _lit(x: float | int | bool) -> str:
-    r = repr(x)
-    if r in ("inf", "-inf", "nan"):
-        return f"float('{r}')"
-    return r
 
 
 # ------------------------------------------------------------------------------------
@@ -175,6 +196,8 @@ def _arity(op: K, n_in: int, n_out: int) -> bool:
 def _t_binary(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 2, 1):
         return None
+    if op.name == "popxl.maximum":  # a positional `out` is deprecated for maximum/minimum
+        return [f"{g.fn(np.maximum)}({i[0]}, {i[1]}, out={o[0]})"]
     return [f"{g.fn(_BINARY[op.name])}({i[0]}, {i[1]}, {o[0]})"]
 
 
@@ -196,7 +219,7 @@ def _t_unary(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
 def _t_relu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 1, 1):
         return None
-    return [f"{g.fn(np.maximum)}({i[0]}, 0, {o[0]})"]
+    return [f"{g.fn(np.maximum)}({i[0]}, {g.const(0, g.arr(op.outs[0]).dtype)}, out={o[0]})"]
 
 
 @template("popxl.pow")
@@ -218,7 +241,7 @@ def _t_pow(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if e == 2:
         return [f"{mul}({i[0]}, {i[0]}, {o[0]})"]
     if op.outs[0] is x:
-        s, sn = g.scratch(out.shape, out.dtype)
+        _, sn = g.scratch(out.shape, out.dtype)
         return [f"{mul}({i[0]}, {i[0]}, {sn})", f"{mul}({sn}, {i[0]}, {o[0]})"]
     return [f"{mul}({i[0]}, {i[0]}, {o[0]})", f"{mul}({o[0]}, {i[0]}, {o[0]})"]
 
@@ -245,6 +268,26 @@ def _t_cast(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
 def _t_matmul(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 2, 1):
         return None
+    a, b, out = g.arr(op.ins[0]), g.arr(op.ins[1]), g.arr(op.outs[0])
+    if (
+        a.ndim == 2
+        and b.ndim == 2
+        and a.dtype == b.dtype == out.dtype
+        and a.dtype.kind == "f"
+        and a.flags.c_contiguous
+        and b.flags.f_contiguous
+        and not b.flags.c_contiguous
+        and a.shape[0] <= 64
+        and min(b.shape) >= 128
+    ):
+        # A @ B with B a transposed view and few rows in A (a backward matmul through a
+        # weight, `dy @ W.T`): OpenBLAS is about 2x faster on the transposed problem
+        # W @ dy.T with an M x K output; the transposing copy of the small result is cheap.
+        ta, t = g.scratch((out.shape[1], out.shape[0]), out.dtype)
+        return [
+            f"{g.fn(np.matmul)}({g.view(b.T)}, {g.view(a.T)}, {t})",
+            f"{g.fn(np.copyto)}({o[0]}, {g.view(ta.T)})",
+        ]
     return [f"{g.fn(np.matmul)}({i[0]}, {i[1]}, {o[0]})"]
 
 
@@ -284,15 +327,16 @@ def _t_gelu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     else:
         u = o[0]
     mul, add = g.fn(np.multiply), g.fn(np.add)
+    k = partial(g.const, dtype=out.dtype)
     return [
         f"{mul}({x}, {x}, {u})",
-        f"{mul}({u}, {_lit(_GELU_A)}, {u})",
-        f"{add}({u}, 1, {u})",
+        f"{mul}({u}, {k(_GELU_A)}, {u})",
+        f"{add}({u}, {k(1)}, {u})",
         f"{mul}({u}, {x}, {u})",
-        f"{mul}({u}, {_lit(_SQRT_2_OVER_PI)}, {u})",
+        f"{mul}({u}, {k(_SQRT_2_OVER_PI)}, {u})",
         f"{g.fn(np.tanh)}({u}, {u})",
-        f"{add}({u}, 1, {u})",
-        f"{mul}({u}, 0.5, {u})",
+        f"{add}({u}, {k(1)}, {u})",
+        f"{mul}({u}, {k(0.5)}, {u})",
         f"{mul}({x}, {u}, {o[0]})",
     ]
 
@@ -310,22 +354,23 @@ def _t_gelu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     _, u = g.scratch(out.shape, out.dtype)
     _, s = g.scratch(out.shape, out.dtype)
     mul, add = g.fn(np.multiply), g.fn(np.add)
+    k = partial(g.const, dtype=out.dtype)
     return [
         f"{mul}({x}, {x}, {x2})",
-        f"{mul}({x2}, {_lit(_GELU_A)}, {u})",
-        f"{add}({u}, 1, {u})",
+        f"{mul}({x2}, {k(_GELU_A)}, {u})",
+        f"{add}({u}, {k(1)}, {u})",
         f"{mul}({u}, {x}, {u})",
-        f"{mul}({u}, {_lit(_SQRT_2_OVER_PI)}, {u})",
+        f"{mul}({u}, {k(_SQRT_2_OVER_PI)}, {u})",
         f"{g.fn(np.tanh)}({u}, {u})",  # t
-        f"{mul}({x2}, {_lit(3 * _GELU_A * _SQRT_2_OVER_PI)}, {x2})",  # du
-        f"{add}({x2}, {_lit(_SQRT_2_OVER_PI)}, {x2})",
+        f"{mul}({x2}, {k(3 * _GELU_A * _SQRT_2_OVER_PI)}, {x2})",  # du
+        f"{add}({x2}, {k(_SQRT_2_OVER_PI)}, {x2})",
         f"{mul}({x2}, {x}, {x2})",
         f"{mul}({u}, {u}, {s})",
-        f"{g.fn(np.subtract)}(1, {s}, {s})",  # sech2
+        f"{g.fn(np.subtract)}({k(1)}, {s}, {s})",  # sech2
         f"{mul}({x2}, {s}, {x2})",
         f"{add}({x2}, {u}, {x2})",
-        f"{add}({x2}, 1, {x2})",
-        f"{mul}({x2}, 0.5, {x2})",
+        f"{add}({x2}, {k(1)}, {x2})",
+        f"{mul}({x2}, {k(0.5)}, {x2})",
         f"{mul}({dy}, {x2}, {o[0]})",
     ]
 
@@ -336,7 +381,10 @@ def _t_relu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
         return None
     x = g.arr(op.ins[1])
     _, m = g.scratch(x.shape, np.bool_)
-    return [f"{g.fn(np.greater)}({i[1]}, 0, {m})", f"{g.fn(np.multiply)}({i[0]}, {m}, {o[0]})"]
+    return [
+        f"{g.fn(np.greater)}({i[1]}, {g.const(0, x.dtype)}, {m})",
+        f"{g.fn(np.multiply)}({i[0]}, {m}, {o[0]})",
+    ]
 
 
 @template("popxl.softmax")
@@ -429,12 +477,12 @@ def _t_scaled_add_(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any])
     mul, add = g.fn(np.multiply), g.fn(np.add)
     lines = []
     if a != 1.0:
-        lines.append(f"{mul}({i[0]}, {_lit(a)}, {i[0]})")
+        lines.append(f"{mul}({i[0]}, {g.const(a, x.dtype)}, {i[0]})")
     if b == 1.0:
         lines.append(f"{add}({i[0]}, {i[1]}, {i[0]})")
     else:
         _, s = g.scratch(y.shape, y.dtype)
-        lines += [f"{mul}({i[1]}, {_lit(b)}, {s})", f"{add}({i[0]}, {s}, {i[0]})"]
+        lines += [f"{mul}({i[1]}, {g.const(b, y.dtype)}, {s})", f"{add}({i[0]}, {s}, {i[0]})"]
     return lines
 
 
@@ -450,7 +498,8 @@ def _t_scaled_add(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if a == 1.0 and b == 1.0:
         return [f"{add}({i[0]}, {i[1]}, {o[0]})"]
     _, t = g.scratch(y.shape, y.dtype)
-    return [f"{mul}({i[1]}, {_lit(b)}, {t})", f"{mul}({i[0]}, {_lit(a)}, {o[0]})", f"{add}({o[0]}, {t}, {o[0]})"]
+    k = partial(g.const, dtype=out.dtype)
+    return [f"{mul}({i[1]}, {k(b)}, {t})", f"{mul}({i[0]}, {k(a)}, {o[0]})", f"{add}({o[0]}, {t}, {o[0]})"]
 
 
 @template("popxl.nll_loss_with_softmax_grad")
@@ -500,16 +549,16 @@ def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, 
     else:
         lv = g.view(loss.reshape(()))
         lines.append(f"{g.fn(np.add.reduce)}({pk}, 0, None, {lv})")
-        lines.append(f"{g.fn(np.divide)}({lv}, {n}, {lv})")
+        lines.append(f"{g.fn(np.divide)}({lv}, {g.const(n, probs.dtype)}, {lv})")
         scale = lg / n
     lines += [
         f"{copyto}({df}, {pf})",
         f"{take}({df}, {idx}, None, {pk})",
-        f"{g.fn(np.subtract)}({pk}, 1, {pk})",
+        f"{g.fn(np.subtract)}({pk}, {g.const(1, probs.dtype)}, {pk})",
         f"{g.fn(np.put)}({df}, {idx}, {pk})",
     ]
     if scale != 1.0:
-        lines.append(f"{g.fn(np.multiply)}({o[1]}, {_lit(scale)}, {o[1]})")
+        lines.append(f"{g.fn(np.multiply)}({o[1]}, {g.const(scale, probs.dtype)}, {o[1]})")
     return lines
 
 
@@ -522,6 +571,28 @@ def _t_gemm_acc(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
         a, b, c, float(p["alpha"]), float(p["beta"]), bool(p["trans_a"]), bool(p["trans_b"])
     )
     return [f"{g.bind(call, 'gemm')}()"]
+
+
+@template("xl.fused")
+def _t_fused(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    """Each step's own code, all writing the output buffer (see `rt-fuse-elementwise`)."""
+    if len(op.outs) != 1:
+        return None
+    out = op.outs[0]
+    lines: list[str] = []
+    for name, args, props in parse_steps(p["steps"]):
+        ins = [out if a < 0 else op.ins[a] for a in args]
+        names = [g.buf(v) for v in ins]
+        tmpl = TEMPLATES.get(name)
+        step = tmpl(g, K(name, ins, [out]), names, o, props) if tmpl is not None else None
+        g.release_scratch()
+        if step is None:
+            factory = KERNELS.get(name)
+            if factory is None:
+                raise PlanError(f"runtime: no NumPy kernel for '{name}'")
+            step = [f"{g.bind(factory(props), 'k')}({', '.join(names + o)})"]
+        lines += step
+    return lines
 
 
 # ------------------------------------------------------------------------------------
@@ -540,6 +611,7 @@ class PlanBuilder:
         self._stream_in = stream_in
         self._stream_out = stream_out
         self.fallbacks: list[str] = []
+        self.helpers: dict[str, str] = {}  # outlined kernel body -> helper name
 
     def emit(self, line: str, depth: int) -> None:
         self.g.lines.append("    " * depth + line)
@@ -654,26 +726,87 @@ class PlanBuilder:
             fn = factory(props)
             self.fallbacks.append(name)
             lines = [f"{g.bind(fn, 'k')}({', '.join(ins + outs)})"]
+        if len(lines) >= OUTLINE_LINES:
+            lines = [self.outline(lines)]
         self.emit(f"# {name}", depth)
         for line in lines:
             self.emit(line, depth)
 
-    def finish(self) -> tuple[Callable[[], None], str]:
-        """Compile the generated source; returns (step function, source)."""
+    def outline(self, lines: list[str]) -> str:
+        """Replace a multi-line kernel body by a call to a shared helper function.
+
+        The arrays it uses become parameters, so kernels with the same code (e.g. every
+        gelu of one shape/aliasing pattern) share one helper: the generated source, and
+        thus `compile()` time, stays small. A call costs ~0.1 us against the several
+        ufunc calls of the body.
+        """
+        ns = self.g.ns
+        params: list[str] = []
+        index: dict[str, int] = {}
+
+        def param(m: re.Match[str]) -> str:
+            t = m.group(0)
+            if t.startswith("_") or t not in ns:
+                return t
+            j = index.get(t)
+            if j is None:
+                j = index[t] = len(params)
+                params.append(t)
+            return f"a{j}"
+
+        key = "\n".join(_IDENT.sub(param, line) for line in lines)
+        fname = self.helpers.get(key)
+        if fname is None:
+            fname = self.helpers[key] = f"_h{len(self.helpers)}"
+        return f"{fname}({', '.join(params)})"
+
+    def finish(self, marks: Sequence[int] = ()) -> tuple[Callable[[], None], str]:
+        """Compile the generated source; returns (step function, source).
+
+        The bound objects are the globals of the generated code (LOAD_GLOBAL is cached
+        by the interpreter, about as fast as a local). Long programs are split at the
+        top-level op boundaries `marks` into functions of about `CHUNK_LINES` lines, which
+        keeps `compile()` linear in the program size.
+        """
         g = self.g
-        names = sorted(g.ns)
-        head = ["def _make(_ns):"]
-        head += [f"    {n} = _ns[{n!r}]" for n in names]
-        head.append("    def _step():")
-        body = ["        " + line for line in g.lines] or ["        pass"]
-        tail = ["    return _step"]
-        src = "\n".join(head + body + tail) + "\n"
-        scope: dict[str, Any] = {}
+        lines = g.lines
+        cuts = [0]
+        for m in marks:
+            if m - cuts[-1] >= CHUNK_LINES:
+                cuts.append(m)
+        cuts.append(len(lines))
+        src_lines: list[str] = []
+        for body, fname in self.helpers.items():
+            n = len(set(re.findall(r"\ba(\d+)\b", body)))
+            src_lines.append(f"def {fname}({', '.join(f'a{j}' for j in range(n))}):")
+            src_lines += ["    " + line for line in body.split("\n")]
+        if len(cuts) <= 2:
+            src_lines.append("def _step():")
+            src_lines += ["    " + line for line in lines] or ["    pass"]
+        else:
+            calls = []
+            for k in range(len(cuts) - 1):
+                src_lines.append(f"def _chunk{k}():")
+                src_lines += ["    " + line for line in lines[cuts[k] : cuts[k + 1]]] or ["    pass"]
+                calls.append(f"    _chunk{k}()")
+            src_lines.append("def _step():")
+            src_lines += calls
+        src = "\n".join(src_lines) + "\n"
+        scope = dict(g.ns)
         exec(compile(src, "<xl plan>", "exec"), scope)
-        return scope["_make"](g.ns), src
+        return scope["_step"], src
 
 
-def build_replica(program: rt.ProgramOp, stream_in: type, stream_out: type) -> PlanBuilder:
+CHUNK_LINES = 2000
+OUTLINE_LINES = 4  # kernels with at least this many lines become shared helpers
+_IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
+
+
+def build_replica(program: rt.ProgramOp, stream_in: type, stream_out: type) -> tuple[PlanBuilder, list[int]]:
+    """The builder of one replica (step source generated) and its top-level op boundaries."""
     b = PlanBuilder(stream_in, stream_out)
-    b.block(program.body.block, 0)
-    return b
+    marks = []
+    for op in program.body.block.ops:
+        marks.append(len(b.g.lines))
+        b.op(op, 0)
+    return b, marks

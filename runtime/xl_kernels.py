@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from xl.runtime.kernels import Kernel, register
 
 
@@ -25,5 +24,41 @@ def _gemm_acc(p: dict[str, Any]) -> Kernel:
         if beta != 1.0:
             c *= beta
         c += prod
+
+    return k
+
+
+_PARSED: dict[int, tuple[Any, list]] = {}
+
+
+def parse_steps(steps: Any) -> list[tuple[str, tuple[int, ...], dict[str, Any]]]:
+    """The `steps` attribute of `xl.fused`: [(kernel, args, props)] (args: -1 = previous result)."""
+    hit = _PARSED.get(id(steps))
+    if hit is not None and hit[0] is steps:
+        return hit[1]
+    from xl.dialects.popxl import from_attr
+
+    out = []
+    for d in steps.data:
+        items = d.data
+        name = items["kernel"].data
+        args = tuple(int(a) for a in items["args"].get_values())
+        props = {k: from_attr(v) for k, v in items.items() if k not in ("kernel", "args")}
+        out.append((name, args, props))
+    _PARSED[id(steps)] = (steps, out)  # attributes are immutable and shared by clones
+    return out
+
+
+@register("xl.fused")
+def _fused(p: dict[str, Any]) -> Kernel:
+    """Runs the steps in order, each writing the output buffer (elementwise kernels are alias-safe)."""
+    from xl.runtime.kernels import KERNELS
+
+    steps = [(KERNELS[name](props), args) for name, args, props in parse_steps(p["steps"])]
+
+    def k(*a: np.ndarray) -> None:
+        ins, out = a[:-1], a[-1]
+        for fn, args in steps:
+            fn(*[out if j < 0 else ins[j] for j in args], out)
 
     return k
