@@ -65,7 +65,7 @@ def train(
         loss = torch.nn.functional.cross_entropy(logits, torch.tensor(y).long())
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     trained = {k.replace("_", ".", 1): p.detach().numpy().copy() for k, p in net.params.items()}
     return losses, trained
 
