@@ -23,6 +23,7 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyExcepti
 
 from xl.runtime import DEFAULT_PIPELINE, Executable, compile_module
 from xl.tools.context import xl_context
+from xl.tools.opt import format_parse_error
 
 
 class RunError(Exception):
@@ -138,8 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             np.savez(args.output, **outs)
         if args.save_vars:
             np.savez(args.save_vars, **{k: v for k, v in exe.state.items()})
-    except (ParseError, VerifyException, DiagnosticException) as e:
-        print(str(e), file=sys.stderr)
+    except ParseError as e:
+        print(format_parse_error(e), file=sys.stderr)
+        return 1
+    except (VerifyException, DiagnosticException) as e:
+        print(f"xl-run: error: {e}", file=sys.stderr)
         return 1
     except (RunError, ValueError, KeyError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e

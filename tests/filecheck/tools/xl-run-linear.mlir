@@ -15,3 +15,14 @@
 // MISSING-NOT: Traceback
 // SHAPE: xl-run: error: stream "x": expected shape (2, 4), got (3, 4)
 // DTYPE: xl-run: error: stream "x": expected dtype float32, got int32
+
+// Malformed and invalid programs: file:line:col for parse errors, the op for verifier errors.
+// RUN: printf 'graph.main {\n  %%%%x = graph.bogus\n}\n' > %t.bad.mlir
+// RUN: not xl-run %t.bad.mlir 2>&1 | filecheck %s --check-prefix=PARSE
+// RUN: printf 'graph.main {\n  %%%%x = graph.constant dense<1.0> : tensor<2xf32>\n  %%%%y = popxl.matmul %%%%x, %%%%x : (tensor<2xf32>, tensor<2xf32>) -> tensor<2x2xf32>\n}\n' > %t.inv.mlir
+// RUN: not xl-run %t.inv.mlir 2>&1 | filecheck %s --check-prefix=VERIFY
+// RUN: not xl-run %t.missing.mlir 2>&1 | filecheck %s --check-prefix=NOFILE
+// PARSE: bad.mlir:{{[0-9]+}}:{{[0-9]+}}: error: Operation graph.bogus is not registered
+// PARSE-NOT: Traceback
+// VERIFY: xl-run: error: popxl.matmul: result types ((2, 2) float32) differ from the inferred (() float32)
+// NOFILE: xl-run: error: file '{{.*}}missing.mlir' does not exist
