@@ -50,19 +50,15 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     TensorType,
 )
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xl.dialects.graph import ConstantOp, GraphOp, _arg_attr
 from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.popxl import AccumulateMeanOp, AccumulateOp
 from xl.dialects.utils import element_type, fmt_type
-from xl.passes.autodiff import (
-    AutodiffError,
-    GradInfo,
-    call_sites,
-    graphs_by_name,
-)
+from xl.passes.autodiff import GradInfo, call_sites
+from xl.passes.graph_utils import grad_and_forward, graph_placement, set_name_hint
 
 ACCUM_PREFIX = "accum."
 COUNTER_NAME = "mean_accum_counter"
@@ -85,20 +81,6 @@ class Accumulated:
     """forward input index -> accumulator input name (`accum.<name>`)."""
 
 
-def _placement(graph: GraphOp) -> Attribute | None:
-    """The `ipu.id` of the graph's ops when they all agree (else None). New ops take the
-    gradient graph's placement, else the forward graph's."""
-    ids = {op.attributes[IPU_ATTR] for op in graph.body.walk() if IPU_ATTR in op.attributes}
-    return next(iter(ids)) if len(ids) == 1 else None
-
-
-def _hint(value: SSAValue, name: str) -> None:
-    try:
-        value.name_hint = name
-    except ValueError:  # not a valid SSA name
-        pass
-
-
 def accumulate(
     module: ModuleOp,
     graph: str,
@@ -108,19 +90,7 @@ def accumulate(
     counter: str = COUNTER_NAME,
 ) -> Accumulated:
     """Makes gradient graph `@graph` accumulate the gradients of forward inputs `inputs`."""
-    graphs = graphs_by_name(module)
-    grad = graphs.get(graph)
-    if grad is None:
-        raise AccumulateError(f"accumulate: no graph @{graph} in the module")
-    try:
-        info = GradInfo.from_graph(grad)
-    except AutodiffError as e:
-        raise AccumulateError(f"accumulate: {e}") from None
-    fwd = graphs.get(info.forward)
-    if fwd is None:
-        raise AccumulateError(
-            f"accumulate: @{graph} is the gradient graph of @{info.forward}, which is not in the module"
-        )
+    _, grad, info, fwd = grad_and_forward(module, graph, "accumulate", AccumulateError)
     if call_sites(module).get(graph):
         raise AccumulateError(
             f"accumulate: graph @{graph} is already called; accumulate it before calling it "
@@ -173,7 +143,7 @@ def accumulate(
     # -- new by-reference inputs: the counter, then one accumulator per input -------------
     f32_scalar = TensorType(element_type("float32"), [])
     cnt = block.insert_arg(f32_scalar, n_in)
-    _hint(cnt, counter)
+    set_name_hint(cnt, counter)
     accs: dict[int, SSAValue] = {}
     fblock = fwd.body.block
     for i in inputs:
@@ -184,14 +154,14 @@ def accumulate(
                 f"the input is {fmt_type(t)}"
             )
         accs[i] = block.insert_arg(t, len(block.args))
-        _hint(accs[i], acc_names[i])
+        set_name_hint(accs[i], acc_names[i])
     old_attrs: list[DictionaryAttr] = (
         list(grad.arg_attrs.data)
         if grad.arg_attrs is not None
         else [_arg_attr(f"arg{j}", False) for j in range(n_in)]
     )
     new_attrs = [_arg_attr(counter, True), *(_arg_attr(acc_names[i], True) for i in inputs)]
-    ipu = _placement(grad) or _placement(fwd)
+    ipu = graph_placement(grad) or graph_placement(fwd)
     if ipu is not None:
         new_attrs = [DictionaryAttr(dict(sorted({**a.data, IPU_ATTR: ipu}.items()))) for a in new_attrs]
     grad.arg_attrs = ArrayAttr([*old_attrs, *new_attrs])

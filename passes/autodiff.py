@@ -316,6 +316,14 @@ def _ancestor_in(op: Operation, ops: set[Operation]) -> bool:
     return False
 
 
+def _check_index(arg: str, index: int, kind: str, n: int, graph: str) -> None:
+    """Raise unless `index` (from argument `arg`) names one of the `n` `kind`s of `@graph`."""
+    if not 0 <= index < n:
+        raise AutodiffError(
+            f"autodiff: {arg} index {index} is not an {kind} of graph @{graph} ({n} {kind}s)"
+        )
+
+
 def _is_float(v: SSAValue) -> bool:
     t = v.type
     if not isinstance(t, TensorType):
@@ -641,21 +649,13 @@ class Autodiff:
         else:
             provided = [int(j) for j in grads_provided]
             for j in provided:
-                if not 0 <= j < n_out:
-                    raise AutodiffError(
-                        f"autodiff: grads_provided index {j} is not an output of graph "
-                        f"@{name} ({n_out} outputs)"
-                    )
+                _check_index("grads_provided", j, "output", n_out, name)
         if grads_required is None:
             required = [i for i, a in enumerate(fblock.args) if _is_float(a)]
         else:
             required = [int(i) for i in grads_required]
             for i in required:
-                if not 0 <= i < n_in:
-                    raise AutodiffError(
-                        f"autodiff: grads_required index {i} is not an input of graph "
-                        f"@{name} ({n_in} inputs)"
-                    )
+                _check_index("grads_required", i, "input", n_in, name)
                 if not _is_float(fblock.args[i]):
                     raise AutodiffError(
                         f"autodiff: grads_required: input {i} ('{fwd.input_name(i)}') of graph "

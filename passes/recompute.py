@@ -51,27 +51,14 @@ from xl.dialects.ipu import IPU_ATTR
 from xl.passes.autodiff import (
     FWD_GRAD,
     FWD_INPUT,
-    AutodiffError,
     GradInfo,
-    graphs_by_name,
     unique_graph_name,
 )
+from xl.passes.graph_utils import grad_and_forward, graph_placement, set_name_hint
 
 
 class RecomputeError(ValueError):
     """A gradient graph cannot be recomputed as asked."""
-
-
-def _placement(graph: GraphOp) -> Attribute | None:
-    ids = {op.attributes[IPU_ATTR] for op in graph.body.walk() if IPU_ATTR in op.attributes}
-    return next(iter(ids)) if len(ids) == 1 else None
-
-
-def _hint(value: SSAValue, name: str) -> None:
-    try:
-        value.name_hint = name
-    except ValueError:
-        pass
 
 
 @dataclass
@@ -87,19 +74,7 @@ class Recomputed:
 
 def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomputed:
     """Creates `@<graph>_recomp`, the recomputing version of gradient graph `@graph`."""
-    graphs = graphs_by_name(module)
-    grad = graphs.get(graph)
-    if grad is None:
-        raise RecomputeError(f"recompute: no graph @{graph} in the module")
-    try:
-        info = GradInfo.from_graph(grad)
-    except AutodiffError as e:
-        raise RecomputeError(f"recompute: {e}") from None
-    fwd = graphs.get(info.forward)
-    if fwd is None:
-        raise RecomputeError(
-            f"recompute: @{graph} is the gradient graph of @{info.forward}, which is not in the module"
-        )
+    graphs, grad, info, fwd = grad_and_forward(module, graph, "recompute", RecomputeError)
     gblock = grad.body.block
     fblock = fwd.body.block
     n_conn = len(info.expected_inputs)
@@ -133,7 +108,7 @@ def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomput
         arg = block.insert_arg(type, len(block.args))
         name = attr.data[NAME_ATTR]
         assert isinstance(name, StringAttr)
-        _hint(arg, name.data)
+        set_name_hint(arg, name.data)
         attrs.append(attr)
         if conn is not None:
             conns.append(conn)
@@ -157,7 +132,7 @@ def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomput
         attr = arg_attr(grad, p, grad.input_is_by_ref(p))
         grad_arg[p] = add(gblock.args[p].type, attr, None)
 
-    ipu = _placement(grad) or _placement(fwd)
+    ipu = graph_placement(grad) or graph_placement(fwd)
     fwd_call = CallOp(
         fwd.graph_name,
         [fwd_in[i] for i in range(len(fblock.args))],
@@ -183,10 +158,10 @@ def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomput
             op.attributes[IPU_ATTR] = ipu
     for r, v in zip(fwd_call.res, fwd.output_op.outs):
         if v.name_hint:
-            _hint(r, v.name_hint)
+            set_name_hint(r, v.name_hint)
     for r, v in zip(grad_call.res, grad.output_op.outs):
         if v.name_hint:
-            _hint(r, v.name_hint)
+            set_name_hint(r, v.name_hint)
     block.add_op(OutputOp(list(grad_call.res)))
 
     new_name = name if name is not None else unique_graph_name(module, f"{graph}_recomp")

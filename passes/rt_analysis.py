@@ -156,6 +156,19 @@ def positions(block: Block) -> dict[Operation, int]:
     return {op: i for i, op in enumerate(block.ops)}
 
 
+def parent_positions(
+    op: Operation, cache: dict[Block, dict[Operation, int]]
+) -> tuple[Block, dict[Operation, int]]:
+    """The block of `op` and `positions` of that block, computed once per block into
+    `cache` (a caller that rewrites the block keeps the cached map valid)."""
+    block = op.parent
+    assert block is not None
+    pos = cache.get(block)
+    if pos is None:
+        pos = cache[block] = positions(block)
+    return block, pos
+
+
 def written_between(
     mem: Memory, v: SSAValue, block: Block, pos: dict[Operation, int], lo: int, hi: int
 ) -> bool:

@@ -33,7 +33,7 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     f64,
 )
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xl.dialects import rt
 from xl.dialects.popxl import from_attr
@@ -42,7 +42,7 @@ from xl.passes.rt_analysis import (
     Memory,
     kernel_io,
     kernel_name,
-    positions,
+    parent_positions,
     programs,
     written_between,
 )
@@ -103,6 +103,26 @@ def _users(v: SSAValue) -> set[Operation]:
     return {u.operation for u in v.uses}
 
 
+def _sole_matmul(
+    mem: Memory, v: SSAValue, user: Operation
+) -> tuple[rt.KernelOp, tuple[SSAValue, ...]] | None:
+    """If alloc `v` is written only by a `popxl.matmul` in `user`'s block and read only by
+    `user`, that matmul and its two inputs."""
+    mm = _single_writer(mem, v)
+    if not isinstance(mm, rt.KernelOp) or kernel_name(mm) != "popxl.matmul":
+        return None
+    mm_ins, mm_outs = kernel_io(mm)
+    if (
+        len(mm_ins) == 2
+        and list(mm_outs) == [v]
+        and mm.parent is user.parent
+        and isinstance(v.owner, rt.AllocOp)
+        and _users(v) == {mm, user}
+    ):
+        return mm, mm_ins
+    return None
+
+
 def _transpose_src(mem: Memory, v: SSAValue) -> tuple[SSAValue, Operation] | None:
     """If `v` is (only) written by a 2-D `popxl.transpose`, its source and that kernel."""
     w = _single_writer(mem, v)
@@ -151,32 +171,23 @@ def fold_updates(program: rt.ProgramOp) -> int:
         for op in program.walk()
         if isinstance(op, rt.KernelOp) and kernel_name(op) == "popxl.scaled_add_"
     ]
-    pos_cache: dict = {}
+    pos_cache: dict[Block, dict[Operation, int]] = {}
     for upd in candidates:
         upd_ins, upd_outs = kernel_io(upd)
         if len(upd_ins) != 2 or len(upd_outs) != 1 or upd_outs[0] is not upd_ins[0]:
             continue
         w, g = upd_ins
-        mm = _single_writer(mem, g)
-        if not isinstance(mm, rt.KernelOp) or kernel_name(mm) != "popxl.matmul":
+        found = _sole_matmul(mem, g, upd)
+        if found is None:
             continue
-        mm_ins, mm_outs = kernel_io(mm)
+        mm, mm_ins = found
         if not (
-            len(mm_ins) == 2
-            and list(mm_outs) == [g]
-            and mm.parent is upd.parent
-            and isinstance(g.owner, rt.AllocOp)
-            and _users(g) == {mm, upd}
-            and g.type == w.type
+            g.type == w.type
             and all(_float2d(v) for v in (w, *mm_ins))
             and all(_dtype(v) == _dtype(w) for v in mm_ins)
         ):
             continue
-        block = upd.parent
-        assert block is not None
-        pos = pos_cache.get(block)
-        if pos is None:
-            pos = pos_cache[block] = positions(block)
+        block, pos = parent_positions(upd, pos_cache)
         if pos[mm] > pos[upd]:
             continue
         # Operands as the fused kernel will read them, and where the original read them.
@@ -242,7 +253,7 @@ def fold_bias_adds(program: rt.ProgramOp) -> int:
     adds = [
         op for op in program.walk() if isinstance(op, rt.KernelOp) and kernel_name(op) == "popxl.add"
     ]
-    pos_cache: dict = {}
+    pos_cache: dict[Block, dict[Operation, int]] = {}
     for add in adds:
         ins, outs = kernel_io(add)
         if len(ins) != 2 or len(outs) != 1:
@@ -250,19 +261,14 @@ def fold_bias_adds(program: rt.ProgramOp) -> int:
         z = outs[0]
         for k in (0, 1):
             m, c = ins[k], ins[1 - k]
-            mm = _single_writer(mem, m)
-            if not isinstance(mm, rt.KernelOp) or kernel_name(mm) != "popxl.matmul":
+            found = _sole_matmul(mem, m, add)
+            if found is None:
                 continue
-            mm_ins, mm_outs = kernel_io(mm)
+            mm, mm_ins = found
             if not (
-                len(mm_ins) == 2
-                and list(mm_outs) == [m]
-                and mm.parent is add.parent
-                and isinstance(m.owner, rt.AllocOp)
-                and isinstance(z.owner, rt.AllocOp)
+                isinstance(z.owner, rt.AllocOp)
                 and m is not c
                 and z not in ins
-                and _users(m) == {mm, add}
                 and m.type == z.type
                 and mem.writers.get(z) == [add]
                 and all(_float2d(v) for v in (z, *mm_ins))
@@ -270,11 +276,7 @@ def fold_bias_adds(program: rt.ProgramOp) -> int:
                 and len(shape_of(c.type)) <= 2
             ):
                 continue
-            block = add.parent
-            assert block is not None
-            pos = pos_cache.get(block)
-            if pos is None:
-                pos = pos_cache[block] = positions(block)
+            block, pos = parent_positions(add, pos_cache)
             if pos[mm] > pos[add] or any(
                 mem.root(v) is mem.root(z)
                 or written_between(mem, v, block, pos, pos[mm] + 1, pos[add] - 1)

@@ -37,6 +37,7 @@ from xl.dialects import rt
 from xl.passes.rt_analysis import (
     ELEMENTWISE,
     Memory,
+    blocks,
     kernel_io,
     kernel_name,
     positions,
@@ -166,12 +167,7 @@ def fuse_elementwise(program: rt.ProgramOp) -> int:
     """Fuse every eligible chain in `program`; returns the number of fused kernels."""
     mem = Memory(program)
     n = 0
-    blocks: list[Block] = [program.body.block]
-    for op in program.walk():
-        if op is not program:
-            for r in op.regions:
-                blocks.extend(r.blocks)
-    for b in blocks:
+    for b in list(blocks(program)):
         n += _fuse_block(b, mem)
     return n
 

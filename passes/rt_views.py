@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
+from xdsl.ir import Block, Operation
 from xdsl.passes import ModulePass
 from xl.dialects import rt
 from xl.dialects.utils import dtype_of
@@ -31,7 +32,7 @@ from xl.passes.rt_analysis import (
     ancestor_in,
     kernel_io,
     kernel_name,
-    positions,
+    parent_positions,
     programs,
     written_between,
 )
@@ -39,7 +40,7 @@ from xl.passes.rt_analysis import (
 
 def mark_views(program: rt.ProgramOp) -> int:
     mem = Memory(program)
-    pos_cache: dict = {}
+    pos_cache: dict[Block, dict[Operation, int]] = {}
     n = 0
     for op in list(program.walk()):
         if not (
@@ -62,11 +63,7 @@ def mark_views(program: rt.ProgramOp) -> int:
             or src in mem.unknown
         ):
             continue
-        block = op.parent
-        assert block is not None
-        pos = pos_cache.get(block)
-        if pos is None:
-            pos = pos_cache[block] = positions(block)
+        block, pos = parent_positions(op, pos_cache)
         last = pos[op]
         ok = True
         for use in dst.uses:

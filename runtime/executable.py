@@ -165,6 +165,23 @@ class Executable:
 # ------------------------------------------------------------------------------------
 
 
+def stream_entry(op: rt.H2DOp | rt.D2HOp, table: dict[str, Any], cls: type, verb: str) -> Any:
+    """The `cls(name, shape, dtype)` entry of `table` for the stream `op` loads or stores
+    (made on first use); raises `PlanError` when the stream is `verb` with another type."""
+    t = op.buffer.type
+    assert isinstance(t, MemRefType)
+    name = op.stream.data
+    shape, dtype = shape_of(t), dtype_of(t)
+    s = table.get(name)
+    if s is None:
+        s = table[name] = cls(name, shape, dtype)
+    elif (s.shape, s.dtype) != (shape, dtype):
+        raise PlanError(
+            f"runtime: stream \"{name}\" is {verb} as {s.shape} {s.dtype} and as {shape} {dtype}"
+        )
+    return s
+
+
 def _h2d(buf: np.ndarray, s: _StreamIn) -> None:
     data = s.data
     assert data is not None
@@ -243,29 +260,10 @@ class _Compiler:
         if isinstance(op, rt.CopyOp):
             return partial(np.copyto, self.buf(op.dest), self.buf(op.source))
         if isinstance(op, rt.H2DOp):
-            t = op.buffer.type
-            assert isinstance(t, MemRefType)
-            s = self.inputs.get(op.stream.data)
-            shape, dtype = shape_of(t), dtype_of(t)
-            if s is None:
-                s = self.inputs[op.stream.data] = _StreamIn(op.stream.data, shape, dtype)
-            elif (s.shape, s.dtype) != (shape, dtype):
-                raise PlanError(
-                    f"runtime: stream \"{s.name}\" is loaded as {s.shape} {s.dtype} "
-                    f"and as {shape} {dtype}"
-                )
+            s = stream_entry(op, self.inputs, _StreamIn, "loaded")
             return partial(_h2d, self.buf(op.buffer), s)
         if isinstance(op, rt.D2HOp):
-            t = op.buffer.type
-            o = self.outputs.get(op.stream.data)
-            shape, dtype = shape_of(t), dtype_of(t)
-            if o is None:
-                o = self.outputs[op.stream.data] = _StreamOut(op.stream.data, shape, dtype)
-            elif (o.shape, o.dtype) != (shape, dtype):
-                raise PlanError(
-                    f"runtime: stream \"{o.name}\" is stored as {o.shape} {o.dtype} "
-                    f"and as {shape} {dtype}"
-                )
+            o = stream_entry(op, self.outputs, _StreamOut, "stored")
             return partial(_d2h, self.buf(op.buffer), o)
         if isinstance(op, rt.LoopOp):
             body = self.compile_block(op.body.block)

@@ -33,14 +33,13 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Block, Operation, SSAValue
 from xl.dialects import rt
 from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.passes.rt_analysis import kernel_io
 from xl.runtime import blas
-from xl.runtime.executable import PlanError
+from xl.runtime.executable import PlanError, stream_entry
 from xl.runtime.kernels import KERNELS
 from xl.runtime.xl_kernels import parse_steps
 
@@ -313,6 +312,19 @@ def _layout_view(name: str, x: np.ndarray, out: np.ndarray, p: dict[str, Any]) -
     return v
 
 
+def _gelu_tanh(g: Gen, k: Callable[[float], str], x: str, x2: str, u: str) -> list[str]:
+    """Lines that leave x^2 in `x2` and tanh(sqrt(2/pi) x (1 + 0.044715 x^2)) in `u` (`x2` may be `u`)."""
+    mul, add = g.fn(np.multiply), g.fn(np.add)
+    return [
+        f"{mul}({x}, {x}, {x2})",
+        f"{mul}({x2}, {k(_GELU_A)}, {u})",
+        f"{add}({u}, {k(1)}, {u})",
+        f"{mul}({u}, {x}, {u})",
+        f"{mul}({u}, {k(_SQRT_2_OVER_PI)}, {u})",
+        f"{g.fn(np.tanh)}({u}, {u})",
+    ]
+
+
 @template("popxl.gelu")
 def _t_gelu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     """0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), as the reference kernel, no temporaries."""
@@ -329,12 +341,7 @@ def _t_gelu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     mul, add = g.fn(np.multiply), g.fn(np.add)
     k = partial(g.const, dtype=out.dtype)
     return [
-        f"{mul}({x}, {x}, {u})",
-        f"{mul}({u}, {k(_GELU_A)}, {u})",
-        f"{add}({u}, {k(1)}, {u})",
-        f"{mul}({u}, {x}, {u})",
-        f"{mul}({u}, {k(_SQRT_2_OVER_PI)}, {u})",
-        f"{g.fn(np.tanh)}({u}, {u})",
+        *_gelu_tanh(g, k, x, u, u),
         f"{add}({u}, {k(1)}, {u})",
         f"{mul}({u}, {k(0.5)}, {u})",
         f"{mul}({x}, {u}, {o[0]})",
@@ -356,12 +363,7 @@ def _t_gelu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     mul, add = g.fn(np.multiply), g.fn(np.add)
     k = partial(g.const, dtype=out.dtype)
     return [
-        f"{mul}({x}, {x}, {x2})",
-        f"{mul}({x2}, {k(_GELU_A)}, {u})",
-        f"{add}({u}, {k(1)}, {u})",
-        f"{mul}({u}, {x}, {u})",
-        f"{mul}({u}, {k(_SQRT_2_OVER_PI)}, {u})",
-        f"{g.fn(np.tanh)}({u}, {u})",  # t
+        *_gelu_tanh(g, k, x, x2, u),  # t
         f"{mul}({x2}, {k(3 * _GELU_A * _SQRT_2_OVER_PI)}, {x2})",  # du
         f"{add}({x2}, {k(_SQRT_2_OVER_PI)}, {x2})",
         f"{mul}({x2}, {x}, {x2})",
@@ -387,6 +389,27 @@ def _t_relu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     ]
 
 
+def _kept_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` with the reduced `axes` kept as 1 (the shape of a keepdims reduction)."""
+    return tuple(1 if d in axes else n for d, n in enumerate(shape))
+
+
+def _softmax_axis(out: np.ndarray, p: dict[str, Any]) -> tuple[int, tuple[int, ...]]:
+    """The normalised softmax axis and the keepdims shape of a reduction over it."""
+    axis = int(p["axis"]) % out.ndim
+    return axis, _kept_shape(out.shape, (axis,))
+
+
+def _reduce_into(
+    g: Gen, ufunc: np.ufunc, src: str, x: np.ndarray, out: np.ndarray, axes: tuple[int, ...]
+) -> list[str] | None:
+    """`ufunc.reduce` of `src` (`x`) over `axes` straight into a keepdims view of `out`, or None."""
+    kshape = _kept_shape(x.shape, axes)
+    if math.prod(kshape) != out.size or not out.flags.c_contiguous:
+        return None
+    return [f"{g.fn(ufunc.reduce)}({src}, {axes!r}, None, {g.view(out.reshape(kshape))}, True)"]
+
+
 @template("popxl.softmax")
 def _t_softmax(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 1, 1):
@@ -394,8 +417,7 @@ def _t_softmax(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     out = g.arr(op.outs[0])
     if out.dtype.kind != "f" or out.ndim == 0:
         return None
-    axis = int(p["axis"]) % out.ndim
-    kshape = tuple(1 if d == axis else n for d, n in enumerate(out.shape))
+    axis, kshape = _softmax_axis(out, p)
     _, m = g.scratch(kshape, out.dtype)
     _, s = g.scratch(kshape, out.dtype)
     return [
@@ -414,8 +436,7 @@ def _t_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]
     out = g.arr(op.outs[0])
     if out.dtype.kind != "f" or any(g.arr(v).shape != out.shape for v in op.ins):
         return None
-    axis = int(p["axis"]) % out.ndim
-    kshape = tuple(1 if d == axis else n for d, n in enumerate(out.shape))
+    axis, kshape = _softmax_axis(out, p)
     _, t = g.scratch(out.shape, out.dtype)
     _, s = g.scratch(kshape, out.dtype)
     dy, y = i
@@ -434,12 +455,11 @@ def _reduce_template(ufunc: np.ufunc) -> Template:
         x, out = g.arr(op.ins[0]), g.arr(op.outs[0])
         axes = p.get("axis")
         axes = tuple(range(x.ndim)) if axes is None else tuple(int(a) % max(x.ndim, 1) for a in axes)
-        kshape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
-        if math.prod(kshape) != out.size or not out.flags.c_contiguous or x.size == 0:
+        if x.size == 0:
             return None
         if ufunc is np.add and x.dtype.kind in "biu" and x.dtype != out.dtype:
             return None
-        return [f"{g.fn(ufunc.reduce)}({i[0]}, {axes!r}, None, {g.view(out.reshape(kshape))}, True)"]
+        return _reduce_into(g, ufunc, i[0], x, out, axes)
 
     return t
 
@@ -460,10 +480,9 @@ def _t_reduce_to_shape(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, A
     )
     if not axes:
         return [f"{g.fn(np.copyto)}({o[0]}, {i[0]})"]
-    kshape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
-    if math.prod(kshape) != out.size or not out.flags.c_contiguous or x.dtype != out.dtype:
+    if x.dtype != out.dtype:
         return None
-    return [f"{g.fn(np.add.reduce)}({i[0]}, {axes!r}, None, {g.view(out.reshape(kshape))}, True)"]
+    return _reduce_into(g, np.add, i[0], x, out, axes)
 
 
 @template("popxl.scaled_add_")
@@ -652,7 +671,7 @@ class PlanBuilder:
             self.emit(f"{g.fn(np.copyto)}({g.buf(op.dest)}, {g.buf(op.source)})", depth)
             return
         if isinstance(op, rt.H2DOp):
-            s = self.stream(op, self.inputs, self._stream_in, "loaded")
+            s = stream_entry(op, self.inputs, self._stream_in, "loaded")
             sn, b = g.bind(s, "s"), g.buf(op.buffer)
             self.emit(
                 f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}({b}, _d[_i % _d.shape[0]]); "
@@ -661,7 +680,7 @@ class PlanBuilder:
             )
             return
         if isinstance(op, rt.D2HOp):
-            s = self.stream(op, self.outputs, self._stream_out, "stored")
+            s = stream_entry(op, self.outputs, self._stream_out, "stored")
             sn, b = g.bind(s, "s"), g.buf(op.buffer)
             self.emit(
                 f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}(_d[_i % _d.shape[0], ...], {b}); "
@@ -681,20 +700,6 @@ class PlanBuilder:
             self.block(op.else_region.block, depth + 1)
             return
         raise PlanError(f"runtime: cannot execute '{op.name}'")
-
-    def stream(self, op: rt.H2DOp | rt.D2HOp, table: dict[str, Any], cls: type, verb: str) -> Any:
-        t = op.buffer.type
-        assert isinstance(t, MemRefType)
-        name = op.stream.data
-        shape, dtype = shape_of(t), dtype_of(t)
-        s = table.get(name)
-        if s is None:
-            s = table[name] = cls(name, shape, dtype)
-        elif (s.shape, s.dtype) != (shape, dtype):
-            raise PlanError(
-                f"runtime: stream \"{name}\" is {verb} as {s.shape} {s.dtype} and as {shape} {dtype}"
-            )
-        return s
 
     def kernel(self, rop: rt.KernelOp, depth: int) -> None:
         g = self.g

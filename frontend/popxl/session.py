@@ -8,7 +8,7 @@ While attached, `get_tensor_data` lazily fetches the device values after a `run`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -250,17 +250,11 @@ class Session:
     # -- running --------------------------------------------------------------------------------
     def _prepare_inputs(self, inputs: Mapping[HostToDeviceStream, Any] | None, downcast: bool) -> dict[str, np.ndarray]:
         inputs = dict(inputs or {})
-        expected = set(self._h2d)
-        given = set(inputs)
-        unexpected = [s for s in given if s not in expected]
-        missing = [s for s in self._h2d if s not in given]
-        if unexpected or missing:
-            msg = "Session.run: the inputs do not match the streams the program loads."
-            if unexpected:
-                msg += f"\nUnexpected: {', '.join(_stream_str(s) for s in unexpected)}"
-            if missing:
-                msg += f"\nMissing: {', '.join(_stream_str(s) for s in missing)}"
-            raise ValueError(msg)
+        _check_streams(
+            "Session.run: the inputs do not match the streams the program loads.",
+            set(inputs),
+            self._h2d,
+        )
         out: dict[str, np.ndarray] = {}
         for s in self._h2d:
             data = inputs[s]
@@ -306,16 +300,11 @@ class Session:
         """Run, writing the results into the user-provided `outputs` arrays."""
         self._require_attached("run_with_outputs")
         outputs = dict(outputs) if outputs is not None else self.create_host_outputs()
-        expected = set(self._d2h)
-        unexpected = [s for s in outputs if s not in expected]
-        missing = [s for s in self._d2h if s not in outputs]
-        if unexpected or missing:
-            msg = "Session.run_with_outputs: the outputs do not match the streams the program stores."
-            if unexpected:
-                msg += f"\nUnexpected: {', '.join(_stream_str(s) for s in unexpected)}"
-            if missing:
-                msg += f"\nMissing: {', '.join(_stream_str(s) for s in missing)}"
-            raise ValueError(msg)
+        _check_streams(
+            "Session.run_with_outputs: the outputs do not match the streams the program stores.",
+            outputs,
+            self._d2h,
+        )
         for s, arr in outputs.items():
             full = self._full_input_shape(s.shape)
             if not isinstance(arr, np.ndarray) or arr.shape != full or arr.dtype != np.dtype(s.dtype.as_numpy()):
@@ -342,3 +331,18 @@ def _stream_str(s: Any) -> str:
     if isinstance(s, HostToDeviceStream | DeviceToHostStream):
         return f"{s.tensor_id} {s.shape} {s.dtype.name}"
     return repr(s)
+
+
+def _check_streams(header: str, given: Collection[Any], expected: Sequence[Any]) -> None:
+    """Raise a `ValueError` (`header`, then the unexpected and the missing streams) unless
+    the streams `given` are exactly those `expected`."""
+    expected_set = set(expected)
+    unexpected = [s for s in given if s not in expected_set]
+    missing = [s for s in expected if s not in given]
+    if unexpected or missing:
+        msg = header
+        if unexpected:
+            msg += f"\nUnexpected: {', '.join(_stream_str(s) for s in unexpected)}"
+        if missing:
+            msg += f"\nMissing: {', '.join(_stream_str(s) for s in missing)}"
+        raise ValueError(msg)

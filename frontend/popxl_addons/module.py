@@ -249,6 +249,12 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
                     "pass overwrite=True to replace it"
                 )
 
+    def _add_named(self, name: str, factory: Any, tensor: Any, overwrite: bool) -> Any:
+        """Record named input `name`: its factory (or factories) and its tensor(s); returns `tensor`."""
+        self._variable_factories.insert(name, factory, overwrite)
+        self._named_inputs.insert(name, tensor, overwrite)
+        return tensor
+
     def add_variable_input(
         self,
         name: str,
@@ -266,9 +272,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         name = str(name)
         self._check_free(name, overwrite)
         tensor, vf = add_variable_input(name, data_iter, dtype, by_ref, replica_grouping)
-        self._variable_factories.insert(name, vf, overwrite)
-        self._named_inputs.insert(name, tensor, overwrite)
-        return tensor
+        return self._add_named(name, vf, tensor, overwrite)
 
     def add_replica_sharded_variable_input(
         self,
@@ -286,9 +290,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         tensor, vf = add_replica_sharded_variable_input(
             name, data_iter, dtype, by_ref, replica_grouping, shard_over
         )
-        self._variable_factories.insert(name, vf, overwrite)
-        self._named_inputs.insert(name, tensor, overwrite)
-        return tensor
+        return self._add_named(name, vf, tensor, overwrite)
 
     def add_variable_factory(
         self, variable_f: VariableFactory, name: Optional[str] = None, overwrite: bool = False
@@ -299,9 +301,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
             raise ValueError("add_variable_factory: the factory has no name; pass name=")
         self._check_free(name, overwrite)
         tensor = variable_f._graph_input(name)
-        self._variable_factories.insert(name, variable_f, overwrite)
-        self._named_inputs.insert(name, tensor, overwrite)
-        return tensor
+        return self._add_named(name, variable_f, tensor, overwrite)
 
     def add_variable_inputs(
         self, name: Union[str, int], variable_f: NamedVariableFactories, overwrite: bool = False
@@ -315,9 +315,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         self._check_free(name, overwrite)
         inputs = {k: f._graph_input(f"{name}.{k}") for k, f in variable_f.to_dict().items()}
         named = NamedTensors.from_dict(inputs)
-        self._variable_factories.insert(name, variable_f.copy(), overwrite)
-        self._named_inputs.insert(name, named, overwrite)
-        return named
+        return self._add_named(name, variable_f.copy(), named, overwrite)
 
     def __repr__(self) -> str:
         return object.__repr__(self)
