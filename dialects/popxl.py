@@ -817,6 +817,12 @@ CosOp = _unary("popxl.cos", "`cos(x)` (popxl.ops.cos).")
 SinOp = _unary("popxl.sin", "`sin(x)` (popxl.ops.sin).")
 LogicalNotOp = _unary("popxl.logical_not", "`not x` on bool tensors.", "b")
 IdentityOp = _unary("popxl.identity", "A copy of the input (popxl.ops.identity).", "fiub")
+DetachOp = _unary(
+    "popxl.detach",
+    "A copy of the input that autodiff treats as a constant: no gradient flows "
+    "through it (popxl.ops.detach).",
+    "fiub",
+)
 
 
 def _canonicalization(*names: str) -> HasCanonicalizationPatternsTrait:
@@ -2254,6 +2260,7 @@ OPS: list[type[IRDLOperation]] = [
     SinOp,
     LogicalNotOp,
     IdentityOp,
+    DetachOp,
     CastOp,
     MatmulOp,
     SoftmaxOp,

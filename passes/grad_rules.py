@@ -123,6 +123,7 @@ NO_GRAD.update(
         "popxl.isinf",
         "popxl.isfinite",
         "popxl.onehot",
+        "popxl.detach",
         "popxl.init",
         "popxl.argmax",
         "popxl.argmin",

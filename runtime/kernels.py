@@ -257,6 +257,7 @@ def _gelu(p: dict[str, Any]) -> Kernel:
 
 
 @register("popxl.identity")
+@register("popxl.detach")
 def _identity(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, x)

@@ -424,3 +424,29 @@ def test_dynamic_update() -> None:
         lambda e, c, x, u: [e("popxl.dynamic_update", x, c(idx), u, axes=(0,), sizes=(2,))],
         [rand((4, 3)), rand((2, 3))],
     )
+
+
+def test_detach_stops_the_gradient():
+    """y = x * detach(x): dy/dx is detach(x) only (the detached factor is a constant)."""
+    import numpy as np
+    import popxl
+    import popxl.ops as ops
+    from popxl import transforms
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        def f(x: popxl.Tensor) -> popxl.Tensor:
+            return x * ops.detach(x)
+
+        g = ir.create_graph(f, popxl.TensorSpec((3,), popxl.float32))
+        info = transforms.autodiff(g)
+        x_data = np.array([1.0, -2.0, 3.0], np.float32)
+        x = popxl.variable(x_data, name="x")
+        call = ops.call_with_info(g, x)
+        dy = popxl.constant(np.ones(3, np.float32))
+        (dx,) = ops.call(info.graph, dy, inputs_dict=info.inputs_dict(call))
+        s = popxl.d2h_stream((3,), popxl.float32, "dx")
+        ops.host_store(s, dx)
+    with popxl.Session(ir, "cpu") as sess:
+        out = sess.run()[s]
+    np.testing.assert_allclose(out, x_data)  # not 2 * x, as without detach

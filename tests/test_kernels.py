@@ -821,3 +821,9 @@ def test_every_op_has_a_kernel_and_a_test():
     src = inspect.getsource(sys.modules[__name__])
     untested = [op.__name__ for op in P.OPS if f"P.{op.__name__}" not in src]
     assert not untested, untested
+
+
+def test_detach_copies(rng):
+    x = f32(rng, 2, 3)
+    (y,), _ = run(P.DetachOp, [x])
+    np.testing.assert_array_equal(y, x)

@@ -227,6 +227,7 @@ _OP_TYPES: dict[str, str] = {
     "popxl.cos": "Cos",
     "popxl.sin": "Sin",
     "popxl.identity": "Identity",
+    "popxl.detach": "Detach",
     "popxl.cast": "Cast",
     "popxl.matmul": "MatMul",
     "popxl.softmax": "Softmax",

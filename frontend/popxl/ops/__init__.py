@@ -24,7 +24,6 @@ from popxl.ops._utils import (
     emit,
     emit1,
     emit_inplace,
-    has_op,
     insert,
     to_tensor,
 )
@@ -156,8 +155,6 @@ def maximum(*ts: Tensor) -> Tensor:
 
 def add_(lhs: Tensor, rhs: Any) -> Tensor:
     """`lhs += rhs` in place."""
-    if has_op("popxl.add_"):
-        return emit_inplace("popxl.add_", _pair(lhs, rhs))
     return scaled_add_(lhs, rhs, 1.0, 1.0)
 
 
@@ -216,8 +213,6 @@ def isfinite(t: Tensor) -> Tensor:
 def _inplace_unary(name: str, fallback: Any) -> Any:
     def f(t: Tensor) -> Tensor:
         """In place; xl computes a new value and copies it into `t`."""
-        if has_op(f"popxl.{name}_"):
-            return emit_inplace(f"popxl.{name}_", [t])
         return _assign_(t, fallback(t))
 
     f.__name__ = f"{name}_"
@@ -238,8 +233,6 @@ swish_ = _inplace_unary("swish", swish)
 
 def clip(t: Tensor, min: float = float("-inf"), max: float = float("inf")) -> Tensor:
     """Clamp `t` to `[min, max]`."""
-    if has_op("popxl.clip"):
-        return emit1("popxl.clip", [t], min=float(min), max=float(max))
     out = t
     if max != float("inf"):
         out = negate(maximum(negate(out), constant(-max, t.dtype)))
@@ -296,32 +289,22 @@ def prod(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = Fa
 
 
 def sumsquare(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    if has_op("popxl.reduce_sumsquare"):
-        return _reduce("popxl.reduce_sumsquare", t, axis, keepdims)
     return sum(mul(t, t), axis, keepdims)
 
 
 def l2(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    if has_op("popxl.reduce_l2"):
-        return _reduce("popxl.reduce_l2", t, axis, keepdims)
     return sqrt(sumsquare(t, axis, keepdims))
 
 
 def l1(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    if has_op("popxl.reduce_l1"):
-        return _reduce("popxl.reduce_l1", t, axis, keepdims)
     return sum(abs(t), axis, keepdims)
 
 
 def logsum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    if has_op("popxl.reduce_logsum"):
-        return _reduce("popxl.reduce_logsum", t, axis, keepdims)
     return log(sum(t, axis, keepdims))
 
 
 def logsumexp(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    if has_op("popxl.reduce_logsumexp"):
-        return _reduce("popxl.reduce_logsumexp", t, axis, keepdims)
     m = max(t, axis, keepdims=True)
     out = add(log(sum(exp(sub(t, m)), axis, keepdims=True)), m)
     if not keepdims:
@@ -609,13 +592,10 @@ def dynamic_slice(t: Tensor, index: Tensor, axes: Sequence[int], sizes: Sequence
 
 def dynamic_update(t: Tensor, index: Tensor, t_update: Tensor, axes: Sequence[int], sizes: Sequence[int], no_overlap: bool = False) -> Tensor:
     """A copy of `t` with `t_update` written at runtime offsets `index`."""
-    if has_op("popxl.dynamic_update"):
-        return emit1(
-            "popxl.dynamic_update", [t, to_tensor(index, dtypes.uint32), t_update],
-            axes=tuple(int(a) for a in axes), sizes=tuple(int(s) for s in sizes), no_overlap=bool(no_overlap),
-        )
-    out = identity(t)
-    return dynamic_update_(out, index, t_update, axes, sizes, no_overlap)
+    return emit1(
+        "popxl.dynamic_update", [t, to_tensor(index, dtypes.uint32), t_update],
+        axes=tuple(int(a) for a in axes), sizes=tuple(int(s) for s in sizes), no_overlap=bool(no_overlap),
+    )
 
 
 def dynamic_update_(t: Tensor, index: Tensor, t_update: Tensor, axes: Sequence[int], sizes: Sequence[int], no_overlap: bool = False) -> Tensor:
@@ -650,8 +630,6 @@ def softmax(t: Tensor, axis: int) -> Tensor:
 def group_norm(t: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: float = 1e-5) -> Tensor:
     """Group normalisation of `t` `(N, C, *spatial)` over groups of `C / num_groups`
     channels, then `* weight + bias` (per channel). Built from elementary ops."""
-    if has_op("popxl.group_norm"):
-        return emit1("popxl.group_norm", [t, weight, bias], num_groups=int(num_groups), eps=float(eps))
     if t.rank < 2:
         raise ValueError(f"ops.group_norm: input must have rank >= 2, got {t.shape}")
     n, c = t.shape[0], t.shape[1]
@@ -669,8 +647,6 @@ def group_norm(t: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: fl
 
 def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
     """`group_norm` with one group: normalise each row of `t` `(N, C)`."""
-    if has_op("popxl.layer_norm"):
-        return emit1("popxl.layer_norm", [t, weight, bias], eps=float(eps))
     return group_norm(t, weight, bias, 1, eps)
 
 
@@ -813,17 +789,13 @@ def rename(t: Tensor, output_name: str | None = None) -> Tensor:
 
 def detach(t: Tensor) -> Tensor:
     """A copy of `t` that autodiff treats as a constant (no gradient flows through)."""
-    if has_op("popxl.detach"):
-        return emit1("popxl.detach", [t])
-    return identity(t)
+    return emit1("popxl.detach", [t])
 
 
 detach_ = detach
 
 
 def print_tensor(t: Tensor, title: str | None = None, print_self: bool = True, print_gradient: bool = False, **kwargs: Any) -> Tensor:
-    if has_op("popxl.print_tensor"):
-        return emit1("popxl.print_tensor", [t], title=title if title is not None else t.name)
     return identity(t)
 
 

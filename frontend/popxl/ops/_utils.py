@@ -29,14 +29,6 @@ def op_class(name: str) -> type:
     return cls
 
 
-def has_op(name: str) -> bool:
-    try:
-        op_class(name)
-        return True
-    except NotImplementedError:
-        return False
-
-
 def check_in_graph(g: Graph, ts: Sequence[Tensor], what: str) -> None:
     for t in ts:
         if not isinstance(t, Tensor):
