@@ -226,3 +226,21 @@ def test_grouped_variable_per_replica_values():
     s.write_variable_data(v, np.zeros((2, 2), np.float32))
     with s:
         np.testing.assert_allclose(s.run()[ys], np.zeros((4, 2)))
+
+
+def test_iadd_updates_in_place():
+    """`t += 1` is ops.add_: the variable itself changes, run after run."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        v = popxl.variable(np.zeros(3, np.float32), name="v")
+        alias = v
+        v += 1.0
+        assert v is alias
+        s = popxl.d2h_stream((3,), popxl.float32, "out")
+        ops.host_store(s, v)
+    with popxl.Session(ir, "cpu") as sess:
+        first = sess.run()[s].copy()
+        second = sess.run()[s]
+    np.testing.assert_array_equal(first, np.ones(3))
+    np.testing.assert_array_equal(second, np.full(3, 2.0))
+    np.testing.assert_array_equal(sess.get_tensor_data(v), np.full(3, 2.0))

@@ -314,6 +314,12 @@ class Tensor:
     def __radd__(self, o: Any) -> Tensor:
         return self._binop("add", o, True)
 
+    def __iadd__(self, o: Any) -> Tensor:
+        """`t += o` updates `t` in place (`ops.add_`), as in PopXL."""
+        from popxl import ops
+
+        return ops.add_(self, o)
+
     def __sub__(self, o: Any) -> Tensor:
         return self._binop("sub", o)
 
