@@ -700,6 +700,14 @@ class Autodiff:
                 f"autodiff: @{grad.graph_name} is the gradient graph of @{info.forward}, "
                 f"not of @{callee_name}"
             )
+        n_grad_inputs = len(grad.body.block.args)
+        if len(info.expected_inputs) != n_grad_inputs:
+            extra = [grad.input_name(i) for i in range(len(info.expected_inputs), n_grad_inputs)]
+            raise AutodiffError(
+                f"autodiff: gradient graph @{grad.graph_name} of @{callee_name} has inputs that "
+                f"are not forward connections ({', '.join(extra)}, e.g. gradient accumulators); "
+                "it cannot be called from another gradient graph"
+            )
         inputs: list[SSAValue] = []
         callee_outs = callee.function_type.outputs.data
         for kind, idx in info.expected_inputs:

@@ -416,3 +416,35 @@ def test_factories_partial_zeros_are_fresh():
     a, b = f.next_data(), f.next_data()
     a[0] = 1
     assert b[0] == 0
+
+
+
+def test_remap_grad_info_on_an_accumulating_grad_graph():
+    """Connections cover the leading inputs; the accumulators after them are other args."""
+    from popxl_addons.transforms.autodiff import remap_grad_info
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        _, fwd = Layer().create_graph(X_SPEC)
+        _, bwd = addons.autodiff_with_accumulation(fwd, fwd.args.tensors)
+    info = bwd.grad_graph_info
+    remapped = remap_grad_info(info, fwd.graph, bwd.graph)
+    assert remapped.expected_inputs == info.expected_inputs
+    assert len(remapped.expected_inputs) < len(bwd.graph.inputs)
+
+
+def test_accumulating_grad_graph_cannot_be_called_from_another_grad_graph():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        inner = ir.create_graph(lambda x, w: x @ w, X_SPEC, popxl.TensorSpec((I, H), popxl.float32))
+
+        def outer(x: popxl.Tensor, w: popxl.Tensor) -> popxl.Tensor:
+            (y,) = ops.call(inner, x, w)
+            return y
+
+        outer_g = ir.create_graph(outer, X_SPEC, popxl.TensorSpec((I, H), popxl.float32))
+    m = ir._module
+    autodiff_pass(m, inner.name, grad_graph="inner_grad")
+    accumulate(m, "inner_grad", inputs=(1,))
+    with pytest.raises(Exception, match="not forward connections .*cannot be called from another"):
+        autodiff_pass(m, outer_g.name, called_grad_graphs={inner.name: "inner_grad"})

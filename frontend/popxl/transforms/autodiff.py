@@ -123,9 +123,10 @@ class GradGraphInfo:
     ) -> GradGraphInfo:
         """Record connections on a (hand-built) gradient graph and return its info.
 
-        `expected_inputs`: one `(kind, index)` per gradient graph input, kind
+        `expected_inputs`: one `(kind, index)` per leading gradient graph input, kind
         `"fwd_grad"` (gradient of forward output `index`), `"fwd_input"` (forward
-        input `index`) or `"fwd_output"` (forward output `index`).
+        input `index`) or `"fwd_output"` (forward output `index`); inputs after them
+        are other arguments (e.g. the accumulators added by `accumulate`).
         `expected_outputs`: the forward input index of each gradient graph output.
         """
         op = grad_graph._op
@@ -137,7 +138,7 @@ class GradGraphInfo:
         )
         n_in = len(op.body.block.args)
         n_out = len(op.function_type.outputs.data)
-        if len(info.expected_inputs) != n_in or len(info.expected_outputs) != n_out:
+        if len(info.expected_inputs) > n_in or len(info.expected_outputs) != n_out:
             raise ValueError(
                 f"GradGraphInfo: graph {grad_graph.name!r} has {n_in} inputs and {n_out} outputs; "
                 f"got {len(info.expected_inputs)} expected inputs and "
