@@ -711,6 +711,18 @@ class MaximumOp(BinaryOp):
 
 
 @irdl_op_definition
+class MinimumOp(BinaryOp):
+    """Elementwise minimum of two tensors.
+
+    ```mlir
+    %z = popxl.minimum %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+    ```
+    """
+
+    name = "popxl.minimum"
+
+
+@irdl_op_definition
 class EqualOp(BinaryOp):
     """`lhs == rhs`, bool result (popxl.ops.equal).
 
@@ -810,6 +822,7 @@ GeluOp = _unary(
 )
 TanhOp = _unary("popxl.tanh", "`tanh(x)` (popxl.ops.tanh).")
 SigmoidOp = _unary("popxl.sigmoid", "`1 / (1 + exp(-x))` (popxl.ops.sigmoid).")
+SwishOp = _unary("popxl.swish", "`x * sigmoid(x)` (popxl.ops.swish).")
 ExpOp = _unary("popxl.exp", "`exp(x)` (popxl.ops.exp).")
 LogOp = _unary("popxl.log", "natural logarithm (popxl.ops.log).")
 SqrtOp = _unary("popxl.sqrt", "square root (popxl.ops.sqrt).")
@@ -2242,6 +2255,7 @@ OPS: list[type[IRDLOperation]] = [
     DivOp,
     PowOp,
     MaximumOp,
+    MinimumOp,
     EqualOp,
     GreaterOp,
     LogicalAndOp,
@@ -2253,6 +2267,7 @@ OPS: list[type[IRDLOperation]] = [
     GeluOp,
     TanhOp,
     SigmoidOp,
+    SwishOp,
     ExpOp,
     LogOp,
     SqrtOp,

@@ -180,6 +180,7 @@ for _n, _u in (
     ("popxl.mul", np.multiply),
     ("popxl.pow", np.power),
     ("popxl.maximum", np.maximum),
+    ("popxl.minimum", np.minimum),
     ("popxl.equal", np.equal),
     ("popxl.greater", np.greater),
     ("popxl.logical_and", np.logical_and),
@@ -225,15 +226,25 @@ def _relu(p: dict[str, Any]) -> Kernel:
     return k
 
 
+def _sigmoid_into(x: np.ndarray, out: np.ndarray) -> None:
+    """Overflow-free: e = exp(-|x|); x >= 0: 1/(1+e), else e/(1+e)."""
+    e = np.exp(-np.abs(x))
+    num = np.where(x >= 0, np.ones_like(e), e)
+    e += 1
+    np.divide(num, e, out=out)
+
+
 @register("popxl.sigmoid")
 def _sigmoid(p: dict[str, Any]) -> Kernel:
-    """Overflow-free: e = exp(-|x|); x >= 0: 1/(1+e), else e/(1+e)."""
+    return _sigmoid_into
 
+
+@register("popxl.swish")
+def _swish(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
-        e = np.exp(-np.abs(x))
-        num = np.where(x >= 0, np.ones_like(e), e)
-        e += 1
-        np.divide(num, e, out=out)
+        s = np.empty_like(out)
+        _sigmoid_into(x, s)
+        np.multiply(x, s, out=out)
 
     return k
 

@@ -827,3 +827,13 @@ def test_detach_copies(rng):
     x = f32(rng, 2, 3)
     (y,), _ = run(P.DetachOp, [x])
     np.testing.assert_array_equal(y, x)
+
+
+def test_minimum_and_swish(rng):
+    a, b = f32(rng, 2, 3), f32(rng, 3)
+    (y,), _ = run(P.MinimumOp, [a, b])
+    np.testing.assert_array_equal(y, np.minimum(a, b))
+    x = f32(rng, 4, 5) * 10
+    (s,), _ = run(P.SwishOp, [x])
+    x64 = x.astype(np.float64)
+    close(s, x64 / (1 + np.exp(-x64)), rtol=1e-6, atol=1e-6)

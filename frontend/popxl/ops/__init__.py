@@ -188,7 +188,7 @@ geluerf = _unary("popxl.geluerf", "exact (erf) GELU.")
 
 def swish(t: Tensor) -> Tensor:
     """`t * sigmoid(t)`."""
-    return mul(t, sigmoid(t))
+    return emit1("popxl.swish", [t])
 
 
 def log2(t: Tensor) -> Tensor:

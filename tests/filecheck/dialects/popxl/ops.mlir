@@ -11,6 +11,7 @@ func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<3xf32>, %i: tensor<4xi32>
   %div = popxl.div %i, %i : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
   %pow = popxl.pow %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
   %max = popxl.maximum %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  %min = popxl.minimum %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
   %eq = popxl.equal %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xi1>
   %gt = popxl.greater %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xi1>
   %and = popxl.logical_and %p, %q : (tensor<4xi1>, tensor<4xi1>) -> tensor<4xi1>
@@ -23,12 +24,14 @@ func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<3xf32>, %i: tensor<4xi32>
   %gelu = popxl.gelu %b : (tensor<3xf32>) -> tensor<3xf32>
   %tanh = popxl.tanh %b : (tensor<3xf32>) -> tensor<3xf32>
   %sig = popxl.sigmoid %b : (tensor<3xf32>) -> tensor<3xf32>
+  %swish = popxl.swish %b : (tensor<3xf32>) -> tensor<3xf32>
   %exp = popxl.exp %b : (tensor<3xf32>) -> tensor<3xf32>
   %log = popxl.log %b : (tensor<3xf32>) -> tensor<3xf32>
   %sqrt = popxl.sqrt %b : (tensor<3xf32>) -> tensor<3xf32>
   %cos = popxl.cos %b : (tensor<3xf32>) -> tensor<3xf32>
   %sin = popxl.sin %b : (tensor<3xf32>) -> tensor<3xf32>
   %id = popxl.identity %i : (tensor<4xi32>) -> tensor<4xi32>
+  %det = popxl.detach %b : (tensor<3xf32>) -> tensor<3xf32>
   %cast = popxl.cast %i : (tensor<4xi32>) -> tensor<4xf16>
   %w = popxl.where %p, %i, %id : (tensor<4xi1>, tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
   func.return
@@ -41,6 +44,7 @@ func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<3xf32>, %i: tensor<4xi32>
 // CHECK-NEXT:    %div = popxl.div %i, %i : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
 // CHECK-NEXT:    %pow = popxl.pow %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
 // CHECK-NEXT:    %max = popxl.maximum %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    %min = popxl.minimum %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
 // CHECK-NEXT:    %eq = popxl.equal %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xi1>
 // CHECK-NEXT:    %gt = popxl.greater %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xi1>
 // CHECK-NEXT:    %and = popxl.logical_and %p, %q : (tensor<4xi1>, tensor<4xi1>) -> tensor<4xi1>
@@ -53,12 +57,14 @@ func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<3xf32>, %i: tensor<4xi32>
 // CHECK-NEXT:    %gelu = popxl.gelu %b : (tensor<3xf32>) -> tensor<3xf32>
 // CHECK-NEXT:    %tanh = popxl.tanh %b : (tensor<3xf32>) -> tensor<3xf32>
 // CHECK-NEXT:    %sig = popxl.sigmoid %b : (tensor<3xf32>) -> tensor<3xf32>
+// CHECK-NEXT:    %swish = popxl.swish %b : (tensor<3xf32>) -> tensor<3xf32>
 // CHECK-NEXT:    %exp = popxl.exp %b : (tensor<3xf32>) -> tensor<3xf32>
 // CHECK-NEXT:    %log = popxl.log %b : (tensor<3xf32>) -> tensor<3xf32>
 // CHECK-NEXT:    %sqrt = popxl.sqrt %b : (tensor<3xf32>) -> tensor<3xf32>
 // CHECK-NEXT:    %cos = popxl.cos %b : (tensor<3xf32>) -> tensor<3xf32>
 // CHECK-NEXT:    %sin = popxl.sin %b : (tensor<3xf32>) -> tensor<3xf32>
 // CHECK-NEXT:    %id = popxl.identity %i : (tensor<4xi32>) -> tensor<4xi32>
+// CHECK-NEXT:    %det = popxl.detach %b : (tensor<3xf32>) -> tensor<3xf32>
 // CHECK-NEXT:    %cast = popxl.cast %i : (tensor<4xi32>) -> tensor<4xf16>
 // CHECK-NEXT:    %w = popxl.where %p, %i, %id : (tensor<4xi1>, tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
 // CHECK-NEXT:    func.return
