@@ -7,48 +7,17 @@ through `ops.scaled_add_`.
 
 from __future__ import annotations
 
-from functools import partial
+import sys
+from pathlib import Path
 
 import numpy as np
 import popxl
 import popxl_addons as addons
 from popxl import ops
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
-class Linear(addons.Module):
-    def __init__(self, out_features: int, bias: bool = True):
-        super().__init__()
-        self.out_features = out_features
-        self.bias = bias
-
-    def build(self, x: popxl.Tensor) -> popxl.Tensor:
-        w = self.add_variable_input(
-            "weight",
-            partial(np.random.normal, 0, 0.02, (x.shape[-1], self.out_features)),
-            x.dtype,
-        )
-        y = x @ w
-        if self.bias:
-            b = self.add_variable_input("bias", partial(np.zeros, y.shape[-1]), x.dtype)
-            y = y + b
-        return y
-
-
-class Net(addons.Module):
-    def __init__(self, cache: addons.GraphCache | None = None):
-        super().__init__(cache=cache)
-        self.fc1 = Linear(512)
-        self.fc2 = Linear(512)
-        self.fc3 = Linear(512)
-        self.fc4 = Linear(10)
-
-    def build(self, x: popxl.Tensor):
-        x = x.reshape((-1, 28 * 28))
-        x = ops.gelu(self.fc1(x))
-        x = ops.gelu(self.fc2(x))
-        x = ops.gelu(self.fc3(x))
-        x = self.fc4(x)
-        return x
+from mnist import Net  # noqa: E402  (the tutorial's model, as in examples/mnist.py)
 
 
 def train_ir(batch_size: int, learning_rate: float = 0.05):
