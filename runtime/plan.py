@@ -168,6 +168,7 @@ _BINARY = {
     "popxl.sub": np.subtract,
     "popxl.mul": np.multiply,
     "popxl.maximum": np.maximum,
+    "popxl.minimum": np.minimum,
     "popxl.equal": np.equal,
     "popxl.greater": np.greater,
     "popxl.logical_and": np.logical_and,
@@ -195,9 +196,8 @@ def _arity(op: K, n_in: int, n_out: int) -> bool:
 def _t_binary(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 2, 1):
         return None
-    if op.name == "popxl.maximum":  # a positional `out` is deprecated for maximum/minimum
-        return [f"{g.fn(np.maximum)}({i[0]}, {i[1]}, out={o[0]})"]
-    return [f"{g.fn(_BINARY[op.name])}({i[0]}, {i[1]}, {o[0]})"]
+    # `out=` by keyword: a positional `out` is deprecated for maximum/minimum
+    return [f"{g.fn(_BINARY[op.name])}({i[0]}, {i[1]}, out={o[0]})"]
 
 
 @template("popxl.div")
@@ -246,10 +246,10 @@ def _t_pow(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
 
 
 def g_call_ufunc(g: Gen, f: np.ufunc, i: list[str], o: list[str]) -> list[str]:
-    return [f"{g.fn(f)}({', '.join(i)}, {o[0]})"]
+    return [f"{g.fn(f)}({', '.join(i)}, out={o[0]})"]
 
 
-@template("popxl.identity")
+@template("popxl.identity", "popxl.detach")
 def _t_identity(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 1, 1):
         return None
