@@ -1,4 +1,4 @@
-"""xl dialects: `graph`, `popxl` (tensor ops), `call`, `ipu` and the lowered `rt`."""
+"""xl dialects: `graph`, `popxl` (tensor ops), `call`, `ipu`, `pipeline` and the lowered `rt`."""
 
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
 
         return Ipu
 
+    def get_pipeline() -> Dialect:
+        from xl.dialects.pipeline import Pipeline
+
+        return Pipeline
+
     def get_rt() -> Dialect:
         from xl.dialects.rt import Rt
 
@@ -40,5 +45,6 @@ def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
         "popxl": get_popxl,
         "call": get_call,
         "ipu": get_ipu,
+        "pipeline": get_pipeline,
         "rt": get_rt,
     }

@@ -25,6 +25,21 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return AutodiffPass
 
+    def get_functionalize() -> type[ModulePass]:
+        from xl.passes.functionalize import FunctionalizePass
+
+        return FunctionalizePass
+
+    def get_pipeline() -> type[ModulePass]:
+        from xl.passes.pipeline import PipelinePass
+
+        return PipelinePass
+
+    def get_outline() -> type[ModulePass]:
+        from xl.passes.outline import OutlinePass
+
+        return OutlinePass
+
     def get_inline() -> type[ModulePass]:
         from xl.passes.inline import InlinePass
 
@@ -65,7 +80,10 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "accumulate": get_accumulate,
         "recompute": get_recompute,
         "autodiff": get_autodiff,
+        "functionalize": get_functionalize,
         "inline": get_inline,
+        "outline": get_outline,
+        "pipeline": get_pipeline,
         "lower-to-rt": get_lower_to_rt,
         "rt-fold-update": get_rt_fold_update,
         "rt-fuse-elementwise": get_rt_fuse_elementwise,
