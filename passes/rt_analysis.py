@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 from xdsl.dialects.builtin import MemRefType, ModuleOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xl.dialects import rt
+from xl.dialects.popxl import from_attr
+from xl.dialects.utils import dtype_of, shape_of
 
 VIEW_ATTR = "rt.view"
 
@@ -47,6 +50,49 @@ FULL_WRITE = ELEMENTWISE | frozenset(
         "popxl.nll_loss_with_softmax_grad", "popxl.softmax_grad", "xl.fused",
     }
 )  # fmt: skip
+
+
+def view_array(
+    kernel: str, x: np.ndarray, shape: tuple[int, ...], perm: Sequence[int] | None
+) -> np.ndarray | None:
+    """The NumPy view of `x` that a view kernel's output is bound to, or None when NumPy
+    cannot express it without copying (e.g. flattening a transposed view).
+
+    The one definition of what a view is: `rt-views` checks chains of views with it (on
+    stride-only stand-ins, see `layout`) and the runtime binds views with it.
+    """
+    if kernel == "popxl.transpose":
+        order = tuple(int(a) for a in perm) if perm is not None else tuple(range(x.ndim))[::-1]
+        if sorted(order) != list(range(x.ndim)):
+            return None
+        v = x.transpose(order)
+    elif kernel in ("popxl.reshape", "popxl.squeeze"):
+        try:
+            v = np.reshape(x, shape, copy=False)
+        except ValueError:
+            return None
+    else:
+        return None
+    return v if v.shape == tuple(shape) else None
+
+
+def transpose_perm(op: rt.KernelOp) -> tuple[int, ...] | None:
+    attr: Attribute | None = op.attributes.get("perm")
+    return None if attr is None else tuple(int(a) for a in from_attr(attr))
+
+
+def standin(shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
+    """A C-contiguous array of `shape` that owns no storage of that size (strides only):
+    for reasoning about layouts of arbitrarily large buffers. Never read or write it."""
+    itemsize = np.dtype(dtype).itemsize
+    strides: list[int] = []
+    acc = itemsize
+    for d in reversed(tuple(shape)):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return np.lib.stride_tricks.as_strided(
+        np.empty(1, dtype), shape=tuple(shape), strides=tuple(reversed(strides)), writeable=False
+    )
 
 
 def programs(module: ModuleOp) -> list[rt.ProgramOp]:
@@ -119,6 +165,7 @@ class Memory:
         self.unknown: set[SSAValue] = set()  # used by an op with unknown effects
         self.view_src: dict[SSAValue, SSAValue] = {}  # view output -> viewed buffer
         self.views: dict[SSAValue, list[SSAValue]] = {}  # buffer -> its direct views
+        self.view_op: dict[SSAValue, rt.KernelOp] = {}  # view output -> its kernel
         for op in program.walk():
             eff = effects(op)
             if eff is None:
@@ -135,7 +182,36 @@ class Memory:
         ins, outs = kernel_io(op)
         src, dst = ins[0], outs[0]
         self.view_src[dst] = src
+        self.view_op[dst] = op
         self.views.setdefault(src, []).append(dst)
+
+    def remove_view(self, op: rt.KernelOp) -> None:
+        """Undo `add_view(op)`."""
+        ins, outs = kernel_io(op)
+        src, dst = ins[0], outs[0]
+        del self.view_src[dst]
+        del self.view_op[dst]
+        self.views[src].remove(dst)
+
+    def layout(self, v: SSAValue) -> np.ndarray | None:
+        """A stride-only stand-in of `v` as the runtime binds it: the root buffer is
+        C-contiguous and every view kernel of the chain applies `view_array`. None if
+        some link of the chain cannot be a view."""
+        chain: list[SSAValue] = []
+        while v in self.view_src:
+            chain.append(v)
+            v = self.view_src[v]
+        if not is_buffer(v):
+            return None
+        arr: np.ndarray | None = standin(shape_of(v.type), dtype_of(v.type))
+        for dst in reversed(chain):
+            owner = self.view_op.get(dst)
+            if owner is None or arr is None:
+                return None
+            arr = view_array(
+                kernel_name(owner) or "", arr, shape_of(dst.type), transpose_perm(owner)
+            )
+        return arr
 
     def root(self, v: SSAValue) -> SSAValue:
         while v in self.view_src:

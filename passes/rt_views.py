@@ -1,11 +1,21 @@
 """`rt-views`: marks reshapes and transposes whose output can be a view of their input.
 
 A `popxl.reshape` / `popxl.squeeze` / `popxl.transpose` kernel gets the unit attribute
-`rt.view` when copying is unobservable: its output is written by nothing else, and its
-input's storage is not written from the kernel to the last use of the output. The
-runtime then binds the output to a NumPy view of the input and runs nothing (if NumPy
-cannot express the view, e.g. reshaping a transposed view, it copies as before).
-Running a marked kernel as a copy is still correct, so every plan accepts the output.
+`rt.view` when binding its output to a NumPy view of its input is unobservable and
+possible:
+
+- its output is written by nothing else, and every use of the output is after the
+  kernel in the same block (or nested in an op after it), so no use can see a value
+  the copy would not have had;
+- no op from the kernel to the last use of the output writes the viewed storage (the
+  root buffer and all its views), whether directly, in place, or nested in a loop/if;
+- the whole chain of views (root buffer, C-contiguous, then each view kernel) can be
+  expressed by NumPy without copying (`Memory.layout`, the same `view_array` the
+  runtime binds with): a transpose is always a view, but reshaping a transposed view
+  into a flat vector is not, so that reshape stays a copying kernel.
+
+Marks already present are dropped and recomputed, so a hand-written `rt.view` never
+makes an unsound plan. The runtime then binds the output and runs nothing.
 
 ```mlir
 // before
@@ -39,6 +49,9 @@ from xl.passes.rt_analysis import (
 
 
 def mark_views(program: rt.ProgramOp) -> int:
+    for op in program.walk():
+        if isinstance(op, rt.KernelOp) and VIEW_ATTR in op.attributes:
+            del op.attributes[VIEW_ATTR]
     mem = Memory(program)
     pos_cache: dict[Block, dict[Operation, int]] = {}
     n = 0
@@ -68,14 +81,18 @@ def mark_views(program: rt.ProgramOp) -> int:
         ok = True
         for use in dst.uses:
             anc = ancestor_in(use.operation, block)
-            if anc is None:
+            if anc is None or pos[anc] < pos[op]:
+                # outside the block, or read before the kernel (a previous loop iteration)
                 ok = False
                 break
             last = max(last, pos[anc])
         if not ok or written_between(mem, src, block, pos, pos[op], last):
             continue
-        op.attributes[VIEW_ATTR] = UnitAttr()
         mem.add_view(op)
+        if mem.layout(dst) is None:
+            mem.remove_view(op)
+            continue
+        op.attributes[VIEW_ATTR] = UnitAttr()
         n += 1
     return n
 

@@ -33,6 +33,7 @@ from xl.dialects import rt
 from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.runtime import xl_kernels as _xl_kernels  # noqa: F401  (registers xl.* kernels)
+from xl.runtime.aliasing import inputs_to_snapshot
 from xl.runtime.kernels import KERNELS
 
 Step = Callable[[], None]
@@ -196,6 +197,12 @@ def _d2h(buf: np.ndarray, s: _StreamOut) -> None:
     s.index += 1
 
 
+def _snapshot_then(copies: list[tuple[np.ndarray, np.ndarray]], step: Step) -> None:
+    for dst, src in copies:
+        np.copyto(dst, src)
+    step()
+
+
 def _loop(count: int, body: list[Step]) -> None:
     for _ in range(count):
         for f in body:
@@ -255,8 +262,16 @@ class _Compiler:
                 k: from_attr(v) for k, v in op.attributes.items() if not k.startswith("ipu.")
             }
             fn = factory(props)
-            args = [self.buf(v) for v in op.ins] + [self.buf(v) for v in op.outs]
-            return partial(fn, *args)
+            ins = [self.buf(v) for v in op.ins]
+            outs = [self.buf(v) for v in op.outs]
+            snap = inputs_to_snapshot(name, ins, outs)
+            if not snap:
+                return partial(fn, *ins, *outs)
+            # inputs overlapping an output are read (copied) before the kernel writes
+            copies = [(np.empty_like(ins[j], order="C"), ins[j]) for j in snap]
+            for j, (c, _) in zip(snap, copies):
+                ins[j] = c
+            return partial(_snapshot_then, copies, partial(fn, *ins, *outs))
         if isinstance(op, rt.CopyOp):
             return partial(np.copyto, self.buf(op.dest), self.buf(op.source))
         if isinstance(op, rt.H2DOp):

@@ -741,12 +741,11 @@ def _scaled_add_inplace(p: dict[str, Any]) -> Kernel:
     a, b = float(p["a"]), float(p["b"])
 
     def k(x: np.ndarray, y: np.ndarray, x_out: np.ndarray) -> None:
+        # b * y is read before x is written: `scaled_add_(y, y)` gives (a + b) y
+        by = y * b if b != 1.0 else (y.copy() if np.may_share_memory(x, y) else y)
         if a != 1.0:
             x *= a
-        if b == 1.0:
-            np.add(x, y, out=x, casting="unsafe")
-        else:
-            np.add(x, y * b, out=x, casting="unsafe")
+        np.add(x, by, out=x, casting="unsafe")
 
     return k
 
@@ -865,6 +864,10 @@ def _sparse_accumulate(p: dict[str, Any]) -> Kernel:
                 lead = (slice(None),) * (axis % t.ndim)
             f = a[fi].item() if fi >= 0 else fc
             upd = x if f == 1.0 else x * f
+            if np.may_share_memory(upd, t):
+                upd = upd.copy()  # read every input before t is written
+            if np.may_share_memory(idx, t):
+                idx = idx.copy()
             np.add.at(t, (*lead, idx), upd.astype(t.dtype, copy=False))
 
         return k
@@ -995,25 +998,26 @@ def _updater(kind: str) -> KernelFactory:
             wd = a[wd_i].item() if wd_i >= 0 else wd_c
             eps = a[ep_i].item() if ep_i >= 0 else ep_c
             c1 = c2 = 1.0
+            # every input is read before time_step is incremented (they may alias it)
             if ti >= 0:
-                ts = a[ti]
-                ts += 1
-                t = ts.item()
+                t = a[ti].item() + 1
                 b1 = a[b1_i].item() if b1_i >= 0 else b1_c
                 c1 = 1.0 / (1.0 - b1**t)
                 if not adamax:
                     b2 = a[b2_i].item() if b2_i >= 0 else b2_c
                     c2 = 1.0 / (1.0 - b2**t)
-            if adamax:
-                den = v.astype(dt, copy=True)
-            else:
-                den = np.multiply(v, c2, dtype=dt) if c2 != 1.0 else v.astype(dt, copy=True)
+            den = np.array(v, dtype=dt)  # an array also for 0-d v (ufuncs give scalars)
+            if not adamax:
+                if c2 != 1.0:
+                    den *= c2
                 np.sqrt(den, out=den)
             den += eps
             np.multiply(m, c1, out=out, dtype=dt)
             out /= den
             if wi >= 0 and wd != 0.0:
                 out += a[wi] * wd
+            if ti >= 0:
+                a[ti][...] += 1
 
         return k
 

@@ -37,8 +37,9 @@ from xdsl.ir import Block, Operation, SSAValue
 from xl.dialects import rt
 from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
-from xl.passes.rt_analysis import kernel_io
+from xl.passes.rt_analysis import kernel_io, view_array
 from xl.runtime import blas
+from xl.runtime.aliasing import inputs_to_snapshot
 from xl.runtime.executable import PlanError, stream_entry
 from xl.runtime.kernels import KERNELS
 from xl.runtime.xl_kernels import parse_steps
@@ -292,24 +293,36 @@ def _t_matmul(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
 
 @template("popxl.transpose", "popxl.reshape", "popxl.squeeze", "popxl.expand")
 def _t_layout(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    """Copy through a view of the input computed now (the buffers never move)."""
+    """Copy through a view computed now (the buffers never move): of the input when NumPy
+    can view it in the output's shape, else of the output in the input's shape (a
+    C-order reshape copy of a non-contiguous input). Never a copy made now: that would
+    be a snapshot of the input at compile time."""
     if not _arity(op, 1, 1):
         return None
     x, out = g.arr(op.ins[0]), g.arr(op.outs[0])
-    src = _layout_view(op.name, x, out, p)
-    if src is None:
+    if op.name == "popxl.expand":
+        return [f"{g.fn(np.copyto)}({o[0]}, {i[0]})"]
+    src = view_array(op.name, x, out.shape, p.get("perm"))
+    if src is not None:
+        return [f"{g.fn(np.copyto)}({o[0]}, {g.view(src)})"]
+    if op.name == "popxl.transpose":
         return None
-    return [f"{g.fn(np.copyto)}({o[0]}, {g.view(src)})"]
+    dst = as_view(out, x.shape)
+    if dst is None:
+        return None
+    return [f"{g.fn(np.copyto)}({g.view(dst)}, {i[0]})"]
 
 
-def _layout_view(name: str, x: np.ndarray, out: np.ndarray, p: dict[str, Any]) -> np.ndarray | None:
-    if name == "popxl.transpose":
-        perm = tuple(int(a) for a in p.get("perm", range(x.ndim - 1, -1, -1)))
-        return x.transpose(perm)
-    if name == "popxl.expand":
-        return x
-    v = x.reshape(out.shape)
-    return v
+def as_view(a: np.ndarray, shape: Sequence[int]) -> np.ndarray | None:
+    """`a` reshaped to `shape` as a view of the same memory, or None if that needs a copy.
+
+    Every view a template precomputes at compile time goes through this: a reshape that
+    silently copies would bind a snapshot taken at compile time.
+    """
+    try:
+        return np.reshape(a, tuple(shape), copy=False)
+    except ValueError:
+        return None
 
 
 def _gelu_tanh(g: Gen, k: Callable[[float], str], x: str, x2: str, u: str) -> list[str]:
@@ -407,7 +420,10 @@ def _reduce_into(
     kshape = _kept_shape(x.shape, axes)
     if math.prod(kshape) != out.size or not out.flags.c_contiguous:
         return None
-    return [f"{g.fn(ufunc.reduce)}({src}, {axes!r}, None, {g.view(out.reshape(kshape))}, True)"]
+    kept = as_view(out, kshape)
+    if kept is None:
+        return None
+    return [f"{g.fn(ufunc.reduce)}({src}, {axes!r}, None, {g.view(kept)}, True)"]
 
 
 @template("popxl.softmax")
@@ -495,13 +511,18 @@ def _t_scaled_add_(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any])
     a, b = float(p["a"]), float(p["b"])
     mul, add = g.fn(np.multiply), g.fn(np.add)
     lines = []
+    if b != 1.0 or (a != 1.0 and np.may_share_memory(x, y)):
+        # b * y goes to scratch before x is written (y may be x: `scaled_add_(y, y)`)
+        _, s = g.scratch(y.shape, y.dtype)
+        if b != 1.0:
+            lines.append(f"{mul}({i[1]}, {g.const(b, y.dtype)}, {s})")
+        else:
+            lines.append(f"{g.fn(np.copyto)}({s}, {i[1]})")
+    else:
+        s = i[1]
     if a != 1.0:
         lines.append(f"{mul}({i[0]}, {g.const(a, x.dtype)}, {i[0]})")
-    if b == 1.0:
-        lines.append(f"{add}({i[0]}, {i[1]}, {i[0]})")
-    else:
-        _, s = g.scratch(y.shape, y.dtype)
-        lines += [f"{mul}({i[1]}, {g.const(b, y.dtype)}, {s})", f"{add}({i[0]}, {s}, {i[0]})"]
+    lines.append(f"{add}({i[0]}, {s}, {i[0]})")
     return lines
 
 
@@ -550,7 +571,12 @@ def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, 
     rows_c = np.arange(n, dtype=np.int64) * c
     _, idx = g.scratch((n,), np.int64)
     _, pk = g.scratch((n,), probs.dtype)
-    pflat, dflat, lab = probs.reshape(-1), dx.reshape(-1), labels.reshape(-1)
+    pflat, dflat, lab = as_view(probs, (-1,)), as_view(dx, (-1,)), as_view(labels, (-1,))
+    loss_n, loss_0 = as_view(loss, (n,)) if red == "none" else None, as_view(loss, ())
+    if pflat is None or dflat is None or lab is None or loss_0 is None and red != "none":
+        return None
+    if red == "none" and loss_n is None:
+        return None
     take, copyto = g.fn(np.take), g.fn(np.copyto)
     pf, df = g.view(pflat), g.view(dflat)
     lines = [
@@ -560,13 +586,13 @@ def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, 
         f"{g.fn(np.negative)}({pk}, {pk})",
     ]
     if red == "none":
-        lines.append(f"{copyto}({g.view(loss.reshape(n))}, {pk})")
+        lines.append(f"{copyto}({g.view(loss_n)}, {pk})")
         scale = lg
     elif red == "sum":
-        lines.append(f"{g.fn(np.add.reduce)}({pk}, 0, None, {g.view(loss.reshape(()))})")
+        lines.append(f"{g.fn(np.add.reduce)}({pk}, 0, None, {g.view(loss_0)})")
         scale = lg
     else:
-        lv = g.view(loss.reshape(()))
+        lv = g.view(loss_0)
         lines.append(f"{g.fn(np.add.reduce)}({pk}, 0, None, {lv})")
         lines.append(f"{g.fn(np.divide)}({lv}, {g.const(n, probs.dtype)}, {lv})")
         scale = lg / n
@@ -586,6 +612,8 @@ def _t_gemm_acc(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 3, 1) or op.outs[0] is not op.ins[2]:
         return None
     a, b, c = (g.arr(v) for v in op.ins)
+    if np.may_share_memory(a, c) or np.may_share_memory(b, c):
+        return None  # BLAS must not write an operand it reads (the kernel copies)
     call = blas.gemm_acc(
         a, b, c, float(p["alpha"]), float(p["beta"]), bool(p["trans_a"]), bool(p["trans_b"])
     )
@@ -630,6 +658,7 @@ class PlanBuilder:
         self._stream_in = stream_in
         self._stream_out = stream_out
         self.fallbacks: list[str] = []
+        self.snapshots: list[str] = []  # kernels whose overlapping inputs are copied first
         self.helpers: dict[str, str] = {}  # outlined kernel body -> helper name
 
     def emit(self, line: str, depth: int) -> None:
@@ -709,18 +738,29 @@ class PlanBuilder:
         if VIEW_ATTR in rop.attributes and len(op.ins) == 1 and len(op.outs) == 1:
             x = g.arr(op.ins[0])
             shape = shape_of(op.outs[0].type)
-            if name == "popxl.transpose":
-                perm = tuple(int(a) for a in props.get("perm", range(x.ndim - 1, -1, -1)))
-                v = x.transpose(perm)
-            else:
-                v = x.reshape(shape)
-            if v.shape == shape and v.base is not None and np.may_share_memory(v, x):
+            v = view_array(name, x, shape, props.get("perm"))
+            if v is not None:
                 g.set_buffer(op.outs[0], v, "v")
                 return
-            # Not expressible as a view: the output gets storage and the kernel copies.
+            # Not expressible as a view (rt-views never marks such a kernel): the output
+            # gets storage and the kernel copies, every step.
             g.set_buffer(op.outs[0], np.zeros(shape, dtype_of(op.outs[0].type)))
         ins = [g.buf(v) for v in op.ins]
         outs = [g.buf(v) for v in op.outs]
+        pre: list[str] = []
+        snap = inputs_to_snapshot(name, [g.arr(v) for v in op.ins], [g.arr(v) for v in op.outs])
+        if snap:
+            # inputs overlapping an output are read (copied) before the kernel writes
+            in_vals = list(op.ins)
+            for j in snap:
+                x = g.arr(op.ins[j])
+                copy = rt.AllocOp(op.ins[j].type).result  # a private buffer for the copy
+                g.set_buffer(copy, np.empty_like(x, order="C"), "snap")
+                pre.append(f"{g.fn(np.copyto)}({g.buf(copy)}, {ins[j]})")
+                ins[j] = g.buf(copy)
+                in_vals[j] = copy
+            op = K(name, in_vals, op.outs)
+            self.snapshots.append(name)
         tmpl = TEMPLATES.get(name)
         lines = tmpl(g, op, ins, outs, props) if tmpl is not None else None
         g.release_scratch()
@@ -731,6 +771,7 @@ class PlanBuilder:
             fn = factory(props)
             self.fallbacks.append(name)
             lines = [f"{g.bind(fn, 'k')}({', '.join(ins + outs)})"]
+        lines = pre + lines
         if len(lines) >= OUTLINE_LINES:
             lines = [self.outline(lines)]
         self.emit(f"# {name}", depth)
