@@ -222,3 +222,79 @@ def test_stash_depths_follow_the_stage_distance() -> None:
     prog = build(4, pipelined=True, recompute=True)
     text = prog["ir"].to_mlir()
     assert text.count('.buffer" = dense') == 2
+
+
+class PlusOneLinear(addons.Module):
+    def __init__(self, out_features: int):
+        super().__init__()
+        self.out_features = out_features
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        x = x + 1
+        w = self.add_variable_input(
+            "weight", partial(np.random.normal, 0, 0.02, (x.shape[-1], self.out_features)), x.dtype
+        )
+        return x @ w
+
+
+def test_upstream_pipeline_training_graphs_built_inside_a_stage() -> None:
+    """popxl-addons' test_pipeline_training: the graphs, their autodiff and the variables are
+    created inside stage 0; the accumulated gradient equals `steps` serial runs."""
+    steps = 6
+
+    def serial() -> np.ndarray:
+        np.random.seed(42)
+        ir = popxl.Ir()
+        data = np.random.normal(0, 1, (steps, 1, 4)).astype(np.float32)
+        with ir.main_graph:
+            with popxl.ipu(0):
+                _, x_stream, x = addons.host_load(data[0], popxl.float32, "x")
+                args, linear_graph = PlusOneLinear(4).create_graph(x)
+                dargs, dlinear_graph = addons.autodiff_with_accumulation(linear_graph, [linear_graph.args.weight])
+                linear = args.init()
+                dlinear = dargs.init()
+                call_info = linear_graph.bind(linear).call_with_info(x)
+                x, *_ = call_info.outputs
+                x = x.copy_to_ipu(1)
+            with popxl.ipu(1):
+                x = x + 1
+                x = x.copy_to_ipu(0)
+            with popxl.ipu(0):
+                dlinear_graph.bind(dlinear).call(x, args=dlinear_graph.grad_graph_info.inputs_dict(call_info))
+        ir.num_host_transfers = 1
+        with popxl.Session(ir, "ipu_hw") as session:
+            for n in range(steps):
+                session.run({x_stream: data[n]})
+            return session.get_tensor_data(dlinear.accum.weight).copy()
+
+    def pipelined() -> np.ndarray:
+        np.random.seed(42)
+        ir = popxl.Ir()
+        data = np.random.normal(0, 1, (steps, 1, 4)).astype(np.float32)
+        with ir.main_graph:
+            with addons.pipelined_execution(steps) as p:
+                with p.stage(0), popxl.ipu(0):
+                    _, x_stream, x = addons.host_load(data[0], popxl.float32, "x")
+                    args, linear_graph = PlusOneLinear(4).create_graph(x)
+                    dargs, dlinear_graph = addons.autodiff_with_accumulation(linear_graph, [linear_graph.args.weight])
+                    linear = args.init()
+                    dlinear = dargs.init()
+                    call_info = linear_graph.bind(linear).call_with_info(x)
+                    x, _ = call_info.outputs
+                    x = x.copy_to_ipu(1)
+                with p.stage(1), popxl.ipu(1):
+                    x = x + 1
+                    x = x.copy_to_ipu(0)
+                with p.stage(2), popxl.ipu(0):
+                    dlinear_graph.bind(dlinear).call(
+                        x, args=p.stash_and_restore_activations(call_info, dlinear_graph.grad_graph_info)
+                    )
+        ir.num_host_transfers = steps
+        with popxl.Session(ir, "ipu_hw") as session:
+            session.run({x_stream: data})
+            return session.get_tensor_data(dlinear.accum.weight).copy()
+
+    normal = serial()
+    piped = pipelined()
+    assert np.abs(normal).max() > 1e-3
+    np.testing.assert_allclose(piped, normal, rtol=0, atol=1e-6)
