@@ -2,6 +2,7 @@
 
     python examples/mnist.py                       # bundled 10,000 digits: 8,000 train, 2,000 test
     python examples/mnist.py --data-dir ~/.torch/datasets   # full MNIST IDX files (MNIST/raw/*-ubyte[.gz])
+    python examples/mnist.py --max-steps 100       # a short run: 100 training steps per epoch
 
 The model code is the tutorial's, verbatim: a `Net` of four `Linear` modules with gelu,
 `addons.autodiff` for the backward graph, `cross_entropy_with_grad` for the loss and
@@ -11,13 +12,13 @@ SGD with `ops.scaled_add_`. Only the data loading differs (no torchvision here).
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from functools import partial
 from pathlib import Path
 from typing import Mapping, Optional
 
 import numpy as np
-from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -25,6 +26,7 @@ import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
 import popxl_addons as addons  # noqa: E402
 from mnist_data import batches, load_mnist  # noqa: E402
+from progress_bar import progress  # noqa: E402
 
 
 class Linear(addons.Module):
@@ -149,9 +151,13 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--test-batch-size", type=int, default=80)
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--max-steps", type=int, default=None,
+                    help="stop each epoch after this many steps (default: the whole epoch)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--device", default="ipu_hw", help="ipu_hw, ipu_model or cpu: all run on NumPy")
     args = ap.parse_args(argv)
+    if args.max_steps is not None and args.max_steps < 1:
+        ap.error(f"--max-steps must be at least 1, got {args.max_steps}")
 
     np.random.seed(args.seed)
     train_x, train_y, test_x, test_y = load_mnist(args.data_dir)
@@ -162,10 +168,12 @@ def main(argv: list[str] | None = None) -> float:
         args.batch_size, args.device, args.lr
     )
     num_batches = len(training_data)
+    if args.max_steps is not None:
+        num_batches = min(num_batches, args.max_steps)
     with train_session:
         for epoch in range(1, args.epochs + 1):
             print(f"Epoch {epoch}/{args.epochs}")
-            bar = tqdm(training_data, total=num_batches)
+            bar = progress(itertools.islice(training_data, num_batches), total=num_batches)
             for data, labels in bar:
                 inputs: Mapping[popxl.HostToDeviceStream, np.ndarray] = dict(
                     zip(train_input_streams, [data, labels])
@@ -196,7 +204,7 @@ def main(argv: list[str] | None = None) -> float:
     num_batches = len(test_data)
     sum_acc = 0.0
     with test_session:
-        for data, labels in tqdm(test_data, total=num_batches):
+        for data, labels in progress(test_data, total=num_batches):
             inputs = dict(zip(test_input_streams, [data, labels]))
             output = test_session.run(inputs)
             sum_acc += accuracy(output[out_stream], labels)

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Mapping, Optional, Union
 
 import numpy as np
-from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -39,6 +38,7 @@ from mnist_data import batches, load_mnist  # noqa: E402
 from popxl_addons.graph import GraphWithNamedArgs  # noqa: E402
 from popxl_addons.named_tensors import NamedTensors  # noqa: E402
 from popxl_addons.variable_factory import NamedVariableFactories  # noqa: E402
+from progress_bar import progress  # noqa: E402
 
 
 def accuracy(predictions: np.ndarray, labels: np.ndarray):
@@ -434,7 +434,7 @@ def main(argv: Optional[list[str]] = None) -> float:
             nr_batches = min(nr_batches, opts.max_steps)
         for epoch in range(1, opts.train.epochs + 1):
             print("Epoch {0}/{1}".format(epoch, opts.train.epochs))
-            bar = tqdm(training_data, total=nr_batches)
+            bar = progress(training_data, total=nr_batches)
             for i, (data, labels) in enumerate(bar):
                 if i >= nr_batches:
                     break
@@ -478,7 +478,7 @@ def main(argv: Optional[list[str]] = None) -> float:
     nr_batches = len(test_data)
     sum_acc = 0.0
     with test_session:
-        for data, labels in tqdm(test_data, total=nr_batches):
+        for data, labels in progress(test_data, total=nr_batches):
             inputs = dict(zip(test_input_streams, [data, labels]))
             output = test_session.run(inputs)
             sum_acc += accuracy(output[out_stream], labels)

@@ -1,6 +1,6 @@
 """MNIST with PopXL alone (the PopXL user guide's application example, seed 004).
 
-    python examples/mnist_popxl.py [--data-dir DIR] [--epochs 1] [--batch-size 32]
+    python examples/mnist_popxl.py [--data-dir DIR] [--epochs 1] [--batch-size 32] [--max-steps N]
 
 Two linear layers built as `popxl.Module` subclasses whose weights are graph inputs,
 graphs created with `ir.create_graph`, called with `ops.call_with_info`; gradients
@@ -13,12 +13,12 @@ loss and its gradient from `softmax` + `nll_loss_with_softmax_grad`; SGD updates
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 from typing import Tuple
 
 import numpy as np
-from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -26,6 +26,7 @@ import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
 import popxl.transforms as transforms  # noqa: E402
 from mnist_data import batches, load_mnist  # noqa: E402
+from progress_bar import progress  # noqa: E402
 
 
 class Linear(popxl.Module):
@@ -168,7 +169,11 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--test-batch-size", type=int, default=80)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--device", default="ipu_hw")
+    ap.add_argument("--max-steps", type=int, default=None,
+                    help="stop each epoch after this many steps (default: the whole epoch)")
     args = ap.parse_args(argv)
+    if args.max_steps is not None and args.max_steps < 1:
+        ap.error(f"--max-steps must be at least 1, got {args.max_steps}")
 
     np.random.seed(0)
     train_x, train_y, test_x, test_y = load_mnist(args.data_dir)
@@ -177,9 +182,12 @@ def main(argv: list[str] | None = None) -> float:
     )
     train_session = popxl.Session(train_ir, args.device)
     training_data = batches(train_x, train_y, args.batch_size, shuffle=True, seed=0)
+    num_batches = len(training_data)
+    if args.max_steps is not None:
+        num_batches = min(num_batches, args.max_steps)
     with train_session:
         for epoch in range(args.epochs):
-            bar = tqdm(training_data, total=len(training_data))
+            bar = progress(itertools.islice(training_data, num_batches), total=num_batches)
             for data, labels in bar:
                 out = train_session.run({img_stream: data, label_stream: labels})
                 bar.set_description(f"Epoch {epoch + 1} loss: {out[loss_stream]:0.4f}")
@@ -194,7 +202,7 @@ def main(argv: list[str] | None = None) -> float:
     correct = 0
     total = 0
     with test_session:
-        for data, labels in tqdm(test_data, total=len(test_data)):
+        for data, labels in progress(test_data, total=len(test_data)):
             out = test_session.run({test_stream: data})
             correct += int(np.sum(np.argmax(out[out_stream], axis=-1) == labels))
             total += len(labels)

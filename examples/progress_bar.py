@@ -1,0 +1,140 @@
+"""Progress bars for the example programs, at a bounded refresh rate.
+
+    from progress_bar import progress
+    bar = progress(training_data, total=len(training_data))
+    for data, labels in bar:
+        ...
+        bar.set_description(f"Loss:{loss:0.4f}")
+
+On a terminal this is a tqdm bar that redraws at most every `TTY_MININTERVAL` seconds
+(`set_description` records the text for the next redraw instead of redrawing at once, as
+tqdm does by default, which is one redraw per step). When the bar's stream (stderr, as for
+tqdm) is not a terminal, e.g. a log file or a pipe, it writes plain lines instead: one at
+each `100 / LOG_LINES` percent of `total` and a summary when the loop ends, so a log gets
+at most `LOG_LINES` lines per loop however many steps it has.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Generic, Optional, TextIO, TypeVar, Union
+
+from tqdm import tqdm
+
+__all__ = ["progress", "TerminalProgress", "LogProgress", "TTY_MININTERVAL", "LOG_LINES"]
+
+T = TypeVar("T")
+
+# Seconds between two redraws of a terminal bar.
+TTY_MININTERVAL = 0.5
+# Most lines per loop when the output is not a terminal (the last one is the summary).
+LOG_LINES = 10
+
+
+class TerminalProgress(tqdm):
+    """tqdm whose `set_description` waits for the next timed redraw."""
+
+    def set_description(self, desc: Optional[str] = None, refresh: bool = False) -> None:
+        super().set_description(desc, refresh=refresh)
+
+
+class LogProgress(Generic[T]):
+    """A progress report in plain lines for logs: at most `lines` lines, the last a summary."""
+
+    def __init__(
+        self,
+        iterable: Iterable[T],
+        total: Optional[int] = None,
+        desc: str = "",
+        file: Optional[TextIO] = None,
+        lines: int = LOG_LINES,
+    ):
+        if lines < 1:
+            raise ValueError(f"LogProgress: lines must be at least 1, got {lines}")
+        self.iterable = iterable
+        if total is None and hasattr(iterable, "__len__"):
+            total = len(iterable)  # type: ignore[arg-type]
+        self.total = total
+        self.desc = desc
+        self.file = file
+        self.lines = lines
+        self.n = 0
+        self._start = time.perf_counter()
+        self._closed = False
+
+    def __len__(self) -> int:
+        if self.total is None:
+            raise TypeError("LogProgress: the length of this loop is unknown")
+        return self.total
+
+    def set_description(self, desc: Optional[str] = None, refresh: bool = False) -> None:
+        self.desc = desc or ""
+
+    def _write(self, text: str) -> None:
+        out = self.file if self.file is not None else sys.stderr
+        out.write(text + "\n")
+        out.flush()
+
+    def _line(self) -> str:
+        elapsed = time.perf_counter() - self._start
+        rate = f", {self.n / elapsed:.1f} it/s" if elapsed > 0 else ""
+        if self.total:
+            where = f"{100 * self.n // self.total:3d}% {self.n}/{self.total}"
+        else:
+            where = f"{self.n}"
+        prefix = f"{self.desc}: " if self.desc else ""
+        return f"{prefix}{where} [{elapsed:.1f}s{rate}]"
+
+    def __iter__(self) -> Iterator[T]:
+        # Steps after which a line is written: the ends of the first `lines - 1` of `lines`
+        # equal parts of `total` (the summary written by `close` is the last line).
+        marks: set[int] = set()
+        if self.total:
+            marks = {-(-self.total * k // self.lines) for k in range(1, self.lines)} - {self.total}
+        try:
+            for item in self.iterable:
+                yield item
+                self.n += 1
+                if self.n in marks:
+                    self._write(self._line())
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._write(self._line())
+
+    def __enter__(self) -> "LogProgress[T]":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _is_terminal(stream: Optional[TextIO]) -> bool:
+    stream = stream if stream is not None else sys.stderr
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def progress(
+    iterable: Iterable[T],
+    total: Optional[int] = None,
+    desc: str = "",
+    file: Optional[TextIO] = None,
+) -> Union[TerminalProgress, LogProgress[T]]:
+    """A progress bar over `iterable` that writes a bounded number of updates to `file`.
+
+    `file` defaults to stderr. A terminal gets a tqdm bar redrawn at most every
+    `TTY_MININTERVAL` seconds; anything else gets at most `LOG_LINES` plain lines.
+    """
+    if _is_terminal(file):
+        return TerminalProgress(
+            iterable, total=total, desc=desc or None, file=file, mininterval=TTY_MININTERVAL
+        )
+    return LogProgress(iterable, total=total, desc=desc, file=file)
