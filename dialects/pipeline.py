@@ -124,6 +124,13 @@ class RegionOp(IRDLOperation):
         stages = [stage_of(op) for op in self.body.block.ops]
         return max((s for s in stages if s is not None), default=-1) + 1
 
+    def verify_region(self) -> None:
+        """Verifies the body's ops and the pipeline rules, not the enclosing block (which a
+        frontend may still be building)."""
+        for op in self.body.block.ops:
+            op.verify()
+        self.verify_()
+
     def verify_(self) -> None:
         n = self.steps.value.data
         order: list[int] = []  # stages in order of first appearance

@@ -424,7 +424,7 @@ class _Schedule:
 def lower_region(module: ModuleOp, region: RegionOp) -> Pipelined:
     """Replaces `region` by a call of a new `@pipeline_graph` (see the module docstring)."""
     try:
-        region.verify()
+        region.verify_region()
     except VerifyException as e:
         raise PipelineError(str(e).split("\n\n")[0]) from None
     num_stages = region.num_stages

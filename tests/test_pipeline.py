@@ -191,6 +191,28 @@ def test_stash_of_a_scalar_with_explicit_from_stage() -> None:
     np.testing.assert_array_equal(out, inputs * 11)
 
 
+def test_pipeline_inside_a_subgraph() -> None:
+    """A pipeline built while a subgraph is being created; graph inputs serve every stage."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xs = popxl.h2d_stream((), popxl.int32, "x")
+        ys = popxl.d2h_stream((), popxl.int32, "y")
+
+        def body(w: popxl.Tensor) -> None:
+            with addons.pipelined_execution(4) as p:
+                with p.stage(0), popxl.ipu(0):
+                    x = (ops.host_load(xs) * w).copy_to_ipu(1)
+                with p.stage(1), popxl.ipu(1):
+                    ops.host_store(ys, x + w)
+
+        g = ir.create_graph(body, popxl.TensorSpec((), popxl.int32))
+        ops.call(g, popxl.variable(np.int32(3), name="w"))
+    ir.num_host_transfers = 4
+    with popxl.Session(ir, "cpu") as session:
+        out = session.run({xs: np.arange(4, dtype=np.int32)})[ys]
+    np.testing.assert_array_equal(out, np.arange(4) * 3 + 3)
+
+
 # ---------------------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------------------

@@ -169,7 +169,7 @@ class StageContext:
             op.detach()
             body.add_op(op)
         try:
-            region.verify()
+            region.verify_region()
         except VerifyException as e:
             raise ValueError(str(e).split("\n\n")[0]) from None
         return region
