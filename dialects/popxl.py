@@ -1988,7 +1988,9 @@ def _dynamic_slice_type(cls: type[PopxlOp], t: TensorType, index: TensorType, pr
 class DynamicSliceOp(PopxlOp):
     """Slice of `sizes` at runtime offsets `index` on `axes` (popxl.ops.dynamic_slice).
 
-    Offsets are clamped to `[0, dim - size]`. `no_overlap` is accepted and ignored.
+    An offset outside `[0, dim - size]` (a slice past the end, which PopXL does not
+    support) is a run-time error naming the op and the index tensor. `no_overlap` is
+    accepted and ignored.
 
     ```mlir
     %s = popxl.dynamic_slice %t, %i {axes = array<i64: 0>, sizes = array<i64: 1>} : (tensor<4x3xf32>, tensor<1xui32>) -> tensor<1x3xf32>
@@ -2026,7 +2028,7 @@ def _dynamic_update_check(cls: type[PopxlOp], types, props) -> TensorType:
 class DynamicUpdateOp(PopxlOp):
     """A copy of `t` with `update` written at runtime offsets `index` on `axes`.
 
-    (popxl.ops.dynamic_update; offsets clamped as in `dynamic_slice`.)
+    (popxl.ops.dynamic_update; offsets checked as in `dynamic_slice`.)
 
     ```mlir
     %u = popxl.dynamic_update %t, %i, %x {axes = array<i64: 0>, sizes = array<i64: 1>} : (tensor<4x3xf32>, tensor<1xui32>, tensor<1x3xf32>) -> tensor<4x3xf32>

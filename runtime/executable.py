@@ -183,6 +183,22 @@ def stream_entry(op: rt.H2DOp | rt.D2HOp, table: dict[str, Any], cls: type, verb
     return s
 
 
+def describe_buffer(v: SSAValue) -> str:
+    """How run-time errors name a buffer: its tensor name and the host stream it is
+    loaded from (if any)."""
+    name = f'tensor "{v.name_hint}"' if v.name_hint else "an unnamed tensor"
+    streams = sorted({u.operation.stream.data for u in v.uses if isinstance(u.operation, rt.H2DOp)})
+    if streams:
+        name += " loaded from stream " + ", ".join(f'"{s}"' for s in streams)
+    return name
+
+
+def diagnostic_props(op: rt.KernelOp) -> dict[str, Any]:
+    """`_kernel` and `_operands` (one description per input) for kernel error messages
+    (`xl.runtime.kernels.DataRangeError`)."""
+    return {"_kernel": op.kernel.data, "_operands": tuple(describe_buffer(v) for v in op.ins)}
+
+
 def _h2d(buf: np.ndarray, s: _StreamIn) -> None:
     data = s.data
     assert data is not None
@@ -261,6 +277,7 @@ class _Compiler:
             props: dict[str, Any] = {
                 k: from_attr(v) for k, v in op.attributes.items() if not k.startswith("ipu.")
             }
+            props.update(diagnostic_props(op))
             fn = factory(props)
             ins = [self.buf(v) for v in op.ins]
             outs = [self.buf(v) for v in op.outs]

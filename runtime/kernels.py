@@ -47,6 +47,61 @@ def register(name: str) -> Callable[[KernelFactory], KernelFactory]:
 
 
 # ------------------------------------------------------------------------------------
+# Values read at run time: indices, labels, classes
+# ------------------------------------------------------------------------------------
+
+
+class DataRangeError(ValueError):
+    """An index, label or class read at run time is outside its valid range.
+
+    Raised from `Executable.run` (so from `Session.run` and `xl-run`) instead of
+    reading another row's data or failing inside NumPy. The message names the op, the
+    tensor (and the host stream it was loaded from, when it was), the bad value and
+    the valid range.
+    """
+
+
+def operand(p: dict[str, Any], i: int) -> str:
+    """How messages name input `i` of the kernel (the plans put `_operands` in props)."""
+    names = p.get("_operands")
+    return names[i] if names and i < len(names) else f"operand #{i}"
+
+
+def op_label(p: dict[str, Any], default: str) -> str:
+    return str(p.get("_kernel", default))
+
+
+def check_range(
+    a: np.ndarray, lo: int, hi: int, p: dict[str, Any], i: int, op: str, what: str,
+    note: str = "", allowed: int | None = None,
+) -> None:
+    """Raise `DataRangeError` unless every value of `a` is in [lo, hi) (or == `allowed`).
+
+    Two reductions over the indices per call: negligible next to the op itself.
+    """
+    if a.size == 0:
+        return
+    mn, mx = a.min(), a.max()
+    if lo <= mn and mx < hi:
+        return
+    bad_mask = (a < lo) | (a >= hi)
+    if allowed is not None:
+        bad_mask &= a != allowed
+    if not bad_mask.any():
+        return
+    flat = np.flatnonzero(bad_mask.reshape(-1))
+    pos = np.unravel_index(int(flat[0]), a.shape) if a.ndim else ()
+    bad = a.reshape(-1)[flat[0]].item()
+    at = f" at position {tuple(int(x) for x in pos)}" if a.ndim else ""
+    extra = f" (or {allowed})" if allowed is not None else ""
+    count = f"{flat.size} bad value{'s' if flat.size != 1 else ''}"
+    raise DataRangeError(
+        f"{op_label(p, op)}: {what} {bad}{at} of {operand(p, i)} is out of range "
+        f"[{lo}, {hi}){extra} ({note + '; ' if note else ''}{count})"
+    )
+
+
+# ------------------------------------------------------------------------------------
 # Helpers (compile time)
 # ------------------------------------------------------------------------------------
 
@@ -414,6 +469,9 @@ def _gather(p: dict[str, Any]) -> Kernel:
     if not p.get("zero_oor", False):
 
         def k(data: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
+            n = data.shape[axis]
+            check_range(idx, -n, n, p, 1, "popxl.gather", "index",
+                        f"axis {axis % data.ndim} has size {n}; zero_OOR=True gives zeros instead")
             np.take(data, idx, axis=axis, out=out)
 
         return k
@@ -431,7 +489,8 @@ def _gather(p: dict[str, Any]) -> Kernel:
 
 @register("popxl.gather_grad")
 def _gather_grad(p: dict[str, Any]) -> Kernel:
-    """Scatter-add of dy into zeros; repeated indices accumulate."""
+    """Scatter-add of dy into zeros; repeated indices accumulate; out-of-range indices
+    (zero_OOR gathers) contribute nothing."""
     axis = int(p["axis"])
     lead: tuple[slice, ...] | None = None
 
@@ -439,7 +498,16 @@ def _gather_grad(p: dict[str, Any]) -> Kernel:
         nonlocal lead
         if lead is None:
             lead = (slice(None),) * (axis % out.ndim)
+        n = out.shape[axis]
         out.fill(0)
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            # Only reachable after a forward gather with zero_OOR=True (without it the
+            # forward gather raised): those positions gathered zeros, no gradient flows.
+            bad = (idx < -n) | (idx >= n)
+            a = axis % out.ndim
+            mask = bad.reshape((1,) * a + idx.shape + (1,) * (out.ndim - a - 1))
+            np.add.at(out, (*lead, np.where(bad, 0, idx)), np.where(mask, 0, dy))
+            return
         np.add.at(out, (*lead, idx), dy)
 
     return k
@@ -455,6 +523,8 @@ def _where(p: dict[str, Any]) -> Kernel:
 
 @register("popxl.onehot")
 def _onehot(p: dict[str, Any]) -> Kernel:
+    """As ONNX OneHot (which popxl.ops.onehot follows): a class in [-n, n) is hot
+    (negative ones count from the end); any other class gives a row of off values."""
     n = int(p["num_classes"])
     axis = int(p.get("axis", -1))
     classes: np.ndarray | None = None
@@ -570,7 +640,10 @@ class _Rows:
         self.rows = np.arange(probs.size // max(self.c, 1))
 
 
-def _labels(labels: np.ndarray, ignore: int | None):
+def _labels(labels: np.ndarray, ignore: int | None, c: int, p: dict[str, Any], op: str):
+    """Flat labels (ignored ones replaced by 0), the kept mask, the kept count; labels
+    outside [0, c) that are not `ignore` raise `DataRangeError`."""
+    check_range(labels, 0, c, p, 1, op, "label", f"{c} classes", allowed=ignore)
     lab = labels.reshape(-1)
     if ignore is None:
         return lab, None, lab.size
@@ -589,7 +662,7 @@ def _nll_loss(p: dict[str, Any]) -> Kernel:
     def k(probs: np.ndarray, labels: np.ndarray, out: np.ndarray) -> None:
         if r.rows is None:
             r.setup(probs)
-        lab, keep, n = _labels(labels, ignore)
+        lab, keep, n = _labels(labels, ignore, r.c, p, "popxl.nll_loss")
         picked = probs.reshape(-1, r.c)[r.rows, lab]
         loss = -picked if log_prob else -np.log(picked)
         if keep is not None:
@@ -614,7 +687,7 @@ def _nll_loss_grad(p: dict[str, Any]) -> Kernel:
     def k(probs: np.ndarray, labels: np.ndarray, dloss: np.ndarray, out: np.ndarray) -> None:
         if r.rows is None:
             r.setup(probs)
-        lab, keep, n = _labels(labels, ignore)
+        lab, keep, n = _labels(labels, ignore, r.c, p, "popxl.nll_loss_grad")
         g = -dloss.reshape(-1).astype(out.dtype, copy=False)  # (rows,) or (1,)
         if red == "mean":
             g = g / max(n, 1)
@@ -643,7 +716,7 @@ def _nll_loss_with_softmax_grad(p: dict[str, Any]) -> Kernel:
             if r.rows is None:
                 r.setup(probs)
             lg = a[lg_i].item() if lg_i >= 0 else lg_c
-            lab, keep, n = _labels(labels, ignore)
+            lab, keep, n = _labels(labels, ignore, r.c, p, "popxl.nll_loss_with_softmax_grad")
             p2 = probs.reshape(-1, r.c)
             loss = -np.log(p2[r.rows, lab])
             d2 = dx.reshape(-1, r.c)
@@ -863,6 +936,8 @@ def _sparse_accumulate(p: dict[str, Any]) -> Kernel:
             if lead is None:
                 lead = (slice(None),) * (axis % t.ndim)
             f = a[fi].item() if fi >= 0 else fc
+            n = t.shape[axis]
+            check_range(idx, -n, n, p, 2, "popxl.sparse_accumulate_", "index", f"axis {axis} has size {n}")
             upd = x if f == 1.0 else x * f
             if np.may_share_memory(upd, t):
                 upd = upd.copy()  # read every input before t is written
@@ -910,8 +985,9 @@ def _increment_mod_inplace(p: dict[str, Any]) -> Kernel:
     return k
 
 
-def _dyn_index(p: dict[str, Any]) -> Callable[[np.ndarray, np.ndarray], tuple[slice, ...]]:
-    """index tensor -> slices of `sizes` on `axes`, offsets clamped to [0, dim - size]."""
+def _dyn_index(p: dict[str, Any], op: str) -> Callable[[np.ndarray, np.ndarray], tuple[slice, ...]]:
+    """index tensor -> slices of `sizes` on `axes`; an offset outside [0, dim - size]
+    (a slice past the end, which PopXL does not support) raises `DataRangeError`."""
     axes = tuple(int(a) for a in p["axes"])
     sizes = tuple(int(s) for s in p["sizes"])
 
@@ -920,8 +996,12 @@ def _dyn_index(p: dict[str, Any]) -> Callable[[np.ndarray, np.ndarray], tuple[sl
         offs = index.reshape(-1).tolist()
         for a, s, o in zip(axes, sizes, offs):
             hi = t.shape[a] - s
-            o = 0 if o < 0 else (hi if o > hi else int(o))
-            idx[a] = slice(o, o + s)
+            if not 0 <= o <= hi:
+                raise DataRangeError(
+                    f"{op_label(p, op)}: offset {o} on axis {a} of {operand(p, 1)} is out of "
+                    f"range [0, {hi}] (a slice of size {s} of a dimension of size {t.shape[a]})"
+                )
+            idx[a] = slice(int(o), int(o) + s)
         return tuple(idx)
 
     return build
@@ -929,7 +1009,7 @@ def _dyn_index(p: dict[str, Any]) -> Callable[[np.ndarray, np.ndarray], tuple[sl
 
 @register("popxl.dynamic_slice")
 def _dynamic_slice(p: dict[str, Any]) -> Kernel:
-    build = _dyn_index(p)
+    build = _dyn_index(p, "popxl.dynamic_slice")
 
     def k(t: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, t[build(t, index)])
@@ -939,7 +1019,7 @@ def _dynamic_slice(p: dict[str, Any]) -> Kernel:
 
 @register("popxl.dynamic_update")
 def _dynamic_update(p: dict[str, Any]) -> Kernel:
-    build = _dyn_index(p)
+    build = _dyn_index(p, "popxl.dynamic_update")
 
     def k(t: np.ndarray, index: np.ndarray, update: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, t)
@@ -950,7 +1030,7 @@ def _dynamic_update(p: dict[str, Any]) -> Kernel:
 
 @register("popxl.dynamic_update_")
 def _dynamic_update_inplace(p: dict[str, Any]) -> Kernel:
-    build = _dyn_index(p)
+    build = _dyn_index(p, "popxl.dynamic_update_")
 
     def k(t: np.ndarray, index: np.ndarray, update: np.ndarray, t_out: np.ndarray) -> None:
         t[build(t, index)] = update

@@ -40,8 +40,8 @@ from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.passes.rt_analysis import kernel_io, view_array
 from xl.runtime import blas
 from xl.runtime.aliasing import inputs_to_snapshot
-from xl.runtime.executable import PlanError, stream_entry
-from xl.runtime.kernels import KERNELS
+from xl.runtime.executable import PlanError, diagnostic_props, stream_entry
+from xl.runtime.kernels import KERNELS, check_range
 from xl.runtime.xl_kernels import parse_steps
 
 VIEW_ATTR = "rt.view"
@@ -579,8 +579,13 @@ def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, 
         return None
     take, copyto = g.fn(np.take), g.fn(np.copyto)
     pf, df = g.view(pflat), g.view(dflat)
+    lv_ = g.view(lab)
+    # a label outside [0, C) would read another row: two reductions, then the full check
+    chk = g.bind(partial(check_range, lo=0, hi=c, p=p, i=1, op=op.name,
+                         what="label", note=f"{c} classes"), "chk")
     lines = [
-        f"{g.fn(np.add)}({g.view(rows_c)}, {g.view(lab)}, {idx})",
+        f"if {lv_}.min() < 0 or {lv_}.max() >= {c}: {chk}({lv_})",
+        f"{g.fn(np.add)}({g.view(rows_c)}, {lv_}, {idx})",
         f"{take}({pf}, {idx}, None, {pk})",
         f"{g.fn(np.log)}({pk}, {pk})",
         f"{g.fn(np.negative)}({pk}, {pk})",
@@ -734,6 +739,7 @@ class PlanBuilder:
         g = self.g
         name = rop.kernel.data
         props = kernel_props(rop)
+        props.update(diagnostic_props(rop))
         op = K(name, *kernel_io(rop))
         if VIEW_ATTR in rop.attributes and len(op.ins) == 1 and len(op.outs) == 1:
             x = g.arr(op.ins[0])
