@@ -33,7 +33,7 @@ from xl.dialects import rt
 from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.runtime import xl_kernels as _xl_kernels  # noqa: F401  (registers xl.* kernels)
-from xl.runtime.aliasing import inputs_to_snapshot
+from xl.runtime.aliasing import check_writable, inputs_to_snapshot
 from xl.runtime.kernels import KERNELS
 
 Step = Callable[[], None]
@@ -281,6 +281,7 @@ class _Compiler:
             fn = factory(props)
             ins = [self.buf(v) for v in op.ins]
             outs = [self.buf(v) for v in op.outs]
+            check_writable(name, outs, lambda i: describe_buffer(op.outs[i]))
             snap = inputs_to_snapshot(name, ins, outs)
             if not snap:
                 return partial(fn, *ins, *outs)
@@ -290,8 +291,10 @@ class _Compiler:
                 ins[j] = c
             return partial(_snapshot_then, copies, partial(fn, *ins, *outs))
         if isinstance(op, rt.CopyOp):
+            check_writable(op.name, [self.buf(op.dest)], lambda i: describe_buffer(op.dest))
             return partial(np.copyto, self.buf(op.dest), self.buf(op.source))
         if isinstance(op, rt.H2DOp):
+            check_writable(op.name, [self.buf(op.buffer)], lambda i: describe_buffer(op.buffer))
             s = stream_entry(op, self.inputs, _StreamIn, "loaded")
             return partial(_h2d, self.buf(op.buffer), s)
         if isinstance(op, rt.D2HOp):
@@ -359,7 +362,7 @@ def _compile_program(program: rt.ProgramOp, optimize: bool) -> Executable:
     )
 
 
-DEFAULT_PIPELINE = "inline,canonicalize,cse,dce,lower-to-rt"
+DEFAULT_PIPELINE = "pipeline,inline,canonicalize,cse,dce,lower-to-rt"
 
 
 def lower(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> ModuleOp:

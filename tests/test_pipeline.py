@@ -135,6 +135,17 @@ def test_deferred_region_text_through_xl_opt(tmp_path: Path) -> None:
     via_text = np.load(tmp_path / "out.npz")["y"]
     np.testing.assert_array_equal(via_text.reshape(-1), inputs + 3)
 
+    # xl-run and the Session lower a remaining region themselves (the `pipeline` pass opens
+    # the default lowering pipeline)
+    subprocess.run(
+        [BIN / "xl-run", prog, f"x={tmp_path / 'x.npy'}", "-o", tmp_path / "out2.npz"],
+        capture_output=True, text=True, check=True,
+    )
+    np.testing.assert_array_equal(np.load(tmp_path / "out2.npz")["y"], via_text)
+    with popxl.Session(ir, "ipu_hw") as session:
+        np.testing.assert_array_equal(session.run({in_stream: inputs})[out_stream], via_text)
+    assert "pipeline.region" in ir.to_mlir()  # the Session does not change the Ir
+
     p.apply()
     assert "pipeline.region" not in ir.to_mlir()
     with popxl.Session(ir, "ipu_hw") as session:
