@@ -24,7 +24,7 @@ from xdsl.dialects.builtin import (
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, OpResult, SSAValue, SSAValues
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -374,3 +374,73 @@ class ConditionalOp(IRDLOperation):
 
 
 Call = Dialect("call", [CallOp, RepeatOp, ConditionalOp], [])
+
+
+# -- call-graph helpers (used by the passes and the frontend) ------------------------------
+
+
+class CallSiteError(ValueError):
+    """A graph's signature cannot change because of how it is called."""
+
+
+def called_graph_names(op: Operation) -> list[str]:
+    """The graphs `op` itself calls (`call.call`, `call.repeat`, both `call.conditional`
+    branches), in order; [] for any other op."""
+    if isinstance(op, CallOp | RepeatOp):
+        return [op.callee.root_reference.data]
+    if isinstance(op, ConditionalOp):
+        return [op.then_branch.root_reference.data, op.else_branch.root_reference.data]
+    return []
+
+
+def call_sites(module: Operation) -> dict[str, list[Operation]]:
+    """Every op nested in `module` that calls a graph, by callee name."""
+    sites: dict[str, list[Operation]] = {}
+    for op in module.walk():
+        for name in called_graph_names(op):
+            sites.setdefault(name, []).append(op)
+    return sites
+
+
+def append_results(op: Operation, types: Sequence[Attribute]) -> list[OpResult]:
+    """Appends results to `op` in place (its existing results stay valid)."""
+    n = len(op.results)
+    new = [OpResult(t, op, n + i) for i, t in enumerate(types)]
+    op.results = SSAValues((*op.results, *new))
+    return new
+
+
+def add_graph_outputs(
+    module: Operation,
+    graph: GraphOp,
+    values: Sequence[SSAValue],
+    sites: Sequence[Operation] | None = None,
+) -> list[int]:
+    """Makes `values` (of `graph`) extra outputs of `graph`; returns their output indices.
+
+    Every `call.call` of the graph (`sites`, default: found in `module`) gets the new
+    results in place. Raises `CallSiteError` when the graph is the body of a
+    `call.repeat` or a branch of a `call.conditional` (their signatures are tied).
+    """
+    if not values:
+        return []
+    name = graph.graph_name
+    if sites is None:
+        sites = call_sites(module).get(name, [])
+    for op in sites:
+        if isinstance(op, RepeatOp):
+            raise CallSiteError(
+                f"cannot add outputs to graph @{name}: it is the body of a call.repeat"
+            )
+        if isinstance(op, ConditionalOp):
+            raise CallSiteError(
+                f"cannot add outputs to graph @{name}: it is a branch of a call.conditional"
+            )
+    out_op = graph.output_op
+    n = len(out_op.outs)
+    out_op.operands = [*out_op.operands, *values]
+    graph.update_function_type()
+    types = [v.type for v in values]
+    for site in sites:
+        append_results(site, types)
+    return list(range(n, n + len(values)))

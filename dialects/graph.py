@@ -43,7 +43,7 @@ from xdsl.dialects.builtin import (
     UnitAttr,
 )
 from xdsl.dialects.utils import parse_func_op_like, print_func_op_like
-from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
     AnyAttr,
     IRDLOperation,
@@ -203,6 +203,27 @@ class GraphOp(IRDLOperation):
             [_arg_attr(n, r) for n, r in zip(names, by_ref, strict=True)]
         )
 
+    def add_input(
+        self, type: Attribute, name: str, by_ref: bool = False, index: int | None = None
+    ) -> BlockArgument:
+        """Adds an input (at `index`, default last) named `name`; updates `function_type`
+        and the argument attributes (unnamed inputs keep their `arg<i>` names)."""
+        block = self.body.block
+        n = len(block.args)
+        at = n if index is None else index
+        if not 0 <= at <= n:
+            raise IndexError(f"graph @{self.graph_name}: input index {at} out of range 0..{n}")
+        names = [self.input_name(i) for i in range(n)]
+        refs = [self.input_is_by_ref(i) for i in range(n)]
+        arg = block.insert_arg(type, at)
+        names.insert(at, name)
+        refs.insert(at, by_ref)
+        self.set_arg_attrs(names, refs)
+        self.function_type = FunctionType.from_lists(
+            [a.type for a in block.args], self.function_type.outputs.data
+        )
+        return arg
+
     def update_function_type(self) -> None:
         """Recompute `function_type` from the block arguments and `graph.output`."""
         self.function_type = FunctionType.from_lists(
@@ -266,6 +287,37 @@ class GraphOp(IRDLOperation):
         )
 
 
+# -- module-level graph helpers (used by the passes and the frontend) ---------------------
+
+
+def graphs_by_name(module: Operation) -> dict[str, GraphOp]:
+    """The `graph.graph` ops directly in `module`, by symbol name."""
+    return {op.graph_name: op for op in module.regions[0].block.ops if isinstance(op, GraphOp)}
+
+
+def unique_graph_name(module: Operation, base: str) -> str:
+    """`base`, or `base_1`, `base_2`, ... : the first name no symbol of `module` uses."""
+    names = {
+        op.properties["sym_name"].data  # type: ignore[attr-defined]
+        for op in module.regions[0].block.ops
+        if "sym_name" in op.properties
+    }
+    if base not in names:
+        return base
+    i = 1
+    while f"{base}_{i}" in names:
+        i += 1
+    return f"{base}_{i}"
+
+
+def graph_input_attrs(name: str, by_ref: bool = False) -> DictionaryAttr:
+    """The argument attribute dictionary of a graph input named `name`."""
+    # keys in sorted order, as MLIR prints dictionaries: {graph.by_ref, graph.name = ...}
+    d: dict[str, Attribute] = {BY_REF_ATTR: UnitAttr()} if by_ref else {}
+    d[NAME_ATTR] = StringAttr(name)
+    return DictionaryAttr(d)
+
+
 def parse_named_slot(
     parser: Parser,
 ) -> tuple[str, DenseIntOrFPElementsAttr | None, Attribute, dict[str, Attribute]]:
@@ -316,11 +368,7 @@ def print_body_region(printer: Printer, region: Region) -> None:
     printer.print_region(region, print_entry_block_args=False, print_empty_block=False)
 
 
-def _arg_attr(name: str, by_ref: bool) -> DictionaryAttr:
-    # keys in sorted order, as MLIR prints dictionaries: {graph.by_ref, graph.name = ...}
-    d: dict[str, Attribute] = {BY_REF_ATTR: UnitAttr()} if by_ref else {}
-    d[NAME_ATTR] = StringAttr(name)
-    return DictionaryAttr(d)
+_arg_attr = graph_input_attrs  # the former private name (passes/accumulate.py used it)
 
 
 @irdl_op_definition

@@ -53,11 +53,12 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
-from xl.dialects.graph import ConstantOp, GraphOp, _arg_attr
+from xl.dialects.call import call_sites
+from xl.dialects.graph import ConstantOp, GraphOp, graph_input_attrs
 from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.popxl import AccumulateMeanOp, AccumulateOp
 from xl.dialects.utils import element_type, fmt_type
-from xl.passes.autodiff import GradInfo, call_sites
+from xl.passes.autodiff_info import GradInfo
 from xl.passes.graph_utils import grad_and_forward, graph_placement, set_name_hint
 
 ACCUM_PREFIX = "accum."
@@ -158,9 +159,9 @@ def accumulate(
     old_attrs: list[DictionaryAttr] = (
         list(grad.arg_attrs.data)
         if grad.arg_attrs is not None
-        else [_arg_attr(f"arg{j}", False) for j in range(n_in)]
+        else [graph_input_attrs(f"arg{j}", False) for j in range(n_in)]
     )
-    new_attrs = [_arg_attr(counter, True), *(_arg_attr(acc_names[i], True) for i in inputs)]
+    new_attrs = [graph_input_attrs(counter, True), *(graph_input_attrs(acc_names[i], True) for i in inputs)]
     ipu = graph_placement(grad) or graph_placement(fwd)
     if ipu is not None:
         new_attrs = [DictionaryAttr(dict(sorted({**a.data, IPU_ATTR: ipu}.items()))) for a in new_attrs]

@@ -34,24 +34,14 @@ from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
-from xl.dialects.graph import GraphOp, OutputOp
+from xl.dialects.call import CallOp, call_sites
+from xl.dialects.graph import GraphOp, OutputOp, graphs_by_name
 from xl.dialects.popxl import IdentityOp, is_written
 
 
-def graphs_by_name(module: ModuleOp) -> dict[str, GraphOp]:
-    return {op.graph_name: op for op in module.ops if isinstance(op, GraphOp)}
-
-
 def called_names(module: ModuleOp) -> set[str]:
-    names: set[str] = set()
-    for op in module.walk():
-        if isinstance(op, CallOp | RepeatOp):
-            names.add(op.callee.root_reference.data)
-        elif isinstance(op, ConditionalOp):
-            names.add(op.then_branch.root_reference.data)
-            names.add(op.else_branch.root_reference.data)
-    return names
+    """The names of the graphs some op of `module` calls."""
+    return set(call_sites(module))
 
 
 def inline_call(call: CallOp, callee: GraphOp) -> None:

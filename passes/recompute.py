@@ -46,14 +46,9 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xl.dialects.call import CallOp
-from xl.dialects.graph import BY_REF_ATTR, NAME_ATTR, GraphOp, OutputOp
+from xl.dialects.graph import BY_REF_ATTR, NAME_ATTR, GraphOp, OutputOp, unique_graph_name
 from xl.dialects.ipu import IPU_ATTR
-from xl.passes.autodiff import (
-    FWD_GRAD,
-    FWD_INPUT,
-    GradInfo,
-    unique_graph_name,
-)
+from xl.passes.autodiff_info import FWD_GRAD, FWD_INPUT, GradInfo
 from xl.passes.graph_utils import grad_and_forward, graph_placement, set_name_hint
 
 
