@@ -40,11 +40,6 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return OutlinePass
 
-    def get_outline() -> type[ModulePass]:
-        from xl.passes.outline import OutlinePass
-
-        return OutlinePass
-
     def get_inline() -> type[ModulePass]:
         from xl.passes.inline import InlinePass
 
@@ -87,7 +82,6 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "autodiff": get_autodiff,
         "functionalize": get_functionalize,
         "inline": get_inline,
-        "outline": get_outline,
         "outline": get_outline,
         "pipeline": get_pipeline,
         "lower-to-rt": get_lower_to_rt,
