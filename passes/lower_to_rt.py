@@ -21,6 +21,9 @@ rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i6
 }
 ```
 
+A constant updated in place (by an in-place op or as a by-reference call argument) is
+copied into a fresh buffer where it is defined, so each execution starts from its value.
+
 Call semantics: a by-reference input aliases the caller's buffer; an input the
 callee updates in place without being by-reference is copied; outputs never alias
 the caller's buffers (copied when they would).
@@ -133,6 +136,12 @@ class _Emitter:
             c.result.name_hint = op.result.name_hint
             block.add_op(c)
             env[op.result] = c.result
+            if is_written(op.result):
+                # Updated in place: each execution updates a fresh copy of its value (the
+                # constant itself is read-only storage and keeps its value).
+                buf = self.copy_to_new(block, c.result, op.result.name_hint)
+                env[op.result] = buf
+                fresh.add(buf)
         elif isinstance(op, HostLoadOp):
             buf = self.alloc(block, op.result.type, op.result.name_hint)
             block.add_op(rt.H2DOp(op.stream.root_reference.data, buf))

@@ -14,7 +14,7 @@ per step unless a snapshot is needed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -36,3 +36,15 @@ def inputs_to_snapshot(
                 bad.append(i)
                 break
     return bad
+
+
+def check_writable(kernel: str, outs: Sequence[np.ndarray], describe: Callable[[int], str]) -> None:
+    """Refuse, at plan time, a kernel that writes read-only storage (an `rt.const`);
+    `describe(i)` names output `i`."""
+    for i, o in enumerate(outs):
+        if not o.flags.writeable:
+            from xl.runtime.executable import PlanError
+
+            raise PlanError(
+                f"runtime: '{kernel}' writes the constant {describe(i)} (constants are read-only)"
+            )

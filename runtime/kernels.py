@@ -309,7 +309,7 @@ def _gelu(p: dict[str, Any]) -> Kernel:
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
 
     def k(x: np.ndarray, out: np.ndarray) -> None:
-        u = x * x
+        u = np.asarray(x * x)  # an array also for 0-d x (arithmetic gives scalars)
         u *= _GELU_A
         u += 1
         u *= x
@@ -748,12 +748,12 @@ def _gelu_grad(p: dict[str, Any]) -> Kernel:
 
     def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
         x2 = x * x
-        u = x2 * _GELU_A
+        u = np.asarray(x2 * _GELU_A)  # arrays also for 0-d x (arithmetic gives scalars)
         u += 1
         u *= x
         u *= _SQRT_2_OVER_PI
         t = np.tanh(u, out=u)
-        du = x2 * (3 * _GELU_A * _SQRT_2_OVER_PI)
+        du = np.asarray(x2 * (3 * _GELU_A * _SQRT_2_OVER_PI))
         du += _SQRT_2_OVER_PI
         du *= x
         sech2 = 1 - t * t

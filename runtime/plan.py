@@ -39,8 +39,8 @@ from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.passes.rt_analysis import kernel_io, view_array
 from xl.runtime import blas
-from xl.runtime.aliasing import inputs_to_snapshot
-from xl.runtime.executable import PlanError, diagnostic_props, stream_entry
+from xl.runtime.aliasing import check_writable, inputs_to_snapshot
+from xl.runtime.executable import PlanError, describe_buffer, diagnostic_props, stream_entry
 from xl.runtime.kernels import KERNELS, check_range
 from xl.runtime.xl_kernels import parse_steps
 
@@ -701,6 +701,9 @@ class PlanBuilder:
         if isinstance(op, rt.KernelOp):
             self.kernel(op, depth)
             return
+        if isinstance(op, rt.CopyOp | rt.H2DOp):
+            dest = op.dest if isinstance(op, rt.CopyOp) else op.buffer
+            check_writable(op.name, [g.arr(dest)], lambda i: describe_buffer(dest))
         if isinstance(op, rt.CopyOp):
             self.emit(f"{g.fn(np.copyto)}({g.buf(op.dest)}, {g.buf(op.source)})", depth)
             return
@@ -754,6 +757,7 @@ class PlanBuilder:
         ins = [g.buf(v) for v in op.ins]
         outs = [g.buf(v) for v in op.outs]
         pre: list[str] = []
+        check_writable(name, [g.arr(v) for v in op.outs], lambda i: describe_buffer(op.outs[i]))
         snap = inputs_to_snapshot(name, [g.arr(v) for v in op.ins], [g.arr(v) for v in op.outs])
         if snap:
             # inputs overlapping an output are read (copied) before the kernel writes

@@ -1,0 +1,78 @@
+"""Regressions found by the property test (/work/notes/bugs.md), against NumPy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import popxl
+import pytest
+from popxl import ops
+from xl.runtime.kernels import KERNELS
+
+from tests.runtime_check import check_all
+
+
+def _gelu(x: float) -> float:
+    return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def test_p1_gelu_of_rank0_tensor() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.h2d_stream((2,), popxl.float32, "x")
+        g = ops.gelu(ops.max(ops.host_load(x)))
+        ops.host_store(popxl.d2h_stream(g.shape, g.dtype, "o"), g)
+    check_all(ir, [{"o": np.float32(_gelu(2.0))}], [{"x": np.array([1.0, 2.0], np.float32)}])
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_rank0_arrays_are_filled(name: str) -> None:
+    """Every kernel that runs on rank-0 float arrays writes its rank-0 output (NumPy
+    arithmetic on 0-d arrays gives scalars, which `out=` refuses)."""
+    factory = KERNELS[name]
+    props = {"a": 0.5, "b": 2.0}
+    for n_in in (1, 2):
+        try:
+            k = factory(dict(props))
+        except (KeyError, ValueError, TypeError):
+            return  # the kernel needs other attributes: not an elementwise kernel
+        ins = [np.array(0.75, np.float32) for _ in range(n_in)]
+        out = np.array(np.nan, np.float32)
+        try:
+            k(*ins, out)
+        except TypeError as e:
+            assert "ArrayType" not in str(e), f"{name}: {e}"
+            continue
+        except (ValueError, IndexError, KeyError, np.exceptions.AxisError):
+            continue
+        return
+
+
+def test_p2_inplace_update_of_a_constant_starts_from_its_value_each_run() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.h2d_stream((1,), popxl.float32, "x")
+        t0 = ops.host_load(x)
+        c = popxl.constant(np.array([0.5], np.float32))
+        ops.add_(c, t0)
+        ops.host_store(popxl.d2h_stream(c.shape, c.dtype, "o"), c)
+    feeds = [{"x": np.array([1.0], np.float32)}, {"x": np.array([2.0], np.float32)}]
+    check_all(ir, [{"o": np.array([1.5], np.float32)}, {"o": np.array([2.5], np.float32)}], feeds)
+
+
+def test_writing_an_rt_const_is_refused(tmp_path, capsys) -> None:
+    from xl.tools.run import main
+
+    prog = tmp_path / "c.mlir"
+    prog.write_text(
+        'rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {\n'
+        "  %c = rt.const dense<1.0> : tensor<2xf32> : memref<2xf32>\n"
+        '  rt.kernel "popxl.scaled_add_"(%c, %c) -> (%c) {a = 1.000000e+00 : f64, b = 1.000000e+00 : f64}'
+        " : (memref<2xf32>, memref<2xf32>) -> memref<2xf32>\n"
+        '  rt.d2h "y", %c : memref<2xf32>\n'
+        "}\n"
+    )
+    assert main([str(prog)]) == 1
+    err = capsys.readouterr().err
+    assert "xl-run: error: runtime: 'popxl.scaled_add_' writes the constant tensor \"c\"" in err
