@@ -203,9 +203,12 @@ def resolve(recipe: Recipe) -> Program:
             if kind != "view_chain":
                 out.append((kind, i, j, k, c))
                 continue
-            stages = (k % 6, (k // 6) % 6) + (((k // 36) % 6,) if k >= 128 else ())
+            # A layout-changing view, then views that must see that layout.
+            first_ = ("transpose", "slice", "expand", "concat", "reshape", "squeeze")
+            then = ("reshape", "transpose", "squeeze", "slice")
+            stages = (first_[k % 6], then[(k // 6) % 4]) + ((then[(k // 24) % 4],) if k >= 128 else ())
             for n, v in enumerate(stages):
-                out.append((VIEWS[v], i if n == 0 else 0, j, (k * 37 + 11 * n) % 64, c))
+                out.append((v, i if n == 0 else 0, j, (k * 37 * (n + 1)) % 64, c))
         return out
 
     for kind, i, j, k, c in expand_chains(recipe.ops):
@@ -224,7 +227,7 @@ def resolve(recipe: Recipe) -> Program:
         elif kind == "matmul":
             b = first(j, lambda s: (r := _matmul_shape(sa, s)) is not None and _size(r) <= MAX_ELEMS)
             if b is None:
-                if ra >= 2:  # a @ a^T always fits
+                if ra >= 2 and _size((*sa[:-1], sa[-2])) <= MAX_ELEMS:  # a @ a^T
                     perm = (*range(ra - 2), ra - 1, ra - 2)
                     b = emit("transpose", "transpose", (a,), tuple(sa[p] for p in perm), perm=perm)
                 elif ra == 1:
