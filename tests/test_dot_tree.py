@@ -181,7 +181,7 @@ def test_copy_is_shallow_with_copied_subtrees():
     assert c.a is not t.a
     c.insert("a.c", 1)
     assert "a.c" not in t
-    assert type(NamedTensors(x=1).copy()) is NamedTensors
+    assert type(NamedTensors(x=_tensor()).copy()) is NamedTensors
 
 
 def test_filter_keys():
@@ -219,8 +219,8 @@ def test_from_dict_pack_unpack():
     assert DotTree.pack(*p.unpack()).to_dict() == {"y.w": 2, "z": 1}
     with pytest.raises(ValueError):
         DotTree.pack(["a"], [1, 2])
-    assert type(NamedTensors.from_dict({"a": 1})) is NamedTensors
-    assert type(NamedTensors.pack(["a"], [1])) is NamedTensors
+    assert type(NamedTensors.from_dict({"a": _tensor()})) is NamedTensors
+    assert type(NamedTensors.pack(["a"], [_tensor()])) is NamedTensors
 
 
 def test_to_mapping():
@@ -264,7 +264,7 @@ def test_clear_nested_multiple_levels():
 
 def test_subclasses_keep_type_for_nested():
     t = NamedTensors()
-    t.insert("a.b", 1)
+    t.insert("a.b", _tensor())
     assert isinstance(t.a, NamedTensors)
     f = NamedVariableFactories()
     f.insert("x.y", 1)
@@ -279,3 +279,13 @@ def test_pickle_roundtrip():
     t = make()
     t2 = pickle.loads(pickle.dumps(t))
     assert t2.to_dict() == t.to_dict()
+
+
+def _tensor():
+    """A popxl tensor (NamedTensors leaves must be Tensors)."""
+    import numpy as np
+    import popxl
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        return popxl.variable(np.zeros(2, np.float32), name="w")

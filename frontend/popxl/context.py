@@ -35,6 +35,8 @@ class _State:
         self.tile_sets: list[str] = []
         self.scopes: list[str] = []
         self.in_sequence: list[bool | str] = []
+        # public functions being called, outermost first (e.g. "ops.add"), for messages
+        self.calls: list[str] = []
 
 
 _state = _State()
@@ -53,8 +55,9 @@ def _pop_graph(g: Graph) -> None:
 def get_current_graph() -> Graph:
     """The graph new ops are added to (the innermost `with graph:`)."""
     if not _state.graphs:
+        who = f"{_state.calls[0]}: " if _state.calls else ""
         raise RuntimeError(
-            "Trying to access a graph, but no graph has been selected. "
+            f"{who}Trying to access a graph, but no graph has been selected. "
             "Use `with ir.main_graph:` (or `with graph:`) to select one."
         )
     return _state.graphs[-1]

@@ -31,6 +31,7 @@ from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
 from xl.dialects.utils import tensor_type
 
 from popxl import context
+from popxl._checks import check_dtype, check_name, check_shape
 from popxl.dtypes import dtype as _dtype
 from popxl.tensor import Constant, Tensor, Variable
 
@@ -257,8 +258,14 @@ class Graph:
             raise ValueError("popxl.graph_input cannot be used in the main graph")
         op = self._op
         assert isinstance(op, GraphOp)
-        dt = _dtype.as_dtype(dtype)
-        ttype = tensor_type(tuple(int(d) for d in shape), dt.as_numpy())
+        what = f"popxl.graph_input of graph {self.name!r}"
+        name = check_name(name, what)
+        if name is not None:
+            what += f" ({name!r})"
+        shape = check_shape(shape, what)
+        dt = check_dtype(dtype, what)
+        meta_shape = check_shape(meta_shape, what + " meta_shape") if meta_shape else None
+        ttype = tensor_type(shape, dt.as_numpy())
         name = self._unique_name(name if name is not None else "input", scoped=True)
         block = self._block
         idx = len(block.args)

@@ -14,6 +14,8 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.printer import Printer
 from xl.dialects.graph import (
@@ -23,6 +25,7 @@ from xl.dialects.graph import (
     HostLoadOp,
     HostStoreOp,
     MainGraphOp,
+    VariableOp,
 )
 
 from popxl import context
@@ -282,11 +285,38 @@ class Ir:
         return ReplicaGrouping._from_assignments(self, list(assignment))
 
     # -- text -------------------------------------------------------------------------------
-    def to_mlir(self) -> str:
-        """The program as MLIR text (custom format); `xl-opt`/`xl-run` read it back."""
+    def to_mlir(self, values: str = "current") -> str:
+        """The program as MLIR text (custom format); `xl-opt`/`xl-run` read it back.
+
+        Each `graph.variable` carries a value, so the text is a self-contained program:
+
+        - `values="current"` (default): the values the variables hold now. When a
+          `popxl.Session` of this Ir exists, that is the most recently created session's
+          value of each variable (after `write_variables_data` and runs, fetched from
+          the device when needed); with no session, the initial values.
+        - `values="initial"`: the values given to `popxl.variable` when the program
+          was built, whatever any session did since.
+
+        The text always parses back to the same program; only the variable values differ.
+        """
+        if values not in ("current", "initial"):
+            raise ValueError(f"Ir.to_mlir: values must be 'current' or 'initial', got {values!r}")
+        module = self._module
+        if values == "current" and self._sessions:
+            module = self._module_with_values(self._sessions[-1]._current_values())
         s = io.StringIO()
-        Printer(stream=s).print_op(self._module)
+        Printer(stream=s).print_op(module)
         return s.getvalue() + "\n"
+
+    def _module_with_values(self, current: Mapping[str, Any]) -> ModuleOp:
+        """A copy of the module whose `graph.variable` values are `current[name]`."""
+        from xl.dialects.utils import dense_attr
+
+        module = self._module.clone()
+        for op in module.walk():
+            if isinstance(op, VariableOp) and op.var_name.data in current:
+                op.init = dense_attr(np.asarray(current[op.var_name.data]))
+        return module
 
     def dot_checkpoint(self, check: str, save_dir: Any = None) -> None:
         pass

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
+from xdsl.utils.exceptions import VerifyException
 from xl.dialects.graph import VariableOp
 from xl.dialects.utils import dense_to_numpy
 
@@ -32,7 +33,17 @@ class Session:
     def __init__(self, ir: Ir, device_desc: Any = "cpu", weights_to_host_on_exit: bool = True):
         if not isinstance(ir, Ir):
             raise TypeError(f"Session expects a popxl.Ir, got {type(ir).__name__}")
-        if isinstance(device_desc, str) and device_desc not in _DEVICES:
+        if not isinstance(device_desc, str):
+            raise TypeError(
+                f"Session: device_desc must be one of {', '.join(_DEVICES)}, got "
+                f"{type(device_desc).__name__}"
+            )
+        if not isinstance(weights_to_host_on_exit, bool):
+            raise TypeError(
+                "Session: weights_to_host_on_exit must be a bool, got "
+                f"{type(weights_to_host_on_exit).__name__}"
+            )
+        if device_desc not in _DEVICES:
             raise ValueError(
                 f"Session: unknown device_desc {device_desc!r}; expected one of {', '.join(_DEVICES)}"
             )
@@ -44,7 +55,10 @@ class Session:
         self._device_dirty = False  # device state may differ from the host copies
 
         module = ir._module
-        module.verify()
+        try:
+            module.verify()
+        except VerifyException as e:
+            raise ValueError(f"Session: the program of {ir!r} is invalid: {str(e).split(chr(10) * 2)[0]}") from None
         from xl.runtime import compile_module
 
         self._exe = compile_module(module)
@@ -200,55 +214,84 @@ class Session:
         return self._host[v]
 
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
+        if isinstance(tensors, Tensor) or not isinstance(tensors, Iterable):
+            raise TypeError(
+                f"Session.get_tensors_data: expected an iterable of tensors, got {type(tensors).__name__}"
+            )
         tensors = list(tensors)
         for t in tensors:
             if not isinstance(t, Variable | Constant):
                 raise TypeError(f"Session.get_tensors_data: {t!r} is not a Variable or Constant")
         return {t: self.get_tensor_data(t) for t in tensors}
 
-    def _write_host(self, v: Variable, data: Any) -> None:
+    def _host_array(self, v: Variable, data: Any, what: str) -> np.ndarray:
+        """`data` checked against variable `v` (dtype, shape), as an array; writes nothing."""
         host = self._host[v]
         if isinstance(data, int | float | bool) and not isinstance(data, np.generic):
-            arr = np.full(host.shape, data, dtype=host.dtype)
-        else:
-            if type(data).__module__.startswith("torch"):
-                data = data.detach().cpu().numpy()
-            arr = np.asarray(data)
-            if arr.dtype != host.dtype:
-                raise TypeError(
-                    f"Session.write_variable_data: dtype of the data ({arr.dtype}) does not "
-                    f"match variable {v.id} ({v.dtype.name})"
-                )
-            if arr.shape != host.shape:
-                raise ValueError(
-                    f"Session.write_variable_data: shape of the data {arr.shape} does not match "
-                    f"variable {v.id} {host.shape}"
-                )
+            return np.full(host.shape, data, dtype=host.dtype)
+        if isinstance(data, Tensor):
+            raise TypeError(
+                f"Session.{what}: the data for variable {v.id} must be host data (an array), "
+                f"got the popxl Tensor {data!r}"
+            )
+        if type(data).__module__.startswith("torch"):
+            data = data.detach().cpu().numpy()
+        arr = np.asarray(data)
+        if arr.dtype != host.dtype:
+            raise TypeError(
+                f"Session.{what}: dtype of the data ({arr.dtype}) does not "
+                f"match variable {v.id} ({v.dtype.name})"
+            )
+        if arr.shape != host.shape:
+            raise ValueError(
+                f"Session.{what}: shape of the data {arr.shape} does not match "
+                f"variable {v.id} {host.shape}"
+            )
         if v.retrieval_mode == "all_replicas" and self._replication_factor > 1:
-            raise NotImplementedError("write_variable_data with retrieval_mode='all_replicas'")
-        np.copyto(host, arr)
+            raise NotImplementedError(f"Session.{what} with retrieval_mode='all_replicas'")
+        return arr
 
     def write_variable_data(self, tensor: Variable, data: Any) -> None:
         """Set the value of a variable (host copy; also the device when attached)."""
-        v = self._check_variable(tensor, "write_variable_data")
-        if self._attached and self._device_dirty:
-            self.weights_to_host()
-        self._write_host(v, data)
-        if self._attached:
-            self._write_device(v, self._host[v])
+        self.write_variables_data({tensor: data}, _what="write_variable_data")
 
-    def write_variables_data(self, tensors: Mapping[Variable, Any]) -> None:
-        vs = {self._check_variable(t, "write_variables_data"): d for t, d in tensors.items()}
+    def write_variables_data(self, tensors: Mapping[Variable, Any], _what: str = "write_variables_data") -> None:
+        """Set the values of several variables (host copies; also the device when attached).
+
+        All or nothing: every entry is checked (a Variable of this session's Ir, data of its
+        shape and dtype) before any variable is written."""
+        if not isinstance(tensors, Mapping):
+            raise TypeError(
+                f"Session.{_what}: expected a mapping of variables to data, got "
+                f"{type(tensors).__name__}"
+            )
+        checked = [
+            (v, self._host_array(v, d, _what))
+            for v, d in ((self._check_variable(t, _what), d) for t, d in tensors.items())
+        ]
         if self._attached and self._device_dirty:
             self.weights_to_host()
-        for v, d in vs.items():
-            self._write_host(v, d)
+        for v, arr in checked:
+            np.copyto(self._host[v], arr)
         if self._attached:
-            for v in vs:
+            for v, _ in checked:
                 self._write_device(v, self._host[v])
+
+    def _current_values(self) -> dict[str, np.ndarray]:
+        """The current value of every variable of the Ir, by variable name, as the device
+        holds it (one group's value for grouped variables, as in the IR)."""
+        out: dict[str, np.ndarray] = {}
+        for v in self._host:
+            data = self.get_tensor_data(v)
+            out[v._var_name] = data[0] if v._num_groups > 1 else data
+        return out
 
     # -- running --------------------------------------------------------------------------------
     def _prepare_inputs(self, inputs: Mapping[HostToDeviceStream, Any] | None, downcast: bool) -> dict[str, np.ndarray]:
+        if inputs is not None and not isinstance(inputs, Mapping):
+            raise TypeError(
+                f"Session.run: inputs must map HostToDeviceStreams to arrays, got {type(inputs).__name__}"
+            )
         inputs = dict(inputs or {})
         _check_streams(
             "Session.run: the inputs do not match the streams the program loads.",
@@ -299,6 +342,11 @@ class Session:
     ) -> None:
         """Run, writing the results into the user-provided `outputs` arrays."""
         self._require_attached("run_with_outputs")
+        if outputs is not None and not isinstance(outputs, Mapping):
+            raise TypeError(
+                "Session.run_with_outputs: outputs must map DeviceToHostStreams to arrays, got "
+                f"{type(outputs).__name__}"
+            )
         outputs = dict(outputs) if outputs is not None else self.create_host_outputs()
         _check_streams(
             "Session.run_with_outputs: the outputs do not match the streams the program stores.",

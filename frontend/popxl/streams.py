@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from xl.dialects.graph import D2HStreamOp, H2DStreamOp
 from xl.dialects.utils import tensor_type
 
+from popxl._checks import check_dtype, check_name, check_shape
 from popxl.context import gcg
 from popxl.dtypes import dtype as _dtype
 from popxl.tensor import TensorSpec
@@ -87,9 +88,13 @@ class DeviceToHostStream(_Stream):
 
 
 def _make(kind: str, shape: Iterable[int], dtype: _dtype, name: str | None) -> _Stream:
+    what = f"popxl.{kind}_stream"
+    name = check_name(name, what)
+    if name is not None:
+        what += f" {name!r}"
+    shape = check_shape(shape, what)
+    dt = check_dtype(dtype, what)
     ir = gcg().ir
-    shape = tuple(int(d) for d in shape)
-    dt = _dtype.as_dtype(dtype)
     name = ir._unique_stream_name(name if name is not None else f"{kind}_stream")
     ttype = tensor_type(shape, dt.as_numpy())
     if kind == "h2d":
@@ -104,10 +109,14 @@ def _make(kind: str, shape: Iterable[int], dtype: _dtype, name: str | None) -> _
 
 
 def h2d_stream(shape: Iterable[int], dtype: _dtype, name: str | None = None) -> HostToDeviceStream:
-    """A host-to-device stream (always declared at module level)."""
+    """A host-to-device stream (always declared at module level).
+
+    `shape` is a tuple of non-negative ints and `dtype` a popxl dtype; anything else
+    is refused at once (TypeError/ValueError naming the stream)."""
     return _make("h2d", shape, dtype, name)  # type: ignore[return-value]
 
 
 def d2h_stream(shape: Iterable[int], dtype: _dtype, name: str | None = None) -> DeviceToHostStream:
-    """A device-to-host stream (always declared at module level)."""
+    """A device-to-host stream (always declared at module level); arguments are
+    checked as for `h2d_stream`."""
     return _make("d2h", shape, dtype, name)  # type: ignore[return-value]

@@ -16,6 +16,7 @@ from xdsl.ir import BlockArgument, OpResult, SSAValue
 from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
 
 from popxl import dtypes
+from popxl._checks import check_dtype, check_name, describe
 from popxl.context import gcg
 from popxl.dtypes import dtype
 
@@ -444,20 +445,46 @@ class TensorByRef(Tensor):
 # ---------------------------------------------------------------------------------------
 
 
-def _to_numpy(data: HostTensor, dtype_: dtype | None, downcast: bool) -> np.ndarray:
+def _contains_tensor(data: Any) -> bool:
     if isinstance(data, Tensor):
-        raise TypeError(f"Expected host data (array, scalar), got a popxl Tensor {data!r}")
+        return True
+    if isinstance(data, list | tuple):
+        return any(_contains_tensor(d) for d in data)
+    return False
+
+
+def _to_numpy(
+    data: HostTensor, dtype_: dtype | None, downcast: bool, what: str = "popxl.constant"
+) -> np.ndarray:
+    """`data` (array, scalar, nested lists, torch tensor) as a C-contiguous array; user
+    mistakes (None, strings, Tensors inside lists, ragged lists) raise TypeError/ValueError
+    naming `what`."""
+    if isinstance(data, Tensor):
+        raise TypeError(f"{what}: expected host data (array, scalar), got a popxl Tensor {data!r}")
+    if _contains_tensor(data):
+        raise TypeError(
+            f"{what}: expected host data (array, scalar), got a {type(data).__name__} "
+            "containing popxl Tensors; use ops.concat to combine tensors"
+        )
+    if data is None or isinstance(data, str | bytes):
+        raise TypeError(f"{what}: expected host data (array, scalar), got {describe(data)}")
     if type(data).__module__.startswith("torch"):
         data = data.detach().cpu().numpy()
-    arr = np.asarray(data)
+    try:
+        arr = np.asarray(data)
+    except ValueError as e:  # ragged nested lists
+        raise ValueError(f"{what}: cannot convert {describe(data)} to an array: {e}") from None
+    if arr.dtype == np.dtype(object) or arr.dtype.kind in "USVOM":
+        raise TypeError(f"{what}: cannot convert {describe(data)} to a tensor")
     if dtype_ is not None:
         arr = arr.astype(dtype_.as_numpy(), copy=False)
         return np.require(arr, requirements="C")
-    if arr.dtype == np.dtype(object):
-        raise TypeError(f"Cannot convert {type(data).__name__} to a tensor")
     if downcast:
         arr = arr.astype(dtypes._downcast_np(arr.dtype), copy=False)
-    dtype.as_dtype(arr.dtype)  # raise for unsupported dtypes
+    try:
+        dtype.as_dtype(arr.dtype)
+    except ValueError:
+        raise TypeError(f"{what}: data of NumPy dtype {arr.dtype} has no popxl dtype") from None
     return np.require(arr, requirements="C")
 
 
@@ -489,9 +516,11 @@ def variable(
             "You cannot initialise a variable tensor within a graph. Create it in the main "
             f"graph (`with ir.main_graph:`) and pass it to graph {g.name!r} as an input."
         )
+    what = "popxl.variable" + (f" {name!r}" if isinstance(name, str) else "")
+    name = check_name(name, what)
     if retrieval_mode not in (None, "one_per_group", "all_replicas"):
-        raise ValueError(f"Invalid retrieval_mode {retrieval_mode!r}")
-    arr = _to_numpy(data, dtypes.dtype.as_dtype(dtype) if dtype is not None else None, downcast)
+        raise ValueError(f"{what}: invalid retrieval_mode {retrieval_mode!r}")
+    arr = _to_numpy(data, check_dtype(dtype, what) if dtype is not None else None, downcast, what)
     num_groups = int(getattr(replica_grouping, "num_groups", 1)) if replica_grouping else 1
     if num_groups > 1:
         if arr.ndim == 0 or arr.shape[0] != num_groups:
@@ -527,8 +556,10 @@ def constant(
     from xl.dialects.graph import ConstantOp
     from xl.dialects.utils import dense_attr
 
+    what = "popxl.constant" + (f" {name!r}" if isinstance(name, str) else "")
+    name = check_name(name, what)
     g = gcg()
-    arr = _to_numpy(data, dtypes.dtype.as_dtype(dtype) if dtype is not None else None, downcast)
+    arr = _to_numpy(data, check_dtype(dtype, what) if dtype is not None else None, downcast, what)
     op = ConstantOp(dense_attr(arr))
     g._insert(op)
     t = g._tensor(op.result, g._unique_name(name, scoped=True) if name is not None else None)

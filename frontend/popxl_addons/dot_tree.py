@@ -119,6 +119,8 @@ class DotTree(Generic[L]):
             key = str(key)
         if not isinstance(key, str):
             raise TypeError(f"DotTree keys are str or int, not {type(key).__name__}")
+        if not isinstance(value, DotTree):
+            self._check_leaf(key, value)
         parts = key.split(".")
         for p in parts:
             if not _valid_key_part(p):
@@ -155,8 +157,19 @@ class DotTree(Generic[L]):
     def _new_subtree(self) -> "DotTree[L]":
         return type(self)()
 
+    def _check_leaf(self, key: str, value: Any) -> None:
+        """Raise TypeError if `value` cannot be a leaf of this kind of tree (any value can)."""
+
+    @staticmethod
+    def _check_mapping(what: str, other: Any) -> None:
+        if not isinstance(other, DotTree | Mapping):
+            raise TypeError(
+                f"{what}: expected a DotTree or a mapping of dotted keys, got {type(other).__name__}"
+            )
+
     def update(self, other: "DotTree[L]" | Mapping[str, L], overwrite: bool = False) -> None:
         """Insert every entry of `other` (a tree or a flat dotted mapping)."""
+        self._check_mapping(f"{type(self).__name__}.update", other)
         if isinstance(other, DotTree):
             items = list(other._map.items())
         else:
@@ -196,8 +209,17 @@ class DotTree(Generic[L]):
 
     def filter_keys(self: T, keys: Iterable[str | int]) -> T:
         """A new tree holding only `keys` (dotted keys allowed)."""
+        if isinstance(keys, str | int) or not isinstance(keys, Iterable):
+            raise TypeError(
+                f"{type(self).__name__}.filter_keys: expected an iterable of keys, got "
+                f"{type(keys).__name__}"
+            )
         new = type(self)()
         for k in keys:
+            if k not in self:
+                raise KeyError(
+                    f"{type(self).__name__}.filter_keys: no key {k!r} (keys: {', '.join(self.keys_flat())})"
+                )
             new.insert(self._key(k), self.get(k))
         return new
 
@@ -255,6 +277,9 @@ class DotTree(Generic[L]):
     @classmethod
     def from_dict(cls: type[T], d: Mapping[str, Any], overwrite: bool = False) -> T:
         """A tree from a flat mapping with dotted keys."""
+        cls._check_mapping(f"{cls.__name__}.from_dict", d)
+        if isinstance(d, DotTree):
+            d = d.to_dict()
         tree = cls()
         for k, v in d.items():
             tree.insert(k, v, overwrite)
@@ -263,6 +288,9 @@ class DotTree(Generic[L]):
     @classmethod
     def pack(cls: type[T], keys: Iterable[str | int], values: Iterable[Any]) -> T:
         """A tree from parallel sequences of (dotted) keys and values."""
+        for arg, x in (("keys", keys), ("values", values)):
+            if isinstance(x, str) or not isinstance(x, Iterable):
+                raise TypeError(f"{cls.__name__}.pack: {arg} must be an iterable, got {type(x).__name__}")
         keys, values = list(keys), list(values)
         if len(keys) != len(values):
             raise ValueError(f"pack: {len(keys)} keys but {len(values)} values")
@@ -278,6 +306,7 @@ class DotTree(Generic[L]):
 
     def to_mapping(self, other: "DotTree") -> dict[L, Any]:
         """`{self_leaf: other_leaf}` for every dotted key the two trees share."""
+        self._check_mapping(f"{type(self).__name__}.to_mapping", other)
         mine = self.to_dict()
         theirs = other.to_dict() if isinstance(other, DotTree) else dict(other)
         return {v: theirs[k] for k, v in mine.items() if k in theirs}

@@ -19,8 +19,20 @@ __all__ = ["GraphWithNamedArgs", "BoundGraph", "TensorMap", "schedule_str", "op_
 TensorMap = Mapping[Any, Any]
 
 
-def _as_tensor_map(graph_args: NamedTensors, args: Any) -> dict[Any, Any]:
+def _check_graph(graph: Any, what: str) -> None:
+    import popxl
+
+    if not isinstance(graph, popxl.Graph):
+        raise TypeError(f"{what}: graph must be a popxl.Graph, got {type(graph).__name__}")
+
+
+def _as_tensor_map(graph_args: NamedTensors, args: Any, what: str = "GraphWithNamedArgs.bind") -> dict[Any, Any]:
     """`args` as {graph tensor: parent tensor}: a Mapping, or a DotTree matched by key."""
+    if args is not None and not isinstance(args, DotTree | Mapping):
+        raise TypeError(
+            f"{what}: args must be a NamedTensors or a mapping of graph inputs to tensors, got "
+            f"{type(args).__name__}"
+        )
     if args is None:
         return {}
     if isinstance(args, DotTree):
@@ -32,12 +44,21 @@ class BoundGraph:
     """A graph plus a mapping {graph input: parent tensor} supplied at every call."""
 
     def __init__(self, graph: Any, args: Optional[TensorMap] = None):
+        _check_graph(graph, "BoundGraph")
+        if args is not None and not isinstance(args, Mapping):
+            raise TypeError(
+                f"BoundGraph: args must be a mapping of graph inputs to tensors, got {type(args).__name__}"
+            )
         self.graph = graph
         self.args: dict[Any, Any] = dict(args) if args is not None else {}
 
     def _inputs_dict(self, args: Optional[TensorMap]) -> dict[Any, Any]:
         merged = dict(self.args)
         if args is not None:
+            if not isinstance(args, Mapping):
+                raise TypeError(
+                    f"BoundGraph: args must be a mapping of graph inputs to tensors, got {type(args).__name__}"
+                )
             merged.update(dict(args))
         return merged
 
@@ -96,6 +117,12 @@ class GraphWithNamedArgs:
         aux: Optional[NamedTensors] = None,
         called_graphs_grad_info: Optional[Mapping[Any, Any]] = None,
     ):
+        _check_graph(graph, "GraphWithNamedArgs")
+        for arg, value in (("args", args), ("aux", aux)):
+            if value is not None and not isinstance(value, NamedTensors):
+                raise TypeError(
+                    f"GraphWithNamedArgs: {arg} must be a NamedTensors, got {type(value).__name__}"
+                )
         self.graph = graph
         self.args: NamedTensors = args if args is not None else NamedTensors()
         self._grad_graph_info = grad_graph_info
@@ -127,10 +154,12 @@ class GraphWithNamedArgs:
 
     def call(self, *targs: Any, args: Optional[TensorMap] = None) -> tuple:
         """Call without bound args: every input must come from `targs` or `args`."""
-        return BoundGraph(self.graph, _as_tensor_map(self.args, args)).call(*targs)
+        return BoundGraph(self.graph, _as_tensor_map(self.args, args, "GraphWithNamedArgs.call")).call(*targs)
 
     def call_with_info(self, *targs: Any, args: Optional[TensorMap] = None) -> Any:
-        return BoundGraph(self.graph, _as_tensor_map(self.args, args)).call_with_info(*targs)
+        return BoundGraph(
+            self.graph, _as_tensor_map(self.args, args, "GraphWithNamedArgs.call_with_info")
+        ).call_with_info(*targs)
 
     def autodiff(
         self,

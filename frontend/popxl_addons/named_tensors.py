@@ -25,9 +25,28 @@ class NamedTensors(DotTree["popxl.Tensor"]):  # type: ignore[name-defined]  # no
         """Flat dict of dotted key -> tensor (same as `to_dict`)."""
         return self.to_dict()
 
+    def _check_leaf(self, key: str, value: Any) -> None:
+        import popxl
+
+        if not isinstance(value, popxl.Tensor):
+            raise TypeError(
+                f"NamedTensors: the value for key '{key}' must be a popxl.Tensor, got "
+                f"{type(value).__name__} (use NamedTensorData or DotTree for other values)"
+            )
+
     def remap(self, mapping: Mapping[Any, Any]) -> "NamedTensors":
-        """A new NamedTensors with every tensor `t` replaced by `mapping[t]`."""
-        return NamedTensors.from_dict({k: mapping[t] for k, t in self.to_dict().items()})
+        """A new NamedTensors with every tensor `t` replaced by `mapping[t]`
+        (KeyError naming the key and the tensor if `mapping` lacks one)."""
+        if not isinstance(mapping, Mapping):
+            raise TypeError(
+                f"NamedTensors.remap: expected a mapping of tensors, got {type(mapping).__name__}"
+            )
+        out = {}
+        for k, t in self.to_dict().items():
+            if t not in mapping:
+                raise KeyError(f"NamedTensors.remap: the mapping has no entry for '{k}' ({t!r})")
+            out[k] = mapping[t]
+        return NamedTensors.from_dict(out)
 
 
 class NamedTensorData(DotTree[np.ndarray]):

@@ -15,6 +15,7 @@ import numpy as np
 from xl.dialects.utils import tensor_type
 
 from popxl import dtypes
+from popxl._checks import describe
 from popxl.context import gcg
 from popxl.dtypes import dtype
 from popxl.ops import collectives, var_updates
@@ -24,8 +25,15 @@ from popxl.ops._utils import (
     emit,
     emit1,
     emit_inplace,
+    as_dtype,
+    as_float,
+    as_int,
+    as_shape,
+    current_op,
     insert,
+    not_implemented,
     to_tensor,
+    wrap_public_ops,
 )
 from popxl.ops.call import (
     CallSiteInfo,
@@ -94,7 +102,7 @@ def _pair(a: Any, b: Any) -> tuple[Tensor, Tensor]:
 
 
 def _dtype_of(d: Any) -> dtype:
-    return dtypes.dtype.as_dtype(d)
+    return as_dtype(d)
 
 
 # ---------------------------------------------------------------------------------------
@@ -315,22 +323,22 @@ def logsumexp(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool
 
 def argmax(t: Tensor, dim: int = 0, keepdim: bool = False) -> Tensor:
     """Index of the maximum along `dim` (int32)."""
-    return emit1("popxl.argmax", [t], axis=int(dim), keepdims=bool(keepdim))
+    return emit1("popxl.argmax", [t], axis=as_int(dim, "dim"), keepdims=bool(keepdim))
 
 
 def argmin(t: Tensor, dim: int = 0, keepdim: bool = False) -> Tensor:
-    return emit1("popxl.argmin", [t], axis=int(dim), keepdims=bool(keepdim))
+    return emit1("popxl.argmin", [t], axis=as_int(dim, "dim"), keepdims=bool(keepdim))
 
 
 def cumsum(t: Tensor, dim: int = 0) -> Tensor:
-    return emit1("popxl.cumsum", [t], axis=int(dim))
+    return emit1("popxl.cumsum", [t], axis=as_int(dim, "dim"))
 
 
 def topk(
     t: Tensor, k: int, axis: int, largest: bool = True, sorted: bool = True,
     available_memory_proportion: float | None = None,
 ) -> tuple[Tensor, Tensor]:
-    vals, idx = emit("popxl.topk", [t], k=int(k), axis=int(axis), largest=bool(largest), sorted=bool(sorted))
+    vals, idx = emit("popxl.topk", [t], k=as_int(k, "k"), axis=as_int(axis, "axis"), largest=bool(largest), sorted=bool(sorted))
     return vals, idx
 
 
@@ -339,13 +347,21 @@ def topk(
 # ---------------------------------------------------------------------------------------
 
 
+def _reshape_dims(shape: Any) -> tuple[int, ...]:
+    """A reshape target: ints, at most one of them -1."""
+    if isinstance(shape, int | np.integer):
+        shape = (shape,)
+    if isinstance(shape, str) or not isinstance(shape, Iterable):
+        raise TypeError(f"{current_op()}: shape must be a tuple of ints, got {describe(shape)}")
+    return tuple(as_int(d, "each dim of shape") for d in shape)
+
+
 def reshape(t: Tensor, shape: Iterable[int]) -> Tensor:
     """Same elements, new shape; one dim may be -1."""
     from xl.dialects.popxl import ReshapeOp
 
-    if isinstance(shape, int):
-        shape = (shape,)
-    new = ReshapeOp.resolve_shape(t.shape, tuple(shape))
+    shape = _reshape_dims(shape)
+    new = ReshapeOp.resolve_shape(t.shape, shape)
     return emit1("popxl.reshape", [t], tensor_type(new, t.dtype.as_numpy()))
 
 
@@ -364,7 +380,7 @@ flatten_ = flatten
 
 def transpose(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
     """Permute the dims (reverse them by default)."""
-    perm = tuple(range(t.rank))[::-1] if permutation is None else tuple(int(p) for p in permutation)
+    perm = tuple(range(t.rank))[::-1] if permutation is None else tuple(as_int(p, "permutation") for p in permutation)
     perm = tuple(p % t.rank if t.rank else p for p in perm)
     return emit1("popxl.transpose", [t], perm=perm)
 
@@ -387,17 +403,19 @@ def squeeze(t: Tensor, axes: int | Iterable[int] | None = None) -> Tensor:
 
 def expand(t: Tensor, shape: Iterable[int]) -> Tensor:
     """Broadcast `t` to `shape`."""
-    shape = tuple(int(d) for d in shape)
+    shape = as_shape(shape)
     out_shape = tuple(np.broadcast_shapes(t.shape, shape)) if len(shape) >= t.rank else shape
     return emit1("popxl.expand", [t], tensor_type(out_shape, t.dtype.as_numpy()))
 
 
 def concat(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
     """Concatenate along `axis`."""
+    if isinstance(ts, Tensor):
+        raise TypeError("ops.concat: expected a sequence of tensors, got a single Tensor")
     ts = list(ts)
     if not ts:
         raise ValueError("ops.concat needs at least one tensor")
-    return emit1("popxl.concat", ts, axis=int(axis))
+    return emit1("popxl.concat", ts, axis=as_int(axis, "axis"))
 
 
 concat_ = concat
@@ -412,7 +430,7 @@ def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]
             raise ValueError(f"ops.split: dim {axis} of {t.shape} is not divisible by {splits}")
         sizes = [n // splits] * splits
     else:
-        sizes = [int(s) for s in splits]
+        sizes = [as_int(s, "splits") for s in splits]
         if builtins.sum(sizes) != n:
             raise ValueError(f"ops.split: sizes {sizes} do not add up to dim {axis} ({n}) of {t.shape}")
     out, start = [], 0
@@ -439,8 +457,8 @@ def slice(
         if x is None:
             return None
         if isinstance(x, int | np.integer):
-            return [int(x)]
-        return [None if v is None else int(v) for v in x]
+            return [as_int(x, "start/stop/step/axis")]
+        return [None if v is None else as_int(v, "start/stop/step/axis") for v in x]
 
     starts, stops, steps, axes = as_list(start), as_list(stop), as_list(step), as_list(axis)
     n = next((len(x) for x in (starts, stops, steps, axes) if x is not None), 0)
@@ -464,7 +482,7 @@ def slice(
     return emit1(
         "popxl.slice", [t],
         start=tuple(b), stop=tuple(e), step=None if all(s == 1 for s in st) else tuple(st),
-        axes=tuple(int(a) for a in axes),  # type: ignore[arg-type]
+        axes=tuple(as_int(a, "axes") for a in axes),  # type: ignore[arg-type]
     )
 
 
@@ -472,7 +490,7 @@ slice_ = slice
 
 
 def subsample(t: Tensor, strides: Iterable[int]) -> Tensor:
-    strides = [int(s) for s in strides]
+    strides = [as_int(s, "strides") for s in strides]
     return slice(t, start=[0] * t.rank, stop=list(t.shape), step=strides, axis=list(range(t.rank)))
 
 
@@ -511,7 +529,7 @@ def _getitem(t: Tensor, key: Any) -> Tensor:
             out_dim += 1
             continue
         if isinstance(k, int | np.integer):
-            k = int(k)
+            k = as_int(k, "k")
             size = t.shape[dim]
             if not -size <= k < size:
                 raise IndexError(f"index {k} is out of bounds for axis {dim} with size {size}")
@@ -560,11 +578,11 @@ def gather(
 ) -> Tensor:
     """`np.take(t, indices, axis)`."""
     indices = to_tensor(indices, dtypes.int32)
-    return emit1("popxl.gather", [t, indices], axis=int(axis), zero_oor=True if zero_OOR else None)
+    return emit1("popxl.gather", [t, indices], axis=as_int(axis, "axis"), zero_oor=True if zero_OOR else None)
 
 
 def scatter(t: Tensor, indices: Tensor, values: Tensor, axis: int = 0, available_memory_proportion: float | None = None) -> Tensor:
-    return emit1("popxl.scatter", [t, to_tensor(indices, dtypes.int32), _t(values, t)], axis=int(axis))
+    return emit1("popxl.scatter", [t, to_tensor(indices, dtypes.int32), _t(values, t)], axis=as_int(axis, "axis"))
 
 
 def onehot(t: Tensor, num_classes: Any, values: Any, axis: int = -1) -> Tensor:
@@ -579,14 +597,14 @@ def onehot(t: Tensor, num_classes: Any, values: Any, axis: int = -1) -> Tensor:
         num_classes = int(np.asarray(num_classes._data).reshape(-1)[0])
     if not isinstance(values, Tensor):
         values = constant(np.asarray(values), dtypes.float32)
-    return emit1("popxl.onehot", [t, values], num_classes=int(num_classes), axis=int(axis))
+    return emit1("popxl.onehot", [t, values], num_classes=as_int(num_classes, "num_classes"), axis=as_int(axis, "axis"))
 
 
 def dynamic_slice(t: Tensor, index: Tensor, axes: Sequence[int], sizes: Sequence[int], no_overlap: bool = False) -> Tensor:
     """Slice of `sizes` at runtime offsets `index` along `axes`."""
     return emit1(
         "popxl.dynamic_slice", [t, to_tensor(index, dtypes.uint32)],
-        axes=tuple(int(a) for a in axes), sizes=tuple(int(s) for s in sizes), no_overlap=bool(no_overlap),
+        axes=tuple(as_int(a, "axes") for a in axes), sizes=tuple(as_int(s, "sizes") for s in sizes), no_overlap=bool(no_overlap),
     )
 
 
@@ -594,7 +612,7 @@ def dynamic_update(t: Tensor, index: Tensor, t_update: Tensor, axes: Sequence[in
     """A copy of `t` with `t_update` written at runtime offsets `index`."""
     return emit1(
         "popxl.dynamic_update", [t, to_tensor(index, dtypes.uint32), t_update],
-        axes=tuple(int(a) for a in axes), sizes=tuple(int(s) for s in sizes), no_overlap=bool(no_overlap),
+        axes=tuple(as_int(a, "axes") for a in axes), sizes=tuple(as_int(s, "sizes") for s in sizes), no_overlap=bool(no_overlap),
     )
 
 
@@ -602,7 +620,7 @@ def dynamic_update_(t: Tensor, index: Tensor, t_update: Tensor, axes: Sequence[i
     """Write `t_update` into `t` in place at runtime offsets `index`."""
     return emit_inplace(
         "popxl.dynamic_update_", [t, to_tensor(index, dtypes.uint32), t_update],
-        axes=tuple(int(a) for a in axes), sizes=tuple(int(s) for s in sizes), no_overlap=bool(no_overlap),
+        axes=tuple(as_int(a, "axes") for a in axes), sizes=tuple(as_int(s, "sizes") for s in sizes), no_overlap=bool(no_overlap),
     )
 
 
@@ -624,7 +642,7 @@ def matmul(
 
 def softmax(t: Tensor, axis: int) -> Tensor:
     """Softmax along `axis` (required)."""
-    return emit1("popxl.softmax", [t], axis=int(axis))
+    return emit1("popxl.softmax", [t], axis=as_int(axis, "axis"))
 
 
 def group_norm(t: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: float = 1e-5) -> Tensor:
@@ -639,7 +657,7 @@ def group_norm(t: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: fl
     m = mean(g, axis=2, keepdims=True)
     d = sub(g, m)
     var = mean(mul(d, d), axis=2, keepdims=True)
-    normed = div(d, sqrt(add(var, constant(float(eps), t.dtype))))
+    normed = div(d, sqrt(add(var, constant(as_float(eps, "eps"), t.dtype))))
     normed = reshape(normed, t.shape)
     bshape = (c,) + (1,) * (t.rank - 2)
     return add(mul(normed, reshape(weight, bshape)), reshape(bias, bshape))
@@ -657,7 +675,7 @@ def batch_norm_inference(
     """`(t - mean) / sqrt(var + eps) * scale + bias` per channel (dim 1)."""
     bshape = (t.shape[1],) + (1,) * (t.rank - 2)
     r = lambda x: reshape(x, bshape)
-    normed = div(sub(t, r(mean)), sqrt(add(r(var), constant(float(epsilon), t.dtype))))
+    normed = div(sub(t, r(mean)), sqrt(add(r(var), constant(as_float(epsilon, "epsilon"), t.dtype))))
     return add(mul(normed, r(scale)), r(bias))
 
 
@@ -682,7 +700,7 @@ def io_tile_copy(t: Tensor) -> Tensor:
 
 def _not_implemented(name: str) -> Any:
     def f(*args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"popxl.ops.{name} is not implemented in xl yet")
+        raise not_implemented(f"popxl.ops.{name}")
 
     f.__name__ = name
     return f
@@ -707,7 +725,7 @@ def nll_loss(
     _check_reduction(reduction)
     return emit1(
         "popxl.nll_loss", [probs, labels],
-        ignore_index=None if ignore_index is None else int(ignore_index),
+        ignore_index=None if ignore_index is None else as_int(ignore_index, "ignore_index"),
         reduction=reduction, log_prob=True if log_prob else None,
     )
 
@@ -719,13 +737,13 @@ def nll_loss_with_softmax_grad(
     """`(loss, dprobs_logits)`: NLL of softmax `probs` and the gradient w.r.t. the logits,
     scaled by `loss_grad` (float or tensor)."""
     _check_reduction(reduction)
-    ignore = None if ignore_index is None else int(ignore_index)
+    ignore = None if ignore_index is None else as_int(ignore_index, "ignore_index")
     if isinstance(loss_grad, Tensor):
         if loss_grad.dtype != probs.dtype:
             loss_grad = cast(loss_grad, probs.dtype)
         lg: Any = loss_grad
     else:
-        lg = float(loss_grad)
+        lg = as_float(loss_grad, "loss_grad")
     loss, dx = emit(
         "popxl.nll_loss_with_softmax_grad", [probs, labels],
         ignore_index=ignore, reduction=reduction, loss_grad=lg,
@@ -744,27 +762,27 @@ def _check_reduction(reduction: str) -> None:
 
 
 def dropout(t: Tensor, seed_tensor: Tensor, p: float) -> Tensor:
-    return emit1("popxl.dropout", [t, seed_tensor], p=float(p))
+    return emit1("popxl.dropout", [t, seed_tensor], p=as_float(p, "p"))
 
 
 def random_uniform(seed_tensor: Tensor, shape: Iterable[int], low: float = 0.0, high: float = 1.0, dtype: dtype = dtypes.float32) -> Tensor:
-    shape = tuple(int(d) for d in shape)
+    shape = as_shape(shape)
     return emit1(
         "popxl.random_uniform", [seed_tensor], tensor_type(shape, _dtype_of(dtype).as_numpy()),
-        low=float(low), high=float(high),
+        low=as_float(low, "low"), high=as_float(high, "high"),
     )
 
 
 def random_normal(seed_tensor: Tensor, shape: Iterable[int], mean: float = 0.0, std: float = 1.0, dtype: dtype = dtypes.float32) -> Tensor:
-    shape = tuple(int(d) for d in shape)
+    shape = as_shape(shape)
     return emit1(
         "popxl.random_normal", [seed_tensor], tensor_type(shape, _dtype_of(dtype).as_numpy()),
-        mean=float(mean), std=float(std),
+        mean=as_float(mean, "mean"), std=as_float(std, "std"),
     )
 
 
 def split_random_seed(seed: Tensor, n: int = 2) -> tuple[Tensor, ...]:
-    return tuple(emit("popxl.split_random_seed", [seed], n=int(n)))
+    return tuple(emit("popxl.split_random_seed", [seed], n=as_int(n, "n")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -806,27 +824,27 @@ def init(
     """A new tensor of `shape`/`dtype`, zero-filled (`init_type='zero'`) or undefined ('undef')."""
     if init_type not in ("zero", "undef"):
         raise ValueError(f"ops.init: init_type must be 'zero' or 'undef', got {init_type!r}")
-    shape = tuple(int(d) for d in shape)
+    shape = as_shape(shape)
     t = emit1("popxl.init", [], tensor_type(shape, _dtype_of(dtype).as_numpy()), name=name, init_type=init_type)
     if meta_shape:
-        t._meta_shape = tuple(int(d) for d in meta_shape)
+        t._meta_shape = as_shape(meta_shape, "meta_shape")
     return t
 
 
 def increment_mod(t: Tensor, increment: float, modulus: float) -> Tensor:
     """`(t + increment) % modulus`."""
-    return emit1("popxl.increment_mod", [t], increment=float(increment), modulus=float(modulus))
+    return emit1("popxl.increment_mod", [t], increment=as_float(increment, "increment"), modulus=as_float(modulus, "modulus"))
 
 
 def increment_mod_(t: Tensor, increment: float, modulus: float) -> Tensor:
-    return emit_inplace("popxl.increment_mod_", [t], increment=float(increment), modulus=float(modulus))
+    return emit_inplace("popxl.increment_mod_", [t], increment=as_float(increment, "increment"), modulus=as_float(modulus, "modulus"))
 
 
 def _scale_args(X: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
     def norm(v: Any) -> Any:
         if isinstance(v, Tensor):
             return v
-        return float(v)
+        return as_float(v, "a/b")
 
     return norm(a), norm(b)
 
@@ -916,6 +934,11 @@ def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
                 f"ops.ipu_copy: cannot infer the source IPU of {t.id}; create it inside "
                 "`with popxl.ipu(i):` or pass `source`"
             )
-    op = CopyOp(t._value, int(source), int(destination))
+    op = CopyOp(t._value, as_int(source, "source"), as_int(destination, "destination"))
     insert(g, op, "ipu.copy")
     return g._tensor(op.result)
+
+
+# Every public op reports a missing dialect op as
+# `NotImplementedError("popxl.ops.<name> is not implemented in xl yet")`.
+wrap_public_ops(globals(), __all__, "popxl.ops")

@@ -2,18 +2,97 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import types
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
+from popxl import context, dtypes
+from popxl._checks import check_dtype, check_int, check_shape, describe
 from popxl.context import gcg
 from popxl.graph import Graph
-from popxl.tensor import Tensor, constant
+from popxl.tensor import Tensor, _to_numpy, constant
 
 _OP_CLASSES: dict[str, type] = {}
+
+
+class MissingDialectOp(NotImplementedError):
+    """The frontend emits an op that `xl.dialects.popxl` does not define (yet)."""
+
+
+def not_implemented(qualname: str) -> NotImplementedError:
+    """`NotImplementedError("<qualname> is not implemented in xl yet")`, marked so that an
+    enclosing public op renames it to itself (see `public_op`)."""
+    e = NotImplementedError(f"{qualname} is not implemented in xl yet")
+    e._xl_not_implemented = True  # type: ignore[attr-defined]
+    return e
+
+
+def current_op(default: str = "popxl") -> str:
+    """The outermost public op being called (e.g. "ops.add"), for error messages."""
+    calls = context._state.calls
+    return calls[0] if calls else default
+
+
+def as_int(x: Any, arg: str) -> int:
+    """An int argument of the public op being called (TypeError naming both otherwise)."""
+    return check_int(x, current_op(), arg)
+
+
+def as_float(x: Any, arg: str) -> float:
+    """A float argument of the public op being called (TypeError naming both otherwise)."""
+    if isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool):
+        return float(x)
+    if isinstance(x, np.ndarray) and x.size == 1 and x.dtype.kind in "iuf":
+        return float(x.reshape(-1)[0])
+    raise TypeError(f"{current_op()}: {arg} must be a number or a Tensor, got {describe(x)}")
+
+
+def as_dtype(d: Any, arg: str = "dtype") -> dtypes.dtype:
+    """A dtype argument of the public op being called."""
+    return check_dtype(d, f"{current_op()} ({arg})")
+
+
+def as_shape(shape: Any, arg: str = "shape") -> tuple[int, ...]:
+    """A shape argument of the public op being called."""
+    return check_shape(shape, f"{current_op()} ({arg})")
+
+
+def public_op(qualname: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a public op function `fn` named `qualname` (e.g. "popxl.ops.fmod").
+
+    A call that needs an op xl's dialect does not define raises
+    `NotImplementedError("<qualname> is not implemented in xl yet")` naming the function
+    the user called (the outermost public op), never an internal op name.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        calls = context._state.calls
+        calls.append(qualname.replace("popxl.ops.", "ops.", 1))
+        try:
+            return fn(*args, **kwargs)
+        except NotImplementedError as e:
+            if isinstance(e, MissingDialectOp) or getattr(e, "_xl_not_implemented", False):
+                raise not_implemented(qualname) from None
+            raise
+        finally:
+            calls.pop()
+
+    wrapper._xl_public_op = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def wrap_public_ops(namespace: dict[str, Any], names: Sequence[str], prefix: str) -> None:
+    """Replace every plain function listed in `names` by its `public_op` wrapper."""
+    for name in names:
+        fn = namespace.get(name)
+        if isinstance(fn, types.FunctionType) and not getattr(fn, "_xl_public_op", False):
+            namespace[name] = public_op(f"{prefix}.{name}", fn)
 
 
 def op_class(name: str) -> type:
@@ -25,29 +104,76 @@ def op_class(name: str) -> type:
         _OP_CLASSES.update({c.name: c for c in Popxl.operations})
         cls = _OP_CLASSES.get(name)
         if cls is None:
-            raise NotImplementedError(f"op {name} is not available in xl.dialects.popxl")
+            raise MissingDialectOp(f"op {name} is not available in xl.dialects.popxl")
     return cls
 
 
-def check_in_graph(g: Graph, ts: Sequence[Tensor], what: str) -> None:
+def _module_of(op: Operation | None) -> Operation | None:
+    while op is not None and op.parent_op() is not None:
+        op = op.parent_op()
+    return op
+
+
+def _defining_block(v: SSAValue) -> Block | None:
+    if isinstance(v, BlockArgument):
+        return v.block
+    if isinstance(v, OpResult):
+        return v.op.parent_block()
+    return None
+
+
+def check_in_graph(g: Graph, ts: Sequence[Any], what: str) -> None:
+    """Every item of `ts` is a Tensor of graph `g` (TypeError / ValueError otherwise)."""
     for t in ts:
         if not isinstance(t, Tensor):
-            raise TypeError(f"{what}: expected a popxl Tensor, got {type(t).__name__}")
+            raise TypeError(f"{what}: expected a popxl Tensor, got {describe(t)}")
         if t._graph is not g:
+            if t._graph._ir is not g._ir:
+                raise ValueError(
+                    f"{what}: tensor {t.id} belongs to another Ir ({t._graph._ir!r}), not to "
+                    f"the Ir of the current graph {g.name!r} ({g._ir!r})"
+                )
             raise ValueError(
                 f"{what}: tensor {t.id} is in graph {t._graph.name!r}, not in the current "
                 f"graph {g.name!r}. Pass it to the graph as an input instead."
             )
 
 
+def check_graph_in_ir(g: Graph, graph: Graph, what: str) -> None:
+    """`graph` (to be called from `g`) belongs to the same Ir as `g`."""
+    if graph._ir is not g._ir:
+        raise ValueError(
+            f"{what}: graph {graph.name!r} belongs to another Ir ({graph._ir!r}), not to the "
+            f"Ir of the current graph {g.name!r} ({g._ir!r}); a graph can only be called "
+            "from its own Ir"
+        )
+
+
 def to_tensor(x: Any, dtype: Any = None) -> Tensor:
-    """`x` itself if it is a Tensor, else a constant of `dtype` in the current graph."""
+    """`x` itself if it is a Tensor, else a constant of `dtype` in the current graph.
+
+    Host data that cannot be a tensor (None, str, lists of Tensors, ragged lists) raises
+    TypeError/ValueError naming the public op being called."""
     if isinstance(x, Tensor):
         return x
-    return constant(x, dtype=dtype)
+    return constant(_to_numpy(x, dtype, True, current_op("popxl.constant")), dtype=dtype)
 
 
 def insert(g: Graph, op: Operation, what: str, verify: bool = True) -> Operation:
+    """Append `op` to graph `g`: every op the frontend builds goes through here.
+
+    Checks that each operand is a value of `g` (a value of another graph or another Ir
+    would silently refer to the wrong data), then verifies `op` (a `VerifyException`
+    becomes a `ValueError` with the same first paragraph)."""
+    block = g._block
+    for i, v in enumerate(op.operands):
+        if _defining_block(v) is not block:
+            other = _module_of(v.owner if isinstance(v, OpResult) else v.block.parent_op())
+            where = "another Ir" if other is not g._ir._module else "another graph"
+            raise ValueError(
+                f"{current_op(what)}: operand {i} of {op.name} is a value of {where}, not of "
+                f"the current graph {g.name!r}"
+            )
     if verify:
         try:
             op.verify()
@@ -72,10 +198,12 @@ def emit(
     same message.
     """
     g = gcg()
-    short = op_name.split(".", 1)[-1]
+    what = current_op("ops." + op_name.split(".", 1)[-1])
+    if inputs and inputs[0] is None:  # only trailing operands are optional
+        raise TypeError(f"{what}: expected a popxl Tensor, got None")
     tensor_props = {k: v for k, v in props.items() if isinstance(v, Tensor)}
-    check_in_graph(g, [t for t in inputs if t is not None], f"ops.{short}")
-    check_in_graph(g, list(tensor_props.values()), f"ops.{short}")
+    check_in_graph(g, [t for t in inputs if t is not None], what)
+    check_in_graph(g, list(tensor_props.values()), what)
     for k, v in tensor_props.items():
         props[k] = v._value
     cls = op_class(op_name)
@@ -113,12 +241,14 @@ def factor(f: Any) -> Any:
     """A scalar factor for an op: a Tensor stays (optional operand), else a float."""
     if f is None or isinstance(f, Tensor):
         return f
-    return float(f)
+    return as_float(f, "factor")
 
 
 def axes_tuple(axis: Any, rank: int) -> tuple[int, ...] | None:
     if axis is None:
         return None
     if isinstance(axis, int | np.integer):
-        return (int(axis),)
-    return tuple(int(a) for a in axis)
+        return (as_int(axis, "axis"),)
+    if isinstance(axis, str) or not isinstance(axis, Iterable):
+        raise TypeError(f"{current_op()}: axis must be an int or a sequence of ints, got {describe(axis)}")
+    return tuple(as_int(a, "axis") for a in axis)

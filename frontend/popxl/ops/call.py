@@ -10,7 +10,7 @@ from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
 
 from popxl.context import gcg
 from popxl.graph import Graph
-from popxl.ops._utils import check_in_graph, insert, to_tensor
+from popxl.ops._utils import check_graph_in_ir, check_in_graph, insert, to_tensor
 from popxl.tensor import Tensor
 
 __all__ = [
@@ -112,6 +112,7 @@ class CallSiteInfo:
 def _check_graph(graph: Any, what: str) -> Graph:
     if not isinstance(graph, Graph):
         raise TypeError(f"ops.{what}: expected a popxl.Graph, got {type(graph).__name__}")
+    check_graph_in_ir(gcg(), graph, f"ops.{what}")
     if graph._is_main:
         raise ValueError(f"ops.{what}: the main graph cannot be called")
     if not graph._is_built:
@@ -140,6 +141,11 @@ def _bind_inputs(
     args: list[Tensor | None] = [None] * n
     for i, x in enumerate(inputs):
         args[i] = to_tensor(x, g_inputs[i].dtype)
+    if inputs_dict is not None and not isinstance(inputs_dict, Mapping):
+        raise TypeError(
+            f"ops.{what}: inputs_dict must map inputs of graph {graph.name!r} to tensors, got "
+            f"{type(inputs_dict).__name__}"
+        )
     for gt, pt in (inputs_dict or {}).items():
         idx = next((i for i, t in enumerate(g_inputs) if t is gt), None)
         if idx is None:

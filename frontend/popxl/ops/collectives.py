@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from popxl.ops._utils import not_implemented
+
 __all__ = [
     "CommGroup",
     "CommGroupType",
@@ -23,7 +25,7 @@ CollectiveOps = ("add", "mean", "mul", "min", "max", "and", "or", "square_add")
 
 def _stub(name: str) -> Any:
     def f(*args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"popxl.ops.collectives.{name} is not implemented in xl yet")
+        raise not_implemented(f"popxl.ops.collectives.{name}")
 
     f.__name__ = name
     return f

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from popxl.ops._utils import emit1, emit_inplace, factor, to_tensor
+from popxl.ops._utils import emit1, emit_inplace, factor, to_tensor, wrap_public_ops
 from popxl.tensor import Tensor
 
 __all__ = [
@@ -166,3 +166,6 @@ def adam_var_update(
 def copy_var_update_(t: Tensor, X: Tensor) -> Tensor:
     """`t = X` in place."""
     return emit_inplace("popxl.copy_var_update_", [t, _x(t, X)])
+
+
+wrap_public_ops(globals(), __all__, "popxl.ops.var_updates")

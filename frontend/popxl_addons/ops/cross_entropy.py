@@ -10,7 +10,10 @@ import popxl.ops as ops
 __all__ = ["cross_entropy", "cross_entropy_with_grad"]
 
 
-def _flatten(x: popxl.Tensor, labels: popxl.Tensor) -> tuple[popxl.Tensor, popxl.Tensor]:
+def _flatten(x: popxl.Tensor, labels: popxl.Tensor, what: str) -> tuple[popxl.Tensor, popxl.Tensor]:
+    for arg, t in (("x", x), ("labels", labels)):
+        if not isinstance(t, popxl.Tensor):
+            raise TypeError(f"addons.{what}: expected a popxl Tensor for {arg}, got {type(t).__name__}")
     if x.rank > 2:
         x = x.reshape((-1, x.shape[-1]))
     if labels.rank > 1:
@@ -25,7 +28,7 @@ def cross_entropy(
     reduction: str = "mean",
 ) -> popxl.Tensor:
     """`nll_loss(softmax(x, axis=-1), labels)` for logits `x` of shape (..., C)."""
-    x, labels = _flatten(x, labels)
+    x, labels = _flatten(x, labels, "cross_entropy")
     probs = ops.softmax(x, axis=-1)
     return ops.nll_loss(probs, labels, ignore_index=ignore_index, reduction=reduction)
 
@@ -42,14 +45,13 @@ def cross_entropy_with_grad(
     Returns `(loss, dx)`: the loss is not scaled, `dx` is scaled by `loss_scaling`
     (the starting value for backpropagation, dL/dL = loss_scaling).
     """
-    shape = x.shape
-    x2, labels = _flatten(x, labels)
+    x2, labels = _flatten(x, labels, "cross_entropy_with_grad")
     probs = ops.softmax(x2, axis=-1)
     loss, dx = ops.nll_loss_with_softmax_grad(
         probs, labels, loss_grad=loss_scaling, ignore_index=ignore_index, reduction=reduction
     )
-    if tuple(dx.shape) != tuple(shape):
-        dx = dx.reshape(shape)
+    if tuple(dx.shape) != tuple(x.shape):
+        dx = dx.reshape(x.shape)
     return loss, dx
 
 

@@ -18,6 +18,9 @@ def host_load(
 
     Returns `(np_data cast to dtype, stream, loaded tensor)`.
     """
+    from popxl._checks import check_dtype
+
+    dtype = check_dtype(dtype, "addons.host_load")
     np_data = np.asarray(np_data).astype(dtype.as_numpy())
     name = name or "input"
     stream = popxl.h2d_stream(np_data.shape, dtype, f"{name}_stream")
@@ -26,6 +29,8 @@ def host_load(
 
 def host_store(t: popxl.Tensor) -> "popxl.DeviceToHostStream":
     """A d2h stream `<t.name>_stream` and a `host_store` of `t` into it."""
+    if not isinstance(t, popxl.Tensor):
+        raise TypeError(f"addons.host_store: expected a popxl Tensor, got {type(t).__name__}")
     stream = popxl.d2h_stream(t.shape, t.dtype, f"{t.name}_stream")
     ops.host_store(stream, t)
     return stream
