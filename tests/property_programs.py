@@ -56,9 +56,7 @@ MAX_STREAMS = 5
 
 # Patterns excluded from generation while their bug is open: name -> entry in
 # /work/notes/bugs.md. Re-enable (remove) each once its entry is marked FIXED.
-DISABLED: dict[str, str] = {
-    "inplace-on-constant": "bugs.md: in-place op on a popxl.constant",
-}
+DISABLED: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
