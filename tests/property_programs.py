@@ -314,6 +314,20 @@ def resolve(recipe: Recipe) -> Program:
                 aliased = False
             if aliased:
                 b = a
+            elif k % 3 == 1 and ra and "view-aliased-inplace" not in DISABLED:
+                # The operand is a view of the destination: a row that broadcasts back over
+                # it, the same tensor transposed (when that keeps the shape), or reshaped.
+                axis = (k // 3) % ra
+                start = j % sa[axis]
+                views: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
+                    ("slice", tuple(1 if d == axis else x for d, x in enumerate(sa)),
+                     dict(axis=axis, start=start, stop=start + 1, step=1)),
+                    ("reshape", sa, {}),
+                ]  # fmt: skip
+                views += [("transpose", sa, dict(perm=pm)) for pm in itertools.permutations(range(ra))
+                          if pm != tuple(range(ra)) and tuple(sa[d] for d in pm) == sa]  # fmt: skip
+                vk, vshape, vparams = views[(k // 6) % len(views)]
+                b = emit(vk, vk, (a,), vshape, style=j % 2 if vk == "slice" else 0, **vparams)
             else:
                 b = first(j, lambda s: _broadcastable(sa, s) == sa)
                 assert b is not None
