@@ -16,6 +16,7 @@ results.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from xdsl.dialects.builtin import (
     FlatSymbolRefAttrConstr,
@@ -40,7 +41,9 @@ from xdsl.printer import Printer
 from xdsl.traits import SymbolTable, SymbolUserOpInterface
 from xdsl.utils.exceptions import VerifyException
 
+from xl.dialects.effects import InPlaceInterface
 from xl.dialects.graph import GraphOp
+from xl.dialects.traits import NotDifferentiable, PopartType
 from xl.dialects.utils import fmt_type
 
 
@@ -87,6 +90,16 @@ class _CallSymbolUser(SymbolUserOpInterface):
         check_signature(op, lookup_graph(op, op.callee), op.args, op.res)
 
 
+@dataclass(frozen=True)
+class WritesByRefInputs(InPlaceInterface):
+    """A call writes the operands it passes to by-reference inputs of the called graph
+    (each op says which in `operand_is_by_ref`)."""
+
+    def written_operands(self, op: Operation) -> tuple[int, ...]:
+        by_ref = op.operand_is_by_ref  # type: ignore[attr-defined]
+        return tuple(i for i in range(len(op.operands)) if by_ref(i))
+
+
 class _CalleeByRef:
     """`operand_is_by_ref(i)`: whether operand i is a by-reference callee input."""
 
@@ -120,7 +133,7 @@ class CallOp(IRDLOperation, _CalleeByRef):
     args = var_operand_def(TensorType)
     callee = prop_def(FlatSymbolRefAttrConstr)
     res = var_result_def(TensorType)
-    traits = traits_def(_CallSymbolUser())
+    traits = traits_def(_CallSymbolUser(), WritesByRefInputs())
     assembly_format = "$callee `(` $args `)` attr-dict `:` functional-type($args, $res)"
 
     def __init__(self, callee: str, args: Sequence[SSAValue], result_types: Sequence[Attribute]):
@@ -165,7 +178,7 @@ class RepeatOp(IRDLOperation, _CalleeByRef):
     callee = prop_def(FlatSymbolRefAttrConstr)
     repeat_count = prop_def(IntegerAttr)
     res = var_result_def(TensorType)
-    traits = traits_def(_RepeatSymbolUser())
+    traits = traits_def(_RepeatSymbolUser(), WritesByRefInputs(), NotDifferentiable(), PopartType("Loop"))
 
     def __init__(
         self,
@@ -250,7 +263,7 @@ class ConditionalOp(IRDLOperation):
     else_branch = prop_def(FlatSymbolRefAttrConstr)
     res = var_result_def(TensorType)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
-    traits = traits_def(_ConditionalSymbolUser())
+    traits = traits_def(_ConditionalSymbolUser(), WritesByRefInputs(), NotDifferentiable(), PopartType("If"))
 
     def __init__(
         self,

@@ -65,11 +65,9 @@ from xdsl.traits import (
     AlwaysSpeculatable,
     CallableOpInterface,
     ConstantLike,
-    EffectInstance,
     HasParent,
     IsolatedFromAbove,
     IsTerminator,
-    MemoryEffect,
     MemoryReadEffect,
     MemoryWriteEffect,
     NoMemoryEffect,
@@ -82,26 +80,12 @@ from xdsl.traits import (
 )
 from xdsl.utils.exceptions import VerifyException
 
+from xl.dialects.effects import ValueEffect
+from xl.dialects.traits import NoGradient
 from xl.dialects.utils import fmt_type
 
 NAME_ATTR = "graph.name"
 BY_REF_ATTR = "graph.by_ref"
-
-
-class ValueEffect(MemoryEffect):
-    """Value semantics for tensor-producing ops (popxl's `TensorOpEffect`).
-
-    Reads the operands; but when a result is later updated in place (an in-place op
-    or a by-reference call input), the effects are unknown, so CSE never merges two
-    such values and DCE keeps the op.
-    """
-
-    @classmethod
-    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
-        from xl.dialects.popxl import TensorOpEffect  # lazily: popxl may import graph
-
-        effects = TensorOpEffect.get_effects(op)
-        return None if effects is None else set(effects)
 
 
 class GraphCallable(CallableOpInterface):
@@ -143,7 +127,7 @@ class GraphOp(IRDLOperation):
     arg_attrs = opt_prop_def(ArrayAttr[DictionaryAttr])
     res_attrs = opt_prop_def(ArrayAttr[DictionaryAttr])
 
-    traits = traits_def(IsolatedFromAbove(), SymbolOpInterface(), GraphCallable())
+    traits = traits_def(IsolatedFromAbove(), SymbolOpInterface(), GraphCallable(), NoGradient())
 
     def __init__(
         self,
@@ -382,7 +366,7 @@ class OutputOp(IRDLOperation):
 
     name = "graph.output"
     outs = var_operand_def()
-    traits = traits_def(IsTerminator(), HasParent(GraphOp), ReturnLike(), Pure())
+    traits = traits_def(IsTerminator(), HasParent(GraphOp), ReturnLike(), Pure(), NoGradient())
     assembly_format = "attr-dict ($outs^ `:` type($outs))?"
 
     def __init__(self, outs: Sequence[SSAValue] = ()):
@@ -402,7 +386,7 @@ class MainGraphOp(IRDLOperation):
 
     name = "graph.main"
     body = region_def("single_block")
-    traits = traits_def(NoTerminator(), IsolatedFromAbove())
+    traits = traits_def(NoTerminator(), IsolatedFromAbove(), NoGradient())
 
     def __init__(self, region: Region | None = None):
         super().__init__(regions=[region if region is not None else Region(Block())])
@@ -458,7 +442,7 @@ class VariableOp(IRDLOperation):
     init = opt_prop_def(DenseIntOrFPElementsAttr)
     result = result_def(TensorType)
     # Never dead: a variable is state the host can read and write even when no op uses it.
-    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
 
     def __init__(
         self, var_name: str, type: TensorType, init: DenseIntOrFPElementsAttr | None = None
@@ -506,7 +490,7 @@ class ConstantOp(IRDLOperation):
     value = prop_def(ParamAttrConstraint(DenseIntOrFPElementsAttr, (T, AnyAttr())))
     result = result_def(T)
     # Not Pure: a constant that is later updated in place must not be merged by CSE.
-    traits = traits_def(ValueEffect(), AlwaysSpeculatable(), ConstantLike())
+    traits = traits_def(ValueEffect(), AlwaysSpeculatable(), ConstantLike(), NoGradient())
     assembly_format = "$value attr-dict"
 
     def __init__(self, value: DenseIntOrFPElementsAttr):
@@ -537,6 +521,7 @@ class H2DStreamOp(_StreamDecl):
     """
 
     name = "graph.h2d_stream"
+    traits = traits_def(NoGradient())
 
 
 @irdl_op_definition
@@ -549,6 +534,7 @@ class D2HStreamOp(_StreamDecl):
     """
 
     name = "graph.d2h_stream"
+    traits = traits_def(NoGradient())
 
 
 def _lookup_stream(op: Operation, ref: SymbolRefAttr, kind: type[_StreamDecl]) -> _StreamDecl:
@@ -600,7 +586,7 @@ class HostLoadOp(IRDLOperation):
     name = "graph.host_load"
     stream = prop_def(FlatSymbolRefAttrConstr)
     result = result_def(TensorType)
-    traits = traits_def(_HostLoadSymbolUser(), MemoryReadEffect(), MemoryWriteEffect())
+    traits = traits_def(_HostLoadSymbolUser(), MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
     assembly_format = "$stream attr-dict `:` type($result)"
 
     def __init__(self, stream: str, type: TensorType):
@@ -619,7 +605,7 @@ class HostStoreOp(IRDLOperation):
     name = "graph.host_store"
     stream = prop_def(FlatSymbolRefAttrConstr)
     value = operand_def(TensorType)
-    traits = traits_def(_HostStoreSymbolUser(), MemoryReadEffect(), MemoryWriteEffect())
+    traits = traits_def(_HostStoreSymbolUser(), MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
     assembly_format = "$stream `,` $value attr-dict `:` type($value)"
 
     def __init__(self, stream: str, value: SSAValue):

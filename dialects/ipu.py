@@ -31,7 +31,8 @@ from xdsl.irdl import (
 )
 from xdsl.utils.exceptions import VerifyException
 
-from xl.dialects.graph import ValueEffect
+from xl.dialects.effects import ValueEffect
+from xl.dialects.traits import NotDifferentiable, PopartType
 
 IPU_ATTR = "ipu.id"
 TILE_SET_ATTR = "ipu.tile_set"
@@ -59,7 +60,7 @@ class CopyOp(IRDLOperation):
     source = prop_def(IntegerAttr)
     destination = prop_def(IntegerAttr)
     # Reads its input; never merged by CSE when the copy is later updated in place.
-    traits = traits_def(ValueEffect())
+    traits = traits_def(ValueEffect(), NotDifferentiable(), PopartType("IpuCopy"))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` functional-type($input, $result)"
 

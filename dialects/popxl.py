@@ -27,10 +27,10 @@ only when that would be ambiguous (e.g. `time_step` given without `weight`):
     : (tensor<4xf16>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
 ```
 
-Memory effects: ops read their operands; in-place ops (names ending in `_`, plus
-`adam_var_update`, and the `*_updater` ops for their `time_step`) also write the
-operands listed in `WRITES` (operand indices; `op.WRITES` may depend on which optional
-operands are present). Pure in-place ops have no results; the updaters have both. A
+Memory effects (`xl.dialects.effects`): ops read their operands; in-place ops (names
+ending in `_`, plus `adam_var_update`, and the `*_updater` ops for their `time_step`)
+also write the operands their `InPlaceInterface` trait names (`written_operands(op)`;
+it may depend on which optional operands are present). Pure in-place ops have no results; the updaters have both. A
 tensor that is later updated in place is stateful, so the op producing it reports
 unknown effects and `cse` leaves it alone. `popxl.init` allocates (`AllocEffect`).
 
@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -79,9 +80,25 @@ from xdsl.irdl import (
 from xdsl.irdl.constraints import BaseAttr
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import EffectInstance, HasCanonicalizationPatternsTrait, MemoryEffect, MemoryEffectKind
+from xdsl.traits import HasCanonicalizationPatternsTrait, OpTrait
 from xdsl.utils.exceptions import VerifyException
 
+from xl.dialects.effects import (
+    AllocEffect,
+    InPlaceInterface,
+    TensorOpEffect,
+    WritesOperands,
+    is_written,
+    written_operands,
+)
+from xl.dialects.traits import (
+    Elementwise,
+    Internal,
+    NoGradient,
+    NotDifferentiable,
+    PopartType,
+    ViewLike,
+)
 from xl.dialects.utils import dtype_of, fmt_type, shape_of, tensor_type
 
 # ------------------------------------------------------------------------------------
@@ -146,53 +163,8 @@ ArrayProp = DenseArrayBase
 # ------------------------------------------------------------------------------------
 
 
-def written_operands(op: Operation) -> tuple[int, ...]:
-    """Indices of the operands `op` updates in place (its `WRITES`)."""
-    return tuple(getattr(op, "WRITES", ()) or ())
-
-
-def is_written(value: SSAValue) -> bool:
-    """Whether some op updates `value` in place (an in-place op or a by-ref call input)."""
-    for use in value.uses:
-        user = use.operation
-        if use.index in written_operands(user):
-            return True
-        by_ref = getattr(user, "operand_is_by_ref", None)
-        if by_ref is not None and by_ref(use.index):
-            return True
-    return False
-
-
-class AllocEffect(MemoryEffect):
-    """A fresh tensor: removable when unused, never merged with another."""
-
-    @classmethod
-    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
-        return {EffectInstance(MemoryEffectKind.ALLOC, r) for r in op.results}
-
-
-class TensorOpEffect(MemoryEffect):
-    """Reads the operands; writes the operands listed in `WRITES`.
-
-    An op whose result is later updated in place reports unknown effects, so that
-    CSE never merges a tensor that is mutated afterwards. Ops that also have the
-    `AllocEffect` trait (`popxl.init`) get their effects from that trait alone:
-    an allocation is never merged anyway. Ops with both written operands and
-    results (the `*_updater` ops) report read + write.
-    """
-
-    @classmethod
-    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
-        if op.has_trait(AllocEffect):
-            return set()
-        if any(is_written(r) for r in op.results):
-            return None
-        effects: set[EffectInstance] = set()
-        if op.operands:
-            effects.add(EffectInstance(MemoryEffectKind.READ))
-        if written_operands(op):
-            effects.add(EffectInstance(MemoryEffectKind.WRITE))
-        return effects
+# `written_operands`, `is_written`, `AllocEffect`, `TensorOpEffect` live in
+# `xl.dialects.effects` (shared with `graph` and `call`); imported above.
 
 
 # ------------------------------------------------------------------------------------
@@ -214,10 +186,10 @@ class PopxlOp(IRDLOperation):
     Subclasses implement `infer(types, props) -> result types` (raise `VerifyException`
     through `cls.fail(...)` on bad input). `types` is the list of operand types; for
     ops with optional operands it has one entry per operand definition, `None` for an
-    absent operand. `WRITES` lists operands updated in place.
+    absent operand. Ops updating operands in place declare it with a trait
+    implementing `InPlaceInterface` (`WritesOperands((0,))`).
     """
 
-    WRITES: ClassVar[tuple[int, ...]] = ()
     traits = traits_def(TensorOpEffect())
 
     # ---- operand definitions -------------------------------------------------------
@@ -442,9 +414,6 @@ class PopxlOp(IRDLOperation):
             result_types = cls.infer(types, py)
         return cls.create(operands=flat_vals, result_types=list(result_types), properties=attrs)
 
-    def operand_is_by_ref(self, index: int) -> bool:
-        return False
-
     def verify_(self) -> None:
         in_types = self.infer_operand_types()
         for i, t in enumerate(in_types):
@@ -647,6 +616,7 @@ class AddOp(BinaryOp):
     """
 
     name = "popxl.add"
+    traits = traits_def(Elementwise())
 
 
 @irdl_op_definition
@@ -659,6 +629,7 @@ class SubOp(BinaryOp):
     """
 
     name = "popxl.sub"
+    traits = traits_def(Elementwise())
 
 
 @irdl_op_definition
@@ -671,6 +642,7 @@ class MulOp(BinaryOp):
     """
 
     name = "popxl.mul"
+    traits = traits_def(Elementwise())
 
 
 @irdl_op_definition
@@ -683,6 +655,7 @@ class DivOp(BinaryOp):
     """
 
     name = "popxl.div"
+    traits = traits_def(Elementwise())
 
 
 @irdl_op_definition
@@ -695,6 +668,7 @@ class PowOp(BinaryOp):
     """
 
     name = "popxl.pow"
+    traits = traits_def(Elementwise())
     DTYPE_KINDS: ClassVar[str] = "fiu"
 
 
@@ -708,6 +682,7 @@ class MaximumOp(BinaryOp):
     """
 
     name = "popxl.maximum"
+    traits = traits_def(Elementwise(), PopartType("Max"))
 
 
 @irdl_op_definition
@@ -720,6 +695,7 @@ class MinimumOp(BinaryOp):
     """
 
     name = "popxl.minimum"
+    traits = traits_def(Elementwise(), PopartType("Min"))
 
 
 @irdl_op_definition
@@ -732,6 +708,7 @@ class EqualOp(BinaryOp):
     """
 
     name = "popxl.equal"
+    traits = traits_def(NoGradient())
     RESULT_BOOL: ClassVar[bool] = True
 
 
@@ -745,6 +722,7 @@ class GreaterOp(BinaryOp):
     """
 
     name = "popxl.greater"
+    traits = traits_def(NoGradient())
     RESULT_BOOL: ClassVar[bool] = True
 
 
@@ -758,6 +736,7 @@ class LogicalAndOp(BinaryOp):
     """
 
     name = "popxl.logical_and"
+    traits = traits_def(NoGradient(), PopartType("And"))
     RESULT_BOOL: ClassVar[bool] = True
     DTYPE_KINDS: ClassVar[str] = "b"
 
@@ -772,12 +751,15 @@ class LogicalOrOp(BinaryOp):
     """
 
     name = "popxl.logical_or"
+    traits = traits_def(NoGradient(), PopartType("Or"))
     RESULT_BOOL: ClassVar[bool] = True
     DTYPE_KINDS: ClassVar[str] = "b"
 
 
 class UnaryOp(PopxlOp):
     """Elementwise unary op: same shape and dtype as the input."""
+
+    traits = traits_def(Elementwise())
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
@@ -796,7 +778,9 @@ class UnaryOp(PopxlOp):
 _EX_DT = {"f": "f32", "fi": "f32", "b": "i1", "fiub": "f32"}
 
 
-def _unary(op_name: str, doc: str, kinds: str = "f") -> type[UnaryOp]:
+def _unary(
+    op_name: str, doc: str, kinds: str = "f", traits: tuple[OpTrait, ...] = ()
+) -> type[UnaryOp]:
     cls = type(
         "".join(p.capitalize() for p in op_name.split(".")[1].split("_")) + "Op",
         (UnaryOp,),
@@ -807,6 +791,7 @@ def _unary(op_name: str, doc: str, kinds: str = "f") -> type[UnaryOp]:
             "DTYPE_KINDS": kinds,
             "__annotations__": {"DTYPE_KINDS": "ClassVar[str]"},
             "__module__": __name__,
+            "traits": traits_def(*traits),
         },
     )
     return irdl_op_definition(cls)
@@ -814,7 +799,9 @@ def _unary(op_name: str, doc: str, kinds: str = "f") -> type[UnaryOp]:
 
 NegOp = _unary("popxl.neg", "`-x` (popxl.ops.negate).", "fi")
 AbsOp = _unary("popxl.abs", "`|x|` (popxl.ops.abs).", "fi")
-SignOp = _unary("popxl.sign", "sign of x: -1, 0 or 1 (popxl.ops.sign).", "fi")
+SignOp = _unary(
+    "popxl.sign", "sign of x: -1, 0 or 1 (popxl.ops.sign).", "fi", (NoGradient(),)
+)
 ReluOp = _unary("popxl.relu", "`max(x, 0)` (popxl.ops.relu).")
 GeluOp = _unary(
     "popxl.gelu",
@@ -828,13 +815,16 @@ LogOp = _unary("popxl.log", "natural logarithm (popxl.ops.log).")
 SqrtOp = _unary("popxl.sqrt", "square root (popxl.ops.sqrt).")
 CosOp = _unary("popxl.cos", "`cos(x)` (popxl.ops.cos).")
 SinOp = _unary("popxl.sin", "`sin(x)` (popxl.ops.sin).")
-LogicalNotOp = _unary("popxl.logical_not", "`not x` on bool tensors.", "b")
+LogicalNotOp = _unary(
+    "popxl.logical_not", "`not x` on bool tensors.", "b", (NoGradient(), PopartType("Not"))
+)
 IdentityOp = _unary("popxl.identity", "A copy of the input (popxl.ops.identity).", "fiub")
 DetachOp = _unary(
     "popxl.detach",
     "A copy of the input that autodiff treats as a constant: no gradient flows "
     "through it (popxl.ops.detach).",
     "fiub",
+    (NoGradient(),),
 )
 
 
@@ -888,6 +878,7 @@ class MatmulOp(PopxlOp):
     """
 
     name = "popxl.matmul"
+    traits = traits_def(PopartType("MatMul"))
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
@@ -957,7 +948,7 @@ class ReshapeOp(PopxlOp):
     name = "popxl.reshape"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(TensorOpEffect(), _canonicalization("RemoveNoopShapeOp", "FoldReshapeChain"))
+    traits = traits_def(TensorOpEffect(), _canonicalization("RemoveNoopShapeOp", "FoldReshapeChain"), ViewLike())
 
     @staticmethod
     def resolve_shape(in_shape: Sequence[int], shape: Sequence[int]) -> tuple[int, ...]:
@@ -1000,7 +991,7 @@ class TransposeOp(PopxlOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     perm = prop_def(DenseArrayBase)
-    traits = traits_def(TensorOpEffect(), _canonicalization("FoldTransposeChain"))
+    traits = traits_def(TensorOpEffect(), _canonicalization("FoldTransposeChain"), ViewLike())
 
     @classmethod
     def infer(cls, types, props):
@@ -1219,6 +1210,7 @@ class OnehotOp(PopxlOp):
     """
 
     name = "popxl.onehot"
+    traits = traits_def(NoGradient())
     indices = operand_def(TensorType)
     values = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1254,6 +1246,7 @@ class SqueezeOp(PopxlOp):
     """
 
     name = "popxl.squeeze"
+    traits = traits_def(ViewLike())
     input = operand_def(TensorType)
     result = result_def(TensorType)
     axes = opt_prop_def(DenseArrayBase)
@@ -1308,6 +1301,7 @@ class ReduceToShapeOp(ResultTypedOp):
     """
 
     name = "popxl.reduce_to_shape"
+    traits = traits_def(Internal())
     input = operand_def(TensorType)
     result = result_def(TensorType)
 
@@ -1335,7 +1329,7 @@ class InitOp(ResultTypedOp):
     name = "popxl.init"
     result = result_def(TensorType)
     init_type = prop_def(StringAttr)
-    traits = traits_def(AllocEffect())
+    traits = traits_def(AllocEffect(), NoGradient())
 
     @classmethod
     def check(cls, types, props, result):
@@ -1372,6 +1366,7 @@ class ArgmaxOp(ArgReduceOp):
     """
 
     name = "popxl.argmax"
+    traits = traits_def(NoGradient())
 
 
 @irdl_op_definition
@@ -1384,6 +1379,7 @@ class ArgminOp(ArgReduceOp):
     """
 
     name = "popxl.argmin"
+    traits = traits_def(NoGradient())
 
 
 # ------------------------------------------------------------------------------------
@@ -1423,6 +1419,7 @@ class NllLossOp(PopxlOp):
     """
 
     name = "popxl.nll_loss"
+    traits = traits_def(PopartType("Nll"))
     probs = operand_def(TensorType)
     labels = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1452,6 +1449,7 @@ class NllLossWithSoftmaxGradOp(PopxlOp):
     """
 
     name = "popxl.nll_loss_with_softmax_grad"
+    traits = traits_def(NotDifferentiable(), PopartType("NllWithSoftmaxGrad"))
     probs = operand_def(TensorType)
     labels = operand_def(TensorType)
     loss_grad_tensor = opt_operand_def(TensorType)
@@ -1498,6 +1496,7 @@ class GeluGradOp(_DyXGrad):
     """
 
     name = "popxl.gelu_grad"
+    traits = traits_def(Elementwise(), NotDifferentiable(), Internal())
 
 
 @irdl_op_definition
@@ -1510,6 +1509,7 @@ class ReluGradOp(_DyXGrad):
     """
 
     name = "popxl.relu_grad"
+    traits = traits_def(Elementwise(), NotDifferentiable(), Internal())
 
 
 @irdl_op_definition
@@ -1522,6 +1522,7 @@ class SoftmaxGradOp(PopxlOp):
     """
 
     name = "popxl.softmax_grad"
+    traits = traits_def(NotDifferentiable(), Internal())
     dy = operand_def(TensorType)
     y = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1551,6 +1552,7 @@ class NllLossGradOp(PopxlOp):
     """
 
     name = "popxl.nll_loss_grad"
+    traits = traits_def(NotDifferentiable(), Internal())
     probs = operand_def(TensorType)
     labels = operand_def(TensorType)
     dloss = operand_def(TensorType)
@@ -1579,6 +1581,7 @@ class GatherGradOp(ResultTypedOp):
     """
 
     name = "popxl.gather_grad"
+    traits = traits_def(NotDifferentiable(), Internal())
     dy = operand_def(TensorType)
     indices = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1608,6 +1611,7 @@ class SliceGradOp(ResultTypedOp):
     """
 
     name = "popxl.slice_grad"
+    traits = traits_def(NotDifferentiable(), Internal())
     dy = operand_def(TensorType)
     result = result_def(TensorType)
     start = opt_prop_def(DenseArrayBase)
@@ -1640,6 +1644,7 @@ class ReduceMaxGradOp(PopxlOp):
     """
 
     name = "popxl.reduce_max_grad"
+    traits = traits_def(NotDifferentiable(), Internal())
     x = operand_def(TensorType)
     y = operand_def(TensorType)
     dy = operand_def(TensorType)
@@ -1676,6 +1681,7 @@ class ScaledAddOp(PopxlOp):
     """
 
     name = "popxl.scaled_add"
+    traits = traits_def(Elementwise())
     x = operand_def(TensorType)
     y = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1705,7 +1711,7 @@ class ScaledAddInplaceOp(PopxlOp):
     y = operand_def(TensorType)
     a = prop_def(FloatAttr)
     b = prop_def(FloatAttr)
-    WRITES: ClassVar[tuple[int, ...]] = (0,)
+    traits = traits_def(WritesOperands((0,)), NotDifferentiable(), PopartType("ScaledAddLhsInplace"))
 
     @classmethod
     def infer(cls, types, props):
@@ -1725,7 +1731,7 @@ class _AccumulateBase(PopxlOp):
     x = operand_def(TensorType)
     f_tensor = opt_operand_def(TensorType)
     f = opt_prop_def(FloatAttr)
-    WRITES: ClassVar[tuple[int, ...]] = (0,)
+    traits = traits_def(WritesOperands((0,)))
     F_REQUIRED: ClassVar[bool] = False
 
     @classmethod
@@ -1748,6 +1754,7 @@ class AccumulateOp(_AccumulateBase):
     """
 
     name = "popxl.accumulate_"
+    traits = traits_def(NotDifferentiable(), PopartType("Accumulate"))
 
 
 @irdl_op_definition
@@ -1760,6 +1767,7 @@ class AccumulateSquareOp(_AccumulateBase):
     """
 
     name = "popxl.accumulate_square_"
+    traits = traits_def(NotDifferentiable(), PopartType("Accumulate"))
 
 
 @irdl_op_definition
@@ -1772,6 +1780,7 @@ class AccumulateMovingAverageOp(_AccumulateBase):
     """
 
     name = "popxl.accumulate_moving_average_"
+    traits = traits_def(NotDifferentiable(), PopartType("Accumulate"))
     F_REQUIRED: ClassVar[bool] = True
 
 
@@ -1785,6 +1794,7 @@ class AccumulateMovingAverageSquareOp(_AccumulateBase):
     """
 
     name = "popxl.accumulate_moving_average_square_"
+    traits = traits_def(NotDifferentiable(), PopartType("Accumulate"))
     F_REQUIRED: ClassVar[bool] = True
 
 
@@ -1804,7 +1814,7 @@ class AccumulateMeanOp(PopxlOp):
     x = operand_def(TensorType)
     step_tensor = opt_operand_def(TensorType)
     step = opt_prop_def(FloatAttr)
-    WRITES: ClassVar[tuple[int, ...]] = (0,)
+    traits = traits_def(WritesOperands((0,)), NotDifferentiable(), PopartType("Accumulate"))
 
     @classmethod
     def infer(cls, types, props):
@@ -1827,7 +1837,7 @@ class AccumulatorScaleOp(PopxlOp):
     t = operand_def(TensorType)
     f_tensor = opt_operand_def(TensorType)
     f = opt_prop_def(FloatAttr)
-    WRITES: ClassVar[tuple[int, ...]] = (0,)
+    traits = traits_def(WritesOperands((0,)), NotDifferentiable(), PopartType("AccumulatorScale"))
 
     @classmethod
     def infer(cls, types, props):
@@ -1848,7 +1858,7 @@ class AccumulatorZeroOp(PopxlOp):
 
     name = "popxl.accumulator_zero_"
     t = operand_def(TensorType)
-    WRITES: ClassVar[tuple[int, ...]] = (0,)
+    traits = traits_def(WritesOperands((0,)), NotDifferentiable(), PopartType("AccumulatorZero"))
 
     @classmethod
     def infer(cls, types, props):
@@ -1876,7 +1886,7 @@ class SparseAccumulateOp(PopxlOp):
     f_tensor = opt_operand_def(TensorType)
     axis = prop_def(IntegerAttr)
     f = opt_prop_def(FloatAttr)
-    WRITES: ClassVar[tuple[int, ...]] = (0,)
+    traits = traits_def(WritesOperands((0,)), NotDifferentiable())
 
     @classmethod
     def infer(cls, types, props):
@@ -1905,7 +1915,7 @@ class CopyVarUpdateOp(PopxlOp):
     name = "popxl.copy_var_update_"
     t = operand_def(TensorType)
     x = operand_def(TensorType)
-    WRITES: ClassVar[tuple[int, ...]] = (0,)
+    traits = traits_def(WritesOperands((0,)), NotDifferentiable(), PopartType("CopyVarUpdate"))
 
     @classmethod
     def infer(cls, types, props):
@@ -1932,6 +1942,7 @@ class IncrementModOp(PopxlOp):
     """
 
     name = "popxl.increment_mod"
+    traits = traits_def(NoGradient())
     input = operand_def(TensorType)
     result = result_def(TensorType)
     increment = prop_def(FloatAttr)
@@ -1955,7 +1966,7 @@ class IncrementModInplaceOp(PopxlOp):
     t = operand_def(TensorType)
     increment = prop_def(FloatAttr)
     modulus = prop_def(FloatAttr)
-    WRITES: ClassVar[tuple[int, ...]] = (0,)
+    traits = traits_def(WritesOperands((0,)), NotDifferentiable())
 
     @classmethod
     def infer(cls, types, props):
@@ -2065,7 +2076,7 @@ class DynamicUpdateInplaceOp(PopxlOp):
     axes = prop_def(DenseArrayBase)
     sizes = prop_def(DenseArrayBase)
     no_overlap = opt_prop_def(IntegerAttr)
-    WRITES: ClassVar[tuple[int, ...]] = (0,)
+    traits = traits_def(WritesOperands((0,)), NotDifferentiable())
 
     @classmethod
     def infer(cls, types, props):
@@ -2076,6 +2087,16 @@ class DynamicUpdateInplaceOp(PopxlOp):
 # ------------------------------------------------------------------------------------
 # Optimiser maths (popxl.ops.var_updates)
 # ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _WritesTimeStep(InPlaceInterface):
+    """The updaters increment their optional `time_step` operand in place."""
+
+    def written_operands(self, op: Operation) -> tuple[int, ...]:
+        if getattr(op, "time_step") is None:
+            return ()
+        return (2 if getattr(op, "weight") is None else 3,)
 
 
 class _UpdaterBase(PopxlOp):
@@ -2089,11 +2110,7 @@ class _UpdaterBase(PopxlOp):
 
     FACTORS: ClassVar[tuple[str, ...]] = ()
 
-    @property
-    def WRITES(self) -> tuple[int, ...]:  # noqa: N802  (a per-instance `WRITES`)
-        if getattr(self, "time_step") is None:
-            return ()
-        return (2 if getattr(self, "weight") is None else 3,)
+    traits = traits_def(_WritesTimeStep())
 
     @classmethod
     def infer(cls, types, props):
@@ -2135,6 +2152,7 @@ class AdamUpdaterOp(_UpdaterBase):
     """
 
     name = "popxl.adam_updater"
+    traits = traits_def(NotDifferentiable())
     m = operand_def(TensorType)
     v = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
@@ -2165,6 +2183,7 @@ class LambUpdaterOp(_UpdaterBase):
     """
 
     name = "popxl.lamb_updater"
+    traits = traits_def(NotDifferentiable())
     m = operand_def(TensorType)
     v = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
@@ -2196,6 +2215,7 @@ class AdamaxUpdaterOp(_UpdaterBase):
     """
 
     name = "popxl.adamax_updater"
+    traits = traits_def(NotDifferentiable())
     m = operand_def(TensorType)
     v = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
@@ -2235,7 +2255,7 @@ class AdamVarUpdateOp(PopxlOp):
     learning_rate = opt_prop_def(FloatAttr)
     max_weight_norm = opt_prop_def(FloatAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
-    WRITES: ClassVar[tuple[int, ...]] = (0,)
+    traits = traits_def(WritesOperands((0,)), NotDifferentiable())
 
     @classmethod
     def infer(cls, types, props):
@@ -2335,3 +2355,17 @@ OPS: list[type[IRDLOperation]] = [
 ]
 
 Popxl = Dialect("popxl", OPS, [])
+
+
+# -- compatibility: `WRITES` (issue 10, phase 2 removes it) ---------------------------------
+# runtime/kernels.py, passes/lower_to_rt.py and tests read `op.WRITES` / `OpClass.WRITES`.
+# The in-place trait (`InPlaceInterface`) is the declaration; `WRITES` is derived from it
+# here: a tuple for `WritesOperands`, a per-instance property for the other interfaces.
+PopxlOp.WRITES = ()  # type: ignore[attr-defined]
+for _cls in OPS:
+    _t = _cls.get_trait(InPlaceInterface)
+    if isinstance(_t, WritesOperands):
+        _cls.WRITES = _t.indices  # type: ignore[attr-defined]
+    elif _t is not None:
+        _cls.WRITES = property(written_operands)  # type: ignore[attr-defined]
+del _cls, _t

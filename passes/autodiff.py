@@ -67,6 +67,7 @@ from xl.dialects.call import (
     call_sites,
 )
 from xl.dialects.graph import GraphOp, graphs_by_name, unique_graph_name
+from xl.dialects.popxl import AddOp
 from xl.dialects.utils import fmt_type
 from xl.passes.autodiff_builder import GradGraphBuilder, is_float
 from xl.passes.autodiff_info import (
@@ -81,7 +82,9 @@ from xl.passes.autodiff_info import (
     GradInfo,
     is_grad_graph,
 )
-from xl.passes.functionalize import functionalize, written_operands
+from xl.dialects.effects import written_operands
+from xl.passes.functionalize import functionalize
+from xl.passes.grad_rules import GradBuilder, Grads, grad_rule
 
 __all__ = [
     "EXPECTED_INPUTS_ATTR",
@@ -134,6 +137,14 @@ def _check_index(arg: str, index: int, kind: str, n: int, graph: str) -> None:
 # ------------------------------------------------------------------------------------
 # Driver
 # ------------------------------------------------------------------------------------
+
+
+@grad_rule(CallOp)
+def _call_grad(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    """`call.call`: the gradient graph of the callee (made once per connection pattern),
+    called from the gradient graph."""
+    assert isinstance(b, GradGraphBuilder) and isinstance(op, CallOp)
+    return b.driver.call_grad(b, op, dys)
 
 
 class Autodiff:
@@ -263,7 +274,7 @@ class Autodiff:
             if dxs[i] is None:
                 dxs[i] = r
             else:
-                dxs[i] = b.v("popxl.add", dxs[i], r)  # type: ignore[arg-type]
+                dxs[i] = b.v(AddOp, dxs[i], r)  # type: ignore[arg-type]
         for i in needed:
             if dxs[i] is None:
                 raise AutodiffError(

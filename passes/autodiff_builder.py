@@ -16,12 +16,14 @@ import numpy as np
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 
-from xl.dialects.call import CallOp, CallSiteError, add_graph_outputs
+from xl.dialects.call import CallSiteError, add_graph_outputs
+from xl.dialects.effects import written_operands
 from xl.dialects.graph import ConstantOp, GraphOp, OutputOp
+from xl.dialects.popxl import AddOp, CastOp, InitOp, ReduceToShapeOp
+from xl.dialects.traits import has_no_gradient
 from xl.dialects.utils import dtype_of, element_type, fmt_type, shape_of
 from xl.passes.autodiff_info import FWD_GRAD, FWD_INPUT, FWD_OUTPUT, AutodiffError, GradInfo
-from xl.passes.functionalize import written_operands
-from xl.passes.grad_rules import GRAD_RULES, NO_GRAD, Grads
+from xl.passes.grad_rules import Grads, get_grad_rule
 
 if TYPE_CHECKING:
     from xl.passes.autodiff import Autodiff
@@ -40,18 +42,6 @@ def is_float(v: SSAValue) -> bool:
 
 def value_name(v: SSAValue, fallback: str) -> str:
     return v.name_hint if v.name_hint else fallback
-
-
-def _resolve_op_class(name: str) -> type[Operation]:
-    from xl.dialects.call import Call
-    from xl.dialects.graph import Graph
-    from xl.dialects.popxl import Popxl
-
-    for d in (Popxl, Graph, Call):
-        for c in d.operations:
-            if c.name == name:
-                return c
-    raise AutodiffError(f"autodiff: the gradient needs the op '{name}', which is not defined")
 
 
 class GradGraphBuilder:
@@ -109,12 +99,12 @@ class GradGraphBuilder:
 
     def op(
         self,
-        op: str | type[Operation],
+        op: type[Operation],
         *operands: SSAValue,
         result_types: Sequence[Attribute] | None = None,
         **props: Any,
     ) -> Operation:
-        cls = _resolve_op_class(op) if isinstance(op, str) else op
+        cls = op
         make = getattr(cls, "make", None)
         if make is None:
             raise AutodiffError(f"autodiff: cannot build '{cls.name}' in a gradient graph")
@@ -124,7 +114,7 @@ class GradGraphBuilder:
 
     def v(
         self,
-        op: str | type[Operation],
+        op: type[Operation],
         *operands: SSAValue,
         result_type: Attribute | None = None,
         **props: Any,
@@ -150,14 +140,9 @@ class GradGraphBuilder:
     def zeros(self, type: Attribute) -> SSAValue:
         assert isinstance(type, TensorType)
         try:
-            init = _resolve_op_class("popxl.init")
-        except AutodiffError:
-            init = None
-        if init is not None:
-            try:
-                return self.v(init, result_type=type, init_type="zero")
-            except Exception:
-                pass
+            return self.v(InitOp, result_type=type, init_type="zero")
+        except Exception:
+            pass
         dt = dtype_of(type)
         c = ConstantOp(
             DenseIntOrFPElementsAttr.from_list(type, [0.0 if dt.kind == "f" else 0])
@@ -169,8 +154,8 @@ class GradGraphBuilder:
         if g.type == type:
             return g
         if shape_of(g.type) == shape_of(type):
-            return self.v("popxl.cast", g, result_type=type)
-        return self.v("popxl.reduce_to_shape", g, result_type=type)
+            return self.v(CastOp, g, result_type=type)
+        return self.v(ReduceToShapeOp, g, result_type=type)
 
     # -- building ---------------------------------------------------------------------
     def _add_input(self, type: Attribute, conn: tuple[str, int], name: str) -> SSAValue:
@@ -228,7 +213,7 @@ class GradGraphBuilder:
             parts = grads.pop(v, [])
             g: SSAValue | None = None
             for p in parts:
-                g = p if g is None else self.v("popxl.add", g, p)
+                g = p if g is None else self.v(AddOp, g, p)
             summed[v] = g
             return g
 
@@ -282,11 +267,9 @@ class GradGraphBuilder:
         return grad
 
     def _apply_rule(self, op: Operation, dys: list[SSAValue | None]) -> Grads:
-        if isinstance(op, CallOp):
-            return self.driver.call_grad(self, op, dys)
-        rule = GRAD_RULES.get(op.name)
+        rule = get_grad_rule(op)
         if rule is None:
-            if op.name in NO_GRAD:
+            if has_no_gradient(op):
                 return [None] * len(op.operands)
             raise AutodiffError(
                 f"autodiff: no gradient rule for '{op.name}' in graph "

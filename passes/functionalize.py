@@ -36,22 +36,12 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from xl.dialects.effects import written_operands
 from xl.dialects.graph import GraphOp, graphs_by_name
 
 
 class FunctionalizeError(ValueError):
     """The `functionalize` pass was asked for a graph that does not exist."""
-
-
-def written_operands(op: Operation) -> list[int]:
-    """Operand indices that `op` updates in place."""
-    idx = list(getattr(op, "WRITES", ()) or ())
-    by_ref = getattr(op, "operand_is_by_ref", None)
-    if by_ref is not None:
-        for i in range(len(op.operands)):
-            if i not in idx and by_ref(i):
-                idx.append(i)
-    return idx
 
 
 def functional_form(op: Operation) -> Operation | None:
@@ -95,7 +85,7 @@ def functionalize(graph: GraphOp) -> None:
     block = graph.body.block
     for op in list(block.ops):
         w = written_operands(op)
-        if w != [0] or op.results:
+        if w != (0,) or op.results:
             continue
         target = op.operands[0]
         if target in block.args:

@@ -3,13 +3,13 @@
 A rule maps the gradients of an op's results to gradients of its operands:
 
 ```python
-@grad_rule("popxl.mul")
+@grad_rule(MulOp)
 def _mul(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> list[SSAValue | None]:
     (dy,) = dys
     lhs, rhs = op.operands
     return [
-        b.sum_to(b.v("popxl.mul", dy, b.fwd(rhs)), lhs.type) if b.needs(lhs) else None,
-        b.sum_to(b.v("popxl.mul", dy, b.fwd(lhs)), rhs.type) if b.needs(rhs) else None,
+        b.sum_to(b.v(MulOp, dy, b.fwd(rhs)), lhs.type) if b.needs(lhs) else None,
+        b.sum_to(b.v(MulOp, dy, b.fwd(lhs)), rhs.type) if b.needs(rhs) else None,
     ]
 ```
 
@@ -17,13 +17,16 @@ def _mul(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> list[SSAV
 per operand (`None`: no gradient), computing only what `b.needs(operand)` asks for.
 It emits ops into the gradient graph through the builder: `b.fwd(v)` makes a
 forward value available there (as an activation or an input of the forward graph),
-`b.op` / `b.v` build ops (by class or by op name, results inferred unless types are
+`b.op` / `b.v` build ops (by class, results inferred unless types are
 given), `b.const(x, dtype)` a scalar constant and `b.sum_to(g, type)` sums a
 broadcast gradient back to an operand type.
 
-Ops without a rule are non-differentiable: comparison, logical and integer ops
-(their results never need gradients) or an error when a gradient must flow through
-them. The rule for `call.call` lives in the pass (it needs the module).
+Rules are registered by op class; `grad_rule` refuses an op class that declares
+`NoGradient` (no gradient flows through it: comparison, logical, integer and random
+ops, `detach`) or `NotDifferentiable` (autodiff refuses a gradient through it), and a
+second rule for the same class. `tests/test_op_registry.py` checks that every op of
+every dialect has exactly one of: a rule, `NoGradient`, `NotDifferentiable`. The rule
+for `call.call` lives in the pass (`xl.passes.autodiff`: it needs the module).
 """
 
 from __future__ import annotations
@@ -34,7 +37,16 @@ from typing import Any, Protocol
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from xl.dialects.popxl import op_props
+from xl.dialects.popxl import (
+    AbsOp, AddOp, CastOp, ConcatOp, CosOp, DivOp, DynamicSliceOp, DynamicUpdateOp, EqualOp,
+    ExpandOp, ExpOp, GatherGradOp, GatherOp, GeluGradOp, GeluOp, GreaterOp, IdentityOp,
+    LogOp, MatmulOp, MaximumOp, MinimumOp, MulOp, NegOp, NllLossGradOp, NllLossOp, PowOp,
+    ReduceMaxGradOp, ReduceMaxOp, ReduceMeanOp, ReduceMinOp, ReduceSumOp, ReduceToShapeOp,
+    ReluGradOp, ReluOp, ReshapeOp, ScaledAddOp, SigmoidOp, SignOp, SinOp, SliceGradOp,
+    SliceOp, SoftmaxGradOp, SoftmaxOp, SqrtOp, SqueezeOp, SubOp, SwishOp, TanhOp,
+    TransposeOp, WhereOp, op_props,
+)  # fmt: skip
+from xl.dialects.traits import NoGradient, NotDifferentiable, has_no_gradient
 from xl.dialects.utils import dtype_of, shape_of, tensor_type
 
 Grads = Sequence[SSAValue | None]
@@ -53,17 +65,17 @@ class GradBuilder(Protocol):
 
     def op(
         self,
-        op: str | type[Operation],
+        op: type[Operation],
         *operands: SSAValue,
         result_types: Sequence[Attribute] | None = None,
         **props: Any,
     ) -> Operation:
-        """Builds and inserts an op (by class or name); results inferred unless given."""
+        """Builds and inserts an op of class `op`; results inferred unless given."""
         ...
 
     def v(
         self,
-        op: str | type[Operation],
+        op: type[Operation],
         *operands: SSAValue,
         result_type: Attribute | None = None,
         **props: Any,
@@ -86,57 +98,37 @@ class GradBuilder(Protocol):
 
 GradRule = Callable[[GradBuilder, Operation, list[SSAValue | None]], Grads]
 
-GRAD_RULES: dict[str, GradRule] = {}
-"""Gradient rule per op name."""
-
-NO_GRAD: set[str] = set()
-"""Ops with a zero gradient (or outputs that are not differentiable)."""
+GRAD_RULES: dict[type[Operation], GradRule] = {}
+"""Gradient rule per op class."""
 
 
-def grad_rule(*names: str) -> Callable[[GradRule], GradRule]:
+def grad_rule(*op_classes: type[Operation]) -> Callable[[GradRule], GradRule]:
+    """Registers the decorated function as the gradient rule of `op_classes`."""
+    for c in op_classes:
+        if not (isinstance(c, type) and issubclass(c, Operation)):
+            raise TypeError(f"grad_rule: {c!r} is not an op class")
+        for trait in (NoGradient, NotDifferentiable):
+            if c.has_trait(trait):
+                raise TypeError(f"grad_rule: {c.name} declares {trait.__name__}; it cannot have a rule")
+
     def deco(f: GradRule) -> GradRule:
-        for n in names:
-            GRAD_RULES[n] = f
+        for c in op_classes:
+            if c in GRAD_RULES:
+                raise TypeError(f"grad_rule: {c.name} already has a gradient rule")
+            GRAD_RULES[c] = f
         return f
 
     return deco
 
 
-def get_grad_rule(op: Operation) -> GradRule | None:
-    return GRAD_RULES.get(op.name)
+def get_grad_rule(op: Operation | type[Operation]) -> GradRule | None:
+    """The gradient rule registered for the op's class, or None."""
+    return GRAD_RULES.get(op if isinstance(op, type) else type(op))
 
 
-def has_no_grad(op: Operation) -> bool:
-    return op.name in NO_GRAD
-
-
-NO_GRAD.update(
-    {
-        "popxl.sign",
-        "popxl.equal",
-        "popxl.greater",
-        "popxl.less",
-        "popxl.logical_and",
-        "popxl.logical_or",
-        "popxl.logical_not",
-        "popxl.isnan",
-        "popxl.isinf",
-        "popxl.isfinite",
-        "popxl.onehot",
-        "popxl.detach",
-        "popxl.init",
-        "popxl.argmax",
-        "popxl.argmin",
-        "popxl.ceil",
-        "popxl.floor",
-        "popxl.detach",
-        "popxl.random_uniform",
-        "popxl.random_normal",
-        "popxl.increment_mod",
-        "graph.constant",
-        "graph.host_load",
-    }
-)
+def has_no_grad(op: Operation | type[Operation]) -> bool:
+    """Whether no gradient flows through the op (its `NoGradient` trait)."""
+    return has_no_gradient(op)
 
 
 # ------------------------------------------------------------------------------------
@@ -158,11 +150,11 @@ def _dt(v: SSAValue) -> Any:
 
 
 def _mul(b: GradBuilder, x: SSAValue, y: SSAValue) -> SSAValue:
-    return b.v("popxl.mul", x, y)
+    return b.v(MulOp, x, y)
 
 
 def _neg(b: GradBuilder, x: SSAValue) -> SSAValue:
-    return b.v("popxl.neg", x)
+    return b.v(NegOp, x)
 
 
 def _scale(b: GradBuilder, x: SSAValue, s: float) -> SSAValue:
@@ -215,68 +207,68 @@ def _y(op: Operation) -> SSAValue:
     return op.operands[1]
 
 
-GRAD_RULES["popxl.add"] = _binary(lambda b, op, dy: dy, lambda b, op, dy: dy)
-GRAD_RULES["popxl.sub"] = _binary(lambda b, op, dy: dy, lambda b, op, dy: _neg(b, dy))
-GRAD_RULES["popxl.mul"] = _binary(
+grad_rule(AddOp)(_binary(lambda b, op, dy: dy, lambda b, op, dy: dy))
+grad_rule(SubOp)(_binary(lambda b, op, dy: dy, lambda b, op, dy: _neg(b, dy)))
+grad_rule(MulOp)(_binary(
     lambda b, op, dy: _mul(b, dy, b.fwd(_y(op))),
     lambda b, op, dy: _mul(b, dy, b.fwd(_x(op))),
-)
+))
 
 
 def _div_rhs(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
     # d(x/y)/dy = -x / y^2 = -(out / y)
     y = b.fwd(_y(op))
-    return _neg(b, _mul(b, dy, b.v("popxl.div", b.fwd(op.results[0]), y)))
+    return _neg(b, _mul(b, dy, b.v(DivOp, b.fwd(op.results[0]), y)))
 
 
-GRAD_RULES["popxl.div"] = _binary(
-    lambda b, op, dy: b.v("popxl.div", dy, b.fwd(_y(op))), _div_rhs
-)
+grad_rule(DivOp)(_binary(
+    lambda b, op, dy: b.v(DivOp, dy, b.fwd(_y(op))), _div_rhs
+))
 
 
 def _pow_lhs(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
     # d(x^e)/dx = e * x^(e-1)
     x, e = b.fwd(_x(op)), b.fwd(_y(op))
-    em1 = b.v("popxl.sub", e, b.const(1.0, _dt(e)))
-    return _mul(b, dy, _mul(b, e, b.v("popxl.pow", x, em1)))
+    em1 = b.v(SubOp, e, b.const(1.0, _dt(e)))
+    return _mul(b, dy, _mul(b, e, b.v(PowOp, x, em1)))
 
 
 def _pow_rhs(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
     # d(x^e)/de = x^e * log(x)
-    return _mul(b, dy, _mul(b, b.fwd(op.results[0]), b.v("popxl.log", b.fwd(_x(op)))))
+    return _mul(b, dy, _mul(b, b.fwd(op.results[0]), b.v(LogOp, b.fwd(_x(op)))))
 
 
-GRAD_RULES["popxl.pow"] = _binary(_pow_lhs, _pow_rhs)
+grad_rule(PowOp)(_binary(_pow_lhs, _pow_rhs))
 
 
 def _mask(b: GradBuilder, cond: SSAValue, dtype: Any) -> SSAValue:
-    return b.v("popxl.cast", cond, result_type=tensor_type(_shape(cond), dtype))
+    return b.v(CastOp, cond, result_type=tensor_type(_shape(cond), dtype))
 
 
 def _max_rhs_mask(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
     # ties go to the lhs: rhs gets the gradient where rhs > lhs
-    return _mask(b, b.v("popxl.greater", b.fwd(_y(op)), b.fwd(_x(op))), _dt(dy))
+    return _mask(b, b.v(GreaterOp, b.fwd(_y(op)), b.fwd(_x(op))), _dt(dy))
 
 
-@grad_rule("popxl.maximum", "popxl.minimum")
+@grad_rule(MaximumOp, MinimumOp)
 def _maximum(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
     lhs, rhs = op.operands[0], op.operands[1]
     x, y = b.fwd(lhs), b.fwd(rhs)
     # rhs wins strictly (max: rhs > lhs, min: lhs > rhs); ties go to the lhs
-    cmp = (y, x) if op.name == "popxl.maximum" else (x, y)
-    m = _mask(b, b.v("popxl.greater", *cmp), _dt(dy))
+    cmp = (y, x) if isinstance(op, MaximumOp) else (x, y)
+    m = _mask(b, b.v(GreaterOp, *cmp), _dt(dy))
     g_r = _mul(b, dy, m)
     out: list[SSAValue | None] = [None, None]
     if b.needs(lhs):
-        out[0] = b.sum_to(b.v("popxl.sub", dy, g_r), lhs.type)
+        out[0] = b.sum_to(b.v(SubOp, dy, g_r), lhs.type)
     if b.needs(rhs):
         out[1] = b.sum_to(g_r, rhs.type)
     return out
 
 
-@grad_rule("popxl.scaled_add")
+@grad_rule(ScaledAddOp)
 def _scaled_add(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -288,7 +280,7 @@ def _scaled_add(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Gr
     ]
 
 
-@grad_rule("popxl.where")
+@grad_rule(WhereOp)
 def _where(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -297,9 +289,9 @@ def _where(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     zero = b.const(0.0, _dt(dy))
     out: list[SSAValue | None] = [None, None, None]
     if b.needs(lhs):
-        out[1] = b.sum_to(b.v("popxl.where", c, dy, zero), lhs.type)
+        out[1] = b.sum_to(b.v(WhereOp, c, dy, zero), lhs.type)
     if b.needs(rhs):
-        out[2] = b.sum_to(b.v("popxl.where", c, zero, dy), rhs.type)
+        out[2] = b.sum_to(b.v(WhereOp, c, zero, dy), rhs.type)
     return out
 
 
@@ -307,59 +299,59 @@ def _where(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
 # elementwise unary
 # ------------------------------------------------------------------------------------
 
-GRAD_RULES["popxl.neg"] = _unary_dx(lambda b, op, dy: _neg(b, dy))
-GRAD_RULES["popxl.identity"] = _unary_dx(lambda b, op, dy: dy)
-GRAD_RULES["popxl.abs"] = _unary_dx(
-    lambda b, op, dy: _mul(b, dy, b.v("popxl.sign", b.fwd(_x(op))))
-)
-GRAD_RULES["popxl.relu"] = _unary_dx(lambda b, op, dy: b.v("popxl.relu_grad", dy, b.fwd(_x(op))))
-GRAD_RULES["popxl.gelu"] = _unary_dx(lambda b, op, dy: b.v("popxl.gelu_grad", dy, b.fwd(_x(op))))
-GRAD_RULES["popxl.exp"] = _unary_dx(lambda b, op, dy: _mul(b, dy, b.fwd(op.results[0])))
-GRAD_RULES["popxl.log"] = _unary_dx(lambda b, op, dy: b.v("popxl.div", dy, b.fwd(_x(op))))
-GRAD_RULES["popxl.sqrt"] = _unary_dx(
-    lambda b, op, dy: b.v("popxl.div", _scale(b, dy, 0.5), b.fwd(op.results[0]))
-)
-GRAD_RULES["popxl.cos"] = _unary_dx(
-    lambda b, op, dy: _neg(b, _mul(b, dy, b.v("popxl.sin", b.fwd(_x(op)))))
-)
-GRAD_RULES["popxl.sin"] = _unary_dx(lambda b, op, dy: _mul(b, dy, b.v("popxl.cos", b.fwd(_x(op)))))
+grad_rule(NegOp)(_unary_dx(lambda b, op, dy: _neg(b, dy)))
+grad_rule(IdentityOp)(_unary_dx(lambda b, op, dy: dy))
+grad_rule(AbsOp)(_unary_dx(
+    lambda b, op, dy: _mul(b, dy, b.v(SignOp, b.fwd(_x(op))))
+))
+grad_rule(ReluOp)(_unary_dx(lambda b, op, dy: b.v(ReluGradOp, dy, b.fwd(_x(op)))))
+grad_rule(GeluOp)(_unary_dx(lambda b, op, dy: b.v(GeluGradOp, dy, b.fwd(_x(op)))))
+grad_rule(ExpOp)(_unary_dx(lambda b, op, dy: _mul(b, dy, b.fwd(op.results[0]))))
+grad_rule(LogOp)(_unary_dx(lambda b, op, dy: b.v(DivOp, dy, b.fwd(_x(op)))))
+grad_rule(SqrtOp)(_unary_dx(
+    lambda b, op, dy: b.v(DivOp, _scale(b, dy, 0.5), b.fwd(op.results[0]))
+))
+grad_rule(CosOp)(_unary_dx(
+    lambda b, op, dy: _neg(b, _mul(b, dy, b.v(SinOp, b.fwd(_x(op)))))
+))
+grad_rule(SinOp)(_unary_dx(lambda b, op, dy: _mul(b, dy, b.v(CosOp, b.fwd(_x(op))))))
 
 
 def _tanh(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
     y = b.fwd(op.results[0])
-    one_minus = b.v("popxl.sub", b.const(1.0, _dt(y)), _mul(b, y, y))
+    one_minus = b.v(SubOp, b.const(1.0, _dt(y)), _mul(b, y, y))
     return _mul(b, dy, one_minus)
 
 
 def _sigmoid(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
     y = b.fwd(op.results[0])
-    return _mul(b, dy, _mul(b, y, b.v("popxl.sub", b.const(1.0, _dt(y)), y)))
+    return _mul(b, dy, _mul(b, y, b.v(SubOp, b.const(1.0, _dt(y)), y)))
 
 
-GRAD_RULES["popxl.tanh"] = _unary_dx(_tanh)
-GRAD_RULES["popxl.sigmoid"] = _unary_dx(_sigmoid)
+grad_rule(TanhOp)(_unary_dx(_tanh))
+grad_rule(SigmoidOp)(_unary_dx(_sigmoid))
 
 
 def _swish(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
     # d(x sigmoid(x)) = s + x s (1 - s) = s (1 + x (1 - s))
     x = b.fwd(_x(op))
-    s = b.v("popxl.sigmoid", x)
+    s = b.v(SigmoidOp, x)
     one = b.const(1.0, _dt(x))
-    t = b.v("popxl.add", one, _mul(b, x, b.v("popxl.sub", one, s)))
+    t = b.v(AddOp, one, _mul(b, x, b.v(SubOp, one, s)))
     return _mul(b, dy, _mul(b, s, t))
 
 
-GRAD_RULES["popxl.swish"] = _unary_dx(_swish)
+grad_rule(SwishOp)(_unary_dx(_swish))
 
 
 def _cast(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
     x = op.operands[0]
     if x.type == dy.type:
         return dy
-    return b.v("popxl.cast", dy, result_type=x.type)
+    return b.v(CastOp, dy, result_type=x.type)
 
 
-GRAD_RULES["popxl.cast"] = _unary_dx(_cast)
+grad_rule(CastOp)(_unary_dx(_cast))
 
 
 # ------------------------------------------------------------------------------------
@@ -370,17 +362,17 @@ GRAD_RULES["popxl.cast"] = _unary_dx(_cast)
 def _swap_last2(b: GradBuilder, v: SSAValue) -> SSAValue:
     r = len(_shape(v))
     perm = (*range(r - 2), r - 1, r - 2)
-    return b.v("popxl.transpose", v, perm=perm)
+    return b.v(TransposeOp, v, perm=perm)
 
 
 def _reshape(b: GradBuilder, v: SSAValue, shape: Sequence[int]) -> SSAValue:
     shape = tuple(shape)
     if _shape(v) == shape:
         return v
-    return b.v("popxl.reshape", v, result_type=tensor_type(shape, _dt(v)))
+    return b.v(ReshapeOp, v, result_type=tensor_type(shape, _dt(v)))
 
 
-@grad_rule("popxl.matmul")
+@grad_rule(MatmulOp)
 def _matmul(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -398,25 +390,25 @@ def _matmul(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     out: list[SSAValue | None] = [None, None]
     if b.needs(lhs):
         bt = _swap_last2(b, _reshape(b, b.fwd(rhs), b2))
-        da = b.v("popxl.matmul", g, bt)
+        da = b.v(MatmulOp, g, bt)
         da = b.sum_to(da, tensor_type(a2, _dt(lhs)))
         out[0] = _reshape(b, da, a_shape)
     if b.needs(rhs):
         at = _swap_last2(b, _reshape(b, b.fwd(lhs), a2))
-        db = b.v("popxl.matmul", at, g)
+        db = b.v(MatmulOp, at, g)
         db = b.sum_to(db, tensor_type(b2, _dt(rhs)))
         out[1] = _reshape(b, db, b_shape)
     return out
 
 
-@grad_rule("popxl.softmax")
+@grad_rule(SoftmaxOp)
 def _softmax(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
     if not b.needs(op.operands[0]):
         return [None]
     axis = op_props(op)["axis"]
-    return [b.v("popxl.softmax_grad", dy, b.fwd(op.results[0]), axis=axis)]
+    return [b.v(SoftmaxGradOp, dy, b.fwd(op.results[0]), axis=axis)]
 
 
 # ------------------------------------------------------------------------------------
@@ -424,7 +416,7 @@ def _softmax(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads
 # ------------------------------------------------------------------------------------
 
 
-@grad_rule("popxl.reshape", "popxl.squeeze", "popxl.unsqueeze", "popxl.flatten")
+@grad_rule(ReshapeOp, SqueezeOp)
 def _reshape_rule(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -432,7 +424,7 @@ def _reshape_rule(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> 
     return [_reshape(b, dy, _shape(x)) if b.needs(x) else None]
 
 
-@grad_rule("popxl.transpose")
+@grad_rule(TransposeOp)
 def _transpose(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -443,7 +435,7 @@ def _transpose(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Gra
     inv = [0] * len(perm)
     for i, p in enumerate(perm):
         inv[p] = i
-    return [b.v("popxl.transpose", dy, perm=tuple(inv))]
+    return [b.v(TransposeOp, dy, perm=tuple(inv))]
 
 
 def _reduced_axes(op: Operation) -> tuple[int, ...]:
@@ -464,10 +456,10 @@ def _keep_shape(op: Operation) -> tuple[int, ...]:
 def _expand_to(b: GradBuilder, v: SSAValue, type: Attribute) -> SSAValue:
     if v.type == type:
         return v
-    return b.v("popxl.expand", v, result_type=type)
+    return b.v(ExpandOp, v, result_type=type)
 
 
-@grad_rule("popxl.reduce_sum", "popxl.reduce_mean")
+@grad_rule(ReduceSumOp, ReduceMeanOp)
 def _reduce_sum(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -475,7 +467,7 @@ def _reduce_sum(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Gr
     if not b.needs(x):
         return [None]
     g = _reshape(b, dy, _keep_shape(op))
-    if op.name == "popxl.reduce_mean":
+    if isinstance(op, ReduceMeanOp):
         n = 1
         for a in _reduced_axes(op):
             n *= _shape(x)[a]
@@ -483,7 +475,7 @@ def _reduce_sum(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Gr
     return [_expand_to(b, g, x.type)]
 
 
-@grad_rule("popxl.reduce_max", "popxl.reduce_min")
+@grad_rule(ReduceMaxOp, ReduceMinOp)
 def _reduce_max(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     # the gradient is split evenly among the elements equal to the extremum
     (dy,) = dys
@@ -493,17 +485,17 @@ def _reduce_max(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Gr
         return [None]
     props = {k: v for k, v in op_props(op).items() if k in ("axis", "keepdims")}
     y = op.results[0]
-    if op.name == "popxl.reduce_max":
-        return [b.v("popxl.reduce_max_grad", b.fwd(x), b.fwd(y), dy, **props)]
+    if isinstance(op, ReduceMaxOp):
+        return [b.v(ReduceMaxGradOp, b.fwd(x), b.fwd(y), dy, **props)]
     keep = _keep_shape(op)
     y_full = _expand_to(b, _reshape(b, b.fwd(y), keep), x.type)
-    m = _mask(b, b.v("popxl.equal", b.fwd(x), y_full), _dt(x))
-    count = b.v("popxl.reduce_sum", m, axis=_reduced_axes(op), keepdims=True)
-    g = b.v("popxl.div", _reshape(b, dy, keep), count)
+    m = _mask(b, b.v(EqualOp, b.fwd(x), y_full), _dt(x))
+    count = b.v(ReduceSumOp, m, axis=_reduced_axes(op), keepdims=True)
+    g = b.v(DivOp, _reshape(b, dy, keep), count)
     return [_mul(b, _expand_to(b, g, x.type), m)]
 
 
-@grad_rule("popxl.expand")
+@grad_rule(ExpandOp)
 def _expand(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -511,7 +503,7 @@ def _expand(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     return [b.sum_to(dy, x.type) if b.needs(x) else None]
 
 
-@grad_rule("popxl.reduce_to_shape")
+@grad_rule(ReduceToShapeOp)
 def _reduce_to_shape(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -524,7 +516,7 @@ def _reduce_to_shape(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) 
     return [_expand_to(b, _reshape(b, dy, aligned), x.type)]
 
 
-@grad_rule("popxl.concat")
+@grad_rule(ConcatOp)
 def _concat(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -537,7 +529,7 @@ def _concat(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
         if b.needs(x):
             out.append(
                 b.v(
-                    "popxl.slice",
+                    SliceOp,
                     dy,
                     result_type=x.type,
                     start=(start,),
@@ -551,7 +543,7 @@ def _concat(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     return out
 
 
-@grad_rule("popxl.slice")
+@grad_rule(SliceOp)
 def _slice(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -559,10 +551,10 @@ def _slice(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     if not b.needs(x):
         return [None]
     props = {k: v for k, v in op_props(op).items()}
-    return [b.v("popxl.slice_grad", dy, result_type=x.type, **props)]
+    return [b.v(SliceGradOp, dy, result_type=x.type, **props)]
 
 
-@grad_rule("popxl.gather")
+@grad_rule(GatherOp)
 def _gather(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -570,7 +562,7 @@ def _gather(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     if not b.needs(x):
         return [None, None]
     axis = op_props(op)["axis"]
-    return [b.v("popxl.gather_grad", dy, b.fwd(idx), result_type=x.type, axis=axis), None]
+    return [b.v(GatherGradOp, dy, b.fwd(idx), result_type=x.type, axis=axis), None]
 
 
 # ------------------------------------------------------------------------------------
@@ -578,7 +570,7 @@ def _gather(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
 # ------------------------------------------------------------------------------------
 
 
-@grad_rule("popxl.nll_loss")
+@grad_rule(NllLossOp)
 def _nll_loss(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -586,11 +578,11 @@ def _nll_loss(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grad
     if not b.needs(probs):
         return [None, None]
     props = op_props(op)
-    g = b.v("popxl.nll_loss_grad", b.fwd(probs), b.fwd(labels), dy, **props)
+    g = b.v(NllLossGradOp, b.fwd(probs), b.fwd(labels), dy, **props)
     return [g, None]
 
 
-@grad_rule("popxl.dynamic_slice")
+@grad_rule(DynamicSliceOp)
 def _dynamic_slice(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -598,11 +590,11 @@ def _dynamic_slice(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) ->
     if not b.needs(x):
         return [None, None]
     props = {k: v for k, v in op_props(op).items() if k in ("axes", "sizes")}
-    g = b.v("popxl.dynamic_update", b.zeros(x.type), b.fwd(index), dy, **props)
+    g = b.v(DynamicUpdateOp, b.zeros(x.type), b.fwd(index), dy, **props)
     return [g, None]
 
 
-@grad_rule("popxl.dynamic_update")
+@grad_rule(DynamicUpdateOp)
 def _dynamic_update(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     assert dy is not None
@@ -610,7 +602,7 @@ def _dynamic_update(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -
     props = {k: v for k, v in op_props(op).items() if k in ("axes", "sizes")}
     out: list[SSAValue | None] = [None, None, None]
     if b.needs(x):
-        out[0] = b.v("popxl.dynamic_update", dy, b.fwd(index), b.zeros(upd.type), **props)
+        out[0] = b.v(DynamicUpdateOp, dy, b.fwd(index), b.zeros(upd.type), **props)
     if b.needs(upd):
-        out[2] = b.v("popxl.dynamic_slice", dy, b.fwd(index), **props)
+        out[2] = b.v(DynamicSliceOp, dy, b.fwd(index), **props)
     return out

@@ -1,0 +1,116 @@
+"""Memory effects and the in-place interface shared by the `graph`, `popxl` and `call` dialects.
+
+An op that updates some of its operands in place declares it with one trait,
+`InPlaceInterface` (MLIR: an op interface); `written_operands(op)` asks it:
+
+```python
+@irdl_op_definition
+class ScaledAddInplaceOp(PopxlOp):
+    name = "popxl.scaled_add_"
+    traits = traits_def(WritesOperands((0,)))   # updates operand 0
+```
+
+`WritesOperands(indices)` is the static form; ops whose written operands depend on the
+instance (an optional `time_step`, a by-reference input of the called graph) implement
+`InPlaceInterface.written_operands(op)` themselves. Everything that asks "does this op
+write that tensor" (CSE/DCE effects, `autodiff`, `functionalize`, `inline`, the lowering
+to `rt`) goes through `written_operands` / `is_written`.
+
+Effects: `TensorOpEffect` reads the operands and writes the written ones; an op whose
+result is later updated in place reports unknown effects (CSE never merges a tensor
+that is mutated afterwards); `AllocEffect` is a fresh tensor.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from xdsl.ir import Operation, SSAValue
+from xdsl.traits import EffectInstance, MemoryEffect, MemoryEffectKind, OpTrait
+
+
+class InPlaceInterface(OpTrait, ABC):
+    """The op updates some of its operands in place."""
+
+    @abstractmethod
+    def written_operands(self, op: Operation) -> tuple[int, ...]:
+        """Indices of the operands `op` updates in place."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class WritesOperands(InPlaceInterface):
+    """The op always updates operands `indices` in place (default: its first operand)."""
+
+    indices: tuple[int, ...] = (0,)
+
+    def written_operands(self, op: Operation) -> tuple[int, ...]:
+        return self.indices
+
+    def verify(self, op: Operation) -> None:
+        from xdsl.utils.exceptions import VerifyException
+
+        for w in self.indices:
+            if not 0 <= w < len(op.operands):
+                raise VerifyException(
+                    f"{op.name}: writes operand {w}, but has {len(op.operands)} operands"
+                )
+
+
+def written_operands(op: Operation) -> tuple[int, ...]:
+    """Indices of the operands `op` updates in place (() for ops without `InPlaceInterface`)."""
+    t = type(op).get_trait(InPlaceInterface)
+    return () if t is None else t.written_operands(op)
+
+
+def writes_operand(op: Operation, index: int) -> bool:
+    """Whether `op` updates operand `index` in place."""
+    return index in written_operands(op)
+
+
+def is_written(value: SSAValue) -> bool:
+    """Whether some op updates `value` in place (an in-place op or a by-ref call input)."""
+    return any(use.index in written_operands(use.operation) for use in value.uses)
+
+
+class AllocEffect(MemoryEffect):
+    """A fresh tensor: removable when unused, never merged with another."""
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
+        return {EffectInstance(MemoryEffectKind.ALLOC, r) for r in op.results}
+
+
+class TensorOpEffect(MemoryEffect):
+    """Reads the operands; writes the operands of `written_operands(op)`.
+
+    An op whose result is later updated in place reports unknown effects, so that
+    CSE never merges a tensor that is mutated afterwards. Ops that also have the
+    `AllocEffect` trait (`popxl.init`) get their effects from that trait alone:
+    an allocation is never merged anyway. Ops with both written operands and
+    results (the `*_updater` ops) report read + write.
+    """
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
+        if op.has_trait(AllocEffect):
+            return set()
+        if any(is_written(r) for r in op.results):
+            return None
+        effects: set[EffectInstance] = set()
+        if op.operands:
+            effects.add(EffectInstance(MemoryEffectKind.READ))
+        if written_operands(op):
+            effects.add(EffectInstance(MemoryEffectKind.WRITE))
+        return effects
+
+
+class ValueEffect(MemoryEffect):
+    """Value semantics for tensor-producing ops outside `popxl` (`graph.variable`, ...):
+    the same effects as `TensorOpEffect`, returned as a fresh set."""
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
+        effects = TensorOpEffect.get_effects(op)
+        return None if effects is None else set(effects)

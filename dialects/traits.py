@@ -1,0 +1,105 @@
+"""Per-op facts that passes, the runtime and the frontend ask about an op, as op traits.
+
+```python
+@irdl_op_definition
+class GeluOp(_UnaryFloatOp):
+    name = "popxl.gelu"
+    traits = traits_def(Elementwise())
+```
+
+- `Elementwise()`: every result element depends only on the same (broadcast) element of
+  the operands; such ops may be fused and may write into an input's storage.
+- `ViewLike()`: the single result may be a view of the single operand (no data moves).
+- `NoGradient()`: `autodiff` gives no gradient through the op (comparisons, integer and
+  random ops, `detach`, constants, host loads): its results never need one.
+- `NotDifferentiable()`: the op has no gradient rule; `autodiff` refuses a graph where
+  a gradient must flow through it (gradient ops themselves, in-place updates, ...).
+  Every other op has a rule registered by class in `xl.passes.grad_rules`
+  (`@grad_rule(GeluOp)`); `tests/test_op_registry.py` checks that each op of each
+  dialect is in exactly one of the three cases.
+- `Internal()`: built by passes only (the `*_grad` ops, `reduce_to_shape`); every
+  other `popxl` op has a `popxl.ops` function.
+- `PopartType("MatMul")`: the PopART op type `print_schedule` shows, when it is not the
+  CamelCase of the op name (`popxl.reduce_sum` -> `ReduceSum`, `popxl.relu_` ->
+  `ReluInplace`); see `popart_type`.
+
+The in-place interface (`InPlaceInterface`, `WritesOperands`) and the memory effects
+live in `xl.dialects.effects`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.ir import Operation
+from xdsl.traits import OpTrait
+
+
+@dataclass(frozen=True)
+class Elementwise(OpTrait):
+    """Each result element depends only on the same (broadcast) element of the operands."""
+
+
+@dataclass(frozen=True)
+class ViewLike(OpTrait):
+    """The single result may be a view of the single operand."""
+
+
+@dataclass(frozen=True)
+class NoGradient(OpTrait):
+    """`autodiff` propagates no gradient through the op (its results need none)."""
+
+
+@dataclass(frozen=True)
+class NotDifferentiable(OpTrait):
+    """No gradient rule: `autodiff` refuses when a gradient must flow through the op."""
+
+
+@dataclass(frozen=True)
+class Internal(OpTrait):
+    """Built by passes only (gradient ops, `reduce_to_shape`): no `popxl.ops` function."""
+
+
+@dataclass(frozen=True)
+class PopartType(OpTrait):
+    """The PopART op type name of the op (when it differs from the derived one)."""
+
+    type_name: str
+
+
+OpLike = Operation | type[Operation]
+
+
+def _cls(op: OpLike) -> type[Operation]:
+    return op if isinstance(op, type) else type(op)
+
+
+def is_elementwise(op: OpLike) -> bool:
+    return _cls(op).has_trait(Elementwise)
+
+
+def is_view_like(op: OpLike) -> bool:
+    return _cls(op).has_trait(ViewLike)
+
+
+def has_no_gradient(op: OpLike) -> bool:
+    return _cls(op).has_trait(NoGradient)
+
+
+def is_not_differentiable(op: OpLike) -> bool:
+    return _cls(op).has_trait(NotDifferentiable)
+
+
+def derived_popart_type(op_name: str) -> str:
+    """CamelCase of the op name without its dialect, `Inplace` for a trailing `_`."""
+    base = op_name.split(".", 1)[-1]
+    inplace = base.endswith("_")
+    camel = "".join(p[:1].upper() + p[1:] for p in base.rstrip("_").split("_") if p)
+    return camel + ("Inplace" if inplace else "")
+
+
+def popart_type(op: OpLike) -> str:
+    """The PopART op type of an op or op class (`PopartType` trait, else derived)."""
+    cls = _cls(op)
+    t = cls.get_trait(PopartType)
+    return t.type_name if t is not None else derived_popart_type(cls.name)
