@@ -6,9 +6,12 @@ Errors are reported as diagnostics, never as Python tracebacks, and make the too
 exit with status 1:
 
 - parse errors as ``file:line:col: error: message`` followed by the source line
-  and a caret under the offending text;
+  and a caret under the offending text, also for bytes that are not UTF-8 and for
+  literals xDSL cannot represent (the parser is `xl.tools.parse`: linear time on any
+  input, and every op keeps its source location for ``--print-debuginfo``);
 - verifier errors (before the first pass and after every pass) as
-  ``xl-opt: error: message`` followed by the IR with the failing op underlined;
+  ``file:line:col: error: message`` at the failing op (or, for an op created by a
+  pass, at the nearest enclosing op from the input, with the failing op shown);
 - exceptions raised inside a pass as ``xl-opt: error: message``, their
   ``__notes__`` and the name of the pass;
 - a bad pipeline (unknown pass or option) or an unreadable input file.
@@ -31,7 +34,6 @@ from typing import IO
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
-from xdsl.parser import Parser
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import (
     ArgSpecParseError,
@@ -46,6 +48,8 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from xl.dialects import get_all_dialects
 from xl.passes import get_all_passes
+from xl.tools.diagnostics import LocatedError, SourceText, format_located, verify_located
+from xl.tools.parse import parse_source
 
 PROG = "xl-opt"
 
@@ -66,16 +70,25 @@ def _point_at_op_name(e: ParseError) -> Span[str] | Span[bytes]:
     idx = content.rfind(needle, line_start, span.start)  # type: ignore[arg-type]
     if idx < 0:
         return span
+    # A plain Span: `span` may be a StringLiteral, which only holds quoted text.
     if idx > 0 and content[idx - 1 : idx] in ('"', b'"'):
-        return dataclasses.replace(span, start=idx - 1, end=idx + len(name) + 1)
-    return dataclasses.replace(span, start=idx, end=idx + len(name))
+        return Span(idx - 1, idx + len(name) + 1, span.input, span.line_offset)
+    return Span(idx, idx + len(name), span.input, span.line_offset)
+
+
+def _parse_message(e: ParseError) -> str:
+    """xDSL's message, made whole where xDSL leaves it a fragment."""
+    msg = e.msg.strip()
+    if e.msg.startswith(" in block definition"):
+        return "expected an operation, a block label or '}' here"
+    return msg or "syntax error"
 
 
 def format_parse_error(e: ParseError) -> str:
     """MLIR-style: ``file:line:col: error: msg``, then the source line and a caret."""
     span = _point_at_op_name(e)
     context = span.print_with_context(None).split("\n", 1)
-    out = f"{span.get_location()}: error: {e.msg}\n"
+    out = f"{span.get_location()}: error: {_parse_message(e)}\n"
     if len(context) > 1:
         out += context[1]
     if isinstance(e, MultipleSpansParseError):
@@ -88,7 +101,13 @@ def format_parse_error(e: ParseError) -> str:
 
 def format_exception(e: BaseException) -> str:
     """``xl-opt: error: message`` plus the exception's ``__notes__``, one per line."""
-    msg = str(e) or type(e).__name__
+    if not str(e).strip():
+        return f"{PROG}: error: internal {type(e).__name__} (no message)" + "".join(
+            f"\n{str(n).rstrip()}" for n in getattr(e, "__notes__", ())
+        )
+    msg = str(e)
+    if isinstance(e, OSError) and e.strerror and e.filename:
+        return f"{PROG}: error: cannot read '{e.filename}': {e.strerror}"
     if not isinstance(e, DiagnosticException | ValueError | ArgSpecParseError):
         msg = f"{type(e).__name__}: {msg}"
     lines = [f"{PROG}: error: {msg.rstrip()}"]
@@ -143,6 +162,19 @@ class XlOptMain(xDSLOptMain):
     _stage: str | None = None
     """What runs while the current chunk is processed, for error notes."""
 
+    _line_offset: int = 0
+    """First line of the current chunk in the input file (`--split-input-file`)."""
+
+    _source: SourceText | None = None
+    """The text of the current chunk, to show the line a located error points at."""
+
+    def parse_chunk(
+        self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
+    ) -> ModuleOp | None:
+        self._line_offset = start_offset
+        self._source = None
+        return super().parse_chunk(chunk, file_extension, start_offset)
+
     def register_all_dialects(self) -> None:
         super().register_all_dialects()
         for name, factory in get_all_dialects().items():
@@ -161,9 +193,18 @@ class XlOptMain(xDSLOptMain):
             text = io.read()
             if _only_comments(text):  # as mlir-opt: empty input is an empty module
                 return ModuleOp([])
-            return Parser(self.ctx, text, self.get_input_name()).parse_module(
-                not self.args.no_implicit_module
+            name = self.get_input_name()
+            module = parse_source(
+                self.ctx,
+                text,
+                name,
+                allow_implicit_module=not self.args.no_implicit_module,
+                line_offset=self._line_offset,
             )
+            self._source = SourceText(
+                name, text.decode("utf-8"), self._line_offset
+            )
+            return module
 
         self.available_frontends["mlir"] = parse_mlir
 
@@ -178,23 +219,38 @@ class XlOptMain(xDSLOptMain):
 
     # -- running -------------------------------------------------------------------
     def apply_passes(self, prog: ModuleOp) -> None:
-        """`PassPipeline.apply`, remembering which pass (or which check) is running."""
+        """`PassPipeline.apply`, remembering which pass (or which check) is running.
+
+        Verification is `verify_located` (short, located messages); xDSL's callback
+        still does `--time-passes` and `--print-between-passes`."""
         pipeline = self.pipeline
         passes: tuple[ModulePass, ...] = pipeline.passes
         callback = pipeline.callback
-        self._stage = "while verifying the input"
-        if callback is not None:
-            callback(None, prog, passes[0] if passes else None)
-        for i, p in enumerate(passes):
-            self._stage = f"in pass '{p.name}'"
-            p.apply(self.ctx, prog)
-            self._stage = f"while verifying the IR after pass '{p.name}'"
+        verify = not self.args.disable_verify
+        self.args.disable_verify = True  # the callback must not verify a second time
+        try:
+            self._stage = "while verifying the input"
+            if verify:
+                verify_located(prog)
             if callback is not None:
-                callback(p, prog, passes[i + 1] if i + 1 < len(passes) else None)
+                callback(None, prog, passes[0] if passes else None)
+            for i, p in enumerate(passes):
+                self._stage = f"in pass '{p.name}'"
+                p.apply(self.ctx, prog)
+                self._stage = f"while verifying the IR after pass '{p.name}'"
+                if verify:
+                    verify_located(prog)
+                if callback is not None:
+                    callback(p, prog, passes[i + 1] if i + 1 < len(passes) else None)
+        finally:
+            self.args.disable_verify = not verify
         self._stage = None
 
     def _report(self, e: BaseException) -> None:
-        text = format_exception(e)
+        if isinstance(e, LocatedError):
+            text = format_located(e, self._source, PROG)
+        else:
+            text = format_exception(e)
         if self._stage is not None:
             text += f"\n{PROG}: note: {self._stage}"
         _eprint(text)
@@ -215,6 +271,7 @@ class XlOptMain(xDSLOptMain):
                     self._stage = None
                     if module is not None:
                         self.apply_passes(module)
+                        self._stage = "while printing the result"
                         output_stream.write(self.output_resulting_program(module))
                     output_stream.flush()
                 except ParseError as e:
@@ -231,6 +288,14 @@ class XlOptMain(xDSLOptMain):
                         print(e)
                         for note in getattr(e, "__notes__", ()):
                             print(note)
+                    elif self.args.traceback:
+                        raise
+                    else:
+                        self._report(e)
+                        failed = True
+                except LocatedError as e:
+                    if self.args.verify_diagnostics:
+                        print(e.message)
                     elif self.args.traceback:
                         raise
                     else:

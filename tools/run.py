@@ -8,22 +8,42 @@ one input stream, or a `.npz` whose keys are stream names. Variables: `--vars
 file.npz` (keys are variable names); variables not given keep their initial value
 from the IR (`graph.variable "w" = dense<...>`) or zeros. Each step is one run of
 the program with the same inputs; variables persist across steps.
+
+Every failure is one message and exit status 1, never a traceback (``--traceback``
+re-raises for debugging): errors in the program as ``file:line:col: error: ...`` at the
+op (parse errors, verifier errors, element types the NumPy runtime has no kernels for,
+tensors too large to allocate), everything else as ``xl-run: error: ...``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from xdsl.parser import Parser
-from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
+from xdsl.utils.exceptions import (
+    ArgSpecParseError,
+    DiagnosticException,
+    ParseError,
+    VerifyException,
+)
 
 from xl.runtime import DEFAULT_PIPELINE, Executable, compile_module
 from xl.tools.context import xl_context
+from xl.tools.diagnostics import (
+    LocatedError,
+    SourceText,
+    check_runnable_types,
+    format_located,
+    verify_located,
+)
 from xl.tools.opt import format_parse_error
+from xl.tools.parse import parse_source
+
+PROG = "xl-run"
 
 
 class RunError(Exception):
@@ -34,6 +54,8 @@ def _load_array_file(path: str) -> np.ndarray | dict[str, np.ndarray]:
     p = Path(path)
     if not p.exists():
         raise RunError(f"input file '{path}' does not exist")
+    if p.is_dir():
+        raise RunError(f"input '{path}' is a directory, expected a .npy or .npz file")
     try:
         data = np.load(p, allow_pickle=False)
     except Exception as e:  # noqa: BLE001 - report any reader failure plainly
@@ -100,8 +122,92 @@ def set_variables(exe: Executable, path: str) -> None:
         exe.set_state(name, arr)
 
 
+def _check_output_path(option: str, path: str | None) -> None:
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise RunError(f"{option} '{path}' is a directory")
+    parent = p.parent
+    if not parent.is_dir():
+        raise RunError(f"{option} '{path}': folder '{parent}' does not exist")
+
+
+def _check_pipeline(spec: str) -> None:
+    from xdsl.passes import PassPipeline
+    from xdsl.transforms import get_all_passes as xdsl_passes
+
+    from xl.passes import get_all_passes
+
+    try:
+        PassPipeline.parse_spec({**xdsl_passes(), **get_all_passes()}, spec)
+    except ArgSpecParseError as e:
+        lines = [ln.strip() for ln in str(e.args[0] if e.args else e).splitlines() if ln.strip()]
+        where = next((ln for ln in lines if ln.startswith("pass-pipeline:")), "")
+        col = f" (column {where.rsplit(':', 1)[1]})" if where else ""
+        raise RunError(f"-p '{spec}': {lines[-1] if lines else 'bad pipeline'}{col}") from None
+    except Exception as e:  # noqa: BLE001 - unknown pass, bad option value, ...
+        raise RunError(f"-p '{spec}': {e}") from None
+
+
+def _read_program(file: str) -> tuple[bytes, str]:
+    if file == "-":
+        return sys.stdin.buffer.read(), "<stdin>"
+    p = Path(file)
+    if not p.exists():
+        raise RunError(f"file '{file}' does not exist")
+    if p.is_dir():
+        raise RunError(f"'{file}' is a directory, not a textual program")
+    try:
+        return p.read_bytes(), file
+    except OSError as e:
+        raise RunError(f"cannot read '{file}': {e.strerror or e}") from None
+
+
+def _run(args: argparse.Namespace) -> None:
+    if args.steps < 1:
+        raise RunError("--steps must be >= 1")
+    _check_output_path("-o", args.output)
+    _check_output_path("--save-vars", args.save_vars)
+    _check_pipeline(args.pipeline)
+    data, name = _read_program(args.file)
+    module = parse_source(xl_context(), data, name)
+    source = SourceText(name, data.decode("utf-8"))
+    try:
+        check_runnable_types(module)
+        verify_located(module)
+    except LocatedError as e:
+        raise _Located(format_located(e, source, PROG)) from None
+    try:
+        exe = compile_module(module, args.pipeline)
+    except LocatedError as e:
+        raise _Located(format_located(e, source, PROG)) from None
+    except MemoryError as e:
+        raise RunError(f"out of memory while preparing the program: {e}") from None
+    if args.vars:
+        set_variables(exe, args.vars)
+    inputs = gather_inputs(exe, args.inputs)
+    check_inputs(exe, inputs)
+    outs: dict[str, np.ndarray] = {}
+    for step in range(args.steps):
+        outs = exe.run(inputs)
+        if not args.output:
+            if args.steps > 1:
+                print(f"step {step}:")
+            for k, v in outs.items():
+                print(f"{k} = {np.array2string(v, separator=', ')}")
+    if args.output:
+        np.savez(args.output, **outs)
+    if args.save_vars:
+        np.savez(args.save_vars, **{k: v for k, v in exe.state.items()})
+
+
+class _Located(Exception):
+    """An already formatted `file:line:col: error: ...` message."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="xl-run", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     ap.add_argument("file", help="textual xl program (.mlir); '-' reads stdin")
     ap.add_argument("inputs", nargs="*", help="name=x.npy, x.npy or inputs.npz")
     ap.add_argument("--vars", help=".npz of variable values, keyed by variable name")
@@ -109,47 +215,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-o", "--output", help="write the last step's outputs to this .npz")
     ap.add_argument("--save-vars", help="write the final variable values to this .npz")
     ap.add_argument("-p", "--pipeline", default=DEFAULT_PIPELINE, help="lowering pipeline")
+    ap.add_argument(
+        "--traceback",
+        action="store_true",
+        help="re-raise internal errors with a Python traceback (for debugging xl)",
+    )
     args = ap.parse_args(argv)
     np.set_printoptions(precision=6, suppress=True, linewidth=120)
     try:
-        if args.file == "-":
-            text, name = sys.stdin.read(), "<stdin>"
-        else:
-            if not Path(args.file).exists():
-                raise RunError(f"file '{args.file}' does not exist")
-            text, name = Path(args.file).read_text(), args.file
-        module = Parser(xl_context(), text, name).parse_module()
-        module.verify()
-        exe = compile_module(module, args.pipeline)
-        if args.vars:
-            set_variables(exe, args.vars)
-        inputs = gather_inputs(exe, args.inputs)
-        check_inputs(exe, inputs)
-        if args.steps < 1:
-            raise RunError("--steps must be >= 1")
-        outs: dict[str, np.ndarray] = {}
-        for step in range(args.steps):
-            outs = exe.run(inputs)
-            if not args.output:
-                if args.steps > 1:
-                    print(f"step {step}:")
-                for k, v in outs.items():
-                    print(f"{k} = {np.array2string(v, separator=', ')}")
-        if args.output:
-            np.savez(args.output, **outs)
-        if args.save_vars:
-            np.savez(args.save_vars, **{k: v for k, v in exe.state.items()})
+        _run(args)
+    except BrokenPipeError:  # `xl-run ... | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except ParseError as e:
-        print(format_parse_error(e), file=sys.stderr)
+        if args.traceback:
+            raise
+        _eprint(format_parse_error(e))
         return 1
-    except (VerifyException, DiagnosticException) as e:
-        print(f"xl-run: error: {e}", file=sys.stderr)
+    except _Located as e:
+        _eprint(str(e))
         return 1
-    except (RunError, ValueError, KeyError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"xl-run: error: {msg}", file=sys.stderr)
+    except KeyboardInterrupt:
+        raise
+    except (Exception, ArgSpecParseError) as e:  # noqa: BLE001 - the tool reports every failure as one message
+        if args.traceback:
+            raise
+        _eprint(f"{PROG}: error: {_describe(e)}")
         return 1
     return 0
+
+
+def _describe(e: BaseException) -> str:
+    """One message for any failure: the text of user errors, the type for internal ones."""
+    if isinstance(e, KeyError) and e.args:
+        msg = str(e.args[0])
+    else:
+        msg = str(e).strip() or type(e).__name__
+    if isinstance(e, MemoryError):
+        return f"out of memory: {msg}"
+    if isinstance(e, RunError | VerifyException | DiagnosticException | ValueError | KeyError):
+        return msg
+    if isinstance(e, OSError) and e.strerror:
+        where = f" '{e.filename}'" if e.filename else ""
+        return f"{e.strerror}{where}"
+    return f"{msg} ({type(e).__name__})"
+
+
+def _eprint(text: str) -> None:
+    sys.stdout.flush()
+    print(text, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

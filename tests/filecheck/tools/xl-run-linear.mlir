@@ -24,5 +24,5 @@
 // RUN: not xl-run %t.missing.mlir 2>&1 | filecheck %s --check-prefix=NOFILE
 // PARSE: bad.mlir:{{[0-9]+}}:{{[0-9]+}}: error: Operation graph.bogus is not registered
 // PARSE-NOT: Traceback
-// VERIFY: xl-run: error: popxl.matmul: result types ((2, 2) float32) differ from the inferred (() float32)
+// VERIFY: inv.mlir:3:3: error: popxl.matmul: result types ((2, 2) float32) differ from the inferred (() float32)
 // NOFILE: xl-run: error: file '{{.*}}missing.mlir' does not exist

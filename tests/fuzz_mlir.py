@@ -1,0 +1,428 @@
+"""Mutation fuzzing of `xl-opt` and `xl-run` (used by `tests/test_fuzz_parser.py`).
+
+Valid programs (the `.mlir` files of `tests/filecheck` and `examples/ir`, split at
+`// -----`, plus a small program printed by the popxl frontend) are mutated at the token
+level (delete / duplicate / swap tokens, flip characters, insert quotes, truncate, change
+numbers and element types, rename SSA values, insert bytes that are not UTF-8, ...) and fed
+to the tools' entry points in this process. Each run must end either in success (exit 0)
+or in a clear error: exit status 1 and a first stderr line `file:line:col: error: ...` or
+`xl-opt: error: ...` / `xl-run: error: ...`; never an escaping exception, never a traceback,
+never more than `TIME_LIMIT` seconds.
+
+Run as a worker (what the test does, so that a hang cannot stop the suite)::
+
+    python tests/fuzz_mlir.py --n 200 --seed 0 --out findings.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import random
+import re
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TIME_LIMIT = 10.0
+"""Seconds one tool run may take on one mutated input (they take milliseconds)."""
+
+_LOCATED = re.compile(rb"^[^\n]*:\d+:\d+: error: \S")
+_PREFIXED = re.compile(rb"^xl-(opt|run): error: \S")
+_INTERNAL = re.compile(rb"\(internal \w+|<\w+\[|NotImplementedError|\w+Error: \w+Error")
+
+_TOKEN = re.compile(
+    r'"(?:[^"\\\n]|\\.)*"'  # string literal
+    r"|[%@^#!][\w.$-]+"  # SSA value, symbol, block, attribute / type alias
+    r"|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"  # numbers
+    r"|[A-Za-z_][\w.$]*"  # identifiers, op names, types
+    r"|->|\S"
+)
+
+_TYPES = [
+    "f32", "f16", "f64", "i1", "i8", "i32", "i64", "ui8", "si32", "bf16", "complex<f32>",
+    "index", "tensor<?xf32>", "tensor<0xf32>", "tensor<99999999999999999999xf32>", "none",
+    "memref<2xf32>", "tensor<2x3xf32>", "tensor<f32>", "f80", "tf32", "i0",
+]
+_NUMBERS = [
+    "0", "-1", "1", "2", "7", "99999999999999999999", "-99999999999999999999", "1e400",
+    "0.5", "-0.0", "1.0e-45", "4294967296", "0x7FFFFFFF", "3.4e38", "nan", "inf",
+]
+_INSERTS = [
+    '"', '"', '"', "%", "@", "{", "}", "(", ")", "<", ">", "[", "]", ",", ":", "->", "=",
+    "loc(", "dense<", "tensor<", "// ", "\\", "#", "^bb0:", "\n", "-", "?", "x",
+]
+
+
+@dataclass
+class Finding:
+    tool: str
+    kind: str  # "exception", "traceback", "timeout", "unclear-error", "slow"
+    detail: str
+    source: str
+    mutations: list[str] = field(default_factory=list)
+    input: str = ""  # the mutated input, bytes as latin-1
+    argv: list[str] = field(default_factory=list)
+
+
+class _Timeout(BaseException):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    def handler(signum, frame):  # noqa: ANN001
+        raise _Timeout()
+
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# -- corpus -----------------------------------------------------------------------------
+
+
+def _frontend_program() -> str:
+    """A small training step printed by the frontend: a subgraph called with its weights,
+    its gradient graph from autodiff, an SGD update and host streams."""
+    import numpy as np
+
+    import popxl
+    import popxl.ops as ops
+    from popxl import transforms
+
+    class Linear(popxl.Module):
+        def build(self, x: popxl.Tensor) -> popxl.Tensor:
+            self.W = popxl.graph_input((3, 2), popxl.float32, "W")
+            return ops.gelu(x @ self.W)
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xs = popxl.h2d_stream((2, 3), popxl.float32, "x")
+        x = ops.host_load(xs, "x")
+        w = popxl.variable(np.arange(6, dtype=np.float32).reshape(3, 2) / 10, name="W")
+        lin = Linear()
+        g = ir.create_graph(lin, x)
+        fwd = ops.call_with_info(g, x, inputs_dict={lin.W: w})
+        (y,) = fwd.outputs
+        grad = transforms.autodiff(g, grads_required=[lin.W])
+        (dw,) = ops.call(grad.graph, ops.ones_like(y) if hasattr(ops, "ones_like") else y,
+                         inputs_dict=grad.inputs_dict(fwd))
+        ops.scaled_add_(w, dw, b=-0.1)
+        out = popxl.d2h_stream(y.shape, y.dtype, "y")
+        ops.host_store(out, ops.softmax(y, axis=1))
+    return ir.to_mlir()
+
+
+def corpus(include_frontend: bool = True) -> list[tuple[str, str]]:
+    """(name, text) of every valid program chunk: parses and verifies with `xl-opt`."""
+    from xl.tools.context import xl_context
+    from xl.tools.diagnostics import verify_located
+    from xl.tools.parse import parse_source
+
+    files = sorted((ROOT / "tests" / "filecheck").rglob("*.mlir")) + sorted(
+        (ROOT / "examples" / "ir").glob("*.mlir")
+    )
+    out: list[tuple[str, str]] = []
+    for f in files:
+        for i, chunk in enumerate(f.read_text().split("// -----")):
+            body = "\n".join(ln for ln in chunk.splitlines() if not ln.lstrip().startswith("//"))
+            if not body.strip():
+                continue
+            try:
+                verify_located(parse_source(xl_context(), body, "x.mlir"))
+            except Exception:  # noqa: BLE001 - invalid on purpose (an error test): skip
+                continue
+            out.append((f"{f.relative_to(ROOT)}#{i}", body))
+    if include_frontend:
+        try:
+            out.append(("frontend", _frontend_program()))
+        except Exception as e:  # noqa: BLE001
+            raise RuntimeError(f"cannot build the frontend program: {e}") from e
+    return out
+
+
+# -- mutations ----------------------------------------------------------------------------
+
+
+def _tokens(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _TOKEN.finditer(text)]
+
+
+def mutate(text: str, rng: random.Random) -> tuple[bytes, list[str]]:
+    """1-3 random mutations of `text`; returns the bytes and a description of each."""
+    data = text
+    done: list[str] = []
+    raw_suffix = b""
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        toks = _tokens(data)
+        if not toks:
+            break
+        kind = rng.choice(
+            [
+                "delete", "duplicate", "swap", "swap-adjacent", "flip-char", "insert-quote",
+                "insert", "truncate", "number", "type", "rename-ssa", "non-utf8",
+                "delete-line", "duplicate-line", "swap-lines", "replace-token",
+            ]
+        )
+        a, b = toks[rng.randrange(len(toks))]
+        tok = data[a:b]
+        if kind == "delete":
+            data = data[:a] + data[b:]
+        elif kind == "duplicate":
+            data = data[:b] + " " + tok + data[b:]
+        elif kind in ("swap", "swap-adjacent", "replace-token"):
+            i = rng.randrange(len(toks))
+            if kind == "swap-adjacent":
+                i = min(len(toks) - 1, toks.index((a, b)) + 1)
+            c, d = toks[i]
+            other = data[c:d]
+            if kind == "replace-token":
+                data = data[:a] + other + data[b:]
+            elif (c, d) != (a, b):
+                (a, b, tok), (c, d, other) = sorted([(a, b, tok), (c, d, other)])
+                data = data[:a] + other + data[b:c] + tok + data[d:]
+        elif kind == "flip-char":
+            pos = rng.randrange(len(data))
+            data = data[:pos] + chr(rng.randrange(32, 127)) + data[pos + 1 :]
+        elif kind == "insert-quote":
+            pos = rng.randrange(len(data) + 1)
+            data = data[:pos] + '"' + data[pos:]
+        elif kind == "insert":
+            pos = rng.choice((a, b))
+            data = data[:pos] + rng.choice(_INSERTS) + data[pos:]
+        elif kind == "truncate":
+            data = data[: rng.randrange(len(data))]
+        elif kind == "number":
+            nums = [(x, y) for x, y in toks if re.fullmatch(r"[-+]?\d.*", data[x:y])]
+            if nums:
+                a, b = rng.choice(nums)
+            data = data[:a] + rng.choice(_NUMBERS) + data[b:]
+        elif kind == "type":
+            found = [m.span() for m in re.finditer(r"\b(f16|f32|f64|i1|i32|i64|ui8)\b", data)]
+            if found:
+                a, b = rng.choice(found)
+                data = data[:a] + rng.choice(_TYPES) + data[b:]
+        elif kind == "rename-ssa":
+            names = [(x, y) for x, y in toks if data[x] == "%"]
+            if len(names) >= 2:
+                (x, y), (u, v) = rng.sample(names, 2)
+                data = data[:x] + data[u:v] + data[y:]
+        elif kind == "non-utf8":
+            pos = rng.randrange(len(data) + 1)
+            head = data[:pos].encode()
+            bad = rng.choice([b"\xff", b"\xfe\xfe", b"\xc3", b"\x80abc", b"\xed\xa0\x80"])
+            done.append(f"{kind}@{pos}")
+            raw_suffix = bad + data[pos:].encode()
+            data = data[:pos]
+            break  # the rest is bytes now
+        else:  # line mutations
+            lines = data.split("\n")
+            i = rng.randrange(len(lines))
+            if kind == "delete-line":
+                del lines[i]
+            elif kind == "duplicate-line":
+                lines.insert(i, lines[i])
+            else:
+                j = rng.randrange(len(lines))
+                lines[i], lines[j] = lines[j], lines[i]
+            data = "\n".join(lines)
+        done.append(f"{kind}:{tok[:20]!r}")
+    return data.encode() + raw_suffix, done
+
+
+# -- running the tools --------------------------------------------------------------------
+
+
+def _check_output(code: int | None, err: bytes) -> str | None:
+    """None if the run ended well, else what is wrong with it."""
+    if b"Traceback" in err:
+        return "traceback"
+    if code == 0:
+        return None
+    if code != 1:
+        return f"exit status {code}"
+    first = err.lstrip(b"\n").split(b"\n", 1)[0]
+    if _LOCATED.match(first) or _PREFIXED.match(first):
+        return None
+    return "unclear-error"
+
+
+def run_in_process(tool: str, argv: list[str]) -> tuple[int | None, bytes, bytes, float]:
+    """Runs `xl-opt` / `xl-run` `main(argv)` here; returns (status, stdout, stderr, seconds)."""
+    from xl.tools import opt, run
+
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        if tool == "xl-opt":
+            try:
+                opt.main(argv)
+                code: int | None = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+        else:
+            code = run.main(argv)
+    return code, out.getvalue().encode(), err.getvalue().encode(), time.perf_counter() - t0
+
+
+def _inputs_for(data: bytes, folder: Path) -> list[str]:
+    """`name=file.npy` arguments with data of the right shape for the program's streams."""
+    import numpy as np
+
+    from xl.dialects.utils import numpy_dtype
+    from xl.tools.context import xl_context
+    from xl.tools.parse import parse_source
+
+    try:
+        module = parse_source(xl_context(), data, "in.mlir")
+    except Exception:  # noqa: BLE001 - the tool reports it
+        return []
+    nht = 1
+    specs: list[tuple[str, tuple[int, ...], np.dtype]] = []
+    for op in module.walk():
+        if op.name == "graph.main":
+            a = op.attributes.get("num_host_transfers")
+            nht = getattr(getattr(a, "value", None), "data", 1)
+        if op.name == "graph.h2d_stream":
+            try:
+                t = op.properties["type"]
+                shape = tuple(int(d) for d in t.get_shape())  # type: ignore[attr-defined]
+                dtype = numpy_dtype(t.get_element_type())  # type: ignore[attr-defined]
+                if np.prod(shape, dtype=object) * max(nht, 1) > 1 << 16:
+                    return []
+            except Exception:  # noqa: BLE001
+                return []
+            specs.append((op.properties["sym_name"].data, shape, dtype))  # type: ignore[attr-defined]
+    args = []
+    rng = np.random.default_rng(0)
+    for name, shape, dtype in specs:
+        full = ((nht,) if isinstance(nht, int) and nht > 1 else ()) + shape
+        arr = (rng.integers(0, 2, size=full) if dtype.kind in "iub" else rng.normal(size=full))
+        path = folder / f"{abs(hash(name))}.npy"
+        np.save(path, arr.astype(dtype))
+        args.append(f"{name}={path}")
+    return args
+
+
+def fuzz(
+    n: int, seed: int, *, progress: Path | None = None, tools: tuple[str, ...] = ("xl-opt", "xl-run")
+) -> tuple[int, list[Finding], dict[str, float]]:
+    """Tries `n` mutated inputs; returns (runs, findings, stats)."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    import numpy as np
+
+    np.seterr(all="ignore")
+    rng = random.Random(seed)
+    programs = corpus()
+    findings: list[Finding] = []
+    notes: list[Finding] = []
+    runs = 0
+    stats = {"ok": 0, "error": 0, "max_seconds": 0.0, "programs": len(programs)}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for k in range(n):
+            name, text = programs[rng.randrange(len(programs))]
+            data, muts = mutate(text, rng)
+            path = folder / f"in{k % 8}.mlir"
+            path.write_bytes(data)
+            if progress is not None:
+                progress.write_bytes(data)
+            tool = tools[k % len(tools)]
+            argv = [str(path)]
+            if tool == "xl-opt":
+                argv += rng.choice([[], [], ["-p", "canonicalize,cse,dce"], ["-p", "inline,lower-to-rt"],
+                                    ["--print-op-generic"], ["--print-debuginfo"]])
+            else:
+                argv += _inputs_for(data, folder)
+            runs += 1
+            try:
+                with _time_limit(TIME_LIMIT):
+                    code, _out, err, secs = run_in_process(tool, argv)
+            except _Timeout:
+                findings.append(
+                    Finding(tool, "timeout", f"> {TIME_LIMIT} s", name, muts, data.decode("latin-1"), argv)
+                )
+                continue
+            except BaseException as e:  # noqa: BLE001 - an escaping exception is the finding
+                detail = f"{type(e).__name__}: {e}"[:500]
+                findings.append(Finding(tool, "exception", detail, name, muts, data.decode("latin-1"), argv))
+                continue
+            stats["max_seconds"] = max(stats["max_seconds"], secs)
+            if code == 1 and _INTERNAL.search(err):
+                # a clear, located error whose text still shows xl's internals: noted, not failed
+                notes.append(Finding(tool, "internal-message", err.decode(errors="replace")[:800],
+                                     name, muts, data.decode("latin-1"), argv))
+            problem = _check_output(code, err)
+            if problem is not None:
+                detail = err.decode(errors="replace")[-800:]
+                findings.append(Finding(tool, problem, detail, name, muts, data.decode("latin-1"), argv))
+            elif code == 0:
+                stats["ok"] += 1
+            else:
+                stats["error"] += 1
+    stats["internal_messages"] = len(notes)
+    findings_notes.clear()
+    findings_notes.extend(notes)
+    return runs, findings, stats
+
+
+findings_notes: list[Finding] = []
+"""Runs of the last `fuzz` call that ended in a clear error showing internals (a repr, an
+internal exception name): worth a better message, not a failure."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, help="write the findings as JSON here")
+    ap.add_argument("--progress", type=Path, help="each input is written here before it runs")
+    ap.add_argument(
+        "--memory-gb", type=float, default=6.0,
+        help="address-space limit of this process: a mutated shape that asks for gigabytes "
+        "fails fast (and is reported by the tool) instead of swapping",
+    )
+    args = ap.parse_args(argv)
+    try:
+        import resource
+
+        limit = int(args.memory_gb * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (ImportError, ValueError, OSError):  # not on this platform: run unlimited
+        pass
+    runs, findings, stats = fuzz(args.n, args.seed, progress=args.progress)
+    report = {
+        "runs": runs,
+        "stats": stats,
+        "findings": [asdict(f) for f in findings],
+        "internal_messages": [asdict(f) for f in findings_notes],
+    }
+    text = json.dumps(report, indent=1)
+    if args.out is not None:
+        args.out.write_text(text)
+    print(f"{runs} inputs, {len(findings)} findings, {stats}")
+    for f in findings[:20] + findings_notes[:20]:
+        print(f"- {f.tool} {f.kind} [{f.source}] {f.mutations}: {f.detail[:300]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT.parent))
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Parsing textual IR for `xl-opt` and `xl-run`: linear-time, located, and keeping locations.
+
+`parse_source` wraps xDSL's `Parser` with three guarantees the tools rely on:
+
+- **Linear time.** xDSL 0.74 lexes a string literal with a regular expression whose nested
+  quantifier backtracks exponentially when the closing quote is missing (a stray `"`
+  followed by 40 characters never finishes). `XlLexer` uses the same grammar with
+  possessive quantifiers, which cannot backtrack.
+- **Every failure is a located `ParseError`.** Bytes that are not UTF-8 are reported at
+  their line and column; an exception raised inside the parser (for example an
+  `OverflowError` for `dense<1.0> : tensor<99999999999999999999xf32>`, or an assertion
+  inside a dense literal) becomes a `ParseError` at the start of the op being parsed.
+- **Ops remember where they came from.** An op without an explicit `loc(...)` gets
+  `loc("file":line:col)` of its first token, so verifier errors can point at the source
+  and `--print-debuginfo` prints real locations.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
+from xdsl.ir import Operation
+from xdsl.parser import Parser
+from xdsl.parser.generic_parser import ParserState
+from xdsl.utils.exceptions import ParseError
+from xdsl.utils.lexer import Input, Span
+from xdsl.utils.mlir_lexer import MLIRLexer
+
+__all__ = ["XlLexer", "XlParser", "decode_source", "describe_exception", "parse_source"]
+
+
+class XlLexer(MLIRLexer):
+    """xDSL's MLIR lexer with a string-literal pattern that cannot backtrack.
+
+    The grammar is unchanged (escapes `\\n`, `\\t`, `\\\\`, `\\"` and two hex digits);
+    the possessive `++` / `*+` make a failed match cost time linear in its length.
+    """
+
+    _unescaped_characters_regex = re.compile(
+        r'"(?:[^"\\\n\v\f]++|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*+"'
+    )
+
+
+def describe_exception(e: BaseException) -> str:
+    """A one-line message for an exception raised where a `ParseError` was expected."""
+    msg = str(e).strip()
+    if isinstance(e, OverflowError):
+        return f"number too large ({msg})" if msg else "number too large"
+    if isinstance(e, AssertionError | IndexError | KeyError | AttributeError) or not msg:
+        detail = f": {msg}" if msg and msg != type(e).__name__ else ""
+        return f"malformed input (internal {type(e).__name__}{detail})"
+    return msg
+
+
+def decode_source(data: bytes | str, name: str) -> str:
+    """`data` as text; bytes that are not UTF-8 raise a `ParseError` at their line:col."""
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        # Locate the bad byte in a text where every undecodable byte is one character.
+        text = data.decode("utf-8", errors="replace")
+        prefix = data[: e.start].decode("utf-8", errors="replace")
+        span = Span(len(prefix), len(prefix) + 1, Input(text, name))
+        raise ParseError(
+            span, f"invalid UTF-8 byte 0x{data[e.start]:02x}: the input must be UTF-8 text"
+        ) from None
+
+
+class XlParser(Parser):
+    """`Parser` with `XlLexer`, located internal errors and source locations on ops.
+
+    `line_offset` is added to every line number (for `--split-input-file` chunks).
+    """
+
+    def __init__(
+        self, ctx: Context, input: str | bytes, name: str = "<unknown>", line_offset: int = 0
+    ) -> None:
+        text = decode_source(input, name)
+        # Parser.__init__ would lex the first token with MLIRLexer: build the state here.
+        super(Parser, self).__init__(ParserState(XlLexer(Input(text, name))), ctx)
+        self.ssa_values = {}
+        self.blocks = {}
+        self.forward_block_references = defaultdict(list)
+        self.forward_ssa_references = {}
+        self._line_offset = line_offset
+        self._file_attr = StringAttr(name)
+        self._counted_pos = 0
+        self._counted_lines = 0
+
+    def _location_of(self, span: Span[str]) -> FileLineColLoc:
+        """`loc("file":line:col)` of `span`; lines are counted incrementally, since ops
+        come in increasing positions (a count from the start each time is quadratic)."""
+        text, pos = span.input.content, span.start
+        if pos < self._counted_pos:
+            self._counted_pos, self._counted_lines = 0, 0
+        self._counted_lines += text.count("\n", self._counted_pos, pos)
+        self._counted_pos = pos
+        col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        line = self._counted_lines + 1 + self._line_offset
+        return FileLineColLoc(self._file_attr, IntAttr(line), IntAttr(col))
+
+    def _internal_error(self, e: Exception, span: Span[str] | None = None) -> ParseError:
+        return ParseError(span or self._current_token.span, describe_exception(e))
+
+    def parse_operation(self) -> Operation:
+        start = self._current_token.span
+        try:
+            op = super().parse_operation()
+        except ParseError:
+            raise
+        except RecursionError:
+            raise ParseError(start, "operations nested too deeply") from None
+        except Exception as e:  # noqa: BLE001 - any parser failure is reported located
+            raise self._internal_error(e, start) from e
+        if isinstance(op.location, UnknownLoc):
+            op.location = self._location_of(start)
+        return op
+
+    def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        try:
+            return super().parse_module(allow_implicit_module)
+        except ParseError:
+            raise
+        except RecursionError:
+            raise ParseError(self._current_token.span, "input nested too deeply") from None
+        except Exception as e:  # noqa: BLE001
+            raise self._internal_error(e) from e
+
+
+def parse_source(
+    ctx: Context,
+    data: str | bytes,
+    name: str,
+    *,
+    allow_implicit_module: bool = True,
+    line_offset: int = 0,
+) -> ModuleOp:
+    """Parses a whole module (see the module docstring for the guarantees)."""
+    return XlParser(ctx, data, name, line_offset).parse_module(allow_implicit_module)
