@@ -71,6 +71,7 @@ from xl.dialects.graph import (
     print_body_region,
     print_named_slot,
 )
+from xl.dialects.dominance import verify_dominance
 from xl.dialects.utils import fmt_type
 
 
@@ -126,6 +127,9 @@ class ProgramOp(IRDLOperation):
     def int_attr(self, key: str, default: int) -> int:
         a = self.attributes.get(key)
         return a.value.data if isinstance(a, IntegerAttr) else default
+
+    def verify_(self) -> None:
+        verify_dominance(self)
 
     @classmethod
     def parse(cls, parser: Parser) -> ProgramOp:

@@ -488,12 +488,34 @@ MISTAKES: list[tuple[str, Callable[[Env], Any], type, str]] = [
     ("popxl autodiff grads_required int", lambda e: popxl.transforms.autodiff(e.g, grads_required=[5]), TypeError, r"autodiff: grads_required must contain Tensors, got int"),
     ("popxl autodiff grads_required other graph", lambda e: popxl.transforms.autodiff(e.g, grads_required=[e.x]), ValueError, r"autodiff: grads_required: tensor x is not in graph"),
     ("addons autodiff int", lambda e: addons.autodiff(5), TypeError, r"addons\.autodiff: expected a GraphWithNamedArgs or popxl\.Graph, got int"),
+    ("popxl autodiff grads_provided int", lambda e: popxl.transforms.autodiff(e.g, grads_provided=5), TypeError, r"autodiff: grads_provided must be an iterable of Tensors, got int"),
+    ("popxl autodiff called_graphs int", lambda e: popxl.transforms.autodiff(e.g, called_graphs_grad_info=5), TypeError, r"autodiff: called_graphs_grad_info must map graphs to GradGraphInfo, got int"),
+    ("autodiff_with_accumulation int", _in_main(lambda e: addons.autodiff_with_accumulation(_linear(e), 5)), TypeError, r"autodiff_with_accumulation: tensors_to_accumulate_grads must be an iterable of Tensors, got int"),
+    ("recompute_graph of a forward graph", _in_main(lambda e: addons.transforms.recompute_graph(_linear(e))), ValueError, r"recompute_graph: graph 'Linear_subgraph\(\d+\)' is not a gradient graph"),
+    # -- addons helpers
+    ("VariableFactory dtype", lambda e: addons.VariableFactory(np.ones(2), "zz"), ValueError, r"VariableFactory: 'zz' is not a popxl dtype"),
+    ("InputStreams int", _in_main(lambda e: addons.InputStreams(a=5)), TypeError, r"InputStreams: stream 'a' must be given as \(shape, dtype\), got 5"),
+    ("InputStreams shape", _in_main(lambda e: addons.InputStreams(a=((2.5,), popxl.float32))), TypeError, r"popxl\.h2d_stream 'a': shape \(2\.5,\) has a non-integer dim 2\.5"),
+    ("addons.function int", lambda e: addons.function(5), TypeError, r"addons\.function: expected a callable, got int"),
+    ("create_empty_graph int", lambda e: e.ir.create_empty_graph(5), TypeError, r"Ir\.create_empty_graph: name must be a str, got int"),
+    ("TensorSpec float dim", lambda e: popxl.TensorSpec((2.5,), popxl.float32), TypeError, r"popxl\.TensorSpec: shape \(2\.5,\) has a non-integer dim 2\.5"),
+    ("TensorSpec dtype", lambda e: popxl.TensorSpec((2,), 5), TypeError, r"popxl\.TensorSpec: dtype must be a popxl dtype"),
     # -- addons ops
     ("cross_entropy list", _in_main(lambda e: addons.cross_entropy([e.x], e.i)), TypeError, r"addons\.cross_entropy: expected a popxl Tensor for x, got list"),
     ("cross_entropy labels", _in_main(lambda e: addons.cross_entropy(e.x, None)), TypeError, r"addons\.cross_entropy: expected a popxl Tensor for labels, got NoneType"),
     ("addons host_store list", _in_main(lambda e: addons.host_store([e.x])), TypeError, r"addons\.host_store: expected a popxl Tensor, got list"),
     ("addons host_load dtype", _in_main(lambda e: addons.host_load(np.ones(2), "nope")), ValueError, r"addons\.host_load: 'nope' is not a popxl dtype"),
 ]
+
+
+class Linear(addons.Module):
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        w = self.add_variable_input("w", lambda: np.ones((x.shape[-1], 2), np.float32), x.dtype)
+        return x @ w
+
+
+def _linear(e: Env) -> GraphWithNamedArgs:
+    return Linear().create_graph(e.x)[1]
 
 
 def _with(graph: popxl.Graph, fn: Callable[[], Any]) -> Any:

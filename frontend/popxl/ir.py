@@ -130,6 +130,8 @@ class Ir:
     def create_empty_graph(self, name: str | None = None) -> Graph:
         """An empty subgraph; add inputs and outputs with `popxl.graph_input/graph_output`
         inside `with graph:`."""
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"Ir.create_empty_graph: name must be a str, got {type(name).__name__}")
         g = Graph._from_op(self, self._new_graph_op(self._create_name(name or "graph")))
         g._finalize()
         return g

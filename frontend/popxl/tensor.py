@@ -16,7 +16,7 @@ from xdsl.ir import BlockArgument, OpResult, SSAValue
 from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
 
 from popxl import dtypes
-from popxl._checks import check_dtype, check_name, describe
+from popxl._checks import check_dtype, check_name, check_shape, describe
 from popxl.context import gcg
 from popxl.dtypes import dtype
 
@@ -50,9 +50,9 @@ class TensorSpec(Mapping):
     __slots__ = ("dtype", "meta_shape", "shape")
 
     def __init__(self, shape: Iterable[int], dtype: dtype, meta_shape: Iterable[int] = ()):
-        self.shape = tuple(int(d) for d in shape)
-        self.dtype = dtypes.dtype.as_dtype(dtype)
-        self.meta_shape = tuple(int(d) for d in meta_shape) if meta_shape else ()
+        self.shape = check_shape(shape, "popxl.TensorSpec")
+        self.dtype = check_dtype(dtype, "popxl.TensorSpec")
+        self.meta_shape = check_shape(meta_shape, "popxl.TensorSpec meta_shape") if meta_shape else ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"shape": self.shape, "dtype": self.dtype, "meta_shape": self.meta_shape}

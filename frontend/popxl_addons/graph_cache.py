@@ -119,6 +119,8 @@ _default_cache = GraphCache()
 
 def function(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator: outline `fn` as a (cached) graph and call it with the given tensors."""
+    if not callable(fn):
+        raise TypeError(f"addons.function: expected a callable, got {type(fn).__name__}")
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

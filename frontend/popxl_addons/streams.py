@@ -21,8 +21,14 @@ class _Streams:
 
     def __init__(self, **streams: tuple[tuple[int, ...], Any]):
         self._streams: dict[str, Any] = {}
-        for name, (shape, dtype) in streams.items():
-            self._streams[name] = type(self)._make(tuple(shape), dtype, name)
+        for name, spec in streams.items():
+            if not isinstance(spec, tuple | list) or len(spec) != 2:
+                raise TypeError(
+                    f"{type(self).__name__}: stream {name!r} must be given as (shape, dtype), got "
+                    f"{spec!r}"
+                )
+            shape, dtype = spec
+            self._streams[name] = type(self)._make(shape, dtype, name)
 
     @classmethod
     def from_streams(cls, streams: Union[Mapping[str, Any], Iterable[Any]]):

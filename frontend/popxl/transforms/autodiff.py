@@ -273,6 +273,8 @@ def _tensor_indices(
 ) -> list[int]:
     from popxl.tensor import Tensor
 
+    if isinstance(tensors, Tensor) or not isinstance(tensors, Iterable):
+        raise TypeError(f"autodiff: {what} must be an iterable of Tensors, got {type(tensors).__name__}")
     idx: list[int] = []
     for t in tensors:
         if not isinstance(t, Tensor):
@@ -335,6 +337,11 @@ def autodiff(
     )
     called: dict[str, str] = {}
     given: dict[Graph, GradGraphInfo] = {}
+    if called_graphs_grad_info is not None and not isinstance(called_graphs_grad_info, Mapping):
+        raise TypeError(
+            "autodiff: called_graphs_grad_info must map graphs to GradGraphInfo, got "
+            f"{type(called_graphs_grad_info).__name__}"
+        )
     for fwd_g, info in (called_graphs_grad_info or {}).items():
         if not isinstance(info, GradGraphInfo):
             raise TypeError(

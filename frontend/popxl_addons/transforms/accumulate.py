@@ -95,6 +95,13 @@ def autodiff_with_accumulation(
     fwd = graph.graph
     fwd_inputs = fwd.inputs
     acc_idx: list[int] = []
+    if isinstance(tensors_to_accumulate_grads, popxl.Tensor) or not isinstance(
+        tensors_to_accumulate_grads, Iterable
+    ):
+        raise TypeError(
+            "autodiff_with_accumulation: tensors_to_accumulate_grads must be an iterable of "
+            f"Tensors, got {type(tensors_to_accumulate_grads).__name__}"
+        )
     for t in tensors_to_accumulate_grads:
         i = _index_of(t, fwd_inputs, "tensors_to_accumulate_grads", fwd)
         if i not in acc_idx:

@@ -35,7 +35,12 @@ def recompute_graph(grad_graph: GraphWithNamedArgs) -> GraphWithNamedArgs:
         raise TypeError(
             f"recompute_graph: expected a GraphWithNamedArgs, got {type(grad_graph).__name__}"
         )
-    info = grad_graph.grad_graph_info  # AttributeError if not a gradient graph
+    if grad_graph._grad_graph_info is None:
+        raise ValueError(
+            f"recompute_graph: graph '{grad_graph.graph.name}' is not a gradient graph (it has no "
+            "grad_graph_info); pass the result of addons.autodiff"
+        )
+    info = grad_graph.grad_graph_info
     old = info.graph
     ir = old.ir
     result = recompute(ir._module, old.name)
