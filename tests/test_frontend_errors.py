@@ -13,6 +13,7 @@ import popxl
 import popxl_addons as addons
 import pytest
 from popxl import ops
+from popxl.context import NoGraphSelectedError
 from popxl_addons import DotTree, GraphWithNamedArgs, NamedTensors
 from xdsl.parser import Parser
 from xl.dialects.graph import ConstantOp, VariableOp
@@ -433,8 +434,9 @@ MISTAKES: list[tuple[str, Callable[[Env], Any], type, str]] = [
     ("call main graph", _in_main(lambda e: ops.call(e.ir.main_graph)), ValueError, r"ops\.call: the main graph cannot be called"),
     ("repeat float count", _in_main(lambda e: ops.repeat(e.g, 2.0, e.x)), ValueError, r"ops\.repeat: repeat_count must be an int >= 0, got 2\.0"),
     # -- ops outside any graph
-    ("op outside a graph", lambda e: ops.add(e.x, e.x), RuntimeError, r"ops\.add: Trying to access a graph, but no graph has been selected"),
-    ("variable outside a graph", lambda e: popxl.variable(1), RuntimeError, r"no graph has been selected"),
+    ("op outside a graph", lambda e: ops.add(e.x, e.x), NoGraphSelectedError, r"ops\.add: Trying to access a graph, but no graph has been selected"),
+    ("variable outside a graph", lambda e: popxl.variable(1), NoGraphSelectedError, r"no graph has been selected"),
+    ("stream outside a graph", lambda e: popxl.h2d_stream((1,), popxl.float32), NoGraphSelectedError, r"no graph has been selected"),
     # -- graphs
     ("create_graph not callable", lambda e: e.ir.create_graph(5), TypeError, r"create_graph expects a callable or popxl\.Module, got int"),
     ("create_graph wrong args", lambda e: e.ir.create_graph(lambda a: a, e.x, e.x), ValueError, r"create_graph: the arguments do not match the signature"),
@@ -521,6 +523,12 @@ def _linear(e: Env) -> GraphWithNamedArgs:
 def _with(graph: popxl.Graph, fn: Callable[[], Any]) -> Any:
     with graph:
         return fn()
+
+
+def test_no_graph_selected_is_a_runtime_and_a_value_error():
+    """PopXL raises RuntimeError; xl's error is also a ValueError (a user mistake)."""
+    assert issubclass(NoGraphSelectedError, RuntimeError)
+    assert issubclass(NoGraphSelectedError, ValueError)
 
 
 @pytest.mark.parametrize("label,mistake,exc,msg", MISTAKES, ids=[m[0] for m in MISTAKES])

@@ -52,11 +52,15 @@ def _pop_graph(g: Graph) -> None:
     _state.graphs.pop()
 
 
+class NoGraphSelectedError(RuntimeError, ValueError):
+    """Building IR with no `with graph:` active (a RuntimeError, as in PopXL, and a ValueError)."""
+
+
 def get_current_graph() -> Graph:
     """The graph new ops are added to (the innermost `with graph:`)."""
     if not _state.graphs:
         who = f"{_state.calls[0]}: " if _state.calls else ""
-        raise RuntimeError(
+        raise NoGraphSelectedError(
             f"{who}Trying to access a graph, but no graph has been selected. "
             "Use `with ir.main_graph:` (or `with graph:`) to select one."
         )
