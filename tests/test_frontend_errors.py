@@ -431,6 +431,8 @@ MISTAKES: list[tuple[str, Callable[[Env], Any], type, str]] = [
     ("host_store list", _in_main(lambda e: ops.host_store(e.store, [e.x])), TypeError, r"ops\.host_store: expected a popxl Tensor, got \[Tensor"),
     ("call function", _in_main(lambda e: ops.call(lambda a: a, e.x)), TypeError, r"ops\.call: expected a popxl\.Graph, got function"),
     ("call inputs_dict list", _in_main(lambda e: ops.call(e.g, inputs_dict=[e.x])), TypeError, r"ops\.call: inputs_dict must map inputs of graph .* got list"),
+    ("conditional then_inputs int", _in_main(lambda e: ops.conditional(popxl.constant(True), e.g, e.g, 5, [e.x])), TypeError, r"ops\.conditional: the inputs of graph '\S+' must be a sequence of tensors, got int"),
+    ("conditional then_inputs tensor", _in_main(lambda e: ops.conditional(popxl.constant(True), e.g, e.g, e.x, [e.x])), TypeError, r"ops\.conditional: the inputs of graph '\S+' must be a sequence of tensors, got Variable"),
     ("call main graph", _in_main(lambda e: ops.call(e.ir.main_graph)), ValueError, r"ops\.call: the main graph cannot be called"),
     ("repeat float count", _in_main(lambda e: ops.repeat(e.g, 2.0, e.x)), ValueError, r"ops\.repeat: repeat_count must be an int >= 0, got 2\.0"),
     # -- ops outside any graph

@@ -132,6 +132,11 @@ def _bind_inputs(
         raise ValueError(f"ops.{what}: graph {graph.name!r} cannot call itself")
     g_inputs = graph.inputs
     n = len(g_inputs)
+    if isinstance(inputs, Tensor) or not isinstance(inputs, Iterable):
+        raise TypeError(
+            f"ops.{what}: the inputs of graph {graph.name!r} must be a sequence of tensors, got "
+            f"{type(inputs).__name__}"
+        )
     inputs = list(inputs)
     if len(inputs) > n:
         raise ValueError(
