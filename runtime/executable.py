@@ -12,7 +12,8 @@ buffer allocation is involved. The resulting `Executable` runs the program with
 
 Host data layout: stream arrays are `[num_host_transfers, replication_factor, *shape]`
 with size-1 leading dims dropped; each executed `rt.h2d` consumes the next transfer
-(wrapping around if a stream is loaded more often than `num_host_transfers`).
+(wrapping around if a stream is loaded more often than `num_host_transfers`; the
+counts are checked at compile time, see `xl.runtime.transfers`).
 Replicas are simulated one after another, each with its own buffers and state.
 """
 
@@ -335,6 +336,9 @@ def compile_program(program: rt.ProgramOp, optimize: bool = False) -> Executable
 
 
 def _compile_program(program: rt.ProgramOp, optimize: bool) -> Executable:
+    from xl.runtime.transfers import check_transfers
+
+    check_transfers(program)
     n = program.int_attr("num_host_transfers", 1)
     reps = program.int_attr("replication_factor", 1)
     replicas: list[_Replica] = []
