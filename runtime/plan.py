@@ -580,11 +580,13 @@ def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, 
     take, copyto = g.fn(np.take), g.fn(np.copyto)
     pf, df = g.view(pflat), g.view(dflat)
     lv_ = g.view(lab)
-    # a label outside [0, C) would read another row: two reductions, then the full check
+    # A label outside [0, C) would read another row. Seen as unsigned, a negative label
+    # is huge: one max() over the labels per step, the full check only when it fails.
+    uv = g.view(lab.view(np.dtype(f"u{lab.dtype.itemsize}")))
     chk = g.bind(partial(check_range, lo=0, hi=c, p=p, i=1, op=op.name,
                          what="label", note=f"{c} classes"), "chk")
     lines = [
-        f"if {lv_}.min() < 0 or {lv_}.max() >= {c}: {chk}({lv_})",
+        f"if {uv}.max() >= {c}: {chk}({lv_})",
         f"{g.fn(np.add)}({g.view(rows_c)}, {lv_}, {idx})",
         f"{take}({pf}, {idx}, None, {pk})",
         f"{g.fn(np.log)}({pk}, {pk})",
