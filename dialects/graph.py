@@ -188,21 +188,29 @@ class GraphOp(IRDLOperation):
         )
 
     def add_input(
-        self, type: Attribute, name: str, by_ref: bool = False, index: int | None = None
+        self,
+        type: Attribute,
+        name: str,
+        by_ref: bool = False,
+        index: int | None = None,
+        attrs: dict[str, Attribute] | None = None,
     ) -> BlockArgument:
-        """Adds an input (at `index`, default last) named `name`; updates `function_type`
-        and the argument attributes (unnamed inputs keep their `arg<i>` names)."""
+        """Adds an input (at `index`, default last) named `name`, by reference if asked,
+        with extra argument attributes `attrs` (e.g. `ipu.id`); updates `function_type`.
+        The other inputs keep their attributes (unnamed ones get `arg<i>`)."""
         block = self.body.block
         n = len(block.args)
         at = n if index is None else index
         if not 0 <= at <= n:
             raise IndexError(f"graph @{self.graph_name}: input index {at} out of range 0..{n}")
-        names = [self.input_name(i) for i in range(n)]
-        refs = [self.input_is_by_ref(i) for i in range(n)]
+        dicts = (
+            list(self.arg_attrs.data)
+            if self.arg_attrs is not None
+            else [graph_input_attrs(f"arg{i}") for i in range(n)]
+        )
         arg = block.insert_arg(type, at)
-        names.insert(at, name)
-        refs.insert(at, by_ref)
-        self.set_arg_attrs(names, refs)
+        dicts.insert(at, graph_input_attrs(name, by_ref, attrs))
+        self.arg_attrs = ArrayAttr(dicts)
         self.function_type = FunctionType.from_lists(
             [a.type for a in block.args], self.function_type.outputs.data
         )
@@ -294,12 +302,16 @@ def unique_graph_name(module: Operation, base: str) -> str:
     return f"{base}_{i}"
 
 
-def graph_input_attrs(name: str, by_ref: bool = False) -> DictionaryAttr:
-    """The argument attribute dictionary of a graph input named `name`."""
-    # keys in sorted order, as MLIR prints dictionaries: {graph.by_ref, graph.name = ...}
-    d: dict[str, Attribute] = {BY_REF_ATTR: UnitAttr()} if by_ref else {}
+def graph_input_attrs(
+    name: str, by_ref: bool = False, attrs: dict[str, Attribute] | None = None
+) -> DictionaryAttr:
+    """The argument attribute dictionary of a graph input named `name` (plus `attrs`)."""
+    d: dict[str, Attribute] = dict(attrs or {})
+    if by_ref:
+        d[BY_REF_ATTR] = UnitAttr()
     d[NAME_ATTR] = StringAttr(name)
-    return DictionaryAttr(d)
+    # keys in sorted order, as MLIR prints dictionaries: {graph.by_ref, graph.name = ...}
+    return DictionaryAttr(dict(sorted(d.items())))
 
 
 def parse_named_slot(

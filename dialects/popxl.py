@@ -829,12 +829,12 @@ DetachOp = _unary(
 
 
 def _canonicalization(*names: str) -> HasCanonicalizationPatternsTrait:
-    """A trait whose patterns are the named classes of `popxl_canonicalization` (lazy)."""
+    """A trait whose patterns are the named classes of `xl.passes.popxl_canonicalization` (lazy)."""
 
     class Canonicalization(HasCanonicalizationPatternsTrait):
         @classmethod
         def get_canonicalization_patterns(cls) -> tuple[Any, ...]:
-            from xl.dialects import popxl_canonicalization as patterns
+            from xl.passes import popxl_canonicalization as patterns
 
             return tuple(getattr(patterns, n)() for n in names)
 

@@ -43,18 +43,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import (
-    ArrayAttr,
-    DenseIntOrFPElementsAttr,
-    DictionaryAttr,
-    ModuleOp,
-    TensorType,
-)
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, TensorType
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xl.dialects.call import call_sites
-from xl.dialects.graph import ConstantOp, GraphOp, graph_input_attrs
+from xl.dialects.graph import ConstantOp, GraphOp
 from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.popxl import AccumulateMeanOp, AccumulateOp
 from xl.dialects.utils import element_type, fmt_type
@@ -143,9 +137,8 @@ def accumulate(
 
     # -- new by-reference inputs: the counter, then one accumulator per input -------------
     f32_scalar = TensorType(element_type("float32"), [])
-    cnt = block.insert_arg(f32_scalar, n_in)
-    set_name_hint(cnt, counter)
-    accs: dict[int, SSAValue] = {}
+    ipu = graph_placement(grad) or graph_placement(fwd)
+    placed: dict[str, Attribute] | None = {IPU_ATTR: ipu} if ipu is not None else None
     fblock = fwd.body.block
     for i in inputs:
         t = fblock.args[i].type
@@ -154,18 +147,12 @@ def accumulate(
                 f"accumulate: the gradient of forward input {i} is {fmt_type(grads[i].type)}, "
                 f"the input is {fmt_type(t)}"
             )
-        accs[i] = block.insert_arg(t, len(block.args))
+    cnt = grad.add_input(f32_scalar, counter, by_ref=True, attrs=placed)
+    set_name_hint(cnt, counter)
+    accs: dict[int, SSAValue] = {}
+    for i in inputs:
+        accs[i] = grad.add_input(fblock.args[i].type, acc_names[i], by_ref=True, attrs=placed)
         set_name_hint(accs[i], acc_names[i])
-    old_attrs: list[DictionaryAttr] = (
-        list(grad.arg_attrs.data)
-        if grad.arg_attrs is not None
-        else [graph_input_attrs(f"arg{j}", False) for j in range(n_in)]
-    )
-    new_attrs = [graph_input_attrs(counter, True), *(graph_input_attrs(acc_names[i], True) for i in inputs)]
-    ipu = graph_placement(grad) or graph_placement(fwd)
-    if ipu is not None:
-        new_attrs = [DictionaryAttr(dict(sorted({**a.data, IPU_ATTR: ipu}.items()))) for a in new_attrs]
-    grad.arg_attrs = ArrayAttr([*old_attrs, *new_attrs])
 
     # -- the running means, then the counter increment (program order = execution order) ----
     out_op = grad.output_op

@@ -17,7 +17,8 @@ from __future__ import annotations
 from xdsl.ir import SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
-from xl.dialects.popxl import CastOp, ReshapeOp, TransposeOp, is_written
+from xl.dialects.effects import is_written
+from xl.dialects.popxl import CastOp, ReshapeOp, TransposeOp
 
 
 def _frozen(*values: SSAValue) -> bool:

@@ -713,3 +713,82 @@ def test_regions_are_single_block() -> None:
     main = graph.MainGraphOp(Region())
     with pytest.raises(VerifyException, match="single block"):
         module_with(main).verify()
+
+
+# ------------------------------------------------------------------------------------
+# graph / call helpers used by the passes
+# ------------------------------------------------------------------------------------
+
+
+def test_graph_and_call_helpers(ctx: Context) -> None:
+    from xl.dialects.effects import written_operands
+
+    acc = identity_graph("acc", (T2, T2), names=["x", "acc"], by_ref=[False, True])
+    step = graph.GraphOp("step", [T2, T3], [T2])
+    with ImplicitBuilder(step.body.block) as (h, _):
+        graph.OutputOp([h])
+    ident = identity_graph("id")
+    ops: dict[str, Operation] = {}
+
+    def build() -> None:
+        x = const([1.0, 2.0]).result
+        w = graph.VariableOp("w", T3).result
+        c = graph.ConstantOp(DenseIntOrFPElementsAttr.from_list(TB, [1])).result
+        ops["call"] = call.CallOp("acc", [x, x], [T2, T2])
+        ops["repeat"] = call.RepeatOp("step", 5, [x, w], [T2])
+        ops["cond"] = call.ConditionalOp(c, "id", [x], "acc", [x, x], [T2])
+
+    m = _call_module(build, acc, step, ident)
+    assert list(graph.graphs_by_name(m)) == ["id", "step", "acc"]
+    assert graph.unique_graph_name(m, "acc") == "acc_1"
+    assert graph.unique_graph_name(m, "new") == "new"
+    assert call.called_graph_names(ops["cond"]) == ["id", "acc"]
+    assert call.called_graph_names(ops["repeat"]) == ["step"]
+    assert call.called_graph_names(m) == []
+    sites = call.call_sites(m)
+    assert sites["acc"] == [ops["call"], ops["cond"]] and sites["step"] == [ops["repeat"]]
+    # the in-place interface of calls: operands bound to by-reference inputs
+    assert written_operands(ops["call"]) == (1,)
+    assert written_operands(ops["cond"]) == (3,)  # condition, then (x), else (x, acc)
+    assert written_operands(ops["repeat"]) == ()
+
+    # add_graph_outputs: the graph and its call.call sites get the new results in place
+    ident2 = identity_graph("id2")
+    g_in = ident2.body.block.args[0]
+    neg = popxl.NegOp.make([g_in])
+    ident2.body.block.insert_op_before(neg, ident2.output_op)
+
+    def build2() -> None:
+        x = const([1.0, 2.0]).result
+        ops["c2"] = call.CallOp("id2", [x], [T2])
+
+    m2 = _call_module(build2, ident2)
+    old_res = ops["c2"].results[0]
+    assert call.add_graph_outputs(m2, ident2, [neg.results[0]]) == [1]
+    assert ops["c2"].results[0] is old_res and len(ops["c2"].results) == 2
+    m2.verify()
+    with pytest.raises(call.CallSiteError, match=r"@step: it is the body of a call.repeat"):
+        call.add_graph_outputs(m, step, [step.body.block.args[0]])
+    with pytest.raises(call.CallSiteError, match=r"@id: it is a branch of a call.conditional"):
+        call.add_graph_outputs(m, ident, [ident.body.block.args[0]])
+
+
+def test_graph_add_input() -> None:
+    g = graph.GraphOp("g", [T2], [T2], input_names=["x"])
+    with ImplicitBuilder(g.body.block) as (x,):
+        graph.OutputOp([x])
+    a = g.add_input(T3, "acc", by_ref=True, attrs={"ipu.id": IntegerAttr(1, i64)})
+    b = g.add_input(T2, "first", index=0)
+    assert [g.input_name(i) for i in range(3)] == ["first", "x", "acc"]
+    assert [g.input_is_by_ref(i) for i in range(3)] == [False, False, True]
+    assert g.body.block.args[2] is a and g.body.block.args[0] is b
+    assert g.function_type.inputs.data == (T2, T2, T3)
+    assert g.arg_attrs is not None and "ipu.id" in g.arg_attrs.data[2].data
+    g.verify()
+    g2 = graph.GraphOp("g2", [T2], [])  # no names yet: the old input gets `arg0`
+    with ImplicitBuilder(g2.body.block):
+        graph.OutputOp([])
+    g2.add_input(T2, "y")
+    assert [g2.input_name(i) for i in range(2)] == ["arg0", "y"]
+    with pytest.raises(IndexError, match="input index 5 out of range 0..2"):
+        g2.add_input(T2, "z", index=5)
