@@ -137,19 +137,21 @@ def _walk(op: Operation) -> Iterator[Operation]:
 
 
 def _structure(op: Operation) -> None:
-    """xDSL's structural checks of `Operation.verify` / `Block.verify` for one op."""
+    """xDSL's structural checks of `Operation.verify` / `Block.verify` for one op (with
+    xDSL's messages)."""
     for region in op.regions:
         if len(region.blocks) == 1 and not op.has_trait(NoTerminator):
             block = region.block
             last = block.last_op
             if last is None:
                 raise VerifyException(
-                    f"{op.name} has an empty block in a single-block region that expects "
-                    "at least a terminator"
+                    f"Operation {op.name} contains empty block in single-block region "
+                    "that expects at least a terminator"
                 )
             if not last.has_trait(IsTerminator):
                 raise LocatedError(
-                    f"{last.name} terminates the body of {op.name} but is not a terminator",
+                    f"Operation {last.name} terminates block in single-block region but "
+                    "is not a terminator",
                     last,
                 )
     if op.successors:

@@ -49,7 +49,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 from xl.dialects import get_all_dialects
 from xl.passes import get_all_passes
 from xl.tools.diagnostics import LocatedError, SourceText, format_located, verify_located
-from xl.tools.parse import parse_source
+from xl.tools.parse import as_parse_error, parse_source
 
 PROG = "xl-opt"
 
@@ -231,7 +231,7 @@ class XlOptMain(xDSLOptMain):
         try:
             self._stage = "while verifying the input"
             if verify:
-                verify_located(prog)
+                self._verify(prog)
             if callback is not None:
                 callback(None, prog, passes[0] if passes else None)
             for i, p in enumerate(passes):
@@ -239,12 +239,20 @@ class XlOptMain(xDSLOptMain):
                 p.apply(self.ctx, prog)
                 self._stage = f"while verifying the IR after pass '{p.name}'"
                 if verify:
-                    verify_located(prog)
+                    self._verify(prog)
                 if callback is not None:
                     callback(p, prog, passes[i + 1] if i + 1 < len(passes) else None)
         finally:
             self.args.disable_verify = not verify
         self._stage = None
+
+    def _verify(self, prog: ModuleOp) -> None:
+        """`verify_located`; with `--verify-diagnostics`, xDSL's own diagnostic (message and
+        the IR with the failing op marked), which lit tests check."""
+        if self.args.verify_diagnostics:
+            prog.verify()
+        else:
+            verify_located(prog)
 
     def _report(self, e: BaseException) -> None:
         if isinstance(e, LocatedError):
@@ -290,6 +298,10 @@ class XlOptMain(xDSLOptMain):
                             print(note)
                     elif self.args.traceback:
                         raise
+                    elif (located := as_parse_error(e)) is not None:
+                        located.span = dataclasses.replace(located.span, line_offset=offset)
+                        _eprint(format_parse_error(located))
+                        failed = True
                     else:
                         self._report(e)
                         failed = True

@@ -9,7 +9,9 @@
 - **Every failure is a located `ParseError`.** Bytes that are not UTF-8 are reported at
   their line and column; an exception raised inside the parser (for example an
   `OverflowError` for `dense<1.0> : tensor<99999999999999999999xf32>`, or an assertion
-  inside a dense literal) becomes a `ParseError` at the start of the op being parsed.
+  inside a dense literal) becomes a `ParseError` at the start of the op being parsed;
+  a `VerifyException` raised while an op is built keeps its type (so that
+  `--verify-diagnostics` prints it) and gets the op's position (`as_parse_error`).
 - **Ops remember where they came from.** An op without an explicit `loc(...)` gets
   `loc("file":line:col)` of its first token, so verifier errors can point at the source
   and `--print-debuginfo` prints real locations.
@@ -25,11 +27,31 @@ from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr,
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
-from xdsl.utils.exceptions import ParseError
+from xdsl.utils.exceptions import DiagnosticException, ParseError
 from xdsl.utils.lexer import Input, Span
 from xdsl.utils.mlir_lexer import MLIRLexer
 
-__all__ = ["XlLexer", "XlParser", "decode_source", "describe_exception", "parse_source"]
+__all__ = [
+    "SPAN_ATTR",
+    "XlLexer",
+    "XlParser",
+    "as_parse_error",
+    "decode_source",
+    "describe_exception",
+    "parse_source",
+]
+
+SPAN_ATTR = "xl_span"
+"""Attribute set on a `VerifyException` raised while an op was parsed: the op's position."""
+
+
+def as_parse_error(e: BaseException) -> ParseError | None:
+    """A `VerifyException` raised while parsing, as a located `ParseError` (else None)."""
+    span = getattr(e, SPAN_ATTR, None)
+    if span is None:
+        return None
+    msg = str(e).split("\n", 1)[0].strip() or type(e).__name__
+    return ParseError(span, msg)
 
 
 class XlLexer(MLIRLexer):
@@ -113,6 +135,12 @@ class XlParser(Parser):
             op = super().parse_operation()
         except ParseError:
             raise
+        except DiagnosticException as e:
+            # An op verifying its types while it is built (xDSL raises VerifyException):
+            # kept as it is (`--verify-diagnostics` prints it), with the op's position.
+            if getattr(e, SPAN_ATTR, None) is None:
+                setattr(e, SPAN_ATTR, start)
+            raise
         except RecursionError:
             raise ParseError(start, "operations nested too deeply") from None
         except Exception as e:  # noqa: BLE001 - any parser failure is reported located
@@ -124,7 +152,7 @@ class XlParser(Parser):
     def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
         try:
             return super().parse_module(allow_implicit_module)
-        except ParseError:
+        except (ParseError, DiagnosticException):
             raise
         except RecursionError:
             raise ParseError(self._current_token.span, "input nested too deeply") from None

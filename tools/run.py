@@ -41,7 +41,7 @@ from xl.tools.diagnostics import (
     verify_located,
 )
 from xl.tools.opt import format_parse_error
-from xl.tools.parse import parse_source
+from xl.tools.parse import as_parse_error, parse_source
 
 PROG = "xl-run"
 
@@ -234,6 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except _Located as e:
         _eprint(str(e))
+        return 1
+    except DiagnosticException as e:
+        if args.traceback:
+            raise
+        located = as_parse_error(e)
+        _eprint(format_parse_error(located) if located else f"{PROG}: error: {_describe(e)}")
         return 1
     except KeyboardInterrupt:
         raise
