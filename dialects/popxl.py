@@ -41,6 +41,12 @@ without any `None`, the present operands in order (matched greedily); scalar-ten
 `time_step=tensor`). `op_props(op)` gives the properties as Python values, plus
 `operand_segments` (operands per definition) for ops with optional operands; the
 NumPy kernels (`xl.runtime.kernels`) read that key.
+
+This file holds the op definitions; the shared machinery lives next to it:
+`xl.dialects.attrs` (properties <-> Python values), `xl.dialects.popxl_operands`
+(optional-operand matching, `operand_positions`), `xl.dialects.popxl_syntax` (the
+textual form), `xl.dialects.effects` (in-place interface, memory effects) and
+`xl.dialects.traits` (elementwise, view-like, gradient and PopART facts).
 """
 
 from __future__ import annotations
@@ -55,7 +61,6 @@ from xdsl.dialects.builtin import (
     DenseArrayBase,
     FloatAttr,
     IntegerAttr,
-    IntegerType,
     StringAttr,
     TensorType,
     f64,
@@ -66,8 +71,6 @@ from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
-    OptOperandDef,
-    VarOperandDef,
     irdl_op_definition,
     operand_def,
     opt_operand_def,
@@ -83,6 +86,8 @@ from xdsl.printer import Printer
 from xdsl.traits import HasCanonicalizationPatternsTrait, OpTrait
 from xdsl.utils.exceptions import VerifyException
 
+# re-exported for the modules that import them from here (runtime, rt passes, tools)
+from xl.dialects.attrs import SEGMENTS, from_attr, to_attr
 from xl.dialects.effects import (
     AllocEffect,
     InPlaceInterface,
@@ -99,45 +104,22 @@ from xl.dialects.traits import (
     PopartType,
     ViewLike,
 )
+from xl.dialects.popxl_operands import (
+    greedy_segments,
+    has_optional_operands,
+    has_segments,
+    match_operands,
+    operand_names,
+    operand_segments,
+)
+from xl.dialects.popxl_syntax import parse_popxl_op, print_popxl_op
 from xl.dialects.utils import dtype_of, fmt_type, shape_of, tensor_type
 
 # ------------------------------------------------------------------------------------
 # Properties: Python values <-> attributes
 # ------------------------------------------------------------------------------------
 
-SEGMENTS = "operandSegmentSizes"
-
-
-def to_attr(value: Any) -> Attribute:
-    """Python value -> property attribute (int: i64, float: f64, bool: i1, tuple: array<i64>)."""
-    if isinstance(value, Attribute):
-        return value
-    if isinstance(value, bool | np.bool_):
-        return IntegerAttr(int(value), IntegerType(1))
-    if isinstance(value, int | np.integer):
-        return IntegerAttr(int(value), i64)
-    if isinstance(value, float | np.floating):
-        return FloatAttr(float(value), f64)
-    if isinstance(value, str):
-        return StringAttr(value)
-    if isinstance(value, tuple | list):
-        return DenseArrayBase.from_list(i64, [int(v) for v in value])
-    raise TypeError(f"cannot store {value!r} as an op property")
-
-
-def from_attr(attr: Attribute) -> Any:
-    """Property attribute -> Python value (inverse of `to_attr`)."""
-    if isinstance(attr, IntegerAttr):
-        if attr.type == IntegerType(1):
-            return bool(attr.value.data)
-        return int(attr.value.data)
-    if isinstance(attr, FloatAttr):
-        return float(attr.value.data)
-    if isinstance(attr, StringAttr):
-        return attr.data
-    if isinstance(attr, DenseArrayBase):
-        return tuple(int(v) for v in attr.get_values())
-    return attr
+# `SEGMENTS`, `to_attr`, `from_attr`: `xl.dialects.attrs` (imported above).
 
 
 def op_props(op: Operation) -> dict[str, Any]:
@@ -192,63 +174,28 @@ class PopxlOp(IRDLOperation):
 
     traits = traits_def(TensorOpEffect())
 
-    # ---- operand definitions -------------------------------------------------------
+    # ---- operand definitions (xl.dialects.popxl_operands) ---------------------------
 
     @classmethod
     def has_optional_operands(cls) -> bool:
-        return any(
-            isinstance(d, OptOperandDef) for _, d in cls.get_irdl_definition().operands
-        )
+        return has_optional_operands(cls)
 
     @classmethod
     def has_segments(cls) -> bool:
-        return any(
-            isinstance(o, AttrSizedOperandSegments) for o in cls.get_irdl_definition().options
-        )
+        return has_segments(cls)
 
     @classmethod
     def operand_names(cls) -> tuple[str, ...]:
-        return tuple(n for n, _ in cls.get_irdl_definition().operands)
+        return operand_names(cls)
 
     @classmethod
     def greedy_segments(cls, n: int) -> tuple[int, ...] | None:
-        """Operands per definition when `n` operands are matched greedily in order.
-
-        Required operands take one each; optional ones take one in definition order
-        while operands are left; a single variadic definition takes the rest.
-        None if `n` operands cannot be matched.
-        """
-        defs = [d for _, d in cls.get_irdl_definition().operands]
-        n_req = sum(not isinstance(d, VarOperandDef) for d in defs)
-        extra = n - n_req
-        if extra < 0:
-            return None
-        n_var = sum(isinstance(d, VarOperandDef) and not isinstance(d, OptOperandDef) for d in defs)
-        out: list[int] = []
-        for d in defs:
-            if isinstance(d, OptOperandDef):
-                take = 1 if extra > 0 else 0
-            elif isinstance(d, VarOperandDef):
-                take = extra if n_var == 1 else 0
-            else:
-                out.append(1)
-                continue
-            extra -= take
-            out.append(take)
-        return tuple(out) if extra == 0 else None
+        """Operands per definition when `n` operands are matched greedily in order."""
+        return greedy_segments(cls, n)
 
     def operand_segments(self) -> tuple[int, ...]:
         """Number of operands given for each operand definition."""
-        out: list[int] = []
-        for name, d in self.get_irdl_definition().operands:
-            v = getattr(self, name)
-            if isinstance(d, OptOperandDef):
-                out.append(0 if v is None else 1)
-            elif isinstance(d, VarOperandDef):
-                out.append(len(v))
-            else:
-                out.append(1)
-        return tuple(out)
+        return operand_segments(self)
 
     def infer_operand_types(self) -> list[Attribute | None]:
         """Operand types as `infer` takes them (per definition when some are optional)."""
@@ -258,62 +205,14 @@ class PopxlOp(IRDLOperation):
             None if (v := getattr(self, n)) is None else v.type for n in self.operand_names()
         ]
 
-    # ---- syntax --------------------------------------------------------------------
+    # ---- syntax (xl.dialects.popxl_syntax) ------------------------------------------
 
     @classmethod
     def parse(cls, parser: Parser) -> PopxlOp:
-        pos = parser.pos
-        unresolved = parser.parse_optional_undelimited_comma_separated_list(
-            parser.parse_optional_unresolved_operand, parser.parse_unresolved_operand
-        ) or []
-        attrs = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        ftype = parser.parse_function_type()
-        if len(ftype.inputs.data) != len(unresolved):
-            parser.raise_error(
-                f"{cls.name}: {len(unresolved)} operands but {len(ftype.inputs.data)} operand types",
-                pos,
-            )
-        operands = list(parser.resolve_operands(unresolved, ftype.inputs.data, pos))
-        prop_names = set(cls.get_irdl_definition().properties)
-        props = {k: v for k, v in attrs.items() if k in prop_names}
-        others = {k: v for k, v in attrs.items() if k not in prop_names}
-        if cls.has_segments() and SEGMENTS not in props:
-            segs = cls.greedy_segments(len(operands))
-            if segs is None:
-                parser.raise_error(
-                    f"{cls.name}: cannot match {len(operands)} operands to "
-                    f"({', '.join(cls.operand_names())})",
-                    pos,
-                )
-            props[SEGMENTS] = DenseArrayBase.from_list(i32, list(segs))
-        return cls.create(
-            operands=operands,
-            result_types=list(ftype.outputs.data),
-            properties=props,
-            attributes=others,
-        )
+        return parse_popxl_op(cls, parser)
 
     def print(self, printer: Printer) -> None:
-        if self.operands:
-            printer.print_string(" ")
-            printer.print_list(self.operands, printer.print_operand)
-        props = dict(self.properties)
-        seg = props.get(SEGMENTS)
-        if isinstance(seg, DenseArrayBase) and self.greedy_segments(len(self.operands)) == tuple(
-            int(v) for v in seg.get_values()
-        ):
-            del props[SEGMENTS]
-        printer.print_op_attributes({**props, **self.attributes})
-        printer.print_string(" : (")
-        printer.print_list([o.type for o in self.operands], printer.print_attribute)
-        printer.print_string(") -> ")
-        if len(self.results) == 1:
-            printer.print_attribute(self.results[0].type)
-        else:
-            printer.print_string("(")
-            printer.print_list([r.type for r in self.results], printer.print_attribute)
-            printer.print_string(")")
+        print_popxl_op(self, printer)
 
     # ---- inference -----------------------------------------------------------------
 
@@ -365,44 +264,7 @@ class PopxlOp(IRDLOperation):
         seg_attr = props.pop(SEGMENTS, None)
         if segs is None and seg_attr is not None:
             segs = from_attr(seg_attr)
-        names = cls.operand_names()
-        if cls.has_optional_operands():
-            ops_ = list(operands)
-            if segs is not None:
-                flat = [o for o in ops_ if o is not None]
-                if sum(segs) != len(flat) or len(segs) != len(names):
-                    raise cls.fail(f"operand_segments {tuple(segs)} do not match {len(flat)} operands")
-                it = iter(flat)
-                slots: list[Any] = [next(it) if s else None for s in segs]
-            elif any(o is None for o in ops_) or len(ops_) == len(names):
-                if len(ops_) > len(names):
-                    raise cls.fail(f"{len(ops_)} operands for ({', '.join(names)})")
-                slots = ops_ + [None] * (len(names) - len(ops_))
-            else:
-                g = cls.greedy_segments(len(ops_))
-                if g is None:
-                    raise cls.fail(f"cannot match {len(ops_)} operands to ({', '.join(names)})")
-                it = iter(ops_)
-                slots = [next(it) if s else None for s in g]
-            for k in list(props):
-                v = props[k]
-                if not isinstance(v, SSAValue | Operation):
-                    continue
-                idx = next((names.index(c) for c in (k, f"{k}_tensor") if c in names), None)
-                if idx is None:
-                    raise cls.fail(f"has no operand named {k!r}")
-                if slots[idx] is not None:
-                    raise cls.fail(f"operand {names[idx]!r} given twice")
-                slots[idx] = v
-                del props[k]
-            slot_vals = [None if s is None else SSAValue.get(s) for s in slots]
-            flat_vals = [s for s in slot_vals if s is not None]
-            types: list[Any] = [None if s is None else s.type for s in slot_vals]
-            seg_sizes = [0 if s is None else 1 for s in slot_vals]
-        else:
-            flat_vals = [SSAValue.get(o) for o in operands if o is not None]
-            types = [o.type for o in flat_vals]
-            seg_sizes = []
+        flat_vals, types, seg_sizes = match_operands(cls, operands, segs, props)
         for k, v in props.items():
             if isinstance(v, SSAValue | Operation):
                 raise cls.fail(f"property {k!r} cannot be a tensor")

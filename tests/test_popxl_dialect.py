@@ -411,3 +411,19 @@ def test_effects_dce_cse():
     assert "popxl.adam_updater" in names
     assert names.count("popxl.neg") == 1
     assert "popxl.exp" not in names
+
+
+def test_operand_positions_and_greedy_matching() -> None:
+    from xl.dialects.popxl_operands import greedy_segments, operand_positions
+
+    n_defs = len(P.AdamUpdaterOp.operand_names())
+    segs = greedy_segments(P.AdamUpdaterOp, 3)
+    assert segs == (1, 1, 1) + (0,) * (n_defs - 3)
+    pos = operand_positions(P.AdamUpdaterOp, segs)
+    assert (pos["m"], pos["v"], pos["weight"], pos["time_step"]) == (0, 1, 2, -1)
+    seg4 = (1, 1, 0, 1) + (0,) * (n_defs - 4)
+    pos4 = operand_positions(P.AdamUpdaterOp, seg4)
+    assert (pos4["weight"], pos4["time_step"]) == (-1, 2)
+    assert greedy_segments(P.AdamUpdaterOp, 1) is None  # m and v are required
+    with pytest.raises(ValueError, match=r"popxl.adam_updater: operand_segments \(1, 1\) do not match"):
+        operand_positions(P.AdamUpdaterOp, (1, 1))
