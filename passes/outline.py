@@ -275,6 +275,7 @@ class _Group:
     starts: list[int]  # positions of the chosen non-overlapping runs, ascending
     n_inputs: int
     outputs: list[tuple[int, int]]  # (offset in run, result index), ascending
+    positions: list[int]  # every position where an isomorphic run starts
 
     @property
     def saved(self) -> int:
@@ -323,24 +324,22 @@ def _pick(positions: list[int], length: int) -> list[int]:
     return chosen
 
 
-def _examine(
-    seq: _Sequence, positions: list[int], length: int, best: _Group | None
-) -> _Group | None:
-    groups: dict[tuple, list[int]] = {}
+def _examine(seq: _Sequence, positions: list[int], length: int) -> list[_Group]:
+    """The groups of isomorphic runs of `length` ops at `positions` that save something."""
+    by_wiring: dict[tuple, list[int]] = {}
     for p in positions:
-        groups.setdefault(_wiring(seq, p, length), []).append(p)
-    for key, ps in groups.items():
+        by_wiring.setdefault(_wiring(seq, p, length), []).append(p)
+    out: list[_Group] = []
+    for key, ps in by_wiring.items():
         if len(ps) < 2:
             continue
         starts = _pick(ps, length)
         c = len(starts)
-        if c < 2 or (best is not None and (c - 1) * length - c < best.saved):
+        if c < 2 or (c - 1) * length - c <= 0:
             continue
         n_inputs = -min((k for k in key if type(k) is int), default=0)
-        cand = _Group(length, starts, n_inputs, _outputs(seq, starts, length))
-        if cand.saved > 0 and (best is None or cand.rank() > best.rank()):
-            best = cand
-    return best
+        out.append(_Group(length, starts, n_inputs, _outputs(seq, starts, length), ps))
+    return out
 
 
 def _packing_bound(positions: list[int], lengths: Sequence[int]) -> int:
@@ -352,11 +351,13 @@ def _packing_bound(positions: list[int], lengths: Sequence[int]) -> int:
     return best
 
 
-def find_best(seq: _Sequence, min_ops: int) -> _Group | None:
-    """The best group of non-overlapping isomorphic runs of >= `min_ops` ops, or None."""
+def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
+    """Greedy choice of groups of non-overlapping isomorphic runs of >= `min_ops` ops, best
+    first: a group is taken once no unexamined interval can beat it (its bound is lower),
+    after dropping its runs that overlap groups already taken."""
     s = seq.sig
     if len(s) < 2:
-        return None
+        return []
     sa = suffix_array(s)
     lcp = lcp_array(s, sa)
     rmq = _RangeMinMax(sa)
@@ -368,22 +369,68 @@ def find_best(seq: _Sequence, min_ops: int) -> _Group | None:
         if bound > 0:
             heap.append((-bound, False, l, lb, rb))
     heapq.heapify(heap)
-    best: _Group | None = None
-    while heap:
+    pending: list[tuple[tuple[int, int, int], int, _Group]] = []  # max-heap by rank
+    count = 0
+    covered = bytearray(len(s))  # 1 where a taken run lies
+    fenwick = [0] * (len(s) + 1)  # covered positions, for counting free ones in a span
+
+    def n_covered(end: int) -> int:  # covered positions in [0, end)
+        total = 0
+        while end > 0:
+            total += fenwick[end]
+            end &= end - 1
+        return total
+
+    def cover(p: int, length: int) -> None:
+        covered[p : p + length] = b"\x01" * length
+        for i in range(p + 1, p + length + 1):
+            while i <= len(s):
+                fenwick[i] += 1
+                i += i & -i
+
+    def free(positions: list[int], length: int) -> list[int]:
+        if not taken:
+            return positions
+        return [p for p in positions if covered.find(1, p, p + length) < 0]
+
+    taken: list[_Group] = []
+    while heap or pending:
+        if pending and (not heap or -pending[0][0][0] > -heap[0][0]):
+            _, _, g = heapq.heappop(pending)
+            starts = _pick(free(g.positions, g.length), g.length)
+            if starts != g.starts:  # some runs overlap a group taken before
+                c = len(starts)
+                if c >= 2 and (c - 1) * g.length - c > 0:
+                    g = _Group(g.length, starts, g.n_inputs, _outputs(seq, starts, g.length), g.positions)
+                    count += 1
+                    heapq.heappush(pending, (tuple(-x for x in g.rank()), count, g))  # type: ignore[misc]
+                continue
+            for p in starts:
+                cover(p, g.length)
+            taken.append(g)
+            continue
         neg_bound, refined, l, lb, rb = heapq.heappop(heap)
-        if best is not None and -neg_bound < best.saved:
-            break
+        if taken:  # c runs of L ops fit in the free ops of the span: saved < free ops
+            lo, hi = rmq.span(lb, rb)
+            end = min(hi + l, len(s))
+            cap = (end - lo) - (n_covered(end) - n_covered(lo)) - 2
+            if cap < -neg_bound:
+                if cap > 0:
+                    heapq.heappush(heap, (-cap, refined, l, lb, rb))
+                continue
         positions = sorted(sa[lb : rb + 1])
         gap = min(b - a for a, b in zip(positions, positions[1:]))
         lengths = sorted({l, max(min_ops, min(l, gap))})
         if not refined:
-            bound = _packing_bound(positions, lengths)
+            bound = max(_packing_bound(free(positions, n), [n]) for n in lengths)
             if bound > 0:
                 heapq.heappush(heap, (-bound, True, l, lb, rb))
             continue
         for length in lengths:
-            best = _examine(seq, positions, length, best)
-    return best
+            for g in _examine(seq, free(positions, length), length):
+                count += 1
+                heapq.heappush(pending, (tuple(-x for x in g.rank()), count, g))  # type: ignore[misc]
+    return taken
 
 
 # -- rewriting --------------------------------------------------------------------------
@@ -507,12 +554,13 @@ def outline(module: ModuleOp, min_ops: int = 3, graph: str | None = None) -> lis
     while True:
         blocks = [h.regions[0].block for h in holders]
         seq = _build_sequence(blocks, barriers, sig_cache, sig_ids)
-        group = find_best(seq, min_ops)
-        if group is None:
+        groups = select_groups(seq, min_ops)
+        if not groups:
             return created
-        calls = outline_group(module, seq, group)
-        barriers.update(calls)
-        created.append(calls[0].callee.root_reference.data)
+        for group in groups:
+            calls = outline_group(module, seq, group)
+            barriers.update(calls)
+            created.append(calls[0].callee.root_reference.data)
 
 
 @dataclass(frozen=True)
