@@ -2,8 +2,8 @@
 
 ```mlir
 %y = call.call @linear(%x, %w, %b) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
-%r = call.repeat @step 10 (%x, %w) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
-%z = call.conditional %c then @a(%x) else @b(%x) : tensor<i1>, (tensor<2xf32>), (tensor<2xf32>) -> tensor<2xf32>
+%r = call.repeat @step 10 (%h, %v) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+%z = call.conditional %c then @a(%h) else @b(%h) : tensor<i1>, (tensor<2xf32>), (tensor<2xf32>) -> tensor<2xf32>
 ```
 
 Inputs that the callee marks `graph.by_ref` are passed by reference: in-place

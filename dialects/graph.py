@@ -11,7 +11,7 @@ graph.graph @linear(%x: tensor<2x4xf32> {graph.name = "x"},
   %y = popxl.matmul %x, %w : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
   graph.output %y : tensor<2x3xf32>
 }
-graph.main {num_host_transfers = 1 : i64} {
+graph.main attributes {num_host_transfers = 1 : i64} {
   %w = graph.variable "weight" : tensor<4x3xf32>
   %x = graph.host_load @x : tensor<2x4xf32>
   %y = call.call @linear(%x, %w) : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
@@ -112,7 +112,7 @@ class GraphOp(IRDLOperation):
     ```mlir
     graph.graph @g(%x: tensor<2xf32> {graph.name = "x"},
                    %acc: tensor<2xf32> {graph.by_ref, graph.name = "acc"}) -> () {
-      %0 = popxl.accumulate_ %acc, %x {f = 1.0 : f64} : ...
+      popxl.accumulate_ %acc, %x {f = 1.0 : f64} : (tensor<2xf32>, tensor<2xf32>) -> ()
       graph.output
     }
     ```
@@ -390,7 +390,7 @@ class MainGraphOp(IRDLOperation):
     """The main graph: the program that a session runs; the only place for variables.
 
     ```mlir
-    graph.main {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {
+    graph.main attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {
       %w = graph.variable "w" : tensor<2xf32>
     }
     ```

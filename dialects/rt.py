@@ -7,12 +7,12 @@ named slots; host streams are read and written one transfer at a time; loops and
 branches are explicit. Nothing here needs a symbol lookup at run time.
 
 ```mlir
-rt.program {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {
+rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {
   %w = rt.state "weight" : memref<4x3xf32>
   %x = rt.alloc : memref<2x4xf32>
   rt.h2d "x", %x : memref<2x4xf32>
   %y = rt.alloc : memref<2x3xf32>
-  rt.kernel "popxl.matmul" (%x, %w) -> (%y) : (memref<2x4xf32>, memref<4x3xf32>) -> (memref<2x3xf32>)
+  rt.kernel "popxl.matmul"(%x, %w) -> (%y) : (memref<2x4xf32>, memref<4x3xf32>) -> memref<2x3xf32>
   rt.d2h "y", %y : memref<2x3xf32>
 }
 ```
@@ -110,7 +110,10 @@ class ProgramOp(IRDLOperation):
     """The whole lowered program; attributes carry `num_host_transfers`, `replication_factor`.
 
     ```mlir
-    rt.program {num_host_transfers = 4 : i64} { ... }
+    rt.program attributes {num_host_transfers = 4 : i64} {
+      %x = rt.alloc : memref<2xf32>
+      rt.h2d "x", %x : memref<2xf32>
+    }
     ```
     """
 
@@ -200,7 +203,7 @@ class ConstOp(IRDLOperation):
     """A constant buffer.
 
     ```mlir
-    %c = rt.const dense<1.0> : memref<f32>
+    %c = rt.const dense<1.0> : tensor<f32> : memref<f32>
     ```
     """
 
@@ -361,7 +364,9 @@ class LoopOp(IRDLOperation):
     """Runs its body `count` times.
 
     ```mlir
-    rt.loop 10 { ... }
+    rt.loop 10 {
+      rt.kernel "popxl.scaled_add_"(%w, %g) -> (%w) {a = 1.0 : f64, b = -0.1 : f64} : (memref<4xf32>, memref<4xf32>) -> memref<4xf32>
+    }
     ```
     """
 
@@ -403,7 +408,11 @@ class IfOp(IRDLOperation):
     """Runs `then` when the scalar bool buffer `condition` is true, else `else`.
 
     ```mlir
-    rt.if %c { ... } else { ... }
+    rt.if %c : memref<i1> {
+      rt.copy %a, %y : memref<4xf32>, memref<4xf32>
+    } else {
+      rt.copy %b, %y : memref<4xf32>, memref<4xf32>
+    }
     ```
     """
 

@@ -3,17 +3,30 @@
 ```mlir
 // xl-opt -p 'accumulate{graph=linear_grad inputs=1}'
 graph.graph @linear_grad(%dy: tensor<2x3xf32> {graph.name = "Gradient___y"},
+                         %w: tensor<4x3xf32> {graph.name = "w"},
                          %x: tensor<2x4xf32> {graph.name = "x"}) -> (tensor<2x4xf32>, tensor<4x3xf32>)
-    attributes {autodiff.forward = @linear, ..., autodiff.expected_outputs = array<i64: 0, 1>} {
-  ...
+    attributes {autodiff.forward = @linear,
+                autodiff.expected_inputs = [["fwd_grad", 0 : i64], ["fwd_input", 1 : i64], ["fwd_input", 0 : i64]],
+                autodiff.expected_outputs = array<i64: 0, 1>} {
+  %wt = popxl.transpose %w {perm = array<i64: 1, 0>} : (tensor<4x3xf32>) -> tensor<3x4xf32>
+  %dx = popxl.matmul %dy, %wt : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  %xt = popxl.transpose %x {perm = array<i64: 1, 0>} : (tensor<2x4xf32>) -> tensor<4x2xf32>
+  %dw = popxl.matmul %xt, %dy : (tensor<4x2xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
   graph.output %dx, %dw : tensor<2x4xf32>, tensor<4x3xf32>
 }
 // after: two by-reference inputs, the weight gradient no longer an output
-graph.graph @linear_grad(%dy: ..., %x: ...,
+graph.graph @linear_grad(%dy: tensor<2x3xf32> {graph.name = "Gradient___y"},
+                         %w: tensor<4x3xf32> {graph.name = "w"},
+                         %x: tensor<2x4xf32> {graph.name = "x"},
                          %mean_accum_counter: tensor<f32> {graph.by_ref, graph.name = "mean_accum_counter"},
-                         %accum.w: tensor<4x3xf32> {graph.by_ref, graph.name = "accum.w"})
-    -> (tensor<2x4xf32>) attributes {..., autodiff.expected_outputs = array<i64: 0>} {
-  ...
+                         %accum.w: tensor<4x3xf32> {graph.by_ref, graph.name = "accum.w"}) -> tensor<2x4xf32>
+    attributes {autodiff.forward = @linear,
+                autodiff.expected_inputs = [["fwd_grad", 0 : i64], ["fwd_input", 1 : i64], ["fwd_input", 0 : i64]],
+                autodiff.expected_outputs = array<i64: 0>} {
+  %wt = popxl.transpose %w {perm = array<i64: 1, 0>} : (tensor<4x3xf32>) -> tensor<3x4xf32>
+  %dx = popxl.matmul %dy, %wt : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  %xt = popxl.transpose %x {perm = array<i64: 1, 0>} : (tensor<2x4xf32>) -> tensor<4x2xf32>
+  %dw = popxl.matmul %xt, %dy : (tensor<4x2xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
   popxl.accumulate_mean_ %accum.w, %dw, %mean_accum_counter : (tensor<4x3xf32>, tensor<4x3xf32>, tensor<f32>) -> ()
   %one = graph.constant dense<1.0> : tensor<f32>
   popxl.accumulate_ %mean_accum_counter, %one : (tensor<f32>, tensor<f32>) -> ()

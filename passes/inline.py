@@ -7,12 +7,12 @@ graph.graph @g(%x: tensor<2xf32>) -> (tensor<2xf32>) {
   graph.output %y : tensor<2xf32>
 }
 graph.main {
-  ...
+  %a = graph.constant dense<1.0> : tensor<2xf32>
   %r = call.call @g(%a) : (tensor<2xf32>) -> tensor<2xf32>
 }
 // after `xl-opt -p inline`
 graph.main {
-  ...
+  %a = graph.constant dense<1.0> : tensor<2xf32>
   %r = popxl.relu %a : (tensor<2xf32>) -> tensor<2xf32>
 }
 ```

@@ -5,18 +5,28 @@
 graph.graph @linear_grad(%dz: tensor<2x3xf32> {graph.name = "Gradient___z"},
                          %y: tensor<2x3xf32> {graph.name = "y"},      // an activation
                          %w: tensor<4x3xf32> {graph.name = "w"},
-                         %x: tensor<2x4xf32> {graph.name = "x"}) -> (...)
+                         %x: tensor<2x4xf32> {graph.name = "x"}) -> (tensor<2x4xf32>, tensor<4x3xf32>)
     attributes {autodiff.forward = @linear, autodiff.expected_inputs = [["fwd_grad", 0 : i64],
-      ["fwd_output", 1 : i64], ["fwd_input", 1 : i64], ["fwd_input", 0 : i64]], ...}
-// after: a new graph
-graph.graph @linear_grad_recomp(%dz: ... {graph.name = "Gradient___z"},
-                                %w: ... {graph.name = "w"}, %x: ... {graph.name = "x"},
-                                %b: ... {graph.name = "b"}) -> (...)
+      ["fwd_output", 1 : i64], ["fwd_input", 1 : i64], ["fwd_input", 0 : i64]],
+      autodiff.expected_outputs = array<i64: 0, 1>} {
+  %dy = popxl.gelu_grad %dz, %y : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %wt = popxl.transpose %w {perm = array<i64: 1, 0>} : (tensor<4x3xf32>) -> tensor<3x4xf32>
+  %dx = popxl.matmul %dy, %wt : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  %xt = popxl.transpose %x {perm = array<i64: 1, 0>} : (tensor<2x4xf32>) -> tensor<4x2xf32>
+  %dw = popxl.matmul %xt, %dy : (tensor<4x2xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+  graph.output %dx, %dw : tensor<2x4xf32>, tensor<4x3xf32>
+}
+// after: a new graph (@linear(x, w, b) returns z and the activation y)
+graph.graph @linear_grad_recomp(%dz: tensor<2x3xf32> {graph.name = "Gradient___z"},
+                                %w: tensor<4x3xf32> {graph.name = "w"},
+                                %x: tensor<2x4xf32> {graph.name = "x"},
+                                %b: tensor<3xf32> {graph.name = "b"}) -> (tensor<2x4xf32>, tensor<4x3xf32>)
     attributes {autodiff.forward = @linear, autodiff.expected_inputs = [["fwd_grad", 0 : i64],
-      ["fwd_input", 1 : i64], ["fwd_input", 0 : i64], ["fwd_input", 2 : i64]], ...} {
-  %z, %y = call.call @linear(%x, %w, %b) : ...
-  %dx, %dw, %db = call.call @linear_grad(%dz, %y, %w, %x) : ...
-  graph.output %dx, %dw, %db : ...
+      ["fwd_input", 1 : i64], ["fwd_input", 0 : i64], ["fwd_input", 2 : i64]],
+      autodiff.expected_outputs = array<i64: 0, 1>} {
+  %z, %y = call.call @linear(%x, %w, %b) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>)
+  %dx, %dw = call.call @linear_grad(%dz, %y, %w, %x) : (tensor<2x3xf32>, tensor<2x3xf32>, tensor<4x3xf32>, tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<4x3xf32>)
+  graph.output %dx, %dw : tensor<2x4xf32>, tensor<4x3xf32>
 }
 ```
 
