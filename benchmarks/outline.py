@@ -130,30 +130,39 @@ def training_module(model: addons.Module, batch: int, features: int, classes: in
     return ir._module
 
 
+def _parse(text: str) -> ModuleOp:
+    from xdsl.parser import Parser
+
+    from xl.tools.context import xl_context
+
+    return Parser(xl_context(), text).parse_module()
+
+
 def chain_module(n: int) -> ModuleOp:
-    ir = popxl.Ir()
-    with ir.main_graph:
-        xs = popxl.h2d_stream((4,), popxl.float32, "x")
-        x = ops.host_load(xs)
-        for _ in range(n):
-            x = ops.gelu(x)
-        ops.host_store(popxl.d2h_stream((4,), popxl.float32, "y"), x)
-    return ir._module
+    """n gelu ops in a row (textual IR: the frontend is not what is measured)."""
+    t = "tensor<4xf32>"
+    lines = [f"graph.h2d_stream @x : {t}", f"graph.d2h_stream @y : {t}", "graph.main {",
+             f"  %v0 = graph.host_load @x : {t}"]  # fmt: skip
+    lines += [f"  %v{i + 1} = popxl.gelu %v{i} : ({t}) -> {t}" for i in range(n)]
+    lines += [f"  graph.host_store @y, %v{n} : {t}", "}"]
+    return _parse("\n".join(lines))
 
 
 def random_module(n: int, seed: int = 0) -> ModuleOp:
+    """n ops (add, sub, mul, matmul, tanh) on (4, 4) tensors with random operands."""
     rng = np.random.default_rng(seed)
-    ir = popxl.Ir()
-    with ir.main_graph:
-        xs = popxl.h2d_stream((4, 4), popxl.float32, "x")
-        pool = [ops.host_load(xs)]
-        for _ in range(n):
-            a = pool[int(rng.integers(len(pool)))]
-            b = pool[int(rng.integers(len(pool)))]
-            k = int(rng.integers(6))
-            pool.append([a + b, a - b, a * b, ops.tanh(a), a @ b, ops.softmax(a, axis=-1)][k])
-        ops.host_store(popxl.d2h_stream((4, 4), popxl.float32, "y"), pool[-1])
-    return ir._module
+    t = "tensor<4x4xf32>"
+    lines = [f"graph.h2d_stream @x : {t}", f"graph.d2h_stream @y : {t}", "graph.main {",
+             f"  %v0 = graph.host_load @x : {t}"]  # fmt: skip
+    for i in range(n):
+        a, b, k = rng.integers(i + 1), rng.integers(i + 1), rng.integers(5)
+        if k < 4:
+            op = ("add", "sub", "mul", "matmul")[k]
+            lines.append(f"  %v{i + 1} = popxl.{op} %v{a}, %v{b} : ({t}, {t}) -> {t}")
+        else:
+            lines.append(f"  %v{i + 1} = popxl.tanh %v{a} : ({t}) -> {t}")
+    lines += [f"  graph.host_store @y, %v{n} : {t}", "}"]
+    return _parse("\n".join(lines))
 
 
 # -- measuring ------------------------------------------------------------------------------
@@ -206,6 +215,8 @@ def main(argv: list[str] | None = None) -> None:
         ("mlp-48", lambda: training_module(MLP(48, 64, 10), 8, 32, 10), True),
         ("transformer-12", lambda: training_module(Transformer(12, 32, 10), 8, 32, 10), True),
         ("mlp-~1,000 ops", lambda: training_module(MLP(62, 16, 10), 4, 8, 10), True),
+        ("chain-1000", lambda: chain_module(1_000), False),
+        ("random-1000", lambda: random_module(1_000), False),
         ("mlp-~10,000 ops", lambda: training_module(MLP(640, 16, 10), 4, 8, 10), False),
         ("chain-10000", lambda: chain_module(10_000), False),
         ("random-10000", lambda: random_module(10_000), False),
