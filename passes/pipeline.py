@@ -13,8 +13,9 @@ cycle). `@pipeline_graph` runs, for S stages and N steps:
 
 So micro-batch `n` is loaded by stage 0 in cycle `n` and processed by stage `s` in cycle
 `n + s`: every stage runs exactly N times. The region is replaced by one `call.call
-@pipeline_graph`. Copies whose source stage has not run yet (ramp-up) or no longer runs
-(ramp-down) copy a zero `popxl.init` placeholder whose result no stage uses.
+@pipeline_graph` taking the outside values the stages use (by reference). Copies whose
+source stage has not run yet (ramp-up) or no longer runs (ramp-down) copy a zero
+`popxl.init` placeholder (`%dummy__<name>`) whose result no stage uses.
 
 A stash (`pipeline.stash` in stage `f`, `pipeline.restore` in stage `t`) becomes three
 variables in `graph.main` (the ring buffer of depth `t - f + 1` and a `ui32` counter for each
@@ -32,8 +33,7 @@ graph.main {
   }
 }
 // after: @loads_stage_0, @stage_0, @stage_1, @stores_stage_1, @ipu_copies, @main_repeat and
-graph.graph @pipeline_graph() -> () {
-  %dummy__x = popxl.init {init_type = "zero"} : () -> tensor<ui32>
+graph.graph @pipeline_graph() {
   %x = call.call @loads_stage_0() : () -> tensor<ui32>
   call.call @stage_0() : () -> ()
   %c = call.call @ipu_copies(%x) : (tensor<ui32>) -> tensor<ui32>
