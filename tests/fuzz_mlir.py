@@ -38,7 +38,7 @@ TIME_LIMIT = 10.0
 
 _LOCATED = re.compile(rb"^[^\n]*:\d+:\d+: error: \S")
 _PREFIXED = re.compile(rb"^xl-(opt|run): error: \S")
-_INTERNAL = re.compile(rb"\(internal \w+|<\w+\[|NotImplementedError|\w+Error: \w+Error")
+_INTERNAL = re.compile(rb"\(internal \w+|<[A-Z]\w+\[|NotImplementedError|\w+Error: \w+Error")
 
 _TOKEN = re.compile(
     r'"(?:[^"\\\n]|\\.)*"'  # string literal
@@ -292,17 +292,20 @@ def _inputs_for(data: bytes, folder: Path) -> list[str]:
     except Exception:  # noqa: BLE001 - the tool reports it
         return []
     nht = 1
-    specs: list[tuple[str, tuple[int, ...], np.dtype]] = []
     for op in module.walk():
         if op.name == "graph.main":
             a = op.attributes.get("num_host_transfers")
             nht = getattr(getattr(a, "value", None), "data", 1)
+    if not isinstance(nht, int) or not 1 <= nht <= 64:
+        return []
+    specs: list[tuple[str, tuple[int, ...], np.dtype]] = []
+    for op in module.walk():
         if op.name == "graph.h2d_stream":
             try:
                 t = op.properties["type"]
                 shape = tuple(int(d) for d in t.get_shape())  # type: ignore[attr-defined]
                 dtype = numpy_dtype(t.get_element_type())  # type: ignore[attr-defined]
-                if np.prod(shape, dtype=object) * max(nht, 1) > 1 << 16:
+                if any(d < 0 for d in shape) or np.prod(shape, dtype=object) * nht > 1 << 16:
                     return []
             except Exception:  # noqa: BLE001
                 return []
@@ -310,7 +313,7 @@ def _inputs_for(data: bytes, folder: Path) -> list[str]:
     args = []
     rng = np.random.default_rng(0)
     for name, shape, dtype in specs:
-        full = ((nht,) if isinstance(nht, int) and nht > 1 else ()) + shape
+        full = ((nht,) if nht > 1 else ()) + shape
         arr = (rng.integers(0, 2, size=full) if dtype.kind in "iub" else rng.normal(size=full))
         path = folder / f"{abs(hash(name))}.npy"
         np.save(path, arr.astype(dtype))

@@ -71,6 +71,10 @@ def describe_exception(e: BaseException) -> str:
     msg = str(e).strip()
     if isinstance(e, OverflowError):
         return f"number too large ({msg})" if msg else "number too large"
+    if isinstance(e, MemoryError):
+        return "out of memory while parsing this op (a literal or a shape too large)"
+    if isinstance(e, NotImplementedError):
+        return "a type or literal xDSL cannot represent (NotImplementedError)"
     if isinstance(e, AssertionError | IndexError | KeyError | AttributeError) or not msg:
         detail = f": {msg}" if msg and msg != type(e).__name__ else ""
         return f"malformed input (internal {type(e).__name__}{detail})"
