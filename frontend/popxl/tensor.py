@@ -287,9 +287,9 @@ class Tensor:
 
     # -- indexing ---------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Tensor:
-        from popxl import ops
+        from popxl.ops._ops import _getitem
 
-        return ops._getitem(self, key)
+        return _getitem(self, key)
 
     # -- operators --------------------------------------------------------------------------
     def _ensure_tensor(self, value: Any) -> Tensor:

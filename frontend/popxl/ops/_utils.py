@@ -10,19 +10,13 @@ from typing import Any
 import numpy as np
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.utils.exceptions import VerifyException
+from xl.dialects.popxl import PopxlOp
 
 from popxl import context, dtypes
 from popxl._checks import check_dtype, check_int, check_shape, describe
 from popxl.context import gcg
 from popxl.graph import Graph
 from popxl.tensor import Tensor, _to_numpy, constant
-
-_OP_CLASSES: dict[str, type] = {}
-
-
-class MissingDialectOp(NotImplementedError):
-    """The frontend emits an op that `xl.dialects.popxl` does not define (yet)."""
-
 
 def not_implemented(qualname: str) -> NotImplementedError:
     """`NotImplementedError("<qualname> is not implemented in xl yet")`, marked so that an
@@ -62,6 +56,24 @@ def as_shape(shape: Any, arg: str = "shape") -> tuple[int, ...]:
     return check_shape(shape, f"{current_op()} ({arg})")
 
 
+def unimplemented(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Declare a public op of upstream PopXL that xl has no op for yet.
+
+    `fn` is a real definition (signature and docstring, body `...`); the returned
+    function keeps both and raises `NotImplementedError("<module>.<name> is not
+    implemented in xl yet")` when called. `wrap_public_ops` later sets its module to the
+    public one.
+    """
+
+    @functools.wraps(fn)
+    def stub(*args: Any, **kwargs: Any) -> Any:
+        module = stub.__module__.replace("popxl.ops._ops", "popxl.ops")
+        raise not_implemented(f"{module}.{stub.__name__}")
+
+    stub._xl_unimplemented = True  # type: ignore[attr-defined]
+    return stub
+
+
 def public_op(qualname: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a public op function `fn` named `qualname` (e.g. "popxl.ops.fmod").
 
@@ -77,35 +89,26 @@ def public_op(qualname: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except NotImplementedError as e:
-            if isinstance(e, MissingDialectOp) or getattr(e, "_xl_not_implemented", False):
+            if getattr(e, "_xl_not_implemented", False):
                 raise not_implemented(qualname) from None
             raise
         finally:
             calls.pop()
 
     wrapper._xl_public_op = True  # type: ignore[attr-defined]
+    wrapper.__module__ = qualname.rsplit(".", 1)[0]
     return wrapper
 
 
 def wrap_public_ops(namespace: dict[str, Any], names: Sequence[str], prefix: str) -> None:
-    """Replace every plain function listed in `names` by its `public_op` wrapper."""
+    """Replace every plain function listed in `names` by its `public_op` wrapper (whose
+    `__module__` is `prefix`, the module users import it from)."""
     for name in names:
         fn = namespace.get(name)
         if isinstance(fn, types.FunctionType) and not getattr(fn, "_xl_public_op", False):
+            if fn.__name__ != name:
+                raise TypeError(f"{prefix}.{name} is defined as {fn.__name__!r}: define it under its own name")
             namespace[name] = public_op(f"{prefix}.{name}", fn)
-
-
-def op_class(name: str) -> type:
-    """The `xl.dialects.popxl` op class named `name` (e.g. "popxl.add")."""
-    cls = _OP_CLASSES.get(name)
-    if cls is None:
-        from xl.dialects.popxl import Popxl
-
-        _OP_CLASSES.update({c.name: c for c in Popxl.operations})
-        cls = _OP_CLASSES.get(name)
-        if cls is None:
-            raise MissingDialectOp(f"op {name} is not available in xl.dialects.popxl")
-    return cls
 
 
 def _module_of(op: Operation | None) -> Operation | None:
@@ -184,21 +187,23 @@ def insert(g: Graph, op: Operation, what: str, verify: bool = True) -> Operation
 
 
 def emit(
-    op_name: str,
+    cls: type[PopxlOp],
     inputs: Sequence[Tensor | None],
     result_types: Sequence[Attribute] | None = None,
     names: Sequence[str | None] | None = None,
     **props: Any,
 ) -> list[Tensor]:
-    """Build `op_name` on `inputs` in the current graph; returns the result tensors.
+    """Build an op of class `cls` on `inputs` in the current graph; returns the result tensors.
 
     `inputs` may hold `None` for absent optional operands; a Tensor passed as a
     keyword goes to the optional operand of that name (or `<name>_tensor`). A
     `VerifyException` from type inference/verification becomes a `ValueError` with the
     same message.
     """
+    if not (isinstance(cls, type) and issubclass(cls, PopxlOp)):
+        raise TypeError(f"emit: expected a popxl dialect op class, got {cls!r}")
     g = gcg()
-    what = current_op("ops." + op_name.split(".", 1)[-1])
+    what = current_op("ops." + cls.name.split(".", 1)[-1])
     if inputs and inputs[0] is None:  # only trailing operands are optional
         raise TypeError(f"{what}: expected a popxl Tensor, got None")
     tensor_props = {k: v for k, v in props.items() if isinstance(v, Tensor)}
@@ -206,15 +211,14 @@ def emit(
     check_in_graph(g, list(tensor_props.values()), what)
     for k, v in tensor_props.items():
         props[k] = v._value
-    cls = op_class(op_name)
     try:
-        op = cls.make(  # type: ignore[attr-defined]
+        op = cls.make(
             [None if t is None else t._value for t in inputs], result_types, **props
         )
     except VerifyException as e:
         raise ValueError(str(e)) from None
     # Inferred result types were checked by `make`; given ones are verified here.
-    insert(g, op, op_name, verify=result_types is not None)
+    insert(g, op, cls.name, verify=result_types is not None)
     outs = []
     for i, r in enumerate(op.results):
         name = names[i] if names is not None and i < len(names) else None
@@ -222,16 +226,19 @@ def emit(
     return outs
 
 
-def emit1(op_name: str, inputs: Sequence[Tensor], result_type: Any = None, name: str | None = None, **props: Any) -> Tensor:
+def emit1(
+    cls: type[PopxlOp], inputs: Sequence[Tensor], result_type: Any = None, name: str | None = None, **props: Any
+) -> Tensor:
+    """`emit` of an op with one result: that result (named `name` when given)."""
     (t,) = emit(
-        op_name, inputs, [result_type] if result_type is not None else None, [name], **props
+        cls, inputs, [result_type] if result_type is not None else None, [name], **props
     )
     return t
 
 
-def emit_inplace(op_name: str, inputs: Sequence[Tensor | None], **props: Any) -> Tensor:
+def emit_inplace(cls: type[PopxlOp], inputs: Sequence[Tensor | None], **props: Any) -> Tensor:
     """An in-place op (no results): returns the updated first input."""
-    emit(op_name, inputs, None, None, **props)
+    emit(cls, inputs, None, None, **props)
     t = inputs[0]
     assert t is not None
     return t

@@ -10,7 +10,7 @@ from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
 
 from popxl.context import gcg
 from popxl.graph import Graph
-from popxl.ops._utils import check_graph_in_ir, check_in_graph, insert, to_tensor
+from popxl.ops._utils import check_graph_in_ir, check_in_graph, insert, to_tensor, wrap_public_ops
 from popxl.tensor import Tensor
 
 __all__ = [
@@ -360,3 +360,6 @@ def conditional(
     return conditional_with_info(
         cond, then_branch, else_branch, then_inputs, else_inputs, then_inputs_dict, else_inputs_dict
     ).outputs
+
+
+wrap_public_ops(globals(), __all__, "popxl.ops")

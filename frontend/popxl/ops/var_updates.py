@@ -1,12 +1,31 @@
 """`popxl.ops.var_updates`: in-place variable updates and optimizer updaters.
 
-Factors (`f`, `beta1`, ...) may be Python floats or scalar Tensors: a float becomes
-an op property, a Tensor an extra operand.
+The `*_` functions update their first argument `t` in place and return it; `X` is
+broadcast to `t`'s shape (a number or array becomes a constant of `t`'s dtype).
+Factors (`f`, `step`, `beta1`, ...) may be Python numbers or scalar Tensors: a number
+becomes an op property, a Tensor an extra operand read at run time.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from xl.dialects.popxl import (
+    AccumulateMeanOp,
+    AccumulateMovingAverageOp,
+    AccumulateMovingAverageSquareOp,
+    AccumulateOp,
+    AccumulateSquareOp,
+    AccumulatorScaleOp,
+    AccumulatorZeroOp,
+    AdamaxUpdaterOp,
+    AdamUpdaterOp,
+    AdamVarUpdateOp,
+    CopyVarUpdateOp,
+    LambUpdaterOp,
+    PopxlOp,
+    SparseAccumulateOp,
+)
 
 from popxl.ops._utils import emit1, emit_inplace, factor, to_tensor, wrap_public_ops
 from popxl.tensor import Tensor
@@ -35,38 +54,39 @@ def _x(t: Tensor, X: Any) -> Tensor:
 
 
 def accumulate_(t: Tensor, X: Tensor, f: Factor | None = None) -> Tensor:
-    """`t += f * X` in place (f defaults to 1)."""
-    return emit_inplace("popxl.accumulate_", [t, _x(t, X)], f=factor(f))
+    """`t += f * X` in place (`f` defaults to 1); returns `t`."""
+    return emit_inplace(AccumulateOp, [t, _x(t, X)], f=factor(f))
 
 
 def accumulate_square_(t: Tensor, X: Tensor, f: Factor = 1.0) -> Tensor:
-    """`t += f * X^2` in place."""
-    return emit_inplace("popxl.accumulate_square_", [t, _x(t, X)], f=factor(f))
+    """`t += f * X**2` in place; returns `t`."""
+    return emit_inplace(AccumulateSquareOp, [t, _x(t, X)], f=factor(f))
 
 
 def accumulate_mean_(t: Tensor, X: Tensor, step: Factor) -> Tensor:
-    """`t = t * step / (step + 1) + X / (step + 1)` in place (running mean)."""
-    return emit_inplace("popxl.accumulate_mean_", [t, _x(t, X)], step=factor(step))
+    """Running mean: `t = t * step / (step + 1) + X / (step + 1)` in place, where `step` is
+    the number of values averaged into `t` so far; returns `t`."""
+    return emit_inplace(AccumulateMeanOp, [t, _x(t, X)], step=factor(step))
 
 
 def accumulate_moving_average_(t: Tensor, X: Tensor, f: Factor) -> Tensor:
-    """`t = f * t + (1 - f) * X` in place."""
-    return emit_inplace("popxl.accumulate_moving_average_", [t, _x(t, X)], f=factor(f))
+    """Moving average `t = f * t + (1 - f) * X` in place; returns `t`."""
+    return emit_inplace(AccumulateMovingAverageOp, [t, _x(t, X)], f=factor(f))
 
 
 def accumulate_moving_average_square_(t: Tensor, X: Tensor, f: Factor) -> Tensor:
-    """`t = f * t + (1 - f) * X^2` in place."""
-    return emit_inplace("popxl.accumulate_moving_average_square_", [t, _x(t, X)], f=factor(f))
+    """Moving average of squares `t = f * t + (1 - f) * X**2` in place; returns `t`."""
+    return emit_inplace(AccumulateMovingAverageSquareOp, [t, _x(t, X)], f=factor(f))
 
 
 def accumulator_scale_(t: Tensor, f: Factor) -> Tensor:
-    """`t *= f` in place."""
-    return emit_inplace("popxl.accumulator_scale_", [t], f=factor(f))
+    """`t *= f` in place (`f = 0` zeroes `t`); returns `t`."""
+    return emit_inplace(AccumulatorScaleOp, [t], f=factor(f))
 
 
 def accumulator_zero_(t: Tensor) -> Tensor:
-    """`t = 0` in place."""
-    return emit_inplace("popxl.accumulator_zero_", [t])
+    """`t = 0` in place; returns `t`."""
+    return emit_inplace(AccumulatorZeroOp, [t])
 
 
 def sparse_accumulate_(
@@ -77,15 +97,17 @@ def sparse_accumulate_(
     f: Factor | None = None,
     W: Tensor | None = None,
 ) -> Tensor:
-    """`t[indices along axis] += f * X` in place (repeated indices add up; `W` ignored)."""
+    """`t[indices] += f * X` along `axis` in place (`X` holds one slice per index; repeated
+    indices add up; int32 `indices`); returns `t`. `W` (upstream: a tied weight to gather
+    the update into) is accepted and ignored."""
     from popxl import dtypes
 
     idx = to_tensor(indices, dtypes.int32)
-    return emit_inplace("popxl.sparse_accumulate_", [t, _x(t, X), idx], axis=int(axis), f=factor(f))
+    return emit_inplace(SparseAccumulateOp, [t, _x(t, X), idx], axis=int(axis), f=factor(f))
 
 
 def _updater(
-    op_name: str,
+    cls: type[PopxlOp],
     m: Tensor,
     v: Tensor,
     weight: Tensor | None,
@@ -94,7 +116,7 @@ def _updater(
 ) -> Tensor:
     ops: list[Tensor | None] = [m, v, weight, time_step]
     props = {k: factor(f) for k, f in factors.items()}
-    return emit1(op_name, ops, **props)
+    return emit1(cls, ops, **props)
 
 
 def adam_updater(
@@ -107,10 +129,15 @@ def adam_updater(
     beta2: Factor | None = None,
     epsilon: Factor = 1e-07,
 ) -> Tensor:
-    """Adam update term `mc / (sqrt(vc) + eps) + wd * w`; bias-corrected (and
-    `time_step` incremented in place) when `time_step` is given."""
+    """The Adam update term `m / (sqrt(v) + epsilon) + weight_decay * weight` (a new tensor
+    of `acc_first_order`'s shape; the weight-decay term needs `weight`).
+
+    With `time_step` (a scalar tensor), `m` and `v` are bias-corrected with `beta1`, `beta2`
+    (`m / (1 - beta1**step)`, ...) and `time_step` is incremented by 1 in place, as in
+    PopART. The accumulators themselves are not updated.
+    """
     return _updater(
-        "popxl.adam_updater", acc_first_order, acc_second_order, weight, time_step,
+        AdamUpdaterOp, acc_first_order, acc_second_order, weight, time_step,
         weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
     )
 
@@ -125,9 +152,10 @@ def lamb_updater(
     beta2: Factor | None = None,
     epsilon: Factor = 1e-07,
 ) -> Tensor:
-    """LAMB update term (same maths as `adam_updater`)."""
+    """The LAMB update term: the same maths as `adam_updater` (the LAMB trust ratio is
+    applied by `adam_var_update`); increments `time_step` in place when given."""
     return _updater(
-        "popxl.lamb_updater", acc_first_order, acc_second_order, weight, time_step,
+        LambUpdaterOp, acc_first_order, acc_second_order, weight, time_step,
         weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
     )
 
@@ -141,9 +169,11 @@ def adamax_updater(
     beta1: Factor = 0.9,
     epsilon: Factor = 1e-07,
 ) -> Tensor:
-    """AdaMax update term; increments `time_step` in place when given."""
+    """The AdaMax update term `m / (v + epsilon) + weight_decay * weight` (`v` the
+    infinity-norm accumulator); with `time_step`, `m` is bias-corrected with `beta1` and
+    `time_step` incremented in place."""
     return _updater(
-        "popxl.adamax_updater", acc_first_order, acc_second_order, weight, time_step,
+        AdamaxUpdaterOp, acc_first_order, acc_second_order, weight, time_step,
         weight_decay=weight_decay, beta1=beta1, epsilon=epsilon,
     )
 
@@ -156,16 +186,18 @@ def adam_var_update(
     learning_rate: Factor | None = None,
     max_weight_norm: Factor | None = None,
 ) -> Tensor:
-    """`t -= learning_rate * ratio(r1, r2) * x` in place (LAMB weight update)."""
+    """LAMB weight update in place: `t -= learning_rate * ratio * x`, with the trust ratio
+    `sqrt(r1) / sqrt(r2)` (`r1 = lamb_square(t)`, `r2 = lamb_square(x)`; 1 when either is
+    0), `sqrt(r1)` clipped to `max_weight_norm` when given; returns `t`."""
     return emit_inplace(
-        "popxl.adam_var_update", [t, x, r1, r2],
+        AdamVarUpdateOp, [t, x, r1, r2],
         learning_rate=factor(learning_rate), max_weight_norm=factor(max_weight_norm),
     )
 
 
 def copy_var_update_(t: Tensor, X: Tensor) -> Tensor:
-    """`t = X` in place."""
-    return emit_inplace("popxl.copy_var_update_", [t, _x(t, X)])
+    """`t = X` in place (`X` broadcast to `t`'s shape); returns `t`."""
+    return emit_inplace(CopyVarUpdateOp, [t, _x(t, X)])
 
 
 wrap_public_ops(globals(), __all__, "popxl.ops.var_updates")

@@ -1,0 +1,1424 @@
+"""The functions of `popxl.ops` (re-exported by `popxl/ops/__init__.py`).
+
+Every function builds its op in the current graph (`popxl.gcg()`) from the op's class in
+`xl.dialects.popxl`; a shape/dtype error found by the op's type inference is raised as
+`ValueError` naming the op and the shapes. In-place ops (`*_`) return the tensor they
+update. Functions for upstream ops that xl has no op for yet are declared with
+`@unimplemented`: calling them raises
+`NotImplementedError("popxl.ops.<name> is not implemented in xl yet")`.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from xl.dialects.popxl import (
+    AbsOp,
+    AddOp,
+    ArgmaxOp,
+    ArgminOp,
+    CastOp,
+    ConcatOp,
+    CopyVarUpdateOp,
+    CosOp,
+    DetachOp,
+    DivOp,
+    DynamicSliceOp,
+    DynamicUpdateInplaceOp,
+    DynamicUpdateOp,
+    EqualOp,
+    ExpandOp,
+    ExpOp,
+    GatherOp,
+    GeluOp,
+    GreaterOp,
+    IdentityOp,
+    IncrementModInplaceOp,
+    IncrementModOp,
+    InitOp,
+    LogicalAndOp,
+    LogicalNotOp,
+    LogicalOrOp,
+    LogOp,
+    MatmulOp,
+    MaximumOp,
+    MulOp,
+    NegOp,
+    NllLossOp,
+    NllLossWithSoftmaxGradOp,
+    OnehotOp,
+    PowOp,
+    ReduceMaxOp,
+    ReduceMeanOp,
+    ReduceMinOp,
+    ReduceSumOp,
+    ReluOp,
+    ReshapeOp,
+    ScaledAddInplaceOp,
+    ScaledAddOp,
+    SigmoidOp,
+    SignOp,
+    SinOp,
+    SliceOp,
+    SoftmaxOp,
+    SqrtOp,
+    SqueezeOp,
+    SubOp,
+    SwishOp,
+    TanhOp,
+    TransposeOp,
+    WhereOp,
+)
+from xl.dialects.popxl import ReduceOp
+from xl.dialects.utils import tensor_type
+
+from popxl import dtypes
+from popxl._checks import describe
+from popxl.context import gcg
+from popxl.dtypes import dtype
+from popxl.ops._utils import (
+    as_dtype,
+    as_float,
+    as_int,
+    as_shape,
+    axes_tuple,
+    check_in_graph,
+    current_op,
+    emit,
+    emit1,
+    emit_inplace,
+    insert,
+    to_tensor,
+    unimplemented,
+    wrap_public_ops,
+)
+from popxl.streams import DeviceToHostStream, HostToDeviceStream
+from popxl.tensor import Tensor, constant
+
+def _t(x: Any, like: Tensor | None = None) -> Tensor:
+    return to_tensor(x, like.dtype if like is not None else None)
+
+
+def _pair(a: Any, b: Any) -> tuple[Tensor, Tensor]:
+    if isinstance(a, Tensor):
+        return a, _t(b, a)
+    if isinstance(b, Tensor):
+        return _t(a, b), b
+    return _t(a), _t(b)
+
+
+def _dtype_of(d: Any) -> dtype:
+    return as_dtype(d)
+
+
+# ---------------------------------------------------------------------------------------
+# Elementwise
+# ---------------------------------------------------------------------------------------
+
+
+def add(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """`lhs + rhs`, elementwise with NumPy broadcasting.
+
+    A Python number or array operand becomes a constant of the other operand's dtype;
+    both operands must have the same dtype. The result has the broadcast shape.
+    """
+    return emit1(AddOp, _pair(lhs, rhs))
+
+
+def sub(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """`lhs - rhs`, elementwise with NumPy broadcasting (operands as in `add`)."""
+    return emit1(SubOp, _pair(lhs, rhs))
+
+
+def mul(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """`lhs * rhs`, elementwise with NumPy broadcasting (operands as in `add`)."""
+    return emit1(MulOp, _pair(lhs, rhs))
+
+
+def div(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """`lhs / rhs`, elementwise with NumPy broadcasting (operands as in `add`).
+
+    Integer tensors divide with truncation towards zero, as in PopART.
+    """
+    return emit1(DivOp, _pair(lhs, rhs))
+
+
+@unimplemented
+def fmod(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """Elementwise remainder of `lhs / rhs` with the sign of `lhs` (C `fmod`).
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+def pow(t: Tensor, e: Any) -> Tensor:
+    """`t ** e`, elementwise with NumPy broadcasting (`e` a Tensor or a number)."""
+    return emit1(PowOp, _pair(t, e))
+
+
+def equal(input: Tensor, other: Any) -> Tensor:
+    """`input == other`, elementwise with broadcasting; a bool tensor."""
+    return emit1(EqualOp, _pair(input, other))
+
+
+def greater(input: Tensor, other: Any) -> Tensor:
+    """`input > other`, elementwise with broadcasting; a bool tensor."""
+    return emit1(GreaterOp, _pair(input, other))
+
+
+def logical_and(lhs: Tensor, rhs: Any) -> Tensor:
+    """`lhs and rhs` of bool tensors, elementwise with broadcasting."""
+    return emit1(LogicalAndOp, _pair(lhs, rhs))
+
+
+def logical_or(lhs: Tensor, rhs: Any) -> Tensor:
+    """`lhs or rhs` of bool tensors, elementwise with broadcasting."""
+    return emit1(LogicalOrOp, _pair(lhs, rhs))
+
+
+def maximum(*ts: Tensor) -> Tensor:
+    """Elementwise maximum of one or more tensors (broadcast together, same dtype)."""
+    if not ts:
+        raise ValueError("ops.maximum needs at least one tensor")
+    out = ts[0]
+    for t in ts[1:]:
+        out = emit1(MaximumOp, _pair(out, t))
+    return out
+
+
+def add_(lhs: Tensor, rhs: Any) -> Tensor:
+    """`lhs += rhs` in place (`rhs` broadcast to `lhs`'s shape); returns `lhs`."""
+    return scaled_add_(lhs, rhs, 1.0, 1.0)
+
+
+def negate(t: Tensor) -> Tensor:
+    """`-t`, elementwise."""
+    return emit1(NegOp, [t])
+
+
+def neg(t: Tensor) -> Tensor:
+    """`-t`, elementwise (same as `negate`)."""
+    return negate(t)
+
+
+def abs(t: Tensor) -> Tensor:
+    """`|t|`, elementwise."""
+    return emit1(AbsOp, [t])
+
+
+def sign(t: Tensor) -> Tensor:
+    """The sign of each element: -1, 0 or 1, in `t`'s dtype."""
+    return emit1(SignOp, [t])
+
+
+def relu(t: Tensor) -> Tensor:
+    """`max(t, 0)`, elementwise."""
+    return emit1(ReluOp, [t])
+
+
+def gelu(t: Tensor) -> Tensor:
+    """GELU, tanh approximation as in PopART:
+    `0.5 * t * (1 + tanh(sqrt(2 / pi) * (t + 0.044715 * t**3)))`, elementwise (float)."""
+    return emit1(GeluOp, [t])
+
+
+def tanh(t: Tensor) -> Tensor:
+    """`tanh(t)`, elementwise (float)."""
+    return emit1(TanhOp, [t])
+
+
+def sigmoid(t: Tensor) -> Tensor:
+    """`1 / (1 + exp(-t))`, elementwise (float)."""
+    return emit1(SigmoidOp, [t])
+
+
+def exp(t: Tensor) -> Tensor:
+    """`e ** t`, elementwise (float)."""
+    return emit1(ExpOp, [t])
+
+
+def log(t: Tensor) -> Tensor:
+    """Natural logarithm, elementwise (float)."""
+    return emit1(LogOp, [t])
+
+
+def sqrt(t: Tensor) -> Tensor:
+    """Square root, elementwise (float)."""
+    return emit1(SqrtOp, [t])
+
+
+def cos(t: Tensor) -> Tensor:
+    """`cos(t)`, elementwise (float, radians)."""
+    return emit1(CosOp, [t])
+
+
+def sin(t: Tensor) -> Tensor:
+    """`sin(t)`, elementwise (float, radians)."""
+    return emit1(SinOp, [t])
+
+
+def logical_not(t: Tensor) -> Tensor:
+    """`not t` of a bool tensor, elementwise."""
+    return emit1(LogicalNotOp, [t])
+
+
+@unimplemented
+def ceil(t: Tensor) -> Tensor:
+    """The smallest integer not less than each element (float).
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def floor(t: Tensor) -> Tensor:
+    """The largest integer not greater than each element (float).
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def geluerf(t: Tensor) -> Tensor:
+    """Exact GELU `0.5 * t * (1 + erf(t / sqrt(2)))`, elementwise (float).
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+def swish(t: Tensor) -> Tensor:
+    """`t * sigmoid(t)`, elementwise (float)."""
+    return emit1(SwishOp, [t])
+
+
+def log2(t: Tensor) -> Tensor:
+    """Base-2 logarithm, elementwise (float): `log(t) / log(2)`."""
+    return div(log(t), constant(float(np.log(2.0)), t.dtype))
+
+
+def isnan(t: Tensor) -> Tensor:
+    """Whether each element is NaN (`t != t`); a bool tensor."""
+    return logical_not(equal(t, t))
+
+
+def isinf(t: Tensor) -> Tensor:
+    """Whether each element is +inf or -inf; a bool tensor."""
+    return equal(abs(t), constant(np.inf, t.dtype))
+
+
+def isfinite(t: Tensor) -> Tensor:
+    """Whether each element is neither NaN nor infinite; a bool tensor."""
+    return logical_not(logical_or(isnan(t), isinf(t)))
+
+
+def _assign_(t: Tensor, value: Tensor) -> Tensor:
+    """`t[...] = value` in place."""
+    return emit_inplace(CopyVarUpdateOp, [t, value])
+
+
+def exp_(t: Tensor) -> Tensor:
+    """`t = exp(t)` in place; returns `t`."""
+    return _assign_(t, exp(t))
+
+
+def relu_(t: Tensor) -> Tensor:
+    """`t = relu(t)` in place; returns `t`."""
+    return _assign_(t, relu(t))
+
+
+def gelu_(t: Tensor) -> Tensor:
+    """`t = gelu(t)` in place (tanh approximation); returns `t`."""
+    return _assign_(t, gelu(t))
+
+
+def geluerf_(t: Tensor) -> Tensor:
+    """`t = geluerf(t)` in place; returns `t`.
+
+    Not implemented in xl yet (as `geluerf`): raises `NotImplementedError`.
+    """
+    return _assign_(t, geluerf(t))
+
+
+def swish_(t: Tensor) -> Tensor:
+    """`t = swish(t)` in place; returns `t`."""
+    return _assign_(t, swish(t))
+
+
+def clip(t: Tensor, min: float = float("-inf"), max: float = float("inf")) -> Tensor:
+    """`t` with each element clamped to `[min, max]` (numbers; infinite bounds are no bound)."""
+    out = t
+    if max != float("inf"):
+        out = negate(maximum(negate(out), constant(-max, t.dtype)))
+    if min != float("-inf"):
+        out = maximum(out, constant(min, t.dtype))
+    return out
+
+
+def clamp(t: Tensor, min: float = float("-inf"), max: float = float("inf")) -> Tensor:
+    """Same as `clip`: each element clamped to `[min, max]`."""
+    return clip(t, min, max)
+
+
+def where(condition: Tensor, lhs: Any, rhs: Any) -> Tensor:
+    """`lhs` where `condition` else `rhs` (broadcasting)."""
+    if isinstance(lhs, Tensor):
+        rhs = _t(rhs, lhs)
+    elif isinstance(rhs, Tensor):
+        lhs = _t(lhs, rhs)
+    else:
+        lhs, rhs = _t(lhs), _t(rhs)
+    condition = to_tensor(condition, dtypes.bool)
+    if condition.dtype != dtypes.bool:
+        condition = cast(condition, dtypes.bool)
+    return emit1(WhereOp, [condition, lhs, rhs])
+
+
+# ---------------------------------------------------------------------------------------
+# Reductions
+# ---------------------------------------------------------------------------------------
+
+
+def _reduce(cls: type[ReduceOp], t: Tensor, axis: Any, keepdims: bool) -> Tensor:
+    return emit1(cls, [t], axis=axes_tuple(axis, t.rank), keepdims=bool(keepdims) or None)
+
+
+Axes = int | Iterable[int] | None
+
+
+def sum(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Sum of the elements over `axis` (an int, a sequence of ints, or None for all axes).
+
+    The reduced dims are removed, or kept with size 1 when `keepdims`.
+    """
+    return _reduce(ReduceSumOp, t, axis, keepdims)
+
+
+def mean(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Arithmetic mean over `axis` (all axes when None); dims as in `sum`."""
+    return _reduce(ReduceMeanOp, t, axis, keepdims)
+
+
+def max(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Maximum over `axis` (all axes when None); dims as in `sum`."""
+    return _reduce(ReduceMaxOp, t, axis, keepdims)
+
+
+def min(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Minimum over `axis` (all axes when None); dims as in `sum`."""
+    return _reduce(ReduceMinOp, t, axis, keepdims)
+
+
+@unimplemented
+def prod(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Product over `axis` (all axes when None); dims as in `sum`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def median(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Median over `axis` (all axes when None); dims as in `sum`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+def sumsquare(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Sum of the squares `t * t` over `axis`; dims as in `sum`."""
+    return sum(mul(t, t), axis, keepdims)
+
+
+def l2(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """L2 norm `sqrt(sum(t * t))` over `axis`; dims as in `sum`."""
+    return sqrt(sumsquare(t, axis, keepdims))
+
+
+def l1(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """L1 norm `sum(|t|)` over `axis`; dims as in `sum`."""
+    return sum(abs(t), axis, keepdims)
+
+
+def logsum(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """`log(sum(t))` over `axis`; dims as in `sum`."""
+    return log(sum(t, axis, keepdims))
+
+
+def logsumexp(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """`log(sum(exp(t)))` over `axis`, computed stably (the maximum is subtracted first);
+    dims as in `sum`."""
+    m = max(t, axis, keepdims=True)
+    out = add(log(sum(exp(sub(t, m)), axis, keepdims=True)), m)
+    if not keepdims:
+        axes = axes_tuple(axis, t.rank)
+        out = squeeze(out, axes if axes is not None else tuple(range(t.rank)))
+    return out
+
+
+def argmax(t: Tensor, dim: int = 0, keepdim: bool = False) -> Tensor:
+    """Index of the (first) maximum along `dim`, int32; `dim` removed unless `keepdim`."""
+    return emit1(ArgmaxOp, [t], axis=as_int(dim, "dim"), keepdims=bool(keepdim))
+
+
+def argmin(t: Tensor, dim: int = 0, keepdim: bool = False) -> Tensor:
+    """Index of the (first) minimum along `dim`, int32; `dim` removed unless `keepdim`."""
+    return emit1(ArgminOp, [t], axis=as_int(dim, "dim"), keepdims=bool(keepdim))
+
+
+@unimplemented
+def cumsum(t: Tensor, dim: int = 0) -> Tensor:
+    """Cumulative sum along `dim` (same shape and dtype as `t`).
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def topk(
+    t: Tensor, k: int, axis: int, largest: bool = True, sorted: bool = True,
+    available_memory_proportion: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """`(values, indices)` of the `k` largest (or smallest, `largest=False`) elements along
+    `axis`; indices are int32.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+# ---------------------------------------------------------------------------------------
+# Shape
+# ---------------------------------------------------------------------------------------
+
+
+def _reshape_dims(shape: Any) -> tuple[int, ...]:
+    """A reshape target: ints, at most one of them -1."""
+    if isinstance(shape, int | np.integer):
+        shape = (shape,)
+    if isinstance(shape, str) or not isinstance(shape, Iterable):
+        raise TypeError(f"{current_op()}: shape must be a tuple of ints, got {describe(shape)}")
+    return tuple(as_int(d, "each dim of shape") for d in shape)
+
+
+def reshape(t: Tensor, shape: Iterable[int]) -> Tensor:
+    """The elements of `t` (row-major order) in a new `shape`; one dim may be -1 (inferred).
+
+    ValueError when the number of elements differs.
+    """
+    shape = _reshape_dims(shape)
+    new = ReshapeOp.resolve_shape(t.shape, shape)
+    return emit1(ReshapeOp, [t], tensor_type(new, t.dtype.as_numpy()))
+
+
+def reshape_(t: Tensor, shape: Iterable[int]) -> Tensor:
+    """As `reshape`. Upstream the result aliases `t`; in xl it is a new tensor with the same
+    values (the runtime makes it a view where no write can see the difference)."""
+    return reshape(t, shape)
+
+
+def flatten(t: Tensor) -> Tensor:
+    """`t` reshaped to 1-D, shape `(t.nelms,)`."""
+    return reshape(t, (-1,))
+
+
+def flatten_(t: Tensor) -> Tensor:
+    """As `flatten` (upstream an alias of `t`; in xl a new tensor, see `reshape_`)."""
+    return flatten(t)
+
+
+def transpose(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
+    """`t` with its dims permuted: result dim `i` is dim `permutation[i]` of `t`; the dims are
+    reversed when `permutation` is None (`np.transpose` semantics)."""
+    perm = tuple(range(t.rank))[::-1] if permutation is None else tuple(as_int(p, "permutation") for p in permutation)
+    perm = tuple(p % t.rank if t.rank else p for p in perm)
+    return emit1(TransposeOp, [t], perm=perm)
+
+
+def transpose_(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
+    """As `transpose` (upstream an alias of `t`; in xl a new tensor, see `reshape_`)."""
+    return transpose(t, permutation)
+
+
+def squeeze(t: Tensor, axes: int | Iterable[int] | None = None) -> Tensor:
+    """`t` without the size-1 dims `axes` (an int or ints; all size-1 dims when None).
+
+    ValueError when a dim of `axes` is not 1.
+    """
+    if axes is None:
+        ax = tuple(i for i, d in enumerate(t.shape) if d == 1)
+    else:
+        ax = axes_tuple(axes, t.rank) or ()
+    ax = tuple(a % t.rank for a in ax)
+    for a in ax:
+        if t.shape[a] != 1:
+            raise ValueError(f"ops.squeeze: dim {a} of {t.shape} is not 1")
+    return emit1(SqueezeOp, [t], axes=ax)
+
+
+def expand(t: Tensor, shape: Iterable[int]) -> Tensor:
+    """`t` broadcast to `shape` (NumPy rules: the result shape is the broadcast of both)."""
+    shape = as_shape(shape)
+    out_shape = tuple(np.broadcast_shapes(t.shape, shape)) if len(shape) >= t.rank else shape
+    return emit1(ExpandOp, [t], tensor_type(out_shape, t.dtype.as_numpy()))
+
+
+def concat(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
+    """The tensors of `ts` (same dtype, same shape except along `axis`) joined along `axis`."""
+    if isinstance(ts, Tensor):
+        raise TypeError("ops.concat: expected a sequence of tensors, got a single Tensor")
+    ts = list(ts)
+    if not ts:
+        raise ValueError("ops.concat needs at least one tensor")
+    return emit1(ConcatOp, ts, axis=as_int(axis, "axis"))
+
+
+def concat_(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
+    """As `concat` (upstream the inputs alias the result; in xl it is a new tensor)."""
+    return concat(ts, axis)
+
+
+def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]:
+    """`t` split along `axis` into `splits` equal parts (an int that divides the dim) or into
+    parts of the given sizes (which must add up to the dim); a list of tensors."""
+    axis = axis % t.rank
+    n = t.shape[axis]
+    if isinstance(splits, int):
+        if n % splits:
+            raise ValueError(f"ops.split: dim {axis} of {t.shape} is not divisible by {splits}")
+        sizes = [n // splits] * splits
+    else:
+        sizes = [as_int(s, "splits") for s in splits]
+        if builtins.sum(sizes) != n:
+            raise ValueError(f"ops.split: sizes {sizes} do not add up to dim {axis} ({n}) of {t.shape}")
+    out, start = [], 0
+    for s in sizes:
+        out.append(slice(t, start=start, stop=start + s, axis=axis))
+        start += s
+    return out
+
+
+_NO_BOUND_HI = 2**63 - 1
+_NO_BOUND_LO = -(2**63)
+
+
+def slice(
+    t: Tensor,
+    start: int | Sequence[int | None] | None = None,
+    stop: int | Sequence[int | None] | None = None,
+    step: int | Sequence[int | None] | None = None,
+    axis: int | Sequence[int] | None = None,
+) -> Tensor:
+    """`t[start:stop:step]` along each dim of `axis` (the leading dims when None).
+
+    `start`, `stop`, `step` are ints or sequences (one entry per axis, None for no bound);
+    Python slicing semantics (negative indices count from the end, bounds are clamped).
+    """
+
+    def as_list(x: Any) -> list[int | None] | None:
+        if x is None:
+            return None
+        if isinstance(x, int | np.integer):
+            return [as_int(x, "start/stop/step/axis")]
+        return [None if v is None else as_int(v, "start/stop/step/axis") for v in x]
+
+    starts, stops, steps, axes = as_list(start), as_list(stop), as_list(step), as_list(axis)
+    n = next((len(x) for x in (starts, stops, steps, axes) if x is not None), 0)
+    starts = starts or [None] * n
+    stops = stops or [None] * n
+    steps = steps or [None] * n
+    if axes is None:
+        axes = list(range(n))
+    if not len(starts) == len(stops) == len(steps) == len(axes):
+        raise ValueError(
+            f"ops.slice: start {starts}, stop {stops}, step {steps} and axis {axes} must have "
+            "the same length"
+        )
+    st = [1 if s is None else s for s in steps]
+    if any(s == 0 for s in st):
+        raise ValueError("ops.slice: step cannot be 0")
+    b = [0 if x is None and s > 0 else _NO_BOUND_HI if x is None else x for x, s in zip(starts, st)]
+    e = [
+        (_NO_BOUND_HI if s > 0 else _NO_BOUND_LO) if x is None else x for x, s in zip(stops, st)
+    ]
+    return emit1(
+        SliceOp, [t],
+        start=tuple(b), stop=tuple(e), step=None if all(s == 1 for s in st) else tuple(st),
+        axes=tuple(as_int(a, "axes") for a in axes),  # type: ignore[arg-type]
+    )
+
+
+def slice_(
+    t: Tensor,
+    start: int | Sequence[int | None] | None = None,
+    stop: int | Sequence[int | None] | None = None,
+    step: int | Sequence[int | None] | None = None,
+    axis: int | Sequence[int] | None = None,
+) -> Tensor:
+    """As `slice` (upstream a view of `t`; in xl a new tensor, see `reshape_`)."""
+    return slice(t, start, stop, step, axis)
+
+
+def subsample(t: Tensor, strides: Iterable[int]) -> Tensor:
+    """Every `strides[i]`-th element along each dim `i` of `t`, starting at 0."""
+    strides = [as_int(s, "strides") for s in strides]
+    return slice(t, start=[0] * t.rank, stop=list(t.shape), step=strides, axis=list(range(t.rank)))
+
+
+def _getitem(t: Tensor, key: Any) -> Tensor:
+    """`t[key]`: ints/slices -> slice (+ squeeze), int tensor/array -> gather,
+    bool tensor -> where-mask."""
+    if isinstance(key, Tensor):
+        if key.dtype == dtypes.bool:
+            return where(key, t, constant(0, t.dtype))
+        return gather(t, key)
+    if isinstance(key, np.ndarray | list) and not isinstance(key, tuple):
+        arr = np.asarray(key)
+        if arr.dtype == np.bool_:
+            return where(constant(arr, dtypes.bool), t, constant(0, t.dtype))
+        return gather(t, constant(arr.astype(np.int32), dtypes.int32))
+    if not isinstance(key, tuple):
+        key = (key,)
+    if builtins.sum(1 for k in key if k is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis")
+    n_explicit = builtins.sum(1 for k in key if k is not Ellipsis and k is not None)
+    if n_explicit > t.rank:
+        raise IndexError(f"too many indices for tensor of rank {t.rank}")
+    expanded: list[Any] = []
+    for k in key:
+        if k is Ellipsis:
+            expanded += [builtins.slice(None)] * (t.rank - n_explicit)
+        else:
+            expanded.append(k)
+    starts, stops, steps, axes, squeeze_axes = [], [], [], [], []
+    newaxis_pos: list[int] = []
+    dim = 0
+    out_dim = 0
+    for k in expanded:
+        if k is None:
+            newaxis_pos.append(out_dim)
+            out_dim += 1
+            continue
+        if isinstance(k, int | np.integer):
+            k = as_int(k, "k")
+            size = t.shape[dim]
+            if not -size <= k < size:
+                raise IndexError(f"index {k} is out of bounds for axis {dim} with size {size}")
+            k %= size
+            starts.append(k)
+            stops.append(k + 1)
+            steps.append(1)
+            axes.append(dim)
+            squeeze_axes.append(dim)
+        elif isinstance(k, builtins.slice):
+            if k == builtins.slice(None):
+                out_dim += 1
+                dim += 1
+                continue
+            starts.append(k.start)
+            stops.append(k.stop)
+            steps.append(k.step)
+            axes.append(dim)
+            out_dim += 1
+        else:
+            raise TypeError(f"unsupported index {k!r} for a popxl Tensor")
+        dim += 1
+    out = t
+    if axes:
+        out = slice(out, starts, stops, steps, axes)
+    if squeeze_axes:
+        out = squeeze(out, squeeze_axes)
+    if newaxis_pos:
+        shape = list(out.shape)
+        for p in newaxis_pos:
+            shape.insert(p, 1)
+        out = reshape(out, shape)
+    if out is t:
+        out = identity(t)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Indexing
+# ---------------------------------------------------------------------------------------
+
+
+def gather(
+    t: Tensor, indices: Any, axis: int = 0, available_memory_proportion: float | None = None,
+    zero_OOR: bool = False,
+) -> Tensor:
+    """`np.take(t, indices, axis)`: the slices of `t` at integer `indices` along `axis`.
+
+    The result shape is `t.shape[:axis] + indices.shape + t.shape[axis + 1:]`. An index out
+    of range is an error at run time, or gives zeros when `zero_OOR`.
+    `available_memory_proportion` is accepted and ignored (an IPU tile-memory hint).
+    """
+    indices = to_tensor(indices, dtypes.int32)
+    return emit1(GatherOp, [t, indices], axis=as_int(axis, "axis"), zero_oor=True if zero_OOR else None)
+
+
+def tied_gather(
+    t: Tensor, indices: Any, axis: int = 0, available_memory_proportion: float | None = None,
+    zero_OOR: bool = False,
+) -> Tensor:
+    """As `gather` (upstream it shares its weight layout with a tied matmul)."""
+    return gather(t, indices, axis, available_memory_proportion, zero_OOR)
+
+
+@unimplemented
+def groupedgather(
+    t: Tensor, indices: Tensor, axis: int = 0, group_size: int = 1,
+    available_memory_proportion: float | None = None, zero_OOR: bool = False,
+) -> Tensor:
+    """`gather` applied per group of `group_size` along the leading (group) dim.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def scatter(
+    t: Tensor, indices: Tensor, values: Tensor, axis: int = 0,
+    available_memory_proportion: float | None = None,
+) -> Tensor:
+    """A copy of `t` with `values` written at `indices` along `axis` (ONNX ScatterElements).
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def scatter_reduce(
+    data: Tensor, indices: Tensor, reduction: str, initial_values: Tensor | None = None,
+    axis: int = 0, axis_size: int | None = None, enable_index_broadcast: bool = True,
+    available_memory_proportion: float | None = None,
+) -> Tensor:
+    """Reduce (`'sum'`, `'min'`, `'max'`, `'none'`) the slices of `data` with equal
+    `indices` along `axis` into a tensor of size `axis_size` there.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+def onehot(t: Tensor, num_classes: Any, values: Any, axis: int = -1) -> Tensor:
+    """One-hot encoding of the integer tensor `t`: a new dim of size `num_classes` at `axis`,
+    holding `values[1]` at the class of each element and `values[0]` elsewhere.
+
+    `values` is a Tensor of shape (2,) or a pair `[off, on]` (float32); its dtype is the
+    result's. `num_classes` must be known when the program is built: an int or a constant
+    Tensor (ValueError otherwise).
+    """
+    if isinstance(num_classes, Tensor):
+        from popxl.tensor import Constant
+
+        if not isinstance(num_classes, Constant):
+            raise ValueError("ops.onehot: num_classes must be an int or a constant tensor in xl")
+        num_classes = int(np.asarray(num_classes._data).reshape(-1)[0])
+    if not isinstance(values, Tensor):
+        values = constant(np.asarray(values), dtypes.float32)
+    return emit1(OnehotOp, [t, values], num_classes=as_int(num_classes, "num_classes"), axis=as_int(axis, "axis"))
+
+
+def _axes_sizes(axes: Sequence[int], sizes: Sequence[int]) -> dict[str, tuple[int, ...]]:
+    return {
+        "axes": tuple(as_int(a, "axes") for a in axes),
+        "sizes": tuple(as_int(s, "sizes") for s in sizes),
+    }
+
+
+def dynamic_slice(
+    t: Tensor, index: Tensor, axes: Sequence[int], sizes: Sequence[int], no_overlap: bool = False
+) -> Tensor:
+    """The slice of `t` of `sizes[i]` elements along `axes[i]`, starting at the run-time
+    offsets `index` (a uint32 tensor, one entry per axis); the other dims are kept.
+
+    `no_overlap` is accepted (an upstream scheduling hint).
+    """
+    return emit1(
+        DynamicSliceOp, [t, to_tensor(index, dtypes.uint32)], **_axes_sizes(axes, sizes),
+        no_overlap=bool(no_overlap),
+    )
+
+
+def dynamic_update(
+    t: Tensor, index: Tensor, t_update: Tensor, axes: Sequence[int], sizes: Sequence[int],
+    no_overlap: bool = False,
+) -> Tensor:
+    """A copy of `t` with `t_update` (`sizes` along `axes`) written at the run-time offsets
+    `index` (uint32, one entry per axis)."""
+    return emit1(
+        DynamicUpdateOp, [t, to_tensor(index, dtypes.uint32), t_update],
+        **_axes_sizes(axes, sizes), no_overlap=bool(no_overlap),
+    )
+
+
+def dynamic_update_(
+    t: Tensor, index: Tensor, t_update: Tensor, axes: Sequence[int], sizes: Sequence[int],
+    no_overlap: bool = False,
+) -> Tensor:
+    """`dynamic_update` in place: writes `t_update` into `t` at the run-time offsets `index`;
+    returns `t`."""
+    return emit_inplace(
+        DynamicUpdateInplaceOp, [t, to_tensor(index, dtypes.uint32), t_update],
+        **_axes_sizes(axes, sizes), no_overlap=bool(no_overlap),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Linear algebra, NN, loss
+# ---------------------------------------------------------------------------------------
+
+
+def matmul(
+    lhs: Tensor, rhs: Tensor, available_memory_proportion: float | None = None,
+    output_type: dtype | None = None, partials_type: dtype | None = None,
+) -> Tensor:
+    """Matrix product with NumPy `matmul` semantics (1-D operands promoted, batch dims
+    broadcast); the result is cast to `output_type` when given.
+
+    `available_memory_proportion` and `partials_type` are accepted (IPU hints).
+    """
+    out = emit1(MatmulOp, _pair(lhs, rhs))
+    if output_type is not None and _dtype_of(output_type) != out.dtype:
+        out = cast(out, output_type)
+    return out
+
+
+def softmax(t: Tensor, axis: int) -> Tensor:
+    """`exp(t) / sum(exp(t))` along `axis` (required), computed stably (float)."""
+    return emit1(SoftmaxOp, [t], axis=as_int(axis, "axis"))
+
+
+def group_norm(t: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: float = 1e-5) -> Tensor:
+    """Group normalisation of `t` `(N, C, *spatial)`: each group of `C / num_groups`
+    channels normalised to mean 0 and variance 1 (biased, plus `eps`), then
+    `* weight + bias` per channel (`weight`, `bias` of shape `(C,)`)."""
+    if t.rank < 2:
+        raise ValueError(f"ops.group_norm: input must have rank >= 2, got {t.shape}")
+    n, c = t.shape[0], t.shape[1]
+    if c % num_groups:
+        raise ValueError(f"ops.group_norm: {c} channels are not divisible by {num_groups} groups")
+    g = reshape(t, (n, num_groups, -1))
+    m = mean(g, axis=2, keepdims=True)
+    d = sub(g, m)
+    var = mean(mul(d, d), axis=2, keepdims=True)
+    normed = div(d, sqrt(add(var, constant(as_float(eps, "eps"), t.dtype))))
+    normed = reshape(normed, t.shape)
+    bshape = (c,) + (1,) * (t.rank - 2)
+    return add(mul(normed, reshape(weight, bshape)), reshape(bias, bshape))
+
+
+def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+    """`group_norm` with one group: each row of `t` `(N, C)` normalised over its `C`
+    elements, then `* weight + bias` (shape `(C,)`)."""
+    return group_norm(t, weight, bias, 1, eps)
+
+
+def batch_norm_inference(
+    t: Tensor, scale: Tensor, bias: Tensor, mean: Tensor, var: Tensor,
+    epsilon: float = 1e-5, momentum: float = 0.9,
+) -> Tensor:
+    """`(t - mean) / sqrt(var + epsilon) * scale + bias` per channel (dim 1 of `t`; the
+    other arguments have shape `(C,)`). `momentum` is unused at inference."""
+    bshape = (t.shape[1],) + (1,) * (t.rank - 2)
+
+    def r(x: Tensor) -> Tensor:
+        return reshape(x, bshape)
+
+    normed = div(sub(t, r(mean)), sqrt(add(r(var), constant(as_float(epsilon, "epsilon"), t.dtype))))
+    return add(mul(normed, r(scale)), r(bias))
+
+
+def lamb_square(t: Tensor) -> Tensor:
+    """The sum of the squares of all elements of `t`, as a float32 scalar."""
+    if t.dtype != dtypes.float32:
+        t = cast(t, dtypes.float32)
+    return sum(mul(t, t))
+
+
+def io_tile_copy(t: Tensor) -> Tensor:
+    """A copy of `t` placed on the IO tiles (`tile_set == "io"`)."""
+    from popxl.context import io_tiles
+
+    with io_tiles():
+        return identity(t)
+
+
+@unimplemented
+def matmul_pow2scaled(
+    lhs: Tensor, rhs: Tensor, log2_scale: Tensor, available_memory_proportion: float | None = None
+) -> Tensor:
+    """`matmul` of float8 operands scaled by `2 ** log2_scale`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def conv(
+    t: Tensor, weight: Tensor, stride: tuple[int, ...] = (1, 1), padding: tuple[int, ...] = (0, 0, 0, 0),
+    dilation: tuple[int, ...] = (1, 1), groups: int = 1, pad_type: str = "not_set",
+    available_memory_proportion: float | None = None, partials_type: str | None = None,
+    enable_conv_dithering: list[int] | None = None,
+) -> Tensor:
+    """N-d convolution of `t` `(N, C, *spatial)` with `weight` `(M, C / groups, *kernel)`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def conv_transpose(
+    t: Tensor, weight: Tensor, stride: tuple[int, ...] = (1, 1), padding: tuple[int, ...] = (0, 0, 0, 0),
+    dilation: tuple[int, ...] = (1, 1), groups: int = 1, pad_type: str = "not_set",
+    output_padding: tuple[int, ...] | None = None, output_shape: tuple[int, ...] | None = None,
+    available_memory_proportion: float | None = None, partials_type: str | None = None,
+    enable_conv_dithering: list[int] | None = None,
+) -> Tensor:
+    """Transposed convolution (the gradient of `conv` with respect to its input).
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def conv_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """`conv` of float8 operands scaled by `2 ** log2_scale` (other arguments as `conv`).
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def conv_transpose_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """`conv_transpose` of float8 operands scaled by `2 ** log2_scale`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def average_pool(
+    t: Tensor, kernel_size: tuple[int, ...], stride: tuple[int, ...] | None = None,
+    padding: tuple[int, ...] | None = None, out_pad: tuple[int, ...] | None = None,
+    dilation: tuple[int, ...] | None = None, in_dilation: tuple[int, ...] | None = None,
+    auto_pad: str = "not_set", ceil_mode: bool = False,
+) -> Tensor:
+    """Average pooling over the spatial dims of `t` `(N, C, *spatial)`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def max_pool(
+    t: Tensor, kernel_size: tuple[int, ...], stride: tuple[int, ...] | None = None,
+    padding: tuple[int, ...] | None = None, out_pad: tuple[int, ...] | None = None,
+    dilation: tuple[int, ...] | None = None, in_dilation: tuple[int, ...] | None = None,
+    auto_pad: str = "not_set", ceil_mode: bool = False, storage_order: str = "row",
+) -> Tensor:
+    """Max pooling over the spatial dims of `t` `(N, C, *spatial)`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def interpolate(
+    t: Tensor, scale_factor: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0),
+    output_size: tuple[int, ...] | None = None, mode: str = "nearest",
+    nearest_mode: str = "round_prefer_floor", align_corners: bool = False,
+) -> Tensor:
+    """`t` resized by `scale_factor` (or to `output_size`) with nearest/linear/cubic `mode`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def roi_align(
+    t: Tensor, rois: Tensor, batch_index: Tensor, output_size: tuple[int, int],
+    spatial_scale: float, sampling_ratio: int, aligned: bool = True,
+) -> Tensor:
+    """Regions of interest `rois` of `t` pooled to `output_size` by bilinear sampling.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def histogram(t: Tensor, levels: list[float], absolute_of_input: bool) -> Tensor:
+    """Counts of the elements of `t` (or `|t|`) between consecutive `levels` (uint32).
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: tuple[int, ...], ratio: float) -> Tensor:
+    """`dropout` whose mask of `shape` is broadcast over `t`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def pow2scale_cast_to_fp8(
+    data: Tensor, data_type: dtype = dtypes.float8_143, log2_scale: Tensor | None = None,
+    nan_on_overflow: bool = True,
+) -> Tensor:
+    """`data * 2 ** log2_scale` cast to a float8 dtype.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def pow2scale_cast_from_fp8(t: Tensor, data_type: dtype, log2_scale: Tensor | None = None) -> Tensor:
+    """A float8 tensor cast to `data_type` and scaled by `2 ** log2_scale`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = None) -> Tensor:
+    """Entry `offset` of `remote_buffer` loaded into a new tensor.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def remote_load_(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> Tensor:
+    """Entry `offset` of `remote_buffer` loaded into `t` in place; returns `t`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def remote_store(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> None:
+    """`t` stored into entry `offset` of `remote_buffer`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def remote_code_load(graph: Any, destination: str) -> None:
+    """Load the code of `graph` from remote memory to `'executable'`, `'compute_buffer'`
+    or `'io_buffer'`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+def nll_loss(
+    probs: Tensor, labels: Tensor, ignore_index: int | None = None,
+    reduction: str = "mean", log_prob: bool = False,
+) -> Tensor:
+    """Negative log likelihood of the integer `labels` `(N, ...)` under the probabilities
+    `probs` `(N, ..., C)` (log-probabilities when `log_prob`): `-log(probs[i, labels[i]])`.
+
+    Labels equal to `ignore_index` contribute 0 (and are not counted by the mean).
+    `reduction` is `'mean'` or `'sum'` (a scalar) or `'none'` (one loss per label).
+    """
+    _check_reduction(reduction)
+    return emit1(
+        NllLossOp, [probs, labels],
+        ignore_index=None if ignore_index is None else as_int(ignore_index, "ignore_index"),
+        reduction=reduction, log_prob=True if log_prob else None,
+    )
+
+
+def nll_loss_with_softmax_grad(
+    probs: Tensor, labels: Tensor, loss_grad: Any = 1, ignore_index: int | None = None,
+    reduction: str = "mean",
+) -> tuple[Tensor, Tensor]:
+    """`(loss, dlogits)`: `nll_loss(probs, labels)` of softmax outputs `probs`, and the
+    gradient of the loss with respect to the logits, `(probs - onehot(labels)) * loss_grad`
+    (divided by the number of counted labels for `'mean'`).
+
+    `loss_grad` (a number or a scalar Tensor) scales the gradient only, as in PopART.
+    """
+    _check_reduction(reduction)
+    ignore = None if ignore_index is None else as_int(ignore_index, "ignore_index")
+    if isinstance(loss_grad, Tensor):
+        if loss_grad.dtype != probs.dtype:
+            loss_grad = cast(loss_grad, probs.dtype)
+        lg: Any = loss_grad
+    else:
+        lg = as_float(loss_grad, "loss_grad")
+    loss, dx = emit(
+        NllLossWithSoftmaxGradOp, [probs, labels],
+        ignore_index=ignore, reduction=reduction, loss_grad=lg,
+    )
+    return loss, dx
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# Random
+# ---------------------------------------------------------------------------------------
+
+
+@unimplemented
+def dropout(t: Tensor, seed_tensor: Tensor, p: float) -> Tensor:
+    """`t` with each element zeroed with probability `p` and the others scaled by
+    `1 / (1 - p)`; `seed_tensor` is a uint32 tensor of shape (2,).
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def random_uniform(
+    seed_tensor: Tensor, shape: Iterable[int], low: float = 0.0, high: float = 1.0,
+    dtype: dtype = dtypes.float32,
+) -> Tensor:
+    """A tensor of `shape` and `dtype` drawn uniformly from `[low, high)`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def random_normal(
+    seed_tensor: Tensor, shape: Iterable[int], mean: float = 0.0, std: float = 1.0,
+    dtype: dtype = dtypes.float32,
+) -> Tensor:
+    """A tensor of `shape` and `dtype` drawn from a normal distribution `N(mean, std**2)`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+@unimplemented
+def split_random_seed(seed: Tensor, n: int = 2) -> tuple[Tensor, ...]:
+    """`n` new seeds (uint32, shape (2,)) derived from `seed`.
+
+    Not implemented in xl yet: raises `NotImplementedError`.
+    """
+    ...
+
+
+# ---------------------------------------------------------------------------------------
+# Misc
+# ---------------------------------------------------------------------------------------
+
+
+def cast(t: Tensor, data_type: dtype) -> Tensor:
+    """`t` with its elements converted to `data_type` (NumPy `astype` semantics)."""
+    dt = _dtype_of(data_type)
+    return emit1(CastOp, [t], tensor_type(t.shape, dt.as_numpy()))
+
+
+def identity(t: Tensor, output_name: str | None = None) -> Tensor:
+    """A copy of `t`, named `output_name` when given."""
+    return emit1(IdentityOp, [t], name=output_name)
+
+
+def rename(t: Tensor, output_name: str | None = None) -> Tensor:
+    """A copy of `t` named `output_name` (as `identity`)."""
+    return identity(t, output_name)
+
+
+def detach(t: Tensor) -> Tensor:
+    """A copy of `t` that autodiff treats as a constant (no gradient flows through it)."""
+    return emit1(DetachOp, [t])
+
+
+def detach_(t: Tensor) -> Tensor:
+    """As `detach` (upstream an alias of `t`; in xl a new tensor)."""
+    return detach(t)
+
+
+def print_tensor(
+    t: Tensor, title: str | None = None, print_self: bool = True, print_gradient: bool = False,
+    **kwargs: Any,
+) -> Tensor:
+    """Upstream prints `t` at run time and returns it. xl prints nothing: it returns a copy
+    of `t` (`identity`), so programs that use it run unchanged."""
+    return identity(t)
+
+
+def init(
+    shape: Iterable[int], dtype: dtype, name: str | None = None, init_type: str = "zero",
+    meta_shape: Iterable[int] | None = None,
+) -> Tensor:
+    """A new tensor of `shape` and `dtype`, zero-filled (`init_type='zero'`) or with
+    undefined contents (`'undef'`), e.g. to be filled by in-place ops."""
+    if init_type not in ("zero", "undef"):
+        raise ValueError(f"ops.init: init_type must be 'zero' or 'undef', got {init_type!r}")
+    shape = as_shape(shape)
+    t = emit1(InitOp, [], tensor_type(shape, _dtype_of(dtype).as_numpy()), name=name, init_type=init_type)
+    if meta_shape:
+        t._meta_shape = as_shape(meta_shape, "meta_shape")
+    return t
+
+
+def increment_mod(t: Tensor, increment: float, modulus: float) -> Tensor:
+    """`(t + increment) % modulus`, elementwise (numbers `increment`, `modulus`)."""
+    return emit1(
+        IncrementModOp, [t], increment=as_float(increment, "increment"), modulus=as_float(modulus, "modulus")
+    )
+
+
+def increment_mod_(t: Tensor, increment: float, modulus: float) -> Tensor:
+    """`t = (t + increment) % modulus` in place; returns `t`."""
+    return emit_inplace(
+        IncrementModInplaceOp, [t], increment=as_float(increment, "increment"),
+        modulus=as_float(modulus, "modulus"),
+    )
+
+
+def _scale_args(X: Tensor, a: Any, b: Any) -> tuple[Any, Any]:
+    def norm(v: Any) -> Any:
+        if isinstance(v, Tensor):
+            return v
+        return as_float(v, "a/b")
+
+    return norm(a), norm(b)
+
+
+def _scaled(t: Tensor, f: Any, like: Tensor) -> Tensor:
+    """`f * t` (f a Tensor, cast to t's dtype)."""
+    if f.dtype != like.dtype:
+        f = cast(f, like.dtype)
+    return mul(t, f)
+
+
+def scaled_add(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor = 1.0) -> Tensor:
+    """`a * X + b * Y` with broadcasting (`a`, `b` numbers or scalar Tensors)."""
+    X, Y = _pair(X, Y)
+    a, b = _scale_args(X, a, b)
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        ax = _scaled(X, a, X) if isinstance(a, Tensor) else X
+        by = _scaled(Y, b, X) if isinstance(b, Tensor) else Y
+        return emit1(
+            ScaledAddOp, [ax, by],
+            a=1.0 if isinstance(a, Tensor) else a, b=1.0 if isinstance(b, Tensor) else b,
+        )
+    return emit1(ScaledAddOp, [X, Y], a=a, b=b)
+
+
+def scaled_add_(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor = 1.0) -> Tensor:
+    """`X = a * X + b * Y` in place (`Y` broadcast to `X`'s shape); returns `X`."""
+    Y = _t(Y, X)
+    a, b = _scale_args(X, a, b)
+    if isinstance(a, Tensor):
+        new = scaled_add(X, Y, a, b)
+        return _assign_(X, new)
+    if isinstance(b, Tensor):
+        Y = _scaled(Y, b, X)
+        b = 1.0
+    return emit_inplace(ScaledAddInplaceOp, [X, Y], a=a, b=b)
+
+
+# ---------------------------------------------------------------------------------------
+# Host IO and IPU copies
+# ---------------------------------------------------------------------------------------
+
+
+def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor:
+    """The next transfer of `h2d_stream` as a tensor of the stream's shape and dtype.
+
+    Usable in any graph; each executed `host_load` consumes one of the
+    `ir.num_host_transfers` entries of the stream's data. Named `name` (default: the
+    stream's name).
+    """
+    from xl.dialects.graph import HostLoadOp
+
+    if not isinstance(h2d_stream, HostToDeviceStream):
+        raise TypeError(f"ops.host_load expects a HostToDeviceStream, got {type(h2d_stream).__name__}")
+    g = gcg()
+    if h2d_stream.ir is not g.ir:
+        raise ValueError(f"ops.host_load: stream {h2d_stream.tensor_id!r} belongs to another Ir")
+    op = HostLoadOp(h2d_stream.tensor_id, tensor_type(h2d_stream.shape, h2d_stream.dtype.as_numpy()))
+    insert(g, op, HostLoadOp.name, verify=False)
+    return g._tensor(op.result, g._unique_name(name if name is not None else h2d_stream.tensor_id, scoped=True))
+
+
+def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
+    """Send `t` (the stream's shape and dtype) to the host through `d2h_stream`; each
+    executed `host_store` fills one of the `ir.num_host_transfers` entries of the output."""
+    from xl.dialects.graph import HostStoreOp
+
+    if not isinstance(d2h_stream, DeviceToHostStream):
+        raise TypeError(f"ops.host_store expects a DeviceToHostStream, got {type(d2h_stream).__name__}")
+    g = gcg()
+    check_in_graph(g, [t], "ops.host_store")
+    if d2h_stream.ir is not g.ir:
+        raise ValueError(f"ops.host_store: stream {d2h_stream.tensor_id!r} belongs to another Ir")
+    if t.shape != d2h_stream.shape or t.dtype != d2h_stream.dtype:
+        raise ValueError(
+            f"ops.host_store: stream {d2h_stream.tensor_id!r} carries {d2h_stream.shape} "
+            f"{d2h_stream.dtype.name}, but tensor {t.id} is {t.shape} {t.dtype.name}"
+        )
+    insert(g, HostStoreOp(d2h_stream.tensor_id, t._value), HostStoreOp.name, verify=False)
+
+
+def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
+    """A copy of `t` on virtual IPU `destination` (an `ipu.copy` op). `source` defaults to
+    the IPU of the op producing `t` (ValueError if it has none)."""
+    from xl.dialects.ipu import CopyOp
+
+    g = gcg()
+    check_in_graph(g, [t], "ops.ipu_copy")
+    if source is None:
+        source = t._ipu_or_none
+        if source is None:
+            raise ValueError(
+                f"ops.ipu_copy: cannot infer the source IPU of {t.id}; create it inside "
+                "`with popxl.ipu(i):` or pass `source`"
+            )
+    op = CopyOp(t._value, as_int(source, "source"), as_int(destination, "destination"))
+    insert(g, op, CopyOp.name)
+    return g._tensor(op.result)
+
+
+# Every public op reports an op xl does not implement as
+# `NotImplementedError("popxl.ops.<name> is not implemented in xl yet")`.
+__all__ = [
+    name for name, obj in list(globals().items())
+    if not name.startswith("_") and callable(obj) and getattr(obj, "__module__", None) == __name__
+    and not isinstance(obj, type)
+]
+wrap_public_ops(globals(), __all__, "popxl.ops")
