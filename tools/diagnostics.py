@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -158,6 +159,26 @@ def _structure(op: Operation) -> None:
         raise VerifyException(f"{op.name}: block successors are not supported in xl")
 
 
+_REDEFINITION = re.compile(r'^Redefinition of symbol "(.*)"$')
+
+
+def _redefinition(op: Operation, e: VerifyException) -> Operation | None:
+    """For xDSL's symbol-table error, the op that redefines the symbol (MLIR reports it there)."""
+    m = _REDEFINITION.match(str(e).strip())
+    if m is None:
+        return None
+    seen = 0
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.ops:
+                name = child.properties.get("sym_name") or child.attributes.get("sym_name")
+                if getattr(name, "data", None) == m.group(1):
+                    seen += 1
+                    if seen == 2:
+                        return child
+    return None
+
+
 def verify_located(module: Operation) -> None:
     """`module.verify()` with the first failure raised as a short `LocatedError`."""
     for op in _walk(module):
@@ -167,7 +188,7 @@ def verify_located(module: Operation) -> None:
         except LocatedError:
             raise
         except VerifyException as e:
-            culprit = getattr(e, "op", None)
+            culprit = getattr(e, "op", None) or _redefinition(op, e)
             if isinstance(culprit, Operation):
                 raise LocatedError(_op_message(culprit, e), culprit) from None
             raise LocatedError(_op_message(op, e), op) from None

@@ -17,15 +17,18 @@ exit with status 1:
 - a bad pipeline (unknown pass or option) or an unreadable input file.
 
 With ``--split-input-file`` every chunk is processed, even after one fails, as
-``mlir-opt`` does. ``--verify-diagnostics`` / ``--parsing-diagnostics`` keep the
-xDSL behaviour: the diagnostic goes to stdout and the tool exits 0, so lit tests
-can FileCheck it. ``--traceback`` re-raises internal errors for debugging.
+``mlir-opt`` does. ``--verify-diagnostics`` has MLIR's semantics: the diagnostics
+must be exactly those announced by ``// expected-error {{...}}`` annotations
+(`xl.tools.verify_diagnostics`); every mismatch is reported located and the tool
+exits 1. Any file extension is read as textual IR; ``-`` (or no file) reads stdin.
+``--traceback`` re-raises internal errors for debugging.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import os
 import re
 import sys
@@ -48,8 +51,9 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from xl.dialects import get_all_dialects
 from xl.passes import get_all_passes
-from xl.tools.diagnostics import LocatedError, SourceText, format_located, verify_located
+from xl.tools.diagnostics import LocatedError, SourceText, format_located, locate, verify_located
 from xl.tools.parse import as_parse_error, parse_source
+from xl.tools.verify_diagnostics import Diagnostic, check_diagnostics, parse_expectations
 
 PROG = "xl-opt"
 
@@ -175,6 +179,26 @@ class XlOptMain(xDSLOptMain):
         self._source = None
         return super().parse_chunk(chunk, file_extension, start_offset)
 
+    def get_input_stream(self) -> tuple[IO[bytes], str]:
+        """The input (`-` or none: stdin), always read as textual IR whatever its extension
+        (`-f` still picks another frontend)."""
+        name = self.args.input_file
+        if name is None or name == "-":
+            return sys.stdin.buffer, "mlir"
+        if os.path.isdir(name):
+            raise ValueError(f"'{name}' is a directory, not a textual program")
+        return open(name, "rb"), "mlir"
+
+    def get_input_name(self) -> str:
+        name = self.args.input_file
+        return "<stdin>" if name is None or name == "-" else name
+
+    def prepare_output(self) -> IO[str]:
+        """`-o FILE`, or stdout for no `-o` and for `-o -`."""
+        if self.args.output_file is None or self.args.output_file == "-":
+            return sys.stdout
+        return open(self.args.output_file, "w")
+
     def register_all_dialects(self) -> None:
         super().register_all_dialects()
         for name, factory in get_all_dialects().items():
@@ -249,10 +273,7 @@ class XlOptMain(xDSLOptMain):
     def _verify(self, prog: ModuleOp) -> None:
         """`verify_located`; with `--verify-diagnostics`, xDSL's own diagnostic (message and
         the IR with the failing op marked), which lit tests check."""
-        if self.args.verify_diagnostics:
-            prog.verify()
-        else:
-            verify_located(prog)
+        verify_located(prog)
 
     def _report(self, e: BaseException) -> None:
         if isinstance(e, LocatedError):
@@ -270,58 +291,12 @@ class XlOptMain(xDSLOptMain):
         failed = False
         try:
             for i, (chunk, offset) in enumerate(chunks):
-                self._stage = None
-                try:
-                    if i > 0:
-                        output_stream.write("// -----\n")
-                    self._stage = "while parsing the input"
-                    module = self.parse_chunk(chunk, file_extension, offset)
-                    self._stage = None
-                    if module is not None:
-                        self.apply_passes(module)
-                        self._stage = "while printing the result"
-                        output_stream.write(self.output_resulting_program(module))
-                    output_stream.flush()
-                except ParseError as e:
-                    e.span = dataclasses.replace(e.span, line_offset=offset)
-                    if self.args.parsing_diagnostics:
-                        print(e)
-                    elif self.args.traceback:
-                        raise
-                    else:
-                        _eprint(format_parse_error(e))
-                        failed = True
-                except DiagnosticException as e:
-                    if self.args.verify_diagnostics:
-                        print(e)
-                        for note in getattr(e, "__notes__", ()):
-                            print(note)
-                    elif self.args.traceback:
-                        raise
-                    elif (located := as_parse_error(e)) is not None:
-                        located.span = dataclasses.replace(located.span, line_offset=offset)
-                        _eprint(format_parse_error(located))
-                        failed = True
-                    else:
-                        self._report(e)
-                        failed = True
-                except LocatedError as e:
-                    if self.args.verify_diagnostics:
-                        print(e.message)
-                    elif self.args.traceback:
-                        raise
-                    else:
-                        self._report(e)
-                        failed = True
-                except (ShrinkException, BrokenPipeError):
-                    raise
-                except Exception as e:
-                    if self.args.traceback:
-                        raise
-                    self._report(e)
-                    failed = True
-                finally:
-                    chunk.close()
+                if i > 0:
+                    output_stream.write("// -----\n")
+                if self.args.verify_diagnostics:
+                    failed |= not self._run_verifying(chunk, file_extension, offset, output_stream)
+                else:
+                    failed |= not self._run_chunk(chunk, file_extension, offset, output_stream)
         except ShrinkException:
             assert self.args.shrink
             print("Success, can shrink")
@@ -333,6 +308,95 @@ class XlOptMain(xDSLOptMain):
             print("Failure, can't shrink")
             return 1
         return 1 if failed else 0
+
+    def _process(self, chunk: IO[bytes], file_extension: str, offset: int, out: IO[str]) -> None:
+        self._stage = "while parsing the input"
+        module = self.parse_chunk(chunk, file_extension, offset)
+        self._stage = None
+        if module is not None:
+            self.apply_passes(module)
+            self._stage = "while printing the result"
+            out.write(self.output_resulting_program(module))
+        out.flush()
+
+    def _run_chunk(self, chunk: IO[bytes], file_extension: str, offset: int, out: IO[str]) -> bool:
+        """One chunk, errors reported on stderr; False if it failed."""
+        self._stage = None
+        try:
+            self._process(chunk, file_extension, offset, out)
+        except ParseError as e:
+            e.span = dataclasses.replace(e.span, line_offset=offset)
+            if self.args.parsing_diagnostics:
+                print(e)
+                return True
+            if self.args.traceback:
+                raise
+            _eprint(format_parse_error(e))
+            return False
+        except DiagnosticException as e:
+            if self.args.traceback:
+                raise
+            if (located := as_parse_error(e)) is not None:
+                located.span = dataclasses.replace(located.span, line_offset=offset)
+                _eprint(format_parse_error(located))
+            else:
+                self._report(e)
+            return False
+        except LocatedError as e:
+            if self.args.traceback:
+                raise
+            self._report(e)
+            return False
+        except (ShrinkException, BrokenPipeError):
+            raise
+        except Exception as e:
+            if self.args.traceback:
+                raise
+            self._report(e)
+            return False
+        finally:
+            chunk.close()
+        return True
+
+    def _run_verifying(
+        self, chunk: IO[bytes], file_extension: str, offset: int, out: IO[str]
+    ) -> bool:
+        """`--verify-diagnostics`: the chunk's diagnostics must be exactly the ones its
+        `expected-*` annotations announce (`xl.tools.verify_diagnostics`)."""
+        data = chunk.read()
+        chunk.close()
+        name = self.get_input_name()
+        text = data.decode("utf-8", errors="replace")
+        expectations, problems = parse_expectations(text, name, offset)
+        diagnostics: list[Diagnostic] = []
+        self._stage = None
+        try:
+            self._process(io.BytesIO(data), file_extension, offset, out)
+        except (ShrinkException, BrokenPipeError):
+            raise
+        except Exception as e:
+            if self.args.traceback:
+                raise
+            diagnostics.append(_as_diagnostic(e, offset))
+        problems += check_diagnostics(diagnostics, expectations, name)
+        for p in problems:
+            _eprint(p)
+        return not problems
+
+
+def _as_diagnostic(e: BaseException, offset: int) -> Diagnostic:
+    """What the tool would report for `e`, as a `Diagnostic` with its location."""
+    parse_error = e if isinstance(e, ParseError) else as_parse_error(e)
+    if parse_error is not None:
+        span = dataclasses.replace(_point_at_op_name(parse_error), line_offset=offset)
+        loc = span.get_location()
+        return Diagnostic("error", _parse_message(parse_error), loc.file, loc.line, int(loc.col))
+    if isinstance(e, LocatedError):
+        where = locate(e.op) if e.op is not None else None
+        if where is not None:
+            return Diagnostic("error", e.message, *where)
+        return Diagnostic("error", e.message)
+    return Diagnostic("error", format_exception(e).removeprefix(f"{PROG}: error: "))
 
 
 def main(args: Sequence[str] | None = None) -> None:
