@@ -36,6 +36,7 @@ rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i6
 
 // CHECK:     rt.kernel "popxl.transpose"(%w) -> (%wt) {perm = array<i64: 1, 0>} :
 // CHECK-NOT: rt.view
+// CHECK:     // -----
 
 // -----
 
@@ -52,6 +53,7 @@ rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i6
 
 // CHECK:     rt.kernel "popxl.reshape"(%a) -> (%b) :
 // CHECK-NOT: rt.view
+// CHECK:     // -----
 
 // -----
 
@@ -115,6 +117,7 @@ rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i6
 
 // CHECK:     rt.kernel "popxl.reshape"(%a) -> (%b) :
 // CHECK-NOT: rt.view
+// CHECK:     // -----
 
 // -----
 
