@@ -556,16 +556,39 @@ def test_print_schedule_inplace_and_main_graph():
 
 
 def test_op_type_names():
-    from popxl_addons.graph import op_type_name
+    """print_schedule's op types come from the op classes (`popxl.printing.op_type_name`)."""
+    from popxl.printing import op_type_name
+    from xl.dialects.call import CallOp, RepeatOp
+    from xl.dialects.graph import HostLoadOp
+    from xl.dialects.ipu import CopyOp
+    from xl.dialects.popxl import (
+        AccumulateMeanOp, GeluGradOp, GeluOp, MatmulOp, ReduceSumOp, ReshapeOp,
+        ScaledAddInplaceOp, SoftmaxOp,
+    )  # fmt: skip
 
-    assert op_type_name("popxl.matmul") == "MatMul"
-    assert op_type_name("popxl.gelu") == "Gelu"
-    assert op_type_name("popxl.reshape") == "Reshape"
-    assert op_type_name("call.call") == "Call"
-    assert op_type_name("popxl.softmax") == "Softmax"
-    assert op_type_name("popxl.scaled_add_") == "ScaledAddLhsInplace"
-    assert op_type_name("popxl.some_new_op_") == "SomeNewOpInplace"
-    assert op_type_name("popxl.gelu_grad") == "GeluGrad"
+    assert op_type_name(MatmulOp) == "MatMul"
+    assert op_type_name(GeluOp) == "Gelu"
+    assert op_type_name(ReshapeOp) == "Reshape"
+    assert op_type_name(CallOp) == "Call"
+    assert op_type_name(RepeatOp) == "Loop"
+    assert op_type_name(SoftmaxOp) == "Softmax"
+    assert op_type_name(ScaledAddInplaceOp) == "ScaledAddLhsInplace"
+    assert op_type_name(ReduceSumOp) == "ReduceSum"
+    assert op_type_name(AccumulateMeanOp) == "Accumulate"
+    assert op_type_name(GeluGradOp) == "GeluGrad"
+    assert op_type_name(HostLoadOp) == "HostLoad"
+    assert op_type_name(CopyOp) == "IpuCopy"
+
+
+def test_print_schedule_names_every_op_class():
+    """Every op print_schedule can meet has a PopART type name (no table to keep in sync)."""
+    from popxl.printing import op_type_name
+    from xl.dialects import get_all_dialects
+
+    for factory in get_all_dialects().values():
+        for cls in factory().operations:
+            name = op_type_name(cls)
+            assert re.fullmatch(r"[A-Z][A-Za-z0-9]*", name), (cls.name, name)
 
 
 # ---------------------------------------------------------------------------------------

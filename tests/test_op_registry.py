@@ -208,17 +208,6 @@ def test_popart_type_names() -> None:
             assert t.type_name != derived_popart_type(c.name), f"{c.name}: redundant PopartType"
 
 
-def test_print_schedule_table_agrees_with_traits() -> None:
-    """`popxl_addons.graph._OP_TYPES` (phase 2 replaces it by `popart_type`) gives the same
-    names as the op classes for every op that exists."""
-    from popxl_addons.graph import _OP_TYPES
-
-    by_name = {c.name: c for _, c in ALL_OPS}
-    for n, v in _OP_TYPES.items():
-        if n in by_name:
-            assert popart_type(by_name[n]) == v, n
-
-
 def _frontend_source() -> str:
     root = ROOT.parent / "frontend"
     return "\n".join(p.read_text() for p in sorted(root.rglob("*.py")))

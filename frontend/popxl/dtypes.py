@@ -17,6 +17,7 @@ from xl.dialects.utils import numpy_dtype as _elem_to_np
 
 __all__ = [
     "bool",
+    "checked_dtype",
     "complex64",
     "complex128",
     "double",
@@ -207,3 +208,13 @@ def element_type(dt: Any) -> Attribute:
 def from_element_type(elem: Attribute) -> dtype:
     """The popxl dtype of an xDSL element type (`f32` -> `popxl.float32`)."""
     return dtype._from_element_type(elem)
+
+
+def checked_dtype(dt: Any, what: str) -> dtype:
+    """`dt` (a popxl dtype, NumPy dtype or type, Python type, name or torch dtype) as a popxl
+    dtype xl computes with, for checking an argument: `TypeError` when `dt` is not a dtype
+    at all, `ValueError` when it names no popxl dtype or one without a NumPy equivalent;
+    messages start with `what` (e.g. the function called)."""
+    from popxl._checks import check_dtype
+
+    return check_dtype(dt, what)

@@ -8,16 +8,16 @@ mirror the Python properties.
 from __future__ import annotations
 
 import inspect
-import io
 import itertools
+import os
 import typing
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
-from xdsl.printer import Printer
 from xl.dialects.graph import (
     D2HStreamOp,
     GraphOp,
@@ -35,6 +35,12 @@ from popxl.tensor import Tensor, TensorByRef, TensorSpec
 __all__ = ["Ir"]
 
 _ir_ids = itertools.count()
+_irs: weakref.WeakSet[Ir] = weakref.WeakSet()
+
+
+def _live_irs() -> list[Ir]:
+    """Every Ir not yet garbage-collected (`popxl.bridge.tensor_of` finds a value's Ir)."""
+    return list(_irs)
 
 
 class Ir:
@@ -46,6 +52,7 @@ class Ir:
         if not isinstance(replication, int) or replication < 1:
             raise ValueError(f"Ir: replication must be a positive int, got {replication!r}")
         self._id = next(_ir_ids)
+        _irs.add(self)
         self._module = ModuleOp([])
         main = MainGraphOp()
         self._module.body.block.add_op(main)
@@ -287,7 +294,13 @@ class Ir:
         return ReplicaGrouping._from_assignments(self, list(assignment))
 
     # -- text -------------------------------------------------------------------------------
-    def to_mlir(self, values: str = "current") -> str:
+    def to_mlir(
+        self,
+        values: str = "current",
+        *,
+        elide_larger_than: int | None = None,
+        weights: str | os.PathLike[str] | None = None,
+    ) -> str:
         """The program as MLIR text (custom format); `xl-opt`/`xl-run` read it back.
 
         Each `graph.variable` carries a value, so the text is a self-contained program:
@@ -300,15 +313,25 @@ class Ir:
           was built, whatever any session did since.
 
         The text always parses back to the same program; only the variable values differ.
+
+        - `weights="prog.npz"`: the variable values go to that `.npz` (keyed by variable
+          name) instead of the text, which marks each such variable
+          `{graph.external = "prog.npz"}`; `xl-run prog.mlir --vars prog.npz` runs it.
+        - `elide_larger_than=N`: dense values with more than N elements print as
+          `dense_resource<__elided__>` (as `xl-opt --elide-elementsattrs-if-larger=N`);
+          such text is for reading and does not parse back.
         """
         if values not in ("current", "initial"):
             raise ValueError(f"Ir.to_mlir: values must be 'current' or 'initial', got {values!r}")
         module = self._module
         if values == "current" and self._sessions:
             module = self._module_with_values(self._sessions[-1]._current_values())
-        s = io.StringIO()
-        Printer(stream=s).print_op(module)
-        return s.getvalue() + "\n"
+        from xl.tools.elide import print_op
+        from xl.tools.weights import externalize_variables
+
+        if weights is not None:
+            module = externalize_variables(module, weights)
+        return print_op(module, elide_larger_than=elide_larger_than) + "\n"
 
     def _module_with_values(self, current: Mapping[str, Any]) -> ModuleOp:
         """A copy of the module whose `graph.variable` values are `current[name]`."""

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from popxl_addons.dot_tree import DotTree
 from popxl_addons.named_tensors import NamedTensors
 
-__all__ = ["GraphWithNamedArgs", "BoundGraph", "TensorMap", "schedule_str", "op_type_name"]
+__all__ = ["GraphWithNamedArgs", "BoundGraph", "TensorMap", "schedule_str"]
 
 TensorMap = Mapping[Any, Any]
 
@@ -148,6 +148,11 @@ class GraphWithNamedArgs:
     def grad_graph_info(self, value: Any) -> None:
         self._grad_graph_info = value
 
+    @property
+    def is_grad_graph(self) -> bool:
+        """Whether this is a gradient graph (it has a `grad_graph_info`)."""
+        return self._grad_graph_info is not None
+
     def bind(self, args: Any = None) -> BoundGraph:
         """A BoundGraph binding the named inputs to the tensors of `args` with the same keys."""
         return BoundGraph(self.graph, _as_tensor_map(self.args, args))
@@ -216,186 +221,9 @@ class GraphWithNamedArgs:
         return schedule_str(self.graph, self.args)
 
 
-# ----------------------------------------------------------------------------------------
-# print_schedule
-# ----------------------------------------------------------------------------------------
-
-# xl op names -> PopART op types. Unlisted names are CamelCased (`foo_bar` -> `FooBar`,
-# a trailing `_` -> `Inplace`).
-_OP_TYPES: dict[str, str] = {
-    "popxl.add": "Add",
-    "popxl.add_": "AddLhsInplace",
-    "popxl.sub": "Sub",
-    "popxl.mul": "Mul",
-    "popxl.mul_": "MulLhsInplace",
-    "popxl.div": "Div",
-    "popxl.pow": "Pow",
-    "popxl.fmod": "Fmod",
-    "popxl.maximum": "Max",
-    "popxl.minimum": "Min",
-    "popxl.equal": "Equal",
-    "popxl.greater": "Greater",
-    "popxl.logical_and": "And",
-    "popxl.logical_or": "Or",
-    "popxl.logical_not": "Not",
-    "popxl.neg": "Neg",
-    "popxl.negate": "Neg",
-    "popxl.abs": "Abs",
-    "popxl.sign": "Sign",
-    "popxl.relu": "Relu",
-    "popxl.relu_": "ReluInplace",
-    "popxl.gelu": "Gelu",
-    "popxl.gelu_": "GeluInplace",
-    "popxl.geluerf": "GeluErf",
-    "popxl.tanh": "Tanh",
-    "popxl.sigmoid": "Sigmoid",
-    "popxl.swish": "Swish",
-    "popxl.exp": "Exp",
-    "popxl.log": "Log",
-    "popxl.sqrt": "Sqrt",
-    "popxl.cos": "Cos",
-    "popxl.sin": "Sin",
-    "popxl.identity": "Identity",
-    "popxl.detach": "Detach",
-    "popxl.cast": "Cast",
-    "popxl.matmul": "MatMul",
-    "popxl.softmax": "Softmax",
-    "popxl.reshape": "Reshape",
-    "popxl.reshape_": "ReshapeInplace",
-    "popxl.flatten": "Flatten",
-    "popxl.transpose": "Transpose",
-    "popxl.transpose_": "TransposeInplace",
-    "popxl.reduce_sum": "ReduceSum",
-    "popxl.reduce_mean": "ReduceMean",
-    "popxl.reduce_max": "ReduceMax",
-    "popxl.reduce_min": "ReduceMin",
-    "popxl.reduce_prod": "ReduceProd",
-    "popxl.sum": "ReduceSum",
-    "popxl.mean": "ReduceMean",
-    "popxl.max": "ReduceMax",
-    "popxl.min": "ReduceMin",
-    "popxl.scaled_add": "ScaledAdd",
-    "popxl.scaled_add_": "ScaledAddLhsInplace",
-    "popxl.nll_loss": "Nll",
-    "popxl.nll_loss_with_softmax_grad": "NllWithSoftmaxGrad",
-    "popxl.layer_norm": "GroupNormalization",
-    "popxl.group_norm": "GroupNormalization",
-    "popxl.concat": "Concat",
-    "popxl.slice": "Slice",
-    "popxl.gather": "Gather",
-    "popxl.squeeze": "Squeeze",
-    "popxl.split": "Split",
-    "popxl.where": "Where",
-    "popxl.dropout": "Dropout",
-    "popxl.init": "Init",
-    "popxl.detach": "Detach",
-    "popxl.onehot": "Onehot",
-    "popxl.dynamic_slice": "DynamicSlice",
-    "popxl.dynamic_update": "DynamicUpdate",
-    "popxl.dynamic_update_": "DynamicUpdateInplace",
-    "popxl.increment_mod": "IncrementMod",
-    "popxl.increment_mod_": "IncrementModInplace",
-    "popxl.accumulate_": "Accumulate",
-    "popxl.accumulate_mean_": "Accumulate",
-    "popxl.accumulate_square_": "Accumulate",
-    "popxl.accumulate_moving_average_": "Accumulate",
-    "popxl.accumulate_moving_average_square_": "Accumulate",
-    "popxl.accumulator_scale_": "AccumulatorScale",
-    "popxl.accumulator_zero_": "AccumulatorZero",
-    "popxl.adam_updater": "AdamUpdater",
-    "popxl.copy_var_update_": "CopyVarUpdate",
-    "popxl.print_tensor": "PrintTensor",
-    "call.call": "Call",
-    "call.repeat": "Loop",
-    "call.conditional": "If",
-    "ipu.copy": "IpuCopy",
-    "graph.host_load": "HostLoad",
-    "graph.host_store": "HostStore",
-    "graph.init": "Init",
-    "graph.remote_load": "RemoteLoad",
-    "graph.remote_store": "RemoteStore",
-}
-
-# ops that are tensors in PopART (not scheduled ops) or the graph terminator
-_NOT_OPS = {"graph.output", "graph.variable", "graph.constant"}
-
-
-def op_type_name(op_name: str) -> str:
-    """PopART op type for an xl op name (`popxl.matmul` -> `MatMul`)."""
-    if op_name in _OP_TYPES:
-        return _OP_TYPES[op_name]
-    base = op_name.split(".", 1)[-1]
-    inplace = base.endswith("_")
-    base = base.rstrip("_")
-    camel = "".join(p[:1].upper() + p[1:] for p in base.split("_") if p)
-    return camel + ("Inplace" if inplace else "")
-
-
-def _op_id(ir: Any, op: Any) -> int:
-    """The PopART-style op id: the Ir's own numbering if it has one, else first-seen order from 100."""
-    fn = getattr(ir, "_op_id", None)
-    if callable(fn):
-        try:
-            oid = fn(op)
-        except Exception:  # noqa: BLE001 - fall back to our own numbering
-            oid = None
-        if oid is not None:
-            return int(oid)
-    table = getattr(ir, "_addons_op_ids", None)
-    if table is None:
-        table = {}
-        try:
-            ir._addons_op_ids = table
-        except AttributeError:
-            pass
-    key = id(op)
-    if key not in table:
-        table[key] = (len(table) + 100, op)  # keep op alive so its id() is not reused
-    return table[key][0]
-
-
-def _type_str(value: Any) -> str:
-    from xl.dialects.utils import dtype_of, shape_of
-
-    t = value.type
-    try:
-        return f"[{shape_of(t)} {dtype_of(t)}]"
-    except (AssertionError, TypeError):
-        return f"[{t}]"
-
-
-def _called_graph_names(ir: Any, op: Any) -> list[str]:
-    from xdsl.dialects.builtin import SymbolRefAttr
-
-    names = []
-    for prop in ("callee", "then_branch", "else_branch"):
-        ref = op.properties.get(prop)
-        if not isinstance(ref, SymbolRefAttr):
-            continue
-        names.append(_graph_name_for_symbol(ir, op, ref))
-    return names
-
-
-def _graph_name_for_symbol(ir: Any, op: Any, ref: Any) -> str:
-    sym = ref.root_reference.data
-    try:
-        from xdsl.traits import SymbolTable
-
-        g_op = SymbolTable.lookup_symbol(op, ref)
-    except Exception:  # noqa: BLE001
-        g_op = None
-    if g_op is not None:
-        try:
-            import popxl
-
-            return popxl.Graph._from_op(ir, g_op).name
-        except Exception:  # noqa: BLE001
-            pass
-    return sym
-
-
 def schedule_str(graph: Any, args: Optional[NamedTensors] = None) -> str:
-    """PopART-style schedule text of `graph`:
+    """PopART-style schedule text of `graph` (`popxl.printing.schedule_str`); the inputs in
+    `args` are shown by their key (`weight=%2`):
 
     ```
     Graph : Linear_subgraph(0)
@@ -404,43 +232,9 @@ def schedule_str(graph: Any, args: Optional[NamedTensors] = None) -> str:
         Add.101 (%4 [(2, 32) float32], %3 [(32,) float32]) -> (%5 [(2, 32) float32])
       }
     ```
-    Tensors are numbered `%N` in order of first appearance; named inputs show their key.
     """
-    op = graph._op
-    ir = graph.ir
-    names: dict[Any, str] = {}
-    if args is not None:
-        for k, t in args.to_dict().items():
-            names[t._value] = k
-    ids: dict[Any, int] = {}
+    from popxl.printing import schedule_str as popxl_schedule_str
 
-    def tid(v: Any) -> str:
-        if v not in ids:
-            ids[v] = len(ids) + 1
-        return f"%{ids[v]}"
-
-    def operand(v: Any) -> str:
-        return f"{tid(v)} {_type_str(v)}"
-
-    block = op.body.block
-    in_strs = []
-    for a in block.args:
-        s = tid(a)
-        in_strs.append(f"{names[a]}={s}" if a in names else s)
-
-    lines = []
-    outputs: list[Any] = []
-    for o in block.ops:
-        if o.name == "graph.output":
-            outputs = list(o.operands)
-            continue
-        if o.name in _NOT_OPS:
-            continue
-        called = _called_graph_names(ir, o)
-        called_str = f"({', '.join(called)})" if called else ""
-        ins = ", ".join(operand(v) for v in o.operands)
-        outs = ", ".join(operand(v) for v in o.results)
-        lines.append(f"    {op_type_name(o.name)}.{_op_id(ir, o)}{called_str} ({ins}) -> ({outs})")
-    out_strs = [tid(v) for v in outputs]
-    header = f"Graph : {graph.name}\n  ({', '.join(in_strs)}) -> ({', '.join(out_strs)}) {{"
-    return "\n".join([header, *lines, "  }"])
+    _check_graph(graph, "schedule_str")
+    names = {t: k for k, t in args.to_dict().items()} if args is not None else None
+    return popxl_schedule_str(graph, names)

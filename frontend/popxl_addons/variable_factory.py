@@ -37,11 +37,9 @@ def _as_popxl_dtype(dtype: Any) -> Any:
     """A popxl dtype from a popxl dtype, NumPy dtype or Python type."""
     import popxl
 
-    from popxl._checks import check_dtype
-
     if isinstance(dtype, popxl.dtype):
         return dtype
-    np_dtype = np.dtype(check_dtype(dtype, "VariableFactory").as_numpy())
+    np_dtype = np.dtype(popxl.dtypes.checked_dtype(dtype, "VariableFactory").as_numpy())
     np_dtype = _DOWNCAST.get(np_dtype, np_dtype)
     return popxl.dtype.as_dtype(np_dtype)
 

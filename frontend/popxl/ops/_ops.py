@@ -45,6 +45,7 @@ from xl.dialects.popxl import (
     LogOp,
     MatmulOp,
     MaximumOp,
+    MinimumOp,
     MulOp,
     NegOp,
     NllLossOp,
@@ -355,7 +356,7 @@ def clip(t: Tensor, min: float = float("-inf"), max: float = float("inf")) -> Te
     """`t` with each element clamped to `[min, max]` (numbers; infinite bounds are no bound)."""
     out = t
     if max != float("inf"):
-        out = negate(maximum(negate(out), constant(-max, t.dtype)))
+        out = emit1(MinimumOp, _pair(out, constant(max, t.dtype)))
     if min != float("-inf"):
         out = maximum(out, constant(min, t.dtype))
     return out

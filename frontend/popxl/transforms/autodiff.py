@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from xl.dialects.graph import GraphOp
 from xl.passes.autodiff import (
+    AutodiffError,
     FWD_GRAD,
     FWD_INPUT,
     GradInfo,
@@ -100,11 +101,16 @@ class GradGraphInfo:
         )
 
     @classmethod
-    def _from_graph(cls, grad_graph: Graph) -> GradGraphInfo:
-        """The info of a gradient graph, read from its `autodiff.*` attributes."""
+    def from_graph(cls, grad_graph: Graph) -> GradGraphInfo:
+        """The info of a gradient graph, read from its `autodiff.*` attributes (e.g. a
+        graph made by a pass from a gradient graph; ValueError for another graph)."""
         op = grad_graph._op
-        assert isinstance(op, GraphOp)
-        info = GradInfo.from_graph(op)
+        if not isinstance(op, GraphOp):
+            raise ValueError(f"GradGraphInfo.from_graph: graph {grad_graph.name!r} is not a gradient graph")
+        try:
+            info = GradInfo.from_graph(op)
+        except AutodiffError as e:
+            raise ValueError(f"GradGraphInfo.from_graph: {e}") from None
         ir = grad_graph.ir
         fwd = ir._graph_by_name(info.forward)
         g = cls.__new__(cls)
@@ -114,7 +120,7 @@ class GradGraphInfo:
         return g
 
     @classmethod
-    def _create(
+    def create(
         cls,
         forward_graph: Graph,
         grad_graph: Graph,
@@ -145,7 +151,7 @@ class GradGraphInfo:
                 f"{len(info.expected_outputs)} expected outputs"
             )
         op.attributes.update(info.to_attributes())
-        return cls._from_graph(grad_graph)
+        return cls.from_graph(grad_graph)
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -161,6 +167,13 @@ class GradGraphInfo:
         op = self._graph._op
         self._info = GradInfo.from_graph(op)
         return self._info
+
+    @property
+    def connections(self) -> tuple[tuple[tuple[str, int], ...], tuple[int, ...]]:
+        """The expected connections by index, in the form `create` takes:
+        `(expected_inputs, expected_outputs)`, each input a `(kind, index)` pair."""
+        info = self._refresh()
+        return tuple(info.expected_inputs), tuple(info.expected_outputs)
 
     def _connection(self, kind: str, index: int) -> ExpectedConnection:
         fwd = self._forward_graph
@@ -360,12 +373,12 @@ def autodiff(
     )
     from popxl.graph import Graph as _G
 
-    top = GradGraphInfo._from_graph(_G._from_op(ir, grad_op))
+    top = GradGraphInfo.from_graph(_G._from_op(ir, grad_op))
     if not return_all_grad_graphs:
         return top
     out: dict[Graph, GradGraphInfo] = dict(given)
     for fwd_name, g_op in created.items():
-        info = GradGraphInfo._from_graph(_G._from_op(ir, g_op))
+        info = GradGraphInfo.from_graph(_G._from_op(ir, g_op))
         out[info.forward_graph] = info
     out[graph] = top
     return out

@@ -18,9 +18,7 @@ def host_load(
 
     Returns `(np_data cast to dtype, stream, loaded tensor)`.
     """
-    from popxl._checks import check_dtype
-
-    dtype = check_dtype(dtype, "addons.host_load")
+    dtype = popxl.dtypes.checked_dtype(dtype, "addons.host_load")
     np_data = np.asarray(np_data).astype(dtype.as_numpy())
     name = name or "input"
     stream = popxl.h2d_stream(np_data.shape, dtype, f"{name}_stream")

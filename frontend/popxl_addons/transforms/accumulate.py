@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import popxl
+from popxl import bridge
 from popxl.transforms.autodiff import GradGraphInfo
 from xl.passes.accumulate import COUNTER_NAME, accumulate
 
@@ -50,7 +51,7 @@ def _index_of(t: Any, candidates: tuple, what: str, graph: Any) -> int:
     if not isinstance(t, popxl.Tensor):
         raise TypeError(f"autodiff_with_accumulation: {what} must contain Tensors, got {type(t).__name__}")
     for i, c in enumerate(candidates):
-        if c._value is t._value:
+        if c is t:
             return i
     raise ValueError(
         f"autodiff_with_accumulation: {what}: tensor {t.id} is not an input of graph {graph.name!r}"
@@ -111,8 +112,8 @@ def autodiff_with_accumulation(
     required += [fwd_inputs[i] for i in acc_idx if i not in req_idx]
     keep = [i for i in acc_idx if i in req_idx]
 
-    key_of = {t._value: k for k, t in graph.args.to_dict().items()}
-    names = [key_of.get(fwd_inputs[i]._value) or sanitise(fwd_inputs[i].name) for i in acc_idx]
+    key_of = {t: k for k, t in graph.args.to_dict().items()}
+    names = [key_of.get(fwd_inputs[i]) or sanitise(fwd_inputs[i].name) for i in acc_idx]
 
     bwd = autodiff(
         graph,
@@ -122,7 +123,7 @@ def autodiff_with_accumulation(
     )
     grad_graph = bwd.graph
     ir = grad_graph.ir
-    result = accumulate(ir._module, grad_graph.name, acc_idx, names, keep)
+    result = bridge.run_pass(ir, accumulate, grad_graph.name, acc_idx, names, keep)
 
     groupings: dict[str, Any] = {}
     if replica_groupings is not None:
@@ -130,7 +131,7 @@ def autodiff_with_accumulation(
 
     factories = NamedVariableFactories()
     named: dict[str, popxl.Tensor] = {}
-    counter_t = grad_graph._tensor(result.counter)
+    counter_t = bridge.tensor_of(result.counter, grad_graph)
     factories.insert(
         COUNTER_NAME,
         VariableFactory(partial(np.zeros, ()), popxl.float32, COUNTER_NAME, by_ref=True),
@@ -149,8 +150,8 @@ def autodiff_with_accumulation(
                 replica_grouping=groupings.get(name),
             ),
         )
-        named[key] = grad_graph._tensor(result.accumulators[i])
-    info = GradGraphInfo._from_graph(grad_graph)
+        named[key] = bridge.tensor_of(result.accumulators[i], grad_graph)
+    info = GradGraphInfo.from_graph(grad_graph)
     out = GraphWithNamedArgs.from_grad_graph(info, NamedTensors.from_dict(named))
     out.called_graphs_grad_info = dict(bwd.called_graphs_grad_info)
     return factories, out

@@ -8,7 +8,7 @@ gradient graph as a `GraphWithNamedArgs` carrying its `grad_graph_info`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 import popxl
 from popxl.transforms.autodiff import GradGraphInfo
@@ -78,7 +78,5 @@ def remap_grad_info(
 ) -> GradGraphInfo:
     """`grad_info`'s expected connections re-targeted, by index, to `forward_graph` and
     `backward_graph` (e.g. copies of the original graphs)."""
-    info: Any = grad_info._refresh()
-    return GradGraphInfo._create(
-        forward_graph, backward_graph, info.expected_inputs, info.expected_outputs
-    )
+    expected_inputs, expected_outputs = grad_info.connections
+    return GradGraphInfo.create(forward_graph, backward_graph, expected_inputs, expected_outputs)

@@ -24,20 +24,18 @@ pass later.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from popxl import context
+import popxl
+from popxl import bridge, context
+from popxl.bridge import Operation, VerifyException
 from popxl.graph import Graph
-from popxl.ops._utils import check_in_graph, insert
 from popxl.tensor import Tensor
-from xdsl.dialects.builtin import IntegerAttr, i64
-from xdsl.ir import Operation
-from xdsl.utils.exceptions import VerifyException
 from xl.dialects.graph import ConstantOp, OutputOp, VariableOp
-from xl.dialects.ipu import IPU_ATTR
-from xl.dialects.pipeline import STAGE_ATTR, RegionOp, RestoreOp, StashOp, set_stage
+from xl.dialects.pipeline import RegionOp, RestoreOp, StashOp, set_stage, stage_of
 from xl.passes.pipeline import PipelineError, Pipelined, lower_region
 
 __all__ = ["pipelined_execution", "StageContext"]
@@ -86,10 +84,9 @@ class StageContext:
 
     def _stage_of(self, t: Tensor) -> int | None:
         """The stage of the op producing `t`, None when it is not an op of this pipeline."""
-        owner = t._value.owner
-        if isinstance(owner, Operation) and owner in self._op_set:
-            a = owner.attributes.get(STAGE_ATTR)
-            return a.value.data if isinstance(a, IntegerAttr) else None
+        owner = bridge.producer_of(t)
+        if owner is not None and owner in self._op_set:
+            return stage_of(owner)
         return None
 
     # -- stashes -----------------------------------------------------------------------------
@@ -118,16 +115,18 @@ class StageContext:
                 "stash_and_restore_tensor: must be called in the graph of the pipeline "
                 f"({self._graph.name!r}), not in {g.name!r}"
             )
-        check_in_graph(g, [t], "stash_and_restore_tensor")
-        stash = StashOp(t._value, stash_size)
-        ipu = t._ipu_or_none
-        if ipu is not None:
-            stash.attributes[IPU_ATTR] = IntegerAttr(ipu, i64)
-        with self.stage(from_stage):
-            insert(g, stash, "pipeline.stash", verify=False)
+        if t not in g:
+            raise ValueError(
+                f"stash_and_restore_tensor: tensor {t.id} is in graph {t.graph.name!r}, not in "
+                f"the current graph {g.name!r}"
+            )
+        stash = StashOp(bridge.value_of(t), stash_size)
+        ipu = bridge.ipu_of(t)
+        with self.stage(from_stage), popxl.ipu(ipu) if ipu is not None else contextlib.nullcontext():
+            bridge.append_op(stash, g, verify=False)
         restore = RestoreOp(stash.result)
-        insert(g, restore, "pipeline.restore", verify=False)
-        return g._tensor(restore.result, g._unique_name(f"{t.name}_restored"))
+        bridge.append_op(restore, g, verify=False)
+        return bridge.tensor_of(restore.result, g, f"{t.name}_restored")
 
     def stash_and_restore_activations(self, call_info: Any, grad_info: Any) -> dict[Tensor, Tensor]:
         """`grad_info.inputs_dict(call_info)`, with the activations produced in an earlier
@@ -135,9 +134,9 @@ class StageContext:
         activations of the current stage are used directly)."""
         activations = grad_info.inputs_dict(call_info)
         from_stage = None
-        op = getattr(call_info, "_op", None)
+        op = bridge.call_op_of(call_info)
         if op is not None and op in self._op_set:
-            from_stage = op.attributes[STAGE_ATTR].value.data
+            from_stage = stage_of(op)
         to_stage = self._stage
         if from_stage is not None and to_stage != from_stage:
             for sg_tensor, act in activations.items():
@@ -148,11 +147,11 @@ class StageContext:
 
     # -- the transform ----------------------------------------------------------------------
     def _build_region(self) -> RegionOp | None:
-        block = self._graph._block
+        block = bridge.graph_op(self._graph).body.block
         ops = [op for op in self._ops if op.parent_block() is block]
         if not ops:
             return None
-        num_stages = max(op.attributes[STAGE_ATTR].value.data for op in ops) + 1  # type: ignore[union-attr]
+        num_stages = max(stage_of(op) or 0 for op in ops) + 1
         if self.steps < 2 * num_stages:
             raise ValueError(
                 "Pipelining requires the steps at least 2x the number of stages in the "
@@ -184,7 +183,7 @@ class StageContext:
         """The graph the pass created (after it ran)."""
         if self._result is None:
             return None
-        return Graph._from_op(self._graph.ir, self._result.graph)
+        return bridge.graph_of(self._graph.ir, self._result.graph)
 
     def apply(self) -> None:
         """Run the `pipeline` pass on the region (`defer=True`); a second call is an error."""
@@ -195,10 +194,10 @@ class StageContext:
             return
         ir = self._graph.ir
         try:
-            result = lower_region(ir._module, region)
+            result = bridge.run_pass(ir, lower_region, region)
         except PipelineError as e:
             raise ValueError(str(e)) from None
-        ir._op_ids[result.call] = next(ir._op_counter)
+        bridge.number_op(ir, result.call)
         self._result = result
         self._region = None
 

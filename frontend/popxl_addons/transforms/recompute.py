@@ -13,7 +13,7 @@ dx, = bwd.bind(accum).call(dx, args=bwd.grad_graph_info.inputs_dict(fwd_info))
 
 from __future__ import annotations
 
-from popxl.graph import Graph
+from popxl import bridge
 from popxl.transforms.autodiff import GradGraphInfo
 from xl.passes.recompute import recompute
 
@@ -35,7 +35,7 @@ def recompute_graph(grad_graph: GraphWithNamedArgs) -> GraphWithNamedArgs:
         raise TypeError(
             f"recompute_graph: expected a GraphWithNamedArgs, got {type(grad_graph).__name__}"
         )
-    if grad_graph._grad_graph_info is None:
+    if not grad_graph.is_grad_graph:
         raise ValueError(
             f"recompute_graph: graph '{grad_graph.graph.name}' is not a gradient graph (it has no "
             "grad_graph_info); pass the result of addons.autodiff"
@@ -43,8 +43,8 @@ def recompute_graph(grad_graph: GraphWithNamedArgs) -> GraphWithNamedArgs:
     info = grad_graph.grad_graph_info
     old = info.graph
     ir = old.ir
-    result = recompute(ir._module, old.name)
-    new = Graph._from_op(ir, result.graph)
+    result = bridge.run_pass(ir, recompute, old.name)
+    new = bridge.graph_of(ir, result.graph)
     old_inputs = old.inputs
     new_inputs = new.inputs
     mapping = {old_inputs[p]: new_inputs[q] for p, q in result.input_map.items()}
@@ -55,6 +55,6 @@ def recompute_graph(grad_graph: GraphWithNamedArgs) -> GraphWithNamedArgs:
             "which the recomputed graph does not take"
         )
     args = NamedTensors.from_dict({k: mapping[t] for k, t in grad_graph.args.to_dict().items()})
-    out = GraphWithNamedArgs.from_grad_graph(GradGraphInfo._from_graph(new), args)
+    out = GraphWithNamedArgs.from_grad_graph(GradGraphInfo.from_graph(new), args)
     out.called_graphs_grad_info = dict(grad_graph.called_graphs_grad_info)
     return out

@@ -1,0 +1,105 @@
+"""Printing a popxl program: the PopART-style op schedule of a graph.
+
+`Ir.to_mlir()` prints the whole program as IR text; `schedule_str(graph)` prints one
+graph the way PopART's `Graph::printSchedule` does (what `popxl_addons`'
+`GraphWithNamedArgs.print_schedule()` shows):
+
+```
+Graph : Linear_subgraph(0)
+  (%1, weight=%2, bias=%3) -> (%5) {
+    MatMul.100 (%1 [(2, 4) float32], %2 [(4, 32) float32]) -> (%4 [(2, 32) float32])
+    Add.101 (%4 [(2, 32) float32], %3 [(32,) float32]) -> (%5 [(2, 32) float32])
+  }
+```
+
+The op type of each op is its PopART type name, declared on the op class
+(`xl.dialects.traits.popart_type`: the `PopartType` trait, else the CamelCase of the op
+name, `Inplace` for a trailing `_`). Variables, constants and the terminator are tensors
+or structure in PopART, not scheduled ops, and are not listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from xdsl.ir import Operation, SSAValue
+from xl.dialects.call import called_graph_names
+from xl.dialects.graph import ConstantOp, OutputOp, VariableOp
+from xl.dialects.traits import popart_type
+from xl.dialects.utils import dtype_of, shape_of
+
+if TYPE_CHECKING:
+    from popxl.graph import Graph
+    from popxl.ir import Ir
+    from popxl.tensor import Tensor
+
+__all__ = ["op_type_name", "schedule_str"]
+
+# Not scheduled ops in PopART: tensors (variables, constants) and the graph terminator.
+_NOT_SCHEDULED = (OutputOp, VariableOp, ConstantOp)
+
+
+def op_type_name(op: Operation | type[Operation]) -> str:
+    """The PopART op type of an xl op or op class (`MatmulOp` -> `"MatMul"`)."""
+    return popart_type(op)
+
+
+def _op_id(ir: Ir, op: Operation) -> int:
+    """The PopART-style op id: the creation number the frontend gave the op (from 100);
+    ops built by passes are numbered from 100 in the order they are first printed."""
+    oid = ir._op_id(op)
+    if oid is not None:
+        return oid
+    table: dict[int, tuple[int, Operation]] = ir.__dict__.setdefault("_printed_op_ids", {})
+    key = id(op)
+    if key not in table:
+        table[key] = (len(table) + 100, op)  # keeps op alive so that its id() is not reused
+    return table[key][0]
+
+
+def _type_str(value: SSAValue) -> str:
+    t = value.type
+    try:
+        return f"[{shape_of(t)} {dtype_of(t)}]"
+    except (AssertionError, TypeError):
+        return f"[{t}]"
+
+
+def schedule_str(graph: Graph, input_names: Mapping[Tensor, str] | None = None) -> str:
+    """The ops of `graph` in schedule (program) order, PopART style (see the module doc).
+
+    Tensors are numbered `%N` in order of first appearance; an input in `input_names`
+    is shown as `name=%N`.
+    """
+    from popxl.bridge import graph_op, value_of
+
+    ir = graph.ir
+    names = {value_of(t): k for t, k in (input_names or {}).items()}
+    ids: dict[SSAValue, int] = {}
+
+    def tid(v: SSAValue) -> str:
+        if v not in ids:
+            ids[v] = len(ids) + 1
+        return f"%{ids[v]}"
+
+    def operand(v: SSAValue) -> str:
+        return f"{tid(v)} {_type_str(v)}"
+
+    block = graph_op(graph).body.block
+    in_strs = [f"{names[a]}={tid(a)}" if a in names else tid(a) for a in block.args]
+    lines = []
+    outputs: list[SSAValue] = []
+    for o in block.ops:
+        if isinstance(o, OutputOp):
+            outputs = list(o.operands)
+        if isinstance(o, _NOT_SCHEDULED):
+            continue
+        called = called_graph_names(o)
+        called_str = f"({', '.join(called)})" if called else ""
+        ins = ", ".join(operand(v) for v in o.operands)
+        outs = ", ".join(operand(v) for v in o.results)
+        lines.append(f"    {op_type_name(o)}.{_op_id(ir, o)}{called_str} ({ins}) -> ({outs})")
+    out_strs = [tid(v) for v in outputs]
+    header = f"Graph : {graph.name}\n  ({', '.join(in_strs)}) -> ({', '.join(out_strs)}) {{"
+    return "\n".join([header, *lines, "  }"])
