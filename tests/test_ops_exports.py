@@ -182,6 +182,7 @@ VAR_UPDATES: R = {
 COLLECTIVES: R = {
     "CommGroup": lambda e: _check(collectives.CommGroup(collectives.CommGroupType.Consecutive, 2).replicaGroupSize == 2),
     "CommGroupType": lambda e: _check(collectives.CommGroupType.All != collectives.CommGroupType.Orthogonal),
+    "CollectiveOps": lambda e: _check(collectives.CollectiveOps[:2] == ("add", "mean")),
 }
 COLLECTIVE_STUBS = (
     "all_reduce", "all_reduce_identical_grad_inputs", "all_reduce_identical_inputs",

@@ -390,10 +390,8 @@ def _reduce(cls: type[ReduceOp], t: Tensor, axis: Any, keepdims: bool) -> Tensor
     return emit1(cls, [t], axis=axes_tuple(axis, t.rank), keepdims=bool(keepdims) or None)
 
 
-Axes = int | Iterable[int] | None
 
-
-def sum(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+def sum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Sum of the elements over `axis` (an int, a sequence of ints, or None for all axes).
 
     The reduced dims are removed, or kept with size 1 when `keepdims`.
@@ -401,23 +399,23 @@ def sum(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
     return _reduce(ReduceSumOp, t, axis, keepdims)
 
 
-def mean(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+def mean(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Arithmetic mean over `axis` (all axes when None); dims as in `sum`."""
     return _reduce(ReduceMeanOp, t, axis, keepdims)
 
 
-def max(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+def max(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Maximum over `axis` (all axes when None); dims as in `sum`."""
     return _reduce(ReduceMaxOp, t, axis, keepdims)
 
 
-def min(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+def min(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Minimum over `axis` (all axes when None); dims as in `sum`."""
     return _reduce(ReduceMinOp, t, axis, keepdims)
 
 
 @unimplemented
-def prod(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+def prod(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Product over `axis` (all axes when None); dims as in `sum`.
 
     Not implemented in xl yet: raises `NotImplementedError`.
@@ -426,7 +424,7 @@ def prod(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
 
 
 @unimplemented
-def median(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+def median(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Median over `axis` (all axes when None); dims as in `sum`.
 
     Not implemented in xl yet: raises `NotImplementedError`.
@@ -434,27 +432,27 @@ def median(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
     ...
 
 
-def sumsquare(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+def sumsquare(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Sum of the squares `t * t` over `axis`; dims as in `sum`."""
     return sum(mul(t, t), axis, keepdims)
 
 
-def l2(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+def l2(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """L2 norm `sqrt(sum(t * t))` over `axis`; dims as in `sum`."""
     return sqrt(sumsquare(t, axis, keepdims))
 
 
-def l1(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+def l1(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """L1 norm `sum(|t|)` over `axis`; dims as in `sum`."""
     return sum(abs(t), axis, keepdims)
 
 
-def logsum(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+def logsum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """`log(sum(t))` over `axis`; dims as in `sum`."""
     return log(sum(t, axis, keepdims))
 
 
-def logsumexp(t: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+def logsumexp(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """`log(sum(exp(t)))` over `axis`, computed stably (the maximum is subtracted first);
     dims as in `sum`."""
     m = max(t, axis, keepdims=True)

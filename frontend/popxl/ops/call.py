@@ -28,6 +28,8 @@ __all__ = [
 class CallSiteInfo:
     """Information about one call of a graph (`call.call` or `call.repeat` op)."""
 
+    __module__ = "popxl.ops"
+
     def __init__(self, op: Operation, parent: Graph, called: Graph):
         self._op = op
         self._parent = parent
@@ -35,36 +37,46 @@ class CallSiteInfo:
 
     @property
     def called_graph(self) -> Graph:
+        """The graph called."""
         return self._called
 
     @property
     def parent_graph(self) -> Graph:
+        """The graph holding the call."""
         return self._parent
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
+        """The tensors of the parent graph passed to the called graph's inputs, in order."""
         return tuple(self._parent._tensor(v) for v in self._op.operands)
 
     @property
     def outputs(self) -> tuple[Tensor, ...]:
+        """The tensors of the parent graph the called graph's outputs become, in order."""
         return tuple(self._parent._tensor(r) for r in self._op.results)
 
     def parent_input(self, idx: int) -> Tensor:
+        """The parent tensor passed to input `idx` of the called graph."""
         return self.inputs[idx]
 
     def parent_output(self, idx: int) -> Tensor:
+        """The parent tensor output `idx` of the called graph becomes."""
         return self.outputs[idx]
 
     def graph_to_parent_input_index(self, idx: int) -> int:
+        """The call's input index of called-graph input `idx` (the same index in xl)."""
         return idx
 
     def parent_to_graph_input_index(self, idx: int) -> int:
+        """The called-graph input index of the call's input `idx` (the same index in xl)."""
         return idx
 
     def graph_to_parent_output_index(self, idx: int) -> int:
+        """The call's output index of called-graph output `idx` (the same index in xl)."""
         return idx
 
     def parent_to_graph_output_index(self, idx: int) -> int:
+        """The called-graph output index of the call's output `idx` (the same index in xl)."""
         return idx
 
     def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
@@ -194,7 +206,12 @@ def call_with_info(
     inputs_dict: Mapping[Tensor, Any] | None = None,
     check_inputs: bool = True,
 ) -> CallSiteInfo:
-    """Call `graph` (a `call.call` op); `inputs_dict` maps graph inputs to parent tensors."""
+    """Call `graph` (a `call.call` op) on `inputs` (positional, for its first inputs) and
+    `inputs_dict` (graph input -> parent tensor, for the others); returns the call site.
+
+    Each input must match the graph input's shape and dtype (unless `check_inputs` is
+    False); numbers become constants. By-reference inputs are updated in the parent.
+    """
     graph = _check_graph(graph, "call")
     args = _bind_inputs(graph, inputs, inputs_dict, "call", check_inputs)
     parent = gcg()
@@ -209,7 +226,8 @@ def call(
     *inputs: Any,
     inputs_dict: Mapping[Tensor, Any] | None = None,
 ) -> tuple[Tensor, ...]:
-    """Call `graph`; returns its outputs in the current graph."""
+    """Call `graph` (see `call_with_info`); returns its outputs as tensors of the current
+    graph."""
     return call_with_info(graph, *inputs, inputs_dict=inputs_dict).outputs
 
 
@@ -220,8 +238,9 @@ def repeat_with_info(
     inputs_dict: Mapping[Tensor, Any] | None = None,
     check_inputs: bool = True,
 ) -> CallSiteInfo:
-    """Run `graph` `repeat_count` times (`call.repeat`); its N outputs feed its first N
-    inputs on the next iteration."""
+    """Run `graph` `repeat_count` times (a `call.repeat` op); its N outputs feed its first N
+    inputs on the next iteration (same shapes and dtypes); returns the call site.
+    Inputs as in `call_with_info`."""
     graph = _check_graph(graph, "repeat")
     if not isinstance(repeat_count, int) or isinstance(repeat_count, bool) or repeat_count < 0:
         raise ValueError(f"ops.repeat: repeat_count must be an int >= 0, got {repeat_count!r}")
@@ -253,11 +272,15 @@ def repeat(
     *inputs: Any,
     inputs_dict: Mapping[Tensor, Any] | None = None,
 ) -> tuple[Tensor, ...]:
+    """Run `graph` `repeat_count` times (`repeat_with_info`); returns the outputs of the
+    last iteration in the current graph."""
     return repeat_with_info(graph, repeat_count, *inputs, inputs_dict=inputs_dict).outputs
 
 
 class ConditionalSiteInfo:
     """Information about one `call.conditional` op."""
+
+    __module__ = "popxl.ops"
 
     def __init__(self, op: ConditionalOp, parent: Graph, then_graph: Graph, else_graph: Graph):
         self._op = op
@@ -267,28 +290,35 @@ class ConditionalSiteInfo:
 
     @property
     def condition(self) -> Tensor:
+        """The scalar bool tensor that selects the branch."""
         return self._parent._tensor(self._op.condition)
 
     @property
     def then_inputs(self) -> tuple[Tensor, ...]:
+        """The parent tensors passed to `then_branch`'s inputs."""
         return tuple(self._parent._tensor(v) for v in self._op.then_args)
 
     @property
     def else_inputs(self) -> tuple[Tensor, ...]:
+        """The parent tensors passed to `else_branch`'s inputs."""
         return tuple(self._parent._tensor(v) for v in self._op.else_args)
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
+        """`condition`, then `then_inputs`, then `else_inputs`."""
         return (self.condition, *self.then_inputs, *self.else_inputs)
 
     @property
     def outputs(self) -> tuple[Tensor, ...]:
+        """The parent tensors the outputs of the branch taken become."""
         return tuple(self._parent._tensor(r) for r in self._op.res)
 
     def parent_output(self, idx: int) -> Tensor:
+        """The parent tensor output `idx` of the branch taken becomes."""
         return self.outputs[idx]
 
     def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
+        """The parent tensor connected to an input or output of either branch."""
         for g, ins in ((self.then_branch, self.then_inputs), (self.else_branch, self.else_inputs)):
             for i, t in enumerate(g.inputs):
                 if t is graph_tensor:
@@ -309,7 +339,8 @@ def conditional_with_info(
     else_inputs_dict: Mapping[Tensor, Any] | None = None,
     check_inputs: bool = True,
 ) -> ConditionalSiteInfo:
-    """Run `then_branch` if the scalar bool `cond` holds, else `else_branch`."""
+    """Run `then_branch` if the scalar bool `cond` holds, else `else_branch` (a
+    `call.conditional` op); inputs of each branch as in `call_with_info`; returns the site."""
     from popxl import dtypes
 
     then_branch = _check_graph(then_branch, "conditional")
@@ -357,6 +388,9 @@ def conditional(
     then_inputs_dict: Mapping[Tensor, Any] | None = None,
     else_inputs_dict: Mapping[Tensor, Any] | None = None,
 ) -> tuple[Tensor, ...]:
+    """Run `then_branch` on `then_inputs` if the scalar bool `cond` holds, else
+    `else_branch` on `else_inputs` (both branches have the same output types); returns the
+    outputs of the branch taken (`conditional_with_info`)."""
     return conditional_with_info(
         cond, then_branch, else_branch, then_inputs, else_inputs, then_inputs_dict, else_inputs_dict
     ).outputs
