@@ -175,7 +175,7 @@ def append_op(op: Operation, graph: Graph | None = None, verify: bool = True) ->
         raise TypeError(f"bridge.append_op: expected an op, got {type(op).__name__}")
     g = gcg() if graph is None else graph
     _check(g, Graph, "append_op", "a popxl.Graph")
-    insert(g, op, op.name, verify=verify)
+    insert(g, op, verify=verify)
     return tuple(g._tensor(r) for r in op.results)
 
 

@@ -1371,7 +1371,7 @@ def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor
     if h2d_stream.ir is not g.ir:
         raise ValueError(f"ops.host_load: stream {h2d_stream.tensor_id!r} belongs to another Ir")
     op = HostLoadOp(h2d_stream.tensor_id, tensor_type(h2d_stream.shape, h2d_stream.dtype.as_numpy()))
-    insert(g, op, HostLoadOp.name, verify=False)
+    insert(g, op, verify=False)
     return g._tensor(op.result, g._unique_name(name if name is not None else h2d_stream.tensor_id, scoped=True))
 
 
@@ -1391,7 +1391,7 @@ def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
             f"ops.host_store: stream {d2h_stream.tensor_id!r} carries {d2h_stream.shape} "
             f"{d2h_stream.dtype.name}, but tensor {t.id} is {t.shape} {t.dtype.name}"
         )
-    insert(g, HostStoreOp(d2h_stream.tensor_id, t._value), HostStoreOp.name, verify=False)
+    insert(g, HostStoreOp(d2h_stream.tensor_id, t._value), verify=False)
 
 
 def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
@@ -1409,7 +1409,7 @@ def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
                 "`with popxl.ipu(i):` or pass `source`"
             )
     op = CopyOp(t._value, as_int(source, "source"), as_int(destination, "destination"))
-    insert(g, op, CopyOp.name)
+    insert(g, op)
     return g._tensor(op.result)
 
 

@@ -67,8 +67,8 @@ def unimplemented(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def stub(*args: Any, **kwargs: Any) -> Any:
-        module = stub.__module__.replace("popxl.ops._ops", "popxl.ops")
-        raise not_implemented(f"{module}.{stub.__name__}")
+        # `public_op` (the wrapper every public op gets) names the public function instead
+        raise not_implemented(f"{stub.__module__}.{stub.__name__}")
 
     stub._xl_unimplemented = True  # type: ignore[attr-defined]
     return stub
@@ -162,12 +162,14 @@ def to_tensor(x: Any, dtype: Any = None) -> Tensor:
     return constant(_to_numpy(x, dtype, True, current_op("popxl.constant")), dtype=dtype)
 
 
-def insert(g: Graph, op: Operation, what: str, verify: bool = True) -> Operation:
+def insert(g: Graph, op: Operation, what: str | None = None, verify: bool = True) -> Operation:
     """Append `op` to graph `g`: every op the frontend builds goes through here.
 
     Checks that each operand is a value of `g` (a value of another graph or another Ir
     would silently refer to the wrong data), then verifies `op` (a `VerifyException`
-    becomes a `ValueError` with the same first paragraph)."""
+    becomes a `ValueError` with the same first paragraph). Errors name the public op being
+    called, else `what`, else the op's name."""
+    what = what if what is not None else op.name
     block = g._block
     for i, v in enumerate(op.operands):
         if _defining_block(v) is not block:
@@ -218,7 +220,7 @@ def emit(
     except VerifyException as e:
         raise ValueError(str(e)) from None
     # Inferred result types were checked by `make`; given ones are verified here.
-    insert(g, op, cls.name, verify=result_types is not None)
+    insert(g, op, verify=result_types is not None)
     outs = []
     for i, r in enumerate(op.results):
         name = names[i] if names is not None and i < len(names) else None

@@ -216,7 +216,7 @@ def call_with_info(
     args = _bind_inputs(graph, inputs, inputs_dict, "call", check_inputs)
     parent = gcg()
     op = CallOp(graph.name, [a._value for a in args], list(graph._op.function_type.outputs.data))
-    insert(parent, op, "call.call", verify=False)
+    insert(parent, op, verify=False)
     _name_outputs(parent, op, graph)
     return CallSiteInfo(op, parent, graph)
 
@@ -261,7 +261,7 @@ def repeat_with_info(
     op = RepeatOp(
         graph.name, repeat_count, [a._value for a in args], list(graph._op.function_type.outputs.data)
     )
-    insert(parent, op, "call.repeat", verify=False)
+    insert(parent, op, verify=False)
     _name_outputs(parent, op, graph)
     return CallSiteInfo(op, parent, graph)
 
@@ -374,7 +374,7 @@ def conditional_with_info(
         [a._value for a in e_args],
         list(t_out),
     )
-    insert(parent, op, "call.conditional", verify=False)
+    insert(parent, op, verify=False)
     _name_outputs(parent, op, then_branch)
     return ConditionalSiteInfo(op, parent, then_branch, else_branch)
 
