@@ -16,10 +16,9 @@ from xdsl.dialects.builtin import (
     UnitAttr,
     i64,
 )
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xl.dialects.graph import (
     BY_REF_ATTR,
-    NAME_ATTR,
     ConstantOp,
     GraphOp,
     HostLoadOp,
@@ -200,14 +199,9 @@ class Graph:
 
     @property
     def called_graphs(self) -> tuple[Graph, ...]:
-        from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
+        from xl.dialects.call import called_graph_names
 
-        names: list[str] = []
-        for op in self._block.ops:
-            if isinstance(op, CallOp | RepeatOp):
-                names.append(op.callee.root_reference.data)
-            elif isinstance(op, ConditionalOp):
-                names += [op.then_branch.root_reference.data, op.else_branch.root_reference.data]
+        names = [n for op in self._block.ops for n in called_graph_names(op)]
         seen: dict[str, Graph] = {}
         for n in names:
             if n not in seen:
@@ -267,18 +261,9 @@ class Graph:
         meta_shape = check_shape(meta_shape, what + " meta_shape") if meta_shape else None
         ttype = tensor_type(shape, dt.as_numpy())
         name = self._unique_name(name if name is not None else "input", scoped=True)
-        block = self._block
-        idx = len(block.args)
-        arg = block.insert_arg(ttype, idx)
-        attrs: dict[str, Attribute] = {NAME_ATTR: StringAttr(name)}
-        if by_ref:
-            attrs[BY_REF_ATTR] = UnitAttr()
         ipu = context._current_ipu()
-        if ipu is not None:
-            attrs[IPU_ATTR] = IntegerAttr(ipu, i64)
-        old = list(op.arg_attrs.data) if op.arg_attrs is not None else []
-        old += [DictionaryAttr({NAME_ATTR: StringAttr(f"arg{i}")}) for i in range(len(old), idx)]
-        op.arg_attrs = ArrayAttr([*old, DictionaryAttr(attrs)])
+        placement = {IPU_ATTR: IntegerAttr(ipu, i64)} if ipu is not None else None
+        arg = op.add_input(ttype, name, by_ref, attrs=placement)
         self._sync_function_type()
         t = self._tensor(arg, name)
         if meta_shape:

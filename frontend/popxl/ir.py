@@ -26,6 +26,7 @@ from xl.dialects.graph import (
     HostStoreOp,
     MainGraphOp,
     VariableOp,
+    graphs_by_name,
 )
 
 from popxl import context
@@ -129,10 +130,10 @@ class Ir:
         return op
 
     def _graph_by_name(self, name: str) -> Graph:
-        for op in self._module.body.block.ops:
-            if isinstance(op, GraphOp) and op.sym_name.data == name:
-                return Graph._from_op(self, op)
-        raise ValueError(f"Ir has no graph named {name!r}")
+        op = graphs_by_name(self._module).get(name)
+        if op is None:
+            raise ValueError(f"Ir has no graph named {name!r}")
+        return Graph._from_op(self, op)
 
     def create_empty_graph(self, name: str | None = None) -> Graph:
         """An empty subgraph; add inputs and outputs with `popxl.graph_input/graph_output`
