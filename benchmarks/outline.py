@@ -36,7 +36,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from xl.dialects.call import CallOp
 from xl.passes.outline import outline
-from xl.runtime import compile_module
+from xl.compiler import compile_module
 
 # -- models ---------------------------------------------------------------------------------
 

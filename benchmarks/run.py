@@ -286,15 +286,11 @@ def bench_infer(batch: int, rounds: int, target_s: float) -> dict:
 def compile_phases(build: Callable[[], object]) -> dict[str, float]:
     """Seconds for: build IR, passes + lowering, rt optimisations, plan creation.
 
-    The phases of `xl.runtime.compile_module` (which a `popxl.Session` calls), timed apart.
+    The phases of `xl.compiler.compile_module` (which a `popxl.Session` calls), timed apart.
     """
     from xl.passes.rt_optimize import optimize_program
-    from xl.runtime.executable import (
-        DEFAULT_PIPELINE,
-        compile_program,
-        gc_paused,
-        lower,
-    )
+    from xl.compiler import DEFAULT_PIPELINE, lower
+    from xl.runtime.executable import compile_program, gc_paused
 
     t0 = time.perf_counter()
     ir = build()

@@ -25,6 +25,7 @@ dropped, and each replica reads its own slice.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from xdsl.dialects.builtin import (
     DenseArrayBase,
@@ -71,6 +72,7 @@ from xl.dialects.graph import (
     print_body_region,
     print_named_slot,
 )
+from xl.dialects.attrs import from_attr
 from xl.dialects.dominance import verify_dominance
 from xl.dialects.utils import fmt_type
 
@@ -130,6 +132,16 @@ class ProgramOp(IRDLOperation):
     def int_attr(self, key: str, default: int) -> int:
         a = self.attributes.get(key)
         return a.value.data if isinstance(a, IntegerAttr) else default
+
+    @property
+    def num_host_transfers(self) -> int:
+        """Host transfers per stream per run (`num_host_transfers`, default 1)."""
+        return self.int_attr("num_host_transfers", 1)
+
+    @property
+    def replication_factor(self) -> int:
+        """Replicas the program runs on (`replication_factor`, default 1)."""
+        return self.int_attr("replication_factor", 1)
 
     def verify_(self) -> None:
         verify_dominance(self)
@@ -247,6 +259,8 @@ _SEGMENTS: dict[tuple[int, int], DenseArrayBase] = {}
 
 
 _NAMES: dict[str, StringAttr] = {}
+# raw operandSegmentSizes bytes -> number of ins
+_IN_COUNTS: dict[bytes, int] = {}
 
 
 def _kernel_name(name: str) -> StringAttr:
@@ -298,6 +312,26 @@ class KernelOp(IRDLOperation):
             properties={"kernel": _kernel_name(kernel), "operandSegmentSizes": _segments(len(ins), len(outs))},
             attributes=attributes or {},
         )
+
+    def io(self) -> tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]]:
+        """(ins, outs); much cheaper than the `ins` / `outs` accessors."""
+        seg = self.properties["operandSegmentSizes"]
+        key = seg.data.data  # type: ignore[attr-defined]
+        n = _IN_COUNTS.get(key)
+        if n is None:
+            n = _IN_COUNTS[key] = int(seg.get_values()[0])  # type: ignore[attr-defined]
+        operands = tuple(self.operands)
+        return operands[:n], operands[n:]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The kernel's parameters (the high-level op's properties) as Python values:
+        every attribute except the markers of other layers (`ipu.*`, `rt.*`)."""
+        return {
+            k: from_attr(v)
+            for k, v in self.attributes.items()
+            if not k.startswith("ipu.") and not k.startswith("rt.")
+        }
 
 
 @irdl_op_definition

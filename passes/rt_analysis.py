@@ -21,6 +21,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xl.dialects import rt
 from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dtype_of, shape_of
+from xl.runtime.views import view_array
 
 VIEW_ATTR = "rt.view"
 
@@ -52,30 +53,6 @@ FULL_WRITE = ELEMENTWISE | frozenset(
 )  # fmt: skip
 
 
-def view_array(
-    kernel: str, x: np.ndarray, shape: tuple[int, ...], perm: Sequence[int] | None
-) -> np.ndarray | None:
-    """The NumPy view of `x` that a view kernel's output is bound to, or None when NumPy
-    cannot express it without copying (e.g. flattening a transposed view).
-
-    The one definition of what a view is: `rt-views` checks chains of views with it (on
-    stride-only stand-ins, see `layout`) and the runtime binds views with it.
-    """
-    if kernel == "popxl.transpose":
-        order = tuple(int(a) for a in perm) if perm is not None else tuple(range(x.ndim))[::-1]
-        if sorted(order) != list(range(x.ndim)):
-            return None
-        v = x.transpose(order)
-    elif kernel in ("popxl.reshape", "popxl.squeeze"):
-        try:
-            v = np.reshape(x, shape, copy=False)
-        except ValueError:
-            return None
-    else:
-        return None
-    return v if v.shape == tuple(shape) else None
-
-
 def transpose_perm(op: rt.KernelOp) -> tuple[int, ...] | None:
     attr: Attribute | None = op.attributes.get("perm")
     return None if attr is None else tuple(int(a) for a in from_attr(attr))
@@ -99,18 +76,9 @@ def programs(module: ModuleOp) -> list[rt.ProgramOp]:
     return [op for op in module.ops if isinstance(op, rt.ProgramOp)]
 
 
-_SEGMENTS: dict[bytes, int] = {}
-
-
 def kernel_io(op: rt.KernelOp) -> tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]]:
     """(ins, outs) of a kernel; much cheaper than the `ins` / `outs` accessors."""
-    seg = op.properties["operandSegmentSizes"]
-    key = seg.data.data  # type: ignore[attr-defined]
-    n = _SEGMENTS.get(key)
-    if n is None:
-        n = _SEGMENTS[key] = int(seg.get_values()[0])  # type: ignore[attr-defined]
-    operands = tuple(op.operands)
-    return operands[:n], operands[n:]
+    return op.io()
 
 
 def effects(op: Operation) -> tuple[Sequence[SSAValue], Sequence[SSAValue]] | None:

@@ -1,5 +1,24 @@
-"""The NumPy runtime: compiles a lowered `rt` program once and runs it."""
+"""The NumPy runtime: compiles a lowered `rt` program once and runs it.
 
-from xl.runtime.executable import DEFAULT_PIPELINE, Executable, compile_module, lower
+It depends on the `rt` dialect only; the pass pipeline that produces an `rt.program`
+is the compile driver's (`xl.compiler`). `compile_module`, `lower` and
+`DEFAULT_PIPELINE` are still importable from here (resolved from `xl.compiler` on
+first use) for existing callers.
+"""
 
-__all__ = ["DEFAULT_PIPELINE", "Executable", "compile_module", "lower"]
+from typing import Any
+
+from xl.runtime.errors import PlanError
+from xl.runtime.executable import Executable, compile_program
+
+__all__ = ["Executable", "PlanError", "compile_program"]
+
+_FROM_COMPILER = frozenset({"DEFAULT_PIPELINE", "RT_PIPELINE", "compile_module", "lower"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_COMPILER:
+        import xl.compiler
+
+        return getattr(xl.compiler, name)
+    raise AttributeError(f"module 'xl.runtime' has no attribute {name!r}")

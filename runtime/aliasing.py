@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from xl.runtime.errors import PlanError
+
 # Kernels that must not have an output among their inputs even as the very same array:
 # a fused chain writes its output at every step and reads its inputs again later.
 _NO_IDENTICAL = frozenset({"xl.fused"})
@@ -43,8 +45,6 @@ def check_writable(kernel: str, outs: Sequence[np.ndarray], describe: Callable[[
     `describe(i)` names output `i`."""
     for i, o in enumerate(outs):
         if not o.flags.writeable:
-            from xl.runtime.executable import PlanError
-
             raise PlanError(
                 f"runtime: '{kernel}' writes the constant {describe(i)} (constants are read-only)"
             )

@@ -1,14 +1,12 @@
 """Compiles an `rt.program` once into a plan over preallocated buffers, and runs it.
 
-`compile_module(module)` accepts a high-level module (it is cloned and lowered with
-the standard pipeline) or an already lowered one. By default the lowered program also
-goes through the `rt` optimisations (`RT_PIPELINE`: update folding, fusion, views,
-buffer reuse) and runs as one generated Python function per replica
-(`xl.runtime.plan`); `compile_module(module, optimize=False)` gives the straightforward
+`compile_program(program, optimize=True)` runs the program as one generated Python
+function per replica (`xl.runtime.plan`); `optimize=False` gives the straightforward
 plan: a list of kernel closures run in order, the reference the optimised plan is tested
 against. Either way, per step only planned kernels run: no xDSL object, name lookup or
 buffer allocation is involved. The resulting `Executable` runs the program with
-`run(inputs)`.
+`run(inputs)`. Lowering a high-level module and the pass pipeline are the compile
+driver's (`xl.compiler.compile_module`); the runtime depends on the `rt` dialect only.
 
 Host data layout: stream arrays are `[num_host_transfers, replication_factor, *shape]`
 with size-1 leading dims dropped; each executed `rt.h2d` consumes the next transfer
@@ -16,7 +14,6 @@ with size-1 leading dims dropped; each executed `rt.h2d` consumes the next trans
 counts are checked at compile time, see `xl.runtime.transfers`).
 Replicas are simulated one after another, each with its own buffers and state.
 """
-
 from __future__ import annotations
 
 import gc
@@ -27,49 +24,27 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
 from xl.dialects import rt
-from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.runtime import xl_kernels as _xl_kernels  # noqa: F401  (registers xl.* kernels)
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
+from xl.runtime.errors import PlanError, describe_buffer, diagnostic_props
 from xl.runtime.kernels import KERNELS
+from xl.runtime.plan import build_replica
+from xl.runtime.streams import StreamIn, StreamOut, stream_entry
+from xl.runtime.transfers import check_transfers
 
 Step = Callable[[], None]
-
-
-class PlanError(ValueError):
-    """The rt program cannot be turned into a plan (unknown kernel, bad stream use)."""
-
-    pass
-
-
-@dataclass
-class _StreamIn:
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    data: np.ndarray | None = None  # [n, *shape] view for the running replica
-    index: int = 0
-
-
-@dataclass
-class _StreamOut:
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    data: np.ndarray | None = None
-    index: int = 0
 
 
 @dataclass
 class _Replica:
     steps: list[Step]
     state: dict[str, np.ndarray]
-    inputs: dict[str, _StreamIn]
-    outputs: dict[str, _StreamOut]
+    inputs: dict[str, StreamIn]
+    outputs: dict[str, StreamOut]
 
 
 @dataclass
@@ -167,47 +142,14 @@ class Executable:
 # ------------------------------------------------------------------------------------
 
 
-def stream_entry(op: rt.H2DOp | rt.D2HOp, table: dict[str, Any], cls: type, verb: str) -> Any:
-    """The `cls(name, shape, dtype)` entry of `table` for the stream `op` loads or stores
-    (made on first use); raises `PlanError` when the stream is `verb` with another type."""
-    t = op.buffer.type
-    assert isinstance(t, MemRefType)
-    name = op.stream.data
-    shape, dtype = shape_of(t), dtype_of(t)
-    s = table.get(name)
-    if s is None:
-        s = table[name] = cls(name, shape, dtype)
-    elif (s.shape, s.dtype) != (shape, dtype):
-        raise PlanError(
-            f"runtime: stream \"{name}\" is {verb} as {s.shape} {s.dtype} and as {shape} {dtype}"
-        )
-    return s
-
-
-def describe_buffer(v: SSAValue) -> str:
-    """How run-time errors name a buffer: its tensor name and the host stream it is
-    loaded from (if any)."""
-    name = f'tensor "{v.name_hint}"' if v.name_hint else "an unnamed tensor"
-    streams = sorted({u.operation.stream.data for u in v.uses if isinstance(u.operation, rt.H2DOp)})
-    if streams:
-        name += " loaded from stream " + ", ".join(f'"{s}"' for s in streams)
-    return name
-
-
-def diagnostic_props(op: rt.KernelOp) -> dict[str, Any]:
-    """`_kernel` and `_operands` (one description per input) for kernel error messages
-    (`xl.runtime.kernels.DataRangeError`)."""
-    return {"_kernel": op.kernel.data, "_operands": tuple(describe_buffer(v) for v in op.ins)}
-
-
-def _h2d(buf: np.ndarray, s: _StreamIn) -> None:
+def _h2d(buf: np.ndarray, s: StreamIn) -> None:
     data = s.data
     assert data is not None
     np.copyto(buf, data[s.index % data.shape[0]])
     s.index += 1
 
 
-def _d2h(buf: np.ndarray, s: _StreamOut) -> None:
+def _d2h(buf: np.ndarray, s: StreamOut) -> None:
     data = s.data
     assert data is not None
     np.copyto(data[s.index % data.shape[0], ...], buf)
@@ -235,8 +177,8 @@ class _Compiler:
     def __init__(self) -> None:
         self.buffers: dict[SSAValue, np.ndarray] = {}
         self.state: dict[str, np.ndarray] = {}
-        self.inputs: dict[str, _StreamIn] = {}
-        self.outputs: dict[str, _StreamOut] = {}
+        self.inputs: dict[str, StreamIn] = {}
+        self.outputs: dict[str, StreamOut] = {}
 
     def buf(self, v: SSAValue) -> np.ndarray:
         return self.buffers[v]
@@ -275,9 +217,7 @@ class _Compiler:
             factory = KERNELS.get(name)
             if factory is None:
                 raise PlanError(f"runtime: no NumPy kernel for '{name}'")
-            props: dict[str, Any] = {
-                k: from_attr(v) for k, v in op.attributes.items() if not k.startswith("ipu.")
-            }
+            props: dict[str, Any] = op.params
             props.update(diagnostic_props(op))
             fn = factory(props)
             ins = [self.buf(v) for v in op.ins]
@@ -296,10 +236,10 @@ class _Compiler:
             return partial(np.copyto, self.buf(op.dest), self.buf(op.source))
         if isinstance(op, rt.H2DOp):
             check_writable(op.name, [self.buf(op.buffer)], lambda i: describe_buffer(op.buffer))
-            s = stream_entry(op, self.inputs, _StreamIn, "loaded")
+            s = stream_entry(op, self.inputs, StreamIn, "loaded")
             return partial(_h2d, self.buf(op.buffer), s)
         if isinstance(op, rt.D2HOp):
-            o = stream_entry(op, self.outputs, _StreamOut, "stored")
+            o = stream_entry(op, self.outputs, StreamOut, "stored")
             return partial(_d2h, self.buf(op.buffer), o)
         if isinstance(op, rt.LoopOp):
             body = self.compile_block(op.body.block)
@@ -336,18 +276,14 @@ def compile_program(program: rt.ProgramOp, optimize: bool = False) -> Executable
 
 
 def _compile_program(program: rt.ProgramOp, optimize: bool) -> Executable:
-    from xl.runtime.transfers import check_transfers
-
     check_transfers(program)
-    n = program.int_attr("num_host_transfers", 1)
-    reps = program.int_attr("replication_factor", 1)
+    n = program.num_host_transfers
+    reps = program.replication_factor
     replicas: list[_Replica] = []
     sources: list[str] = []
     for _ in range(reps):
         if optimize:
-            from xl.runtime.plan import build_replica
-
-            b, marks = build_replica(program, _StreamIn, _StreamOut)
+            b, marks = build_replica(program, StreamIn, StreamOut)
             fn, src = b.finish(marks)
             sources.append(src)
             replicas.append(_Replica([fn], b.state, b.inputs, b.outputs))
@@ -364,47 +300,3 @@ def _compile_program(program: rt.ProgramOp, optimize: bool) -> Executable:
         replicas=replicas,
         sources=sources,
     )
-
-
-DEFAULT_PIPELINE = "pipeline,inline,canonicalize,cse,dce,lower-to-rt"
-
-
-def lower(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> ModuleOp:
-    """A lowered copy of `module` (the input is left untouched)."""
-    from xdsl.passes import PassPipeline
-    from xdsl.transforms import get_all_passes
-
-    from xl.passes import get_all_passes as xl_passes
-    from xl.tools.context import xl_context
-
-    with gc_paused():
-        module = module.clone()
-        passes = {**get_all_passes(), **xl_passes()}
-        PassPipeline.parse_spec(passes, pipeline).apply(xl_context(), module)
-    return module
-
-
-# The rt-level optimisations applied by `compile_module(..., optimize=True)`.
-RT_PIPELINE = "rt-optimize"
-
-
-def compile_module(
-    module: ModuleOp, pipeline: str = DEFAULT_PIPELINE, optimize: bool = True
-) -> Executable:
-    """Compile a high-level or already lowered module into an `Executable`.
-
-    With `optimize=True` (default) the lowered program also goes through `RT_PIPELINE`
-    and runs as a generated plan; `optimize=False` gives the straightforward plan of the
-    lowered program as is (same results, used as the reference in tests).
-    The input module is never modified.
-    """
-    with gc_paused():
-        programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
-        if not programs:
-            module = lower(module, f"{pipeline},{RT_PIPELINE}" if optimize else pipeline)
-        elif optimize:
-            module = lower(module, RT_PIPELINE)
-        programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
-        if len(programs) != 1:
-            raise PlanError(f"runtime: expected one rt.program, found {len(programs)}")
-        return compile_program(programs[0], optimize=optimize)

@@ -35,12 +35,12 @@ from typing import Any
 import numpy as np
 from xdsl.ir import Block, Operation, SSAValue
 from xl.dialects import rt
-from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
-from xl.passes.rt_analysis import kernel_io, view_array
 from xl.runtime import blas
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
-from xl.runtime.executable import PlanError, describe_buffer, diagnostic_props, stream_entry
+from xl.runtime.errors import PlanError, describe_buffer, diagnostic_props
+from xl.runtime.streams import stream_entry
+from xl.runtime.views import view_array
 from xl.runtime.kernels import KERNELS, check_range
 from xl.runtime.xl_kernels import parse_steps
 
@@ -59,15 +59,6 @@ class K:
         self.name = name
         self.ins = tuple(ins)
         self.outs = tuple(outs)
-
-
-def kernel_props(op: rt.KernelOp) -> dict[str, Any]:
-    """The attributes of a kernel as plain Python values (runtime markers excluded)."""
-    return {
-        k: from_attr(v)
-        for k, v in op.attributes.items()
-        if not k.startswith("ipu.") and not k.startswith("rt.")
-    }
 
 
 class Gen:
@@ -743,9 +734,9 @@ class PlanBuilder:
     def kernel(self, rop: rt.KernelOp, depth: int) -> None:
         g = self.g
         name = rop.kernel.data
-        props = kernel_props(rop)
+        props = rop.params
         props.update(diagnostic_props(rop))
-        op = K(name, *kernel_io(rop))
+        op = K(name, *rop.io())
         if VIEW_ATTR in rop.attributes and len(op.ins) == 1 and len(op.outs) == 1:
             x = g.arr(op.ins[0])
             shape = shape_of(op.outs[0].type)

@@ -29,6 +29,7 @@ import warnings
 from xdsl.ir import Block
 
 from xl.dialects import rt
+from xl.runtime.errors import PlanError
 
 
 class HostTransferWarning(UserWarning):
@@ -80,8 +81,6 @@ def _span(a: int, b: int) -> str:
 
 def check_transfers(program: rt.ProgramOp) -> None:
     """Warn or raise (see the module docstring) for every mismatched stream."""
-    from xl.runtime.executable import PlanError
-
     n = program.int_attr("num_host_transfers", 1)
     errors: list[str] = []
     for (kind, name), (lo, hi) in sorted(count_transfers(program).items()):

@@ -18,7 +18,7 @@ from xl.dialects.graph import (
 )
 from xl.dialects.popxl import PopxlOp
 from xl.dialects.utils import tensor_type
-from xl.runtime import compile_module
+from xl.compiler import compile_module
 
 
 def build_single_op_module(

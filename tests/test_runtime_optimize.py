@@ -17,14 +17,10 @@ from popxl import ops
 from xdsl.dialects.builtin import ModuleOp
 from xl.dialects import rt
 from xl.passes.rt_analysis import VIEW_ATTR
-from xl.runtime import compile_module, lower
+from xl.compiler import DEFAULT_PIPELINE, compile_module, lower
 from xl.runtime.blas import gemm_acc
-from xl.runtime.executable import (
-    DEFAULT_PIPELINE,
-    _StreamIn,
-    _StreamOut,
-    compile_program,
-)
+from xl.runtime.executable import compile_program
+from xl.runtime.streams import StreamIn, StreamOut
 from xl.runtime.plan import build_replica
 
 TOL = dict(rtol=1e-6, atol=1e-6)
@@ -169,7 +165,7 @@ def test_mnist_like_optimised_ir():
 def test_plan_calls_only_planned_kernels():
     low = lower(module(mnist_like_ir()), f"{DEFAULT_PIPELINE},rt-optimize")
     (program,) = list(low.ops)
-    b, _ = build_replica(program, _StreamIn, _StreamOut)
+    b, _ = build_replica(program, StreamIn, StreamOut)
     assert b.fallbacks == []  # every kernel has generated code (no factory closures)
 
 

@@ -13,7 +13,7 @@ import popxl.ops as ops
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xl.runtime import compile_module
+from xl.compiler import compile_module
 
 N = 4
 OPS = ("add", "sub", "mul", "gelu", "relu", "tanh", "matmul", "transpose", "reshape", "softmax",

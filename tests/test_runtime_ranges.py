@@ -15,7 +15,7 @@ import numpy as np
 import popxl
 import pytest
 from popxl import ops
-from xl.runtime import compile_module
+from xl.compiler import compile_module
 from xl.runtime.kernels import DataRangeError
 
 from tests.runtime_check import check_all

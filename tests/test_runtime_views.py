@@ -13,8 +13,7 @@ import popxl
 import pytest
 from popxl import ops
 from xl.passes.rt_analysis import VIEW_ATTR
-from xl.runtime import lower
-from xl.runtime.executable import DEFAULT_PIPELINE
+from xl.compiler import DEFAULT_PIPELINE, lower
 
 from tests.runtime_check import check_all
 

@@ -6,8 +6,11 @@
 Inputs: `name=file.npy` for one stream, a bare `.npy` when the program has exactly
 one input stream, or a `.npz` whose keys are stream names. Variables: `--vars
 file.npz` (keys are variable names); variables not given keep their initial value
-from the IR (`graph.variable "w" = dense<...>`) or zeros. Each step is one run of
-the program with the same inputs; variables persist across steps.
+from the IR (`graph.variable "w" = dense<...>`) or zeros, except variables marked
+`{graph.external = "prog.npz"}` (written by `Ir.to_mlir(weights="prog.npz")`), which
+`--vars` must provide. Each step is one run of the program with the same inputs;
+variables persist across steps. `-` reads the program from stdin (`xl-opt ... | xl-run -`),
+`-o -` writes the outputs' .npz to stdout.
 
 Every failure is one message and exit status 1, never a traceback (``--traceback``
 re-raises for debugging): errors in the program as ``file:line:col: error: ...`` at the
@@ -18,12 +21,14 @@ tensors too large to allocate), everything else as ``xl-run: error: ...``.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import (
     ArgSpecParseError,
     DiagnosticException,
@@ -31,7 +36,9 @@ from xdsl.utils.exceptions import (
     VerifyException,
 )
 
-from xl.runtime import DEFAULT_PIPELINE, Executable, compile_module
+from xl.passes.plugins import load_pass_plugin
+from xl.compiler import DEFAULT_PIPELINE, compile_module
+from xl.runtime import Executable
 from xl.tools.context import xl_context
 from xl.tools.diagnostics import (
     LocatedError,
@@ -40,8 +47,9 @@ from xl.tools.diagnostics import (
     format_located,
     verify_located,
 )
-from xl.tools.opt import format_parse_error
+from xl.tools.opt import format_parse_error, version_text
 from xl.tools.parse import as_parse_error, parse_source
+from xl.tools.weights import EXTERNAL_ATTR, missing_external_variables
 
 PROG = "xl-run"
 
@@ -89,12 +97,16 @@ def gather_inputs(exe: Executable, specs: Sequence[str]) -> dict[str, np.ndarray
 
 
 def check_inputs(exe: Executable, inputs: dict[str, np.ndarray]) -> None:
+    unexpected = sorted(set(inputs) - set(exe.h2d_streams))
+    if unexpected:
+        names = ", ".join(f'"{n}"' for n in unexpected)
+        streams = ", ".join(sorted(exe.h2d_streams)) or "none"
+        raise RunError(
+            f"the program has no input stream named {names} (its input streams: {streams})"
+        )
     missing = sorted(set(exe.h2d_streams) - set(inputs))
     if missing:
         raise RunError(f"missing input for stream(s) {', '.join(missing)}")
-    unexpected = sorted(set(inputs) - set(exe.h2d_streams))
-    if unexpected:
-        raise RunError(f"no input stream named {', '.join(unexpected)}")
     for name, (shape, dtype) in exe.h2d_streams.items():
         arr = inputs[name]
         full = exe.full_shape(shape)
@@ -107,10 +119,38 @@ def check_inputs(exe: Executable, inputs: dict[str, np.ndarray]) -> None:
             raise RunError(f"stream \"{name}\": expected dtype {dtype}, got {arr.dtype}")
 
 
-def set_variables(exe: Executable, path: str) -> None:
+def read_variables(path: str) -> dict[str, np.ndarray]:
     data = _load_array_file(path)
     if not isinstance(data, dict):
         raise RunError(f"--vars '{path}': expected a .npz file keyed by variable name")
+    return data
+
+
+def check_external_variables(
+    module: ModuleOp, data: dict[str, np.ndarray] | None, vars_path: str | None
+) -> None:
+    """Every variable marked `graph.external` gets its value from `--vars`."""
+    missing = missing_external_variables(module, data)
+    if not missing:
+        return
+    op = missing[0]
+    name = op.var_name.data
+    where = op.attributes[EXTERNAL_ATTR]
+    file = getattr(where, "data", "an .npz")
+    if vars_path is None:
+        msg = (
+            f'graph.variable "{name}": its value is not in the program but in "{file}" '
+            f"(written by to_mlir(weights=...)): run with --vars {file}"
+        )
+    else:
+        msg = f'graph.variable "{name}": --vars \'{vars_path}\' has no value for this external variable'
+    others = len(missing) - 1
+    if others:
+        msg += f" ({others} more external variable{'s' if others > 1 else ''} missing)"
+    raise LocatedError(msg, op)
+
+
+def set_variables(exe: Executable, data: dict[str, np.ndarray]) -> None:
     for name, arr in data.items():
         if name not in exe.state:
             raise RunError(f"--vars: the program has no variable named \"{name}\"")
@@ -123,7 +163,7 @@ def set_variables(exe: Executable, path: str) -> None:
 
 
 def _check_output_path(option: str, path: str | None) -> None:
-    if path is None:
+    if path is None or (option == "-o" and path == "-"):
         return
     p = Path(path)
     if p.is_dir():
@@ -169,13 +209,17 @@ def _run(args: argparse.Namespace) -> None:
         raise RunError("--steps must be >= 1")
     _check_output_path("-o", args.output)
     _check_output_path("--save-vars", args.save_vars)
+    for plugin in args.load_pass_plugin or ():
+        load_pass_plugin(plugin)
     _check_pipeline(args.pipeline)
     data, name = _read_program(args.file)
     module = parse_source(xl_context(), data, name)
     source = SourceText(name, data.decode("utf-8"))
+    var_values = read_variables(args.vars) if args.vars else None
     try:
         check_runnable_types(module)
         verify_located(module)
+        check_external_variables(module, var_values, args.vars)
     except LocatedError as e:
         raise _Located(format_located(e, source, PROG)) from None
     try:
@@ -184,8 +228,8 @@ def _run(args: argparse.Namespace) -> None:
         raise _Located(format_located(e, source, PROG)) from None
     except MemoryError as e:
         raise RunError(f"out of memory while preparing the program: {e}") from None
-    if args.vars:
-        set_variables(exe, args.vars)
+    if var_values is not None:
+        set_variables(exe, var_values)
     inputs = gather_inputs(exe, args.inputs)
     check_inputs(exe, inputs)
     outs: dict[str, np.ndarray] = {}
@@ -196,7 +240,13 @@ def _run(args: argparse.Namespace) -> None:
                 print(f"step {step}:")
             for k, v in outs.items():
                 print(f"{k} = {np.array2string(v, separator=', ')}")
-    if args.output:
+    if args.output == "-":
+        buf = io.BytesIO()
+        np.savez(buf, **outs)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(buf.getvalue())
+        sys.stdout.buffer.flush()
+    elif args.output:
         np.savez(args.output, **outs)
     if args.save_vars:
         np.savez(args.save_vars, **{k: v for k, v in exe.state.items()})
@@ -207,14 +257,35 @@ class _Located(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    ap.add_argument("file", help="textual xl program (.mlir); '-' reads stdin")
+    ap = argparse.ArgumentParser(
+        prog=PROG,
+        description=__doc__.split("\n")[0],
+        epilog=f"default lowering pipeline (-p):\n  {DEFAULT_PIPELINE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("file", help="textual xl program (any extension); '-' reads stdin")
     ap.add_argument("inputs", nargs="*", help="name=x.npy, x.npy or inputs.npz")
     ap.add_argument("--vars", help=".npz of variable values, keyed by variable name")
     ap.add_argument("--steps", type=int, default=1, help="number of runs (default 1)")
-    ap.add_argument("-o", "--output", help="write the last step's outputs to this .npz")
+    ap.add_argument(
+        "-o", "--output", help="write the last step's outputs to this .npz ('-': stdout)"
+    )
     ap.add_argument("--save-vars", help="write the final variable values to this .npz")
-    ap.add_argument("-p", "--pipeline", default=DEFAULT_PIPELINE, help="lowering pipeline")
+    ap.add_argument(
+        "-p",
+        "--pipeline",
+        default=DEFAULT_PIPELINE,
+        help=f"lowering pipeline (default: {DEFAULT_PIPELINE})",
+    )
+    ap.add_argument(
+        "--load-pass-plugin",
+        action="append",
+        metavar="FILE.py",
+        help="load the ModulePass subclasses (with a 'name') defined in FILE.py; repeatable",
+    )
+    ap.add_argument(
+        "--version", action="version", version=version_text(PROG), help="print the xl and xDSL versions"
+    )
     ap.add_argument(
         "--traceback",
         action="store_true",

@@ -59,7 +59,7 @@ class Session:
             module.verify()
         except VerifyException as e:
             raise ValueError(f"Session: the program of {ir!r} is invalid: {str(e).split(chr(10) * 2)[0]}") from None
-        from xl.runtime import compile_module
+        from xl.compiler import compile_module
 
         self._exe = compile_module(module)
         ir._sessions.append(self)

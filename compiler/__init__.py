@@ -1,0 +1,10 @@
+"""The compile driver: a high-level module through the pass pipeline to an `Executable`.
+
+`xl.compiler` is the one place that knows both the passes and the runtime: `lower` runs a
+pass pipeline on a copy of a module, `compile_module` lowers (unless the module is
+already an `rt.program`), runs the `rt` optimisations and builds the runtime's plan.
+"""
+
+from xl.compiler.driver import DEFAULT_PIPELINE, RT_PIPELINE, compile_module, lower
+
+__all__ = ["DEFAULT_PIPELINE", "RT_PIPELINE", "compile_module", "lower"]

@@ -1,0 +1,63 @@
+"""`lower` and `compile_module`: the pass pipeline, then the runtime's plan.
+
+```python
+from xl.compiler import compile_module
+
+exe = compile_module(module)          # lowered, rt-optimised, generated plan
+ref = compile_module(module, optimize=False)  # the straightforward plan, as lowered
+outs = exe.run({"x": x})
+```
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import PassPipeline
+from xdsl.transforms import get_all_passes
+
+from xl.dialects import rt
+from xl.passes import get_all_passes as xl_passes
+from xl.runtime.errors import PlanError
+from xl.runtime.executable import Executable, compile_program, gc_paused
+from xl.tools.context import xl_context
+
+__all__ = ["DEFAULT_PIPELINE", "RT_PIPELINE", "compile_module", "lower"]
+
+# From a high-level module (graphs, calls, popxl ops) to one `rt.program`.
+DEFAULT_PIPELINE = "pipeline,inline,canonicalize,cse,dce,lower-to-rt"
+
+# The rt-level optimisations applied by `compile_module(..., optimize=True)`.
+RT_PIPELINE = "rt-optimize"
+
+
+def lower(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> ModuleOp:
+    """A copy of `module` with the passes of `pipeline` applied (the input is left
+    untouched). Pass names are xDSL's and xl's (`xl.passes.get_all_passes`, plugins
+    included)."""
+    with gc_paused():
+        module = module.clone()
+        passes = {**get_all_passes(), **xl_passes()}
+        PassPipeline.parse_spec(passes, pipeline).apply(xl_context(), module)
+    return module
+
+
+def compile_module(
+    module: ModuleOp, pipeline: str = DEFAULT_PIPELINE, optimize: bool = True
+) -> Executable:
+    """Compile a high-level or already lowered module into an `Executable`.
+
+    With `optimize=True` (default) the lowered program also goes through `RT_PIPELINE`
+    and runs as a generated plan; `optimize=False` gives the straightforward plan of the
+    lowered program as is (same results, used as the reference in tests).
+    The input module is never modified.
+    """
+    with gc_paused():
+        programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
+        if not programs:
+            module = lower(module, f"{pipeline},{RT_PIPELINE}" if optimize else pipeline)
+        elif optimize:
+            module = lower(module, RT_PIPELINE)
+        programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
+        if len(programs) != 1:
+            raise PlanError(f"runtime: expected one rt.program, found {len(programs)}")
+        return compile_program(programs[0], optimize=optimize)
