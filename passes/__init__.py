@@ -1,4 +1,8 @@
-"""xl passes, one per file; `get_all_passes()` is the registry used by xl-opt and the Python API."""
+"""xl passes, one per file; `get_all_passes()` is the registry used by xl-opt and the Python API.
+
+It holds xl's passes (`builtin_passes()`), then the passes of installed `xl.passes` entry
+points and of plugin files loaded with `load_pass_plugin` (see `xl.passes.plugins`).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,16 @@ from xdsl.passes import ModulePass
 
 
 def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """Lazy factories for every pass (xl's, then plugins'), keyed by kebab-case name."""
+    from xl.passes.plugins import entry_point_passes, loaded_plugin_passes
+
+    passes = builtin_passes()
+    for name, factory in {**entry_point_passes(), **loaded_plugin_passes()}.items():
+        passes.setdefault(name, factory)  # xl's own passes keep their names
+    return passes
+
+
+def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """Lazy factories for every xl pass, keyed by its kebab-case name."""
 
     def get_accumulate() -> type[ModulePass]:

@@ -24,7 +24,6 @@ from collections.abc import Iterator
 import numpy as np
 from xdsl.dialects.builtin import FileLineColLoc, ModuleOp, TensorType
 from xdsl.ir import Attribute, Operation
-from xdsl.printer import Printer
 from xdsl.traits import IsTerminator, NoTerminator
 from xdsl.utils.exceptions import VerifyException
 
@@ -85,14 +84,45 @@ def locate(op: Operation) -> tuple[str, int, int] | None:
     return None
 
 
-def op_text(op: Operation) -> str:
-    """`op` in generic form without its regions, cut to `MAX_OP_TEXT` characters."""
-    shallow = op.clone_without_regions() if op.regions else op
-    import io
+MAX_LINE_SHOWN = 160
+"""Characters of a source line shown under an error (a line of weights can be megabytes)."""
 
-    out = io.StringIO()
-    Printer(stream=out, print_generic_format=True).print_op(shallow)
-    text = out.getvalue().strip()
+
+def clip_context(text: str, width: int = MAX_LINE_SHOWN) -> str:
+    """Source lines (each optionally followed by a line of carets) cut to a window of
+    `width` characters around the caret, with `...` where text was left out."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        carets = lines[i + 1] if i + 1 < len(lines) else None
+        if carets is not None and carets.strip() and set(carets.strip()) == {"^"}:
+            if len(line) > width:
+                start = len(carets) - len(carets.lstrip())
+                lo = max(0, min(start - width // 2, len(line) - width))
+                prefix = "..." if lo > 0 else ""
+                suffix = "..." if lo + width < len(line) else ""
+                shown = line[lo : lo + width]
+                n = min(len(carets.strip()), width - (start - lo))
+                line = prefix + shown + suffix
+                carets = " " * (start - lo + len(prefix)) + "^" * max(n, 1)
+            out += [line, carets]
+            i += 2
+            continue
+        out.append(line if len(line) <= width else line[:width] + "...")
+        i += 1
+    return "\n".join(out)
+
+
+def op_text(op: Operation) -> str:
+    """`op` in generic form without its regions, large constants elided, cut to
+    `MAX_OP_TEXT` characters."""
+    from xl.tools.elide import MESSAGE_ELIDE_LIMIT, print_op
+
+    shallow = op.clone_without_regions() if op.regions else op
+    text = print_op(shallow, elide_larger_than=MESSAGE_ELIDE_LIMIT, print_generic_format=True)
+    text = text.strip()
     if len(text) > MAX_OP_TEXT:
         text = text[:MAX_OP_TEXT] + " ..."
     return text
@@ -113,14 +143,16 @@ def format_located(
     own = isinstance(e.op.location, FileLineColLoc) if e.op is not None else False
     src = source.line(file, line) if source is not None else None
     if src is not None:
-        out += f"\n{src}\n{' ' * (col - 1)}^"
+        out += "\n" + clip_context(f"{src}\n{' ' * (col - 1)}^")
     if not own and e.op is not None:
         out += f"\nnote: in {e.op.name} (created by a pass, inside the op above):\n  {op_text(e.op)}"
     return out
 
 
 def _op_message(op: Operation, e: BaseException) -> str:
-    msg = str(e).strip() or type(e).__name__
+    from xl.tools.elide import shorten_message
+
+    msg = shorten_message(str(e).strip()) or type(e).__name__
     if not isinstance(e, VerifyException | TypeError | ValueError):
         msg = f"{msg} (internal {type(e).__name__})"
     if not msg.startswith(op.name):

@@ -29,15 +29,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
+import math
 import os
 import re
 import sys
+import textwrap
+import time
 from collections.abc import Sequence
 from typing import IO
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
-from xdsl.passes import ModulePass
+from xdsl.passes import ModulePass, PassPipeline
 from xdsl.utils.exceptions import (
     ArgSpecParseError,
     DiagnosticException,
@@ -51,7 +54,16 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from xl.dialects import get_all_dialects
 from xl.passes import get_all_passes
-from xl.tools.diagnostics import LocatedError, SourceText, format_located, locate, verify_located
+from xl.passes.plugins import load_pass_plugin
+from xl.tools.elide import print_op, shorten_message
+from xl.tools.diagnostics import (
+    LocatedError,
+    SourceText,
+    clip_context,
+    format_located,
+    locate,
+    verify_located,
+)
 from xl.tools.parse import as_parse_error, parse_source
 from xl.tools.verify_diagnostics import Diagnostic, check_diagnostics, parse_expectations
 
@@ -94,7 +106,7 @@ def format_parse_error(e: ParseError) -> str:
     context = span.print_with_context(None).split("\n", 1)
     out = f"{span.get_location()}: error: {_parse_message(e)}\n"
     if len(context) > 1:
-        out += context[1]
+        out += clip_context(context[1].rstrip("\n")) + "\n"
     if isinstance(e, MultipleSpansParseError):
         if e.ref_text is not None:
             out += e.ref_text + "\n"
@@ -109,14 +121,14 @@ def format_exception(e: BaseException) -> str:
         return f"{PROG}: error: internal {type(e).__name__} (no message)" + "".join(
             f"\n{str(n).rstrip()}" for n in getattr(e, "__notes__", ())
         )
-    msg = str(e)
+    msg = shorten_message(str(e))
     if isinstance(e, OSError) and e.strerror and e.filename:
         return f"{PROG}: error: cannot read '{e.filename}': {e.strerror}"
     if not isinstance(e, DiagnosticException | ValueError | ArgSpecParseError):
         msg = f"{type(e).__name__}: {msg}"
     lines = [f"{PROG}: error: {msg.rstrip()}"]
     for note in getattr(e, "__notes__", ()):
-        lines.append(str(note).rstrip())
+        lines.append(shorten_message(str(note).rstrip()))
     return "\n".join(lines)
 
 
@@ -134,7 +146,9 @@ class TestFailPass(ModulePass):
     """Fails on purpose, to test how xl-opt reports errors (like MLIR's `test-*` passes).
 
     `kind`: `value` raises a ValueError with a note, `diagnostic` a PassFailedException,
-    `internal` a RuntimeError, `verify` leaves IR that does not verify.
+    `internal` a RuntimeError, `verify` leaves IR that does not verify, `verify-constant`
+    adds to graph.main a `graph.constant` holding the largest dense value of the program
+    with a wrong result type (its error message must not print the value).
     """
 
     name = "xl-test-fail"
@@ -157,11 +171,44 @@ class TestFailPass(ModulePass):
             bad.attributes["num_host_transfers"] = IntegerAttr(0, i64)
             op.body.block.add_op(bad)
             return
+        if self.kind == "verify-constant":
+            from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType, f32
+
+            from xl.dialects.graph import ConstantOp, MainGraphOp
+
+            dense = [
+                a
+                for o in op.walk()
+                for a in (*o.properties.values(), *o.attributes.values())
+                if isinstance(a, DenseIntOrFPElementsAttr)
+            ]
+            main = next((o for o in op.walk() if isinstance(o, MainGraphOp)), None)
+            if not dense or main is None:
+                raise ValueError(f"{self.name}: the program has no dense value or no graph.main")
+            value = max(dense, key=lambda a: math.prod(a.get_shape()))
+            bad = ConstantOp.create(
+                properties={"value": value}, result_types=[TensorType(f32, [1])]
+            )
+            main.body.block.add_op(bad)
+            return
         raise ValueError(f"{self.name}: unknown kind '{self.kind}'")
 
 
+def version_text(prog: str) -> str:
+    """`prog`, the xl version and the xDSL version, for `--version`."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import xl
+
+    try:
+        xdsl_version = version("xdsl")
+    except PackageNotFoundError:  # pragma: no cover - xdsl is a dependency
+        xdsl_version = "unknown"
+    return f"{prog} (xl) {xl.__version__}, xDSL {xdsl_version}"
+
+
 class XlOptMain(xDSLOptMain):
-    version_format = "xl-opt built on xdsl version {xdsl_version}"
+    version_format = version_text(PROG).replace("{", "{{").replace("}", "}}")
 
     _stage: str | None = None
     """What runs while the current chunk is processed, for error notes."""
@@ -206,9 +253,103 @@ class XlOptMain(xDSLOptMain):
 
     def register_all_passes(self) -> None:
         super().register_all_passes()
+        self.xdsl_pass_names = sorted(self.available_passes)
         for name, factory in get_all_passes().items():
             self.register_pass(name, factory)
         self.register_pass(TestFailPass.name, lambda: TestFailPass)
+
+    def register_all_targets(self) -> None:
+        """Only `mlir` (textual IR): xDSL's other targets (riscv-asm, wgsl, ...) have no
+        meaning for xl programs."""
+        super().register_all_targets()
+        self.available_targets = {"mlir": self.available_targets["mlir"]}
+
+    def setup_pipeline(self) -> None:
+        """xDSL's pipeline with a callback that writes `--time-passes`,
+        `--print-between-passes` and `--print-ir-after-all` to stderr (stdout carries the
+        program, so `xl-opt ... | xl-run -` works). `-p help` lists the passes instead."""
+        self._load_plugins()
+        if self.args.passes.strip() == "help":
+            self.args.list_passes = True
+            self.args.passes = ""
+        start = time.perf_counter()
+        args = self.args
+
+        def callback(
+            previous: ModulePass | None, module: ModuleOp, next_pass: ModulePass | None
+        ) -> None:
+            nonlocal start
+            if args.time_passes and previous is not None:
+                _eprint(f"Pass {previous.name} took {time.perf_counter() - start:.6f} seconds")
+            if previous is not None and (
+                args.print_ir_after_all or (args.print_between_passes and next_pass is not None)
+            ):
+                text = print_op(
+                    module,
+                    elide_larger_than=args.elide_elementsattrs_if_larger,
+                    print_generic_format=args.print_op_generic,
+                )
+                _eprint(f"// -----// IR Dump After {previous.name} //----- //\n{text}\n")
+            if args.time_passes and next_pass is not None:
+                start = time.perf_counter()
+
+        self.pipeline = PassPipeline.parse_spec(self.available_passes, args.passes, callback)
+
+    def _load_plugins(self) -> None:
+        for path in self.args.load_pass_plugin or ():
+            for name, cls in load_pass_plugin(path).items():
+                self.register_pass(name, (lambda c=cls: c))
+
+    def output_resulting_program(self, prog: ModuleOp) -> str:
+        limit = self.args.elide_elementsattrs_if_larger
+        if limit is None:
+            return super().output_resulting_program(prog)
+        return print_op(
+            prog,
+            elide_larger_than=limit,
+            print_generic_format=self.args.print_op_generic,
+            print_debuginfo=self.args.print_debuginfo,
+        ) + "\n"
+
+    def list_passes(self) -> str:
+        """`--list-passes`: xl's passes (description and options), plugin passes, xDSL's."""
+        xl_names = set(get_all_passes())
+        builtin = [n for n in sorted(self.available_passes) if n in xl_names]
+        extra = [
+            n
+            for n in sorted(self.available_passes)
+            if n not in xl_names and n not in self.xdsl_pass_names and n != TestFailPass.name
+        ]
+        out = ["xl passes:"]
+        out += [describe_pass(self.available_passes[n]()) for n in builtin]
+        if extra:
+            out.append("")
+            out.append("plugin passes (entry points 'xl.passes', --load-pass-plugin):")
+            out += [describe_pass(self.available_passes[n]()) for n in extra]
+        out.append("")
+        out.append("xDSL passes (see xDSL's documentation):")
+        out.append(textwrap.fill(", ".join(self.xdsl_pass_names), 88, initial_indent="  ",
+                                 subsequent_indent="  ", break_on_hyphens=False))
+        return "\n".join(out)
+
+    def list_dialects(self) -> str:
+        """`--list-dialects`: xl's dialects with their ops, then xDSL's dialect names."""
+        out = ["xl dialects:"]
+        xl_dialects = get_all_dialects()
+        for name, factory in xl_dialects.items():
+            dialect = factory()
+            ops = sorted(op.name for op in dialect.operations)
+            doc = _first_line(sys.modules[type(dialect).__module__].__doc__)
+            module_doc = _first_line(getattr(sys.modules.get(_dialect_module(dialect)), "__doc__", ""))
+            out.append(f"  {name}: {module_doc or doc}")
+            out.append(textwrap.fill(", ".join(ops), 88, initial_indent="      ",
+                                     subsequent_indent="      ", break_on_hyphens=False))
+        others = sorted(n for n in self.ctx.registered_dialect_names if n not in xl_dialects)
+        out.append("")
+        out.append("xDSL dialects (also accepted in the input):")
+        out.append(textwrap.fill(", ".join(others), 88, initial_indent="  ",
+                                 subsequent_indent="  ", break_on_hyphens=False))
+        return "\n".join(out)
 
     def register_all_frontends(self) -> None:
         super().register_all_frontends()
@@ -234,6 +375,66 @@ class XlOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
+        xl_names = sorted(get_all_passes())
+        for action in arg_parser._actions:
+            if "-p" in action.option_strings:
+                action.help = (
+                    "pass pipeline, e.g. 'inline,canonicalize,cse,lower-to-rt' "
+                    "('-p help' or --list-passes describes every pass). xl passes: "
+                    + ", ".join(xl_names)
+                    + ". xDSL passes: "
+                    + ", ".join(self.xdsl_pass_names)
+                )
+            elif "-t" in action.option_strings:
+                action.help = "output format: mlir (textual IR, the default and only one)"
+            elif "-o" in action.option_strings:
+                action.help = "output file ('-' or none: stdout)"
+            elif "input_file" == action.dest:
+                action.help = "textual IR, any extension ('-' or none: stdin)"
+            elif "--print-between-passes" in action.option_strings:
+                action.help = "print the IR between passes, on stderr"
+            elif "--time-passes" in action.option_strings:
+                action.help = "print how long each pass takes, on stderr"
+            elif "--verify-diagnostics" in action.option_strings:
+                action.help = (
+                    "check that the diagnostics are exactly those announced by "
+                    "'// expected-error {{...}}' annotations (MLIR's semantics)"
+                )
+            elif "--version" in action.option_strings:
+                action.help = "print the xl and xDSL versions"
+        arg_parser.add_argument(
+            "--print-ir-after-all",
+            default=False,
+            action="store_true",
+            help="print the IR after every pass, on stderr",
+        )
+        arg_parser.add_argument(
+            "--elide-elementsattrs-if-larger",
+            "--mlir-elide-elementsattrs-if-larger",
+            type=_non_negative_int,
+            default=None,
+            metavar="N",
+            help="print dense attributes with more than N elements as "
+            "dense_resource<__elided__> (for reading; such text does not parse back)",
+        )
+        arg_parser.add_argument(
+            "--list-passes",
+            default=False,
+            action="store_true",
+            help="list the passes with their descriptions and options, then exit",
+        )
+        arg_parser.add_argument(
+            "--list-dialects",
+            default=False,
+            action="store_true",
+            help="list the dialects and their ops, then exit",
+        )
+        arg_parser.add_argument(
+            "--load-pass-plugin",
+            action="append",
+            metavar="FILE.py",
+            help="load the ModulePass subclasses (with a 'name') defined in FILE.py; repeatable",
+        )
         arg_parser.add_argument(
             "--traceback",
             default=False,
@@ -286,6 +487,12 @@ class XlOptMain(xDSLOptMain):
 
     def run(self) -> int:  # type: ignore[override]
         """Processes every chunk; returns the exit status (0 ok, 1 some chunk failed)."""
+        if self.args.list_passes or self.args.list_dialects:
+            if self.args.list_passes:
+                print(self.list_passes())
+            if self.args.list_dialects:
+                print(self.list_dialects())
+            return 0
         chunks, file_extension = self.prepare_input()
         output_stream = self.prepare_output()
         failed = False
@@ -397,6 +604,56 @@ def _as_diagnostic(e: BaseException, offset: int) -> Diagnostic:
             return Diagnostic("error", e.message, *where)
         return Diagnostic("error", e.message)
     return Diagnostic("error", format_exception(e).removeprefix(f"{PROG}: error: "))
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of elements, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _first_line(doc: str | None, limit: int = 100) -> str:
+    """The first paragraph of `doc` on one line, cut after its first sentence if long."""
+    para = " ".join((doc or "").strip().split("\n\n", 1)[0].split())
+    if len(para) > limit and ". " in para:
+        para = para.split(". ", 1)[0] + "."
+    return para
+
+
+def _dialect_module(dialect: object) -> str:
+    ops = list(getattr(dialect, "operations", ()))
+    return ops[0].__module__ if ops else ""
+
+
+def describe_pass(cls: type[ModulePass]) -> str:
+    """`  name: first docstring line`, then one line per option: `name: type = default`."""
+    desc = _first_line(cls.__doc__)
+    usage = None
+    if desc.startswith(f"`{cls.name}") or "module docstring" in desc:
+        # A usage line or a pointer: the description is the module's first sentence.
+        m = re.match(r"`(%s\{[^`]*\})`" % re.escape(cls.name), desc)
+        usage = m.group(1) if m else None
+        module_doc = _first_line(getattr(sys.modules.get(cls.__module__), "__doc__", ""))
+        module_doc = re.sub(r"^`[^`]*`:\s*", "", module_doc)
+        desc = module_doc[:1].upper() + module_doc[1:] if module_doc else desc
+    lines = [f"  {cls.name}: {desc or '(no description)'}"]
+    if usage:
+        lines.append(f"      usage: {usage}")
+    if dataclasses.is_dataclass(cls):
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                default = repr(f.default)
+            elif f.default_factory is not dataclasses.MISSING:
+                default = repr(f.default_factory())
+            else:
+                default = "(required)"
+            type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            lines.append(f"      {f.name.replace('_', '-')}: {type_name} = {default}")
+    return "\n".join(lines)
 
 
 def main(args: Sequence[str] | None = None) -> None:

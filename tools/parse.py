@@ -23,7 +23,14 @@ import re
 from collections import defaultdict
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
+from xdsl.dialects.builtin import (
+    DenseResourceAttr,
+    FileLineColLoc,
+    IntAttr,
+    ModuleOp,
+    StringAttr,
+    UnknownLoc,
+)
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
@@ -129,6 +136,25 @@ class XlParser(Parser):
         col = pos - (text.rfind("\n", 0, pos) + 1) + 1
         line = self._counted_lines + 1 + self._line_offset
         return FileLineColLoc(self._file_attr, IntAttr(line), IntAttr(col))
+
+    def _parse_builtin_dense_resource_attr(self) -> DenseResourceAttr:
+        """`dense_resource<__elided__>` (printed by `--elide-elementsattrs-if-larger`) is
+        refused: its values are gone."""
+        start = self._current_token.span
+        state = self._parser_state
+        text = state.lexer.input.content
+        rest = text[start.start : start.start + 40]
+        if re.match(r"<\s*__elided__\s*>", rest):
+            end = text.index(">", start.start) + 1
+            raise ParseError(
+                Span(start.start - len("dense_resource"), end, start.input),
+                "this constant was elided when the program was printed "
+                "(dense_resource<__elided__>, from --elide-elementsattrs-if-larger or "
+                "to_mlir(elide_larger_than=...)): its values are not in the text. Print the "
+                "program without elision, or keep the weights in an .npz "
+                "(to_mlir(weights=...), xl-run --vars)",
+            )
+        return super()._parse_builtin_dense_resource_attr()
 
     def _internal_error(self, e: Exception, span: Span[str] | None = None) -> ParseError:
         return ParseError(span or self._current_token.span, describe_exception(e))

@@ -1,0 +1,72 @@
+"""Programs whose weights live outside the text, in an `.npz` keyed by variable name.
+
+`externalize_variables(module, "prog.npz")` writes the initial value of every
+`graph.variable` to `prog.npz` and returns a copy of the module in which those variables
+have no value but the attribute `graph.external`, the name of the file::
+
+    %w = graph.variable "fc1.weight" : tensor<784x512xf32> {graph.external = "prog.npz"}
+
+`xl-run prog.mlir --vars prog.npz` gives them their values back; a variable marked
+external that `--vars` does not provide is an error (`missing_external_variables`), never
+a silent zero.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+
+from xl.dialects.graph import VariableOp
+
+__all__ = [
+    "EXTERNAL_ATTR",
+    "external_variables",
+    "externalize_variables",
+    "missing_external_variables",
+]
+
+EXTERNAL_ATTR = "graph.external"
+"""Discardable attribute of a `graph.variable` whose value is in an `.npz` (its file name)."""
+
+
+def externalize_variables(module: ModuleOp, path: str | os.PathLike[str]) -> ModuleOp:
+    """Writes the variables' initial values to the `.npz` at `path` (keyed by variable
+    name) and returns a copy of `module` that refers to them by name (see module docstring).
+    Variables without a value in the IR are left as they are."""
+    from xl.dialects.utils import dense_to_numpy
+
+    module = module.clone()
+    values: dict[str, np.ndarray] = {}
+    file_name = os.path.basename(os.fspath(path))
+    for op in module.walk():
+        if not isinstance(op, VariableOp) or op.init is None:
+            continue
+        name = op.var_name.data
+        if name in values:
+            raise ValueError(f"to_mlir(weights=...): two variables are named \"{name}\"")
+        values[name] = dense_to_numpy(op.init)
+        op.init = None
+        op.attributes[EXTERNAL_ATTR] = StringAttr(file_name)
+    with open(path, "wb") as f:  # np.savez would append '.npz' to other names
+        np.savez(f, **values)
+    return module
+
+
+def external_variables(module: ModuleOp) -> dict[str, VariableOp]:
+    """The variables marked `graph.external`, by name."""
+    return {
+        op.var_name.data: op
+        for op in module.walk()
+        if isinstance(op, VariableOp) and EXTERNAL_ATTR in op.attributes
+    }
+
+
+def missing_external_variables(
+    module: ModuleOp, given: Mapping[str, object] | None
+) -> list[VariableOp]:
+    """The external variables `given` (the `--vars` values) does not provide."""
+    provided = given or {}
+    return [op for name, op in external_variables(module).items() if name not in provided]
