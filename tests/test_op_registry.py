@@ -12,7 +12,8 @@ misses a declaration fails here, not at run time:
   issue 10 phase 2 registers kernels by class);
 - the runtime's string-keyed elementwise / view tables agree with the traits (phase 2
   replaces the tables by the traits);
-- a frontend function (phase 2: the frontend emits op classes; skipped until then).
+- a frontend function for every user-facing op, built by op class (`emit1(GeluOp, ...)`),
+  never by an op-name string.
 """
 
 from __future__ import annotations
@@ -218,13 +219,13 @@ def _frontend_source() -> str:
     ids=[c.name for d, c in ALL_OPS if d in ("popxl", "call", "ipu")],
 )
 def test_frontend_emits_op(dialect: str, cls: type[Operation]) -> None:
-    """Every user-facing op is emitted by the frontend (today found by its name string or
-    class name in `frontend/`; phase 2: the frontend emits op classes)."""
+    """Every user-facing op is emitted by the frontend (its class is named in `frontend/`:
+    the frontend emits op classes)."""
     if cls.has_trait(Internal):
         assert dialect == "popxl"
         return
     src = _frontend_source()
-    assert f'"{cls.name}"' in src or re.search(rf"\b{cls.__name__}\b", src), (
+    assert re.search(rf"\b{cls.__name__}\b", src), (
         f"{cls.name}: no frontend function emits it (mark it Internal if passes build it only)"
     )
 
