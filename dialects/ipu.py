@@ -14,10 +14,11 @@ between devices; it keeps the program's structure (pipelining reads it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import IntegerAttr, TensorType, i64
-from xdsl.ir import Dialect, Operation, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     ParsePropInAttrDict,
@@ -32,7 +33,7 @@ from xdsl.irdl import (
 from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects.effects import ValueEffect
-from xl.dialects.traits import NotDifferentiable, PopartType
+from xl.dialects.traits import PopartType
 
 IPU_ATTR = "ipu.id"
 TILE_SET_ATTR = "ipu.tile_set"
@@ -59,8 +60,9 @@ class CopyOp(IRDLOperation):
     result = result_def(T)
     source = prop_def(IntegerAttr)
     destination = prop_def(IntegerAttr)
-    # Reads its input; never merged by CSE when the copy is later updated in place.
-    traits = traits_def(ValueEffect(), NotDifferentiable(), PopartType("IpuCopy"))
+    # Reads its input; never merged by CSE when the copy is later updated in place. Its
+    # gradient is a copy back (`xl.passes.grad_rules`).
+    traits = traits_def(ValueEffect(), PopartType("IpuCopy"))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` functional-type($input, $result)"
 
@@ -74,6 +76,19 @@ class CopyOp(IRDLOperation):
             },
             attributes={IPU_ATTR: IntegerAttr(destination, i64)},
         )
+
+    @classmethod
+    def make(
+        cls,
+        operands: Sequence[SSAValue],
+        result_types: Sequence[Attribute] | None = None,
+        *,
+        source: int,
+        destination: int,
+    ) -> CopyOp:
+        """Builder used by passes (`GradBuilder.op`): one operand, the result type is its type."""
+        (value,) = operands
+        return cls(value, source, destination)
 
     def verify_(self) -> None:
         for key in ("source", "destination"):

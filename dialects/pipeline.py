@@ -58,6 +58,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects.graph import parse_body_region, print_body_region
 from xl.dialects.ipu import CopyOp as IpuCopyOp
+from xl.dialects.traits import NotDifferentiable
 from xl.dialects.utils import fmt_type
 
 STAGE_ATTR = "pipeline.stage"
@@ -95,7 +96,8 @@ class RegionOp(IRDLOperation):
     name = "pipeline.region"
     steps = prop_def(IntegerAttr)
     body = region_def("single_block")
-    traits = traits_def(NoTerminator())
+    # autodiff does not differentiate through a pipeline: differentiate the stage graphs
+    traits = traits_def(NoTerminator(), NotDifferentiable())
 
     def __init__(self, steps: int, region: Region | None = None):
         super().__init__(
@@ -248,7 +250,7 @@ class StashOp(IRDLOperation):
     name = "pipeline.stash"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(HasParent(RegionOp))
+    traits = traits_def(HasParent(RegionOp), NotDifferentiable())
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, value: SSAValue, depth: int):
@@ -287,7 +289,7 @@ class RestoreOp(IRDLOperation):
     name = "pipeline.restore"
     stash = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(HasParent(RegionOp))
+    traits = traits_def(HasParent(RegionOp), NotDifferentiable())
     assembly_format = "$stash attr-dict `:` type($stash) `->` type($result)"
 
     def __init__(self, stash: SSAValue):

@@ -19,6 +19,7 @@ from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xl.dialects.call import CallSiteError, add_graph_outputs
 from xl.dialects.effects import written_operands
 from xl.dialects.graph import ConstantOp, GraphOp, OutputOp
+from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.popxl import AddOp, CastOp, InitOp, ReduceToShapeOp
 from xl.dialects.traits import has_no_gradient
 from xl.dialects.utils import dtype_of, element_type, fmt_type, shape_of
@@ -38,6 +39,19 @@ def is_float(v: SSAValue) -> bool:
         return dtype_of(t).kind == "f"
     except TypeError:
         return False
+
+
+def place_like(op: Operation, block: Block, after: Operation | None) -> None:
+    """Gives the ops of `block` after `after` (all when None) the placement (`ipu.id`) of
+    the forward op `op` they differentiate, unless they have their own."""
+    place = op.attributes.get(IPU_ATTR)
+    if place is None:
+        return
+    new = after.next_op if after is not None else block.first_op
+    while new is not None:
+        if IPU_ATTR not in new.attributes:
+            new.attributes[IPU_ATTR] = place
+        new = new.next_op
 
 
 def value_name(v: SSAValue, fallback: str) -> str:
@@ -212,8 +226,11 @@ class GradGraphBuilder:
                 return summed[v]
             parts = grads.pop(v, [])
             g: SSAValue | None = None
+            last = self.block.last_op
             for p in parts:
                 g = p if g is None else self.v(AddOp, g, p)
+            if isinstance(v.owner, Operation):  # the sum runs where v is made
+                place_like(v.owner, self.block, last)
             summed[v] = g
             return g
 
@@ -255,6 +272,15 @@ class GradGraphBuilder:
             raise AutodiffError(f"autodiff: {e}") from None
         assert added == list(range(first, first + len(self._pending)))
 
+        # ops not made by a rule (gradient sums, zeros) run where the forward graph runs
+        # when all its ops agree
+        places = {o.attributes[IPU_ATTR] for o in fblock.ops if IPU_ATTR in o.attributes}
+        if len(places) == 1:
+            (place,) = places
+            for o in self.block.ops:
+                if IPU_ATTR not in o.attributes and not isinstance(o, OutputOp):
+                    o.attributes[IPU_ATTR] = place
+
         grad = GraphOp(
             name,
             [a.type for a in self.block.args],
@@ -275,4 +301,7 @@ class GradGraphBuilder:
                 f"autodiff: no gradient rule for '{op.name}' in graph "
                 f"@{self.fwd_graph.graph_name}, and a gradient must flow through it"
             )
-        return list(rule(self, op, dys))
+        last = self.block.last_op
+        grads = list(rule(self, op, dys))
+        place_like(op, self.block, last)
+        return grads

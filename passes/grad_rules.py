@@ -46,6 +46,7 @@ from xl.dialects.popxl import (
     SliceOp, SoftmaxGradOp, SoftmaxOp, SqrtOp, SqueezeOp, SubOp, SwishOp, TanhOp,
     TransposeOp, WhereOp, op_props,
 )  # fmt: skip
+from xl.dialects.ipu import CopyOp as IpuCopyOp
 from xl.dialects.traits import NoGradient, NotDifferentiable, has_no_gradient
 from xl.dialects.utils import dtype_of, shape_of, tensor_type
 
@@ -606,3 +607,15 @@ def _dynamic_update(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -
     if b.needs(upd):
         out[2] = b.v(DynamicSliceOp, dy, b.fwd(index), **props)
     return out
+
+
+@grad_rule(IpuCopyOp)
+def _ipu_copy(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    """The gradient goes back where the value came from: an `ipu.copy` the other way
+    (placed on the source IPU)."""
+    (dy,) = dys
+    assert dy is not None and isinstance(op, IpuCopyOp)
+    back = b.op(
+        IpuCopyOp, dy, source=op.destination.value.data, destination=op.source.value.data
+    )
+    return [back.results[0]]

@@ -43,10 +43,9 @@ ROOT = Path(__file__).resolve().parent
 LIT_DIALECTS = ROOT / "filecheck" / "dialects"
 
 # The lowered runtime dialect is produced after autodiff and executed by the runtime; its ops
-# are never differentiated. `pipeline` (dialects/pipeline.py) is being written concurrently
-# and declares its ops' gradient behaviour there (issue 10 phase 2 for it).
+# are never differentiated.
 NOT_DIFFERENTIATED_DIALECTS = {"rt"}
-PENDING_DIALECTS = {"pipeline"}
+PENDING_DIALECTS: set[str] = set()
 
 
 def _all_ops() -> list[tuple[str, type[Operation]]]:
