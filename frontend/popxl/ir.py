@@ -66,6 +66,8 @@ class Ir:
         # PopART-style op ids: ops numbered from 100 in the order they are created
         self._op_counter = itertools.count(100)
         self._op_ids: dict[Any, int] = {}
+        # ids `popxl.printing` gives ops built by passes (numbered when first printed)
+        self._printed_op_ids: dict[int, tuple[int, Any]] = {}
         self._set_main_attr("num_host_transfers", 1)
         self._set_main_attr("replication_factor", replication)
 

@@ -51,7 +51,7 @@ def _op_id(ir: Ir, op: Operation) -> int:
     oid = ir._op_id(op)
     if oid is not None:
         return oid
-    table: dict[int, tuple[int, Operation]] = ir.__dict__.setdefault("_printed_op_ids", {})
+    table = ir._printed_op_ids
     key = id(op)
     if key not in table:
         table[key] = (len(table) + 100, op)  # keeps op alive so that its id() is not reused
