@@ -1,4 +1,14 @@
-"""Emitting `popxl` dialect ops from the frontend."""
+"""Building ops from the frontend.
+
+- `emit(cls, inputs, result_types=None, **props)` / `emit1` / `emit_inplace`: build an op of
+  the `xl.dialects.popxl` class `cls` (its `make` infers the result types) in the current
+  graph and return the result tensors; the frontend never names an op by a string.
+- `insert(graph, op)`: the one insertion path (operands must belong to the graph; the op
+  is verified, placed and numbered).
+- `@unimplemented`: a public op of upstream PopXL that xl has no op for yet.
+- `public_op` / `wrap_public_ops`: the wrapper of every public op (error messages name the
+  function the user called; `NotImplementedError` names the public function).
+"""
 
 from __future__ import annotations
 
