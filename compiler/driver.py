@@ -11,9 +11,12 @@ outs = exe.run({"x": x})
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import PassPipeline
+from xdsl.passes import ModulePass, PassPipeline
 from xdsl.transforms import get_all_passes
+from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects import rt
 from xl.passes import get_all_passes as xl_passes
@@ -41,17 +44,40 @@ def lower(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> ModuleOp:
     return module
 
 
+def apply_extra_passes(module: ModuleOp, passes: Sequence[ModulePass]) -> ModuleOp:
+    """A copy of `module` with `passes` (ModulePass instances, e.g. a plugin's) applied in
+    order, each followed by verification; an invalid result names the pass."""
+    module = module.clone()
+    ctx = xl_context()
+    for p in passes:
+        if not isinstance(p, ModulePass):
+            raise TypeError(f"extra passes must be ModulePass instances, got {p!r}")
+        p.apply(ctx, module)
+        try:
+            module.verify()
+        except VerifyException as e:
+            first = str(e).split("\n\n")[0]
+            raise ValueError(f"the IR after pass '{p.name}' is invalid: {first}") from None
+    return module
+
+
 def compile_module(
-    module: ModuleOp, pipeline: str = DEFAULT_PIPELINE, optimize: bool = True
+    module: ModuleOp,
+    pipeline: str = DEFAULT_PIPELINE,
+    optimize: bool = True,
+    extra_passes: Sequence[ModulePass] = (),
 ) -> Executable:
     """Compile a high-level or already lowered module into an `Executable`.
 
     With `optimize=True` (default) the lowered program also goes through `RT_PIPELINE`
     and runs as a generated plan; `optimize=False` gives the straightforward plan of the
     lowered program as is (same results, used as the reference in tests).
-    The input module is never modified.
+    `extra_passes` (ModulePass instances) run first, on the high-level module
+    (`apply_extra_passes`). The input module is never modified.
     """
     with gc_paused():
+        if extra_passes:
+            module = apply_extra_passes(module, extra_passes)
         programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
         if not programs:
             module = lower(module, f"{pipeline},{RT_PIPELINE}" if optimize else pipeline)

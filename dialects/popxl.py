@@ -2223,6 +2223,8 @@ Popxl = Dialect("popxl", OPS, [])
 # runtime/kernels.py, passes/lower_to_rt.py and tests read `op.WRITES` / `OpClass.WRITES`.
 # The in-place trait (`InPlaceInterface`) is the declaration; `WRITES` is derived from it
 # here: a tuple for `WritesOperands`, a per-instance property for the other interfaces.
+# Declared a ClassVar so that op classes defined elsewhere (plugins) can derive from PopxlOp.
+PopxlOp.__annotations__["WRITES"] = ClassVar[tuple[int, ...]]
 PopxlOp.WRITES = ()  # type: ignore[attr-defined]
 for _cls in OPS:
     _t = _cls.get_trait(InPlaceInterface)

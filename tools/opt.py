@@ -53,7 +53,7 @@ from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from xl.dialects import get_all_dialects
-from xl.passes import get_all_passes
+from xl.passes import builtin_passes, get_all_passes
 from xl.passes.plugins import load_pass_plugin
 from xl.tools.elide import print_op, shorten_message
 from xl.tools.diagnostics import (
@@ -313,7 +313,7 @@ class XlOptMain(xDSLOptMain):
 
     def list_passes(self) -> str:
         """`--list-passes`: xl's passes (description and options), plugin passes, xDSL's."""
-        xl_names = set(get_all_passes())
+        xl_names = set(builtin_passes())
         builtin = [n for n in sorted(self.available_passes) if n in xl_names]
         extra = [
             n
@@ -375,7 +375,7 @@ class XlOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
-        xl_names = sorted(get_all_passes())
+        xl_names = sorted(builtin_passes())
         for action in arg_parser._actions:
             if "-p" in action.option_strings:
                 action.help = (

@@ -30,7 +30,15 @@ _DEVICES = ("cpu", "ipu_model", "ipu_hw")
 class Session:
     """Runs an `Ir`. Use as a context manager: `with session: session.run(inputs)`."""
 
-    def __init__(self, ir: Ir, device_desc: Any = "cpu", weights_to_host_on_exit: bool = True):
+    def __init__(
+        self,
+        ir: Ir,
+        device_desc: Any = "cpu",
+        weights_to_host_on_exit: bool = True,
+        passes: Sequence[Any] = (),
+    ):
+        """`passes`: xDSL `ModulePass` instances run on the program before xl's lowering
+        (e.g. a plugin's pass; `xl.compiler.compile_module(..., extra_passes=...)`)."""
         if not isinstance(ir, Ir):
             raise TypeError(f"Session expects a popxl.Ir, got {type(ir).__name__}")
         if not isinstance(device_desc, str):
@@ -61,7 +69,7 @@ class Session:
             raise ValueError(f"Session: the program of {ir!r} is invalid: {str(e).split(chr(10) * 2)[0]}") from None
         from xl.compiler import compile_module
 
-        self._exe = compile_module(module)
+        self._exe = compile_module(module, extra_passes=tuple(passes))
         ir._sessions.append(self)
 
         self._num_host_transfers = ir.num_host_transfers
