@@ -22,6 +22,14 @@ must be exactly those announced by ``// expected-error {{...}}`` annotations
 (`xl.tools.verify_diagnostics`); every mismatch is reported located and the tool
 exits 1. Any file extension is read as textual IR; ``-`` (or no file) reads stdin.
 ``--traceback`` re-raises internal errors for debugging.
+
+Discoverability and conventions: ``--list-passes`` (or ``-p help``) describes every pass
+with its options, ``--list-dialects`` the dialects and their ops, ``--version`` prints the
+xl and xDSL versions; ``-o -`` is stdout; ``--time-passes``, ``--print-between-passes``
+and ``--print-ir-after-all`` write to stderr. ``--elide-elementsattrs-if-larger=N``
+prints dense values of more than N elements as ``dense_resource<__elided__>``.
+``--load-pass-plugin FILE.py`` adds the passes a file defines; installed packages add
+passes through the ``xl.passes`` entry-point group (`xl.passes.plugins`).
 """
 
 from __future__ import annotations
