@@ -21,36 +21,50 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xl.dialects import rt
 from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dtype_of, shape_of
+from xl.dialects.effects import InPlaceInterface
+from xl.runtime.kernels import KERNELS, PARTIAL_WRITE
+from xl.runtime.registry import KernelClass, RtKernel, is_elementwise, is_view_like, kernel_class
 from xl.runtime.views import view_array
 
 VIEW_ATTR = "rt.view"
 
-# Kernels whose output may be a NumPy view of their single input.
-VIEW_KERNELS = frozenset({"popxl.reshape", "popxl.squeeze", "popxl.transpose"})
+def kernel_class_of(op: Operation) -> KernelClass | None:
+    """The op class (or `RtKernel`) an `rt.kernel` implements; None for other ops."""
+    return kernel_class(op.kernel.data) if isinstance(op, rt.KernelOp) else None
 
-# Elementwise kernels whose output may share storage with an input of the same type
-# (every result element depends only on the same element of the inputs).
-ELEMENTWISE = frozenset(
-    {
-        "popxl.add", "popxl.sub", "popxl.mul", "popxl.div", "popxl.pow", "popxl.maximum",
-        "popxl.neg", "popxl.abs", "popxl.sign", "popxl.relu", "popxl.gelu", "popxl.tanh",
-        "popxl.sigmoid", "popxl.exp", "popxl.log", "popxl.sqrt", "popxl.cos", "popxl.sin",
-        "popxl.identity", "popxl.gelu_grad", "popxl.relu_grad", "popxl.scaled_add",
-    }
-)  # fmt: skip
 
-# Kernels known to overwrite every element of each output without reading it first.
-FULL_WRITE = ELEMENTWISE | frozenset(
-    {
-        "popxl.equal", "popxl.greater", "popxl.logical_and", "popxl.logical_or",
-        "popxl.logical_not", "popxl.cast", "popxl.matmul", "popxl.softmax", "popxl.reshape",
-        "popxl.squeeze", "popxl.transpose", "popxl.expand", "popxl.reduce_to_shape",
-        "popxl.concat", "popxl.slice", "popxl.gather", "popxl.where", "popxl.onehot",
-        "popxl.argmax", "popxl.argmin", "popxl.reduce_sum", "popxl.reduce_mean",
-        "popxl.reduce_max", "popxl.reduce_min", "popxl.nll_loss", "popxl.nll_loss_grad",
-        "popxl.nll_loss_with_softmax_grad", "popxl.softmax_grad", "xl.fused",
-    }
-)  # fmt: skip
+def full_write_class(cls: KernelClass | None) -> bool:
+    """Kernels of `cls` overwrite every element of each result without reading it first:
+    the kernel of an op that updates no operand in place (`InPlaceInterface`), unless
+    registered with `full_write=False`; rt kernels say so themselves."""
+    if cls is None or cls not in KERNELS or cls in PARTIAL_WRITE:
+        return False
+    if issubclass(cls, RtKernel):
+        return cls.full_write or cls.elementwise
+    return cls.get_trait(InPlaceInterface) is None
+
+
+def is_view_kernel(op: Operation) -> bool:
+    """A kernel whose output may be a NumPy view of its single input (`ViewLike`)."""
+    return is_view_like(kernel_class_of(op))
+
+
+def is_elementwise_kernel(op: Operation) -> bool:
+    """An elementwise kernel (`Elementwise` trait): its output may share storage with an
+    input of the same type (every result element depends only on the same element of
+    the inputs), and it may be fused."""
+    return is_elementwise(kernel_class_of(op))
+
+
+def is_full_write_kernel(op: Operation) -> bool:
+    """A kernel that overwrites every element of each result without reading it first."""
+    return full_write_class(kernel_class_of(op))
+
+
+# The kernel names of each kind, derived from the op classes (for inspection and tests).
+VIEW_KERNELS = frozenset(c.name for c in KERNELS if is_view_like(c))
+ELEMENTWISE = frozenset(c.name for c in KERNELS if is_elementwise(c))
+FULL_WRITE = frozenset(c.name for c in KERNELS if full_write_class(c))
 
 
 def transpose_perm(op: rt.KernelOp) -> tuple[int, ...] | None:
@@ -176,9 +190,7 @@ class Memory:
             owner = self.view_op.get(dst)
             if owner is None or arr is None:
                 return None
-            arr = view_array(
-                kernel_name(owner) or "", arr, shape_of(dst.type), transpose_perm(owner)
-            )
+            arr = view_array(kernel_class_of(owner), arr, shape_of(dst.type), transpose_perm(owner))
         return arr
 
     def root(self, v: SSAValue) -> SSAValue:

@@ -35,7 +35,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xl.dialects import rt
 from xl.passes.rt_analysis import (
-    ELEMENTWISE,
+    is_elementwise_kernel,
     Memory,
     blocks,
     kernel_io,
@@ -96,7 +96,7 @@ def _steps_attr(steps: list[tuple[str, list[int], dict[str, Attribute]]]) -> Arr
 
 
 def _fusable(op: Operation) -> tuple[tuple[SSAValue, ...], SSAValue] | None:
-    if not isinstance(op, rt.KernelOp) or kernel_name(op) not in ELEMENTWISE:
+    if not isinstance(op, rt.KernelOp) or not is_elementwise_kernel(op):
         return None
     ins, outs = kernel_io(op)
     if len(outs) != 1 or outs[0] in ins or not isinstance(outs[0].owner, rt.AllocOp):

@@ -31,8 +31,8 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xl.dialects import rt
 from xl.passes.rt_analysis import (
-    ELEMENTWISE,
-    FULL_WRITE,
+    is_elementwise_kernel,
+    is_full_write_kernel,
     Memory,
     ancestor_in,
     blocks,
@@ -46,7 +46,7 @@ from xl.passes.rt_analysis import (
 def _full_write(op: Operation, v: SSAValue) -> bool:
     """Whether `op` overwrites all of `v` without reading it."""
     if isinstance(op, rt.KernelOp):
-        if kernel_name(op) not in FULL_WRITE:
+        if not is_full_write_kernel(op):
             return False
         ins, outs = kernel_io(op)
         return v in outs and v not in ins and outs.count(v) == 1
@@ -114,7 +114,7 @@ def plan_block(block: Block, mem: Memory) -> dict[SSAValue, SSAValue]:
         op = ops[i]
         for life in starts.get(i, ()):
             rep: SSAValue | None = None
-            if kernel_name(op) in ELEMENTWISE and isinstance(op, rt.KernelOp):
+            if is_elementwise_kernel(op) and isinstance(op, rt.KernelOp):
                 op_ins, op_outs = kernel_io(op)
                 for d in ends.get(i, ()):
                     if (

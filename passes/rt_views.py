@@ -37,7 +37,7 @@ from xl.dialects import rt
 from xl.dialects.utils import dtype_of
 from xl.passes.rt_analysis import (
     VIEW_ATTR,
-    VIEW_KERNELS,
+    is_view_kernel,
     Memory,
     ancestor_in,
     kernel_io,
@@ -58,7 +58,7 @@ def mark_views(program: rt.ProgramOp) -> int:
     for op in list(program.walk()):
         if not (
             isinstance(op, rt.KernelOp)
-            and kernel_name(op) in VIEW_KERNELS
+            and is_view_kernel(op)
             and VIEW_ATTR not in op.attributes
         ):
             continue

@@ -31,7 +31,7 @@ from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.runtime import xl_kernels as _xl_kernels  # noqa: F401  (registers xl.* kernels)
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
 from xl.runtime.errors import PlanError, describe_buffer, diagnostic_props
-from xl.runtime.kernels import KERNELS
+from xl.runtime.kernels import kernel_factory
 from xl.runtime.plan import build_replica
 from xl.runtime.streams import StreamIn, StreamOut, stream_entry
 from xl.runtime.transfers import check_transfers
@@ -214,7 +214,7 @@ class _Compiler:
             return None
         if isinstance(op, rt.KernelOp):
             name = op.kernel.data
-            factory = KERNELS.get(name)
+            factory = kernel_factory(name)
             if factory is None:
                 raise PlanError(f"runtime: no NumPy kernel for '{name}'")
             props: dict[str, Any] = op.params

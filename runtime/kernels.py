@@ -1,6 +1,12 @@
-"""NumPy kernels for the `rt.kernel` ops, keyed by the high-level op name.
+"""NumPy kernels for the `rt.kernel` ops, registered by the op class they implement.
 
-Contract: ``KERNELS[op_name](props) -> fn`` where ``props`` is the op's properties as
+```python
+@kernel(GeluOp)
+def _gelu(p: dict[str, Any]) -> Kernel: ...
+```
+
+Contract: ``KERNELS[OpClass](props) -> fn`` (``kernel_factory("popxl.gelu")`` resolves
+an `rt.kernel` name through the dialects, see `xl.runtime.registry`) where ``props`` is the op's properties as
 plain Python values (see ``xl.dialects.popxl.op_props``) and ``fn(*ins, *outs)`` is
 called with the input arrays followed by preallocated output arrays (right shape and
 dtype) that it must fill in place. For ops that update operands in place (``WRITES``),
@@ -12,8 +18,9 @@ More rules:
 - Ops with optional operands (scalar factors given as tensors, the optimiser
   updaters) read ``props["operand_segments"]`` (number of operands per operand
   definition, as ``op_props`` gives it; ``operandSegmentSizes`` is accepted too) to
-  know which inputs are present. Without it, presence is resolved once from the
-  argument count of the first call (optional operands matched greedily in order).
+  know which inputs are present (`operand_positions` of the op class). Without it,
+  presence is resolved once from the argument count of the first call (optional
+  operands matched greedily in order, `greedy_segments`).
 - A result may share storage with a same-typed input only for the elementwise
   kernels (add ... sin, identity, gelu_grad, relu_grad, scaled_add) and softmax /
   softmax_grad; tests/test_kernels.py::test_alias_safe pins that. Other kernels need
@@ -31,19 +38,122 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from xdsl.irdl import IRDLOperation
+
+from xl.dialects.popxl import (
+    AbsOp,
+    AccumulateMeanOp,
+    AccumulateMovingAverageOp,
+    AccumulateMovingAverageSquareOp,
+    AccumulateOp,
+    AccumulateSquareOp,
+    AccumulatorScaleOp,
+    AccumulatorZeroOp,
+    AdamUpdaterOp,
+    AdamVarUpdateOp,
+    AdamaxUpdaterOp,
+    AddOp,
+    ArgmaxOp,
+    ArgminOp,
+    CastOp,
+    ConcatOp,
+    CopyVarUpdateOp,
+    CosOp,
+    DetachOp,
+    DivOp,
+    DynamicSliceOp,
+    DynamicUpdateInplaceOp,
+    DynamicUpdateOp,
+    EqualOp,
+    ExpOp,
+    ExpandOp,
+    GatherGradOp,
+    GatherOp,
+    GeluGradOp,
+    GeluOp,
+    GreaterOp,
+    IdentityOp,
+    IncrementModInplaceOp,
+    IncrementModOp,
+    InitOp,
+    LambUpdaterOp,
+    LogOp,
+    LogicalAndOp,
+    LogicalNotOp,
+    LogicalOrOp,
+    MatmulOp,
+    MaximumOp,
+    MinimumOp,
+    MulOp,
+    NegOp,
+    NllLossGradOp,
+    NllLossOp,
+    NllLossWithSoftmaxGradOp,
+    OnehotOp,
+    PowOp,
+    ReduceMaxGradOp,
+    ReduceMaxOp,
+    ReduceMeanOp,
+    ReduceMinOp,
+    ReduceSumOp,
+    ReduceToShapeOp,
+    ReluGradOp,
+    ReluOp,
+    ReshapeOp,
+    ScaledAddInplaceOp,
+    ScaledAddOp,
+    SigmoidOp,
+    SignOp,
+    SinOp,
+    SliceGradOp,
+    SliceOp,
+    SoftmaxGradOp,
+    SoftmaxOp,
+    SparseAccumulateOp,
+    SqrtOp,
+    SqueezeOp,
+    SubOp,
+    SwishOp,
+    TanhOp,
+    TransposeOp,
+    WhereOp,
+
+)
+from xl.dialects.popxl_operands import greedy_segments, operand_names, operand_positions
+from xl.runtime.registry import KernelClass, kernel_class
 
 Kernel = Callable[..., None]
 KernelFactory = Callable[[dict[str, Any]], Kernel]
 
-KERNELS: dict[str, KernelFactory] = {}
+KERNELS: dict[KernelClass, KernelFactory] = {}
+
+# Op classes whose kernel may leave part of a result as it was (see `kernel`).
+PARTIAL_WRITE: set[KernelClass] = set()
 
 
-def register(name: str) -> Callable[[KernelFactory], KernelFactory]:
+def kernel(*classes: KernelClass, full_write: bool = True) -> Callable[[KernelFactory], KernelFactory]:
+    """Register the decorated factory as the kernel of each op class.
+
+    `full_write=False`: the kernel does not overwrite every element of its results on
+    every call (the `rt` buffer reuse must then keep the result's storage its own).
+    """
+
     def deco(f: KernelFactory) -> KernelFactory:
-        KERNELS[name] = f
+        for cls in classes:
+            if cls in KERNELS:
+                raise TypeError(f"a kernel for {cls.name} is registered twice")
+            KERNELS[cls] = f
+            if not full_write:
+                PARTIAL_WRITE.add(cls)
         return f
 
     return deco
+
+
+def kernel_factory(name: str) -> KernelFactory | None:
+    """The factory of the kernel an `rt.kernel` of this name runs (None if none)."""
+    cls = kernel_class(name)
+    return None if cls is None else KERNELS.get(cls)
 
 
 # ------------------------------------------------------------------------------------
@@ -114,39 +224,13 @@ def _axes(p: dict[str, Any], key: str = "axis") -> tuple[int, ...] | None:
     return None if v is None else tuple(int(a) for a in v)
 
 
-def _positions(names: Sequence[str], segs: Sequence[int]) -> dict[str, int]:
-    """Input position of each operand name (optional names end in '?'), -1 if absent."""
-    if len(segs) != len(names):
-        raise ValueError(f"operand_segments {tuple(segs)} do not match operands {tuple(names)}")
-    out: dict[str, int] = {}
-    i = 0
-    for n, s in zip(names, segs):
-        out[n.rstrip("?")] = i if s else -1
-        i += s
-    return out
-
-
-def _greedy(names: Sequence[str], n: int) -> tuple[int, ...] | None:
-    """Segments when `n` inputs fill the required operands, then optional ones in order."""
-    extra = n - sum(not x.endswith("?") for x in names)
-    if extra < 0:
-        return None
-    out = []
-    for x in names:
-        take = 1 if not x.endswith("?") else (1 if extra > 0 else 0)
-        if x.endswith("?"):
-            extra -= take
-        out.append(take)
-    return tuple(out) if extra == 0 else None
-
-
 def _optional_kernel(
     p: dict[str, Any],
-    names: Sequence[str],
+    cls: type[IRDLOperation],
     n_outs: Callable[[dict[str, int]], int],
     build: Callable[[dict[str, int]], Kernel],
 ) -> Kernel:
-    """A kernel for an op with optional operands.
+    """A kernel for an op class with optional operands.
 
     Which operands are present comes from `operand_segments` (or
     `operandSegmentSizes`) in `props`; without it, from the number of arguments of
@@ -156,15 +240,17 @@ def _optional_kernel(
     if segs is None:
         segs = p.get("operandSegmentSizes")
     if segs is not None:
-        return build(_positions(names, segs))
+        return build(operand_positions(cls, segs))
     inner: Kernel | None = None
 
     def resolve(n_args: int) -> Kernel:
         for n_in in range(n_args, -1, -1):
-            g = _greedy(names, n_in)
-            if g is not None and n_in + n_outs(_positions(names, g)) == n_args:
-                return build(_positions(names, g))
-        raise ValueError(f"cannot match {n_args} kernel arguments to operands {tuple(names)}")
+            g = greedy_segments(cls, n_in)
+            if g is not None and n_in + n_outs(operand_positions(cls, g)) == n_args:
+                return build(operand_positions(cls, g))
+        raise ValueError(
+            f"{cls.name}: cannot match {n_args} kernel arguments to operands {operand_names(cls)}"
+        )
 
     def k(*a: np.ndarray) -> None:
         nonlocal inner
@@ -209,56 +295,56 @@ def _slices(p: dict[str, Any], ndim: int) -> tuple[slice, ...]:
 # ------------------------------------------------------------------------------------
 
 
-def _binary(name: str, ufunc: np.ufunc) -> None:
+def _binary(cls: KernelClass, ufunc: np.ufunc) -> None:
     def factory(p: dict[str, Any]) -> Kernel:
         def k(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
             ufunc(a, b, out=out)
 
         return k
 
-    register(name)(factory)
+    kernel(cls)(factory)
 
 
-def _unary(name: str, ufunc: np.ufunc) -> None:
+def _unary(cls: KernelClass, ufunc: np.ufunc) -> None:
     def factory(p: dict[str, Any]) -> Kernel:
         def k(x: np.ndarray, out: np.ndarray) -> None:
             ufunc(x, out=out)
 
         return k
 
-    register(name)(factory)
+    kernel(cls)(factory)
 
 
 for _n, _u in (
-    ("popxl.add", np.add),
-    ("popxl.sub", np.subtract),
-    ("popxl.mul", np.multiply),
-    ("popxl.pow", np.power),
-    ("popxl.maximum", np.maximum),
-    ("popxl.minimum", np.minimum),
-    ("popxl.equal", np.equal),
-    ("popxl.greater", np.greater),
-    ("popxl.logical_and", np.logical_and),
-    ("popxl.logical_or", np.logical_or),
+    (AddOp, np.add),
+    (SubOp, np.subtract),
+    (MulOp, np.multiply),
+    (PowOp, np.power),
+    (MaximumOp, np.maximum),
+    (MinimumOp, np.minimum),
+    (EqualOp, np.equal),
+    (GreaterOp, np.greater),
+    (LogicalAndOp, np.logical_and),
+    (LogicalOrOp, np.logical_or),
 ):
     _binary(_n, _u)
 
 for _n, _u in (
-    ("popxl.neg", np.negative),
-    ("popxl.abs", np.abs),
-    ("popxl.sign", np.sign),
-    ("popxl.tanh", np.tanh),
-    ("popxl.exp", np.exp),
-    ("popxl.log", np.log),
-    ("popxl.sqrt", np.sqrt),
-    ("popxl.cos", np.cos),
-    ("popxl.sin", np.sin),
-    ("popxl.logical_not", np.logical_not),
+    (NegOp, np.negative),
+    (AbsOp, np.abs),
+    (SignOp, np.sign),
+    (TanhOp, np.tanh),
+    (ExpOp, np.exp),
+    (LogOp, np.log),
+    (SqrtOp, np.sqrt),
+    (CosOp, np.cos),
+    (SinOp, np.sin),
+    (LogicalNotOp, np.logical_not),
 ):
     _unary(_n, _u)
 
 
-@register("popxl.div")
+@kernel(DivOp)
 def _div(p: dict[str, Any]) -> Kernel:
     """Float: true division. Integer: truncation toward zero (C semantics)."""
 
@@ -273,7 +359,7 @@ def _div(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.relu")
+@kernel(ReluOp)
 def _relu(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
         np.maximum(x, 0, out=out)
@@ -289,12 +375,12 @@ def _sigmoid_into(x: np.ndarray, out: np.ndarray) -> None:
     np.divide(num, e, out=out)
 
 
-@register("popxl.sigmoid")
+@kernel(SigmoidOp)
 def _sigmoid(p: dict[str, Any]) -> Kernel:
     return _sigmoid_into
 
 
-@register("popxl.swish")
+@kernel(SwishOp)
 def _swish(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
         s = np.empty_like(out)
@@ -304,7 +390,7 @@ def _swish(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.gelu")
+@kernel(GeluOp)
 def _gelu(p: dict[str, Any]) -> Kernel:
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
 
@@ -322,8 +408,8 @@ def _gelu(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.identity")
-@register("popxl.detach")
+@kernel(IdentityOp)
+@kernel(DetachOp)
 def _identity(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, x)
@@ -331,7 +417,7 @@ def _identity(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.cast")
+@kernel(CastOp)
 def _cast(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, x, casting="unsafe")
@@ -344,7 +430,7 @@ def _cast(p: dict[str, Any]) -> Kernel:
 # ------------------------------------------------------------------------------------
 
 
-@register("popxl.matmul")
+@kernel(MatmulOp)
 def _matmul(p: dict[str, Any]) -> Kernel:
     def k(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         np.matmul(a, b, out=out)
@@ -352,7 +438,7 @@ def _matmul(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.softmax")
+@kernel(SoftmaxOp)
 def _softmax(p: dict[str, Any]) -> Kernel:
     """exp(x - max) / sum, along `axis`."""
     axis = int(p["axis"])
@@ -372,7 +458,7 @@ def _softmax(p: dict[str, Any]) -> Kernel:
 # ------------------------------------------------------------------------------------
 
 
-@register("popxl.reshape")
+@kernel(ReshapeOp)
 def _reshape(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, x.reshape(out.shape))
@@ -380,7 +466,7 @@ def _reshape(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.squeeze")
+@kernel(SqueezeOp)
 def _squeeze(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, x.reshape(out.shape))
@@ -388,7 +474,7 @@ def _squeeze(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.transpose")
+@kernel(TransposeOp)
 def _transpose(p: dict[str, Any]) -> Kernel:
     perm = tuple(int(a) for a in p["perm"])
 
@@ -398,7 +484,7 @@ def _transpose(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.expand")
+@kernel(ExpandOp)
 def _expand(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, x)
@@ -406,7 +492,7 @@ def _expand(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.reduce_to_shape")
+@kernel(ReduceToShapeOp)
 def _reduce_to_shape(p: dict[str, Any]) -> Kernel:
     axes: tuple[int, ...] | None = None
 
@@ -425,7 +511,7 @@ def _reduce_to_shape(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.concat")
+@kernel(ConcatOp)
 def _concat(p: dict[str, Any]) -> Kernel:
     axis = int(p["axis"])
 
@@ -435,7 +521,7 @@ def _concat(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.slice")
+@kernel(SliceOp)
 def _slice(p: dict[str, Any]) -> Kernel:
     idx: tuple[slice, ...] | None = None
 
@@ -448,7 +534,7 @@ def _slice(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.slice_grad")
+@kernel(SliceGradOp)
 def _slice_grad(p: dict[str, Any]) -> Kernel:
     idx: tuple[slice, ...] | None = None
 
@@ -462,7 +548,7 @@ def _slice_grad(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.gather")
+@kernel(GatherOp)
 def _gather(p: dict[str, Any]) -> Kernel:
     """np.take along `axis`; negative indices wrap; `zero_oor`: out of range -> 0."""
     axis = int(p["axis"])
@@ -487,7 +573,7 @@ def _gather(p: dict[str, Any]) -> Kernel:
     return k_oor
 
 
-@register("popxl.gather_grad")
+@kernel(GatherGradOp)
 def _gather_grad(p: dict[str, Any]) -> Kernel:
     """Scatter-add of dy into zeros; repeated indices accumulate; out-of-range indices
     (zero_OOR gathers) contribute nothing."""
@@ -513,7 +599,7 @@ def _gather_grad(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.where")
+@kernel(WhereOp)
 def _where(p: dict[str, Any]) -> Kernel:
     def k(c: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, np.where(c, a, b))
@@ -521,7 +607,7 @@ def _where(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.onehot")
+@kernel(OnehotOp)
 def _onehot(p: dict[str, Any]) -> Kernel:
     """As ONNX OneHot (which popxl.ops.onehot follows): a class in [-n, n) is hot
     (negative ones count from the end); any other class gives a row of off values."""
@@ -543,7 +629,7 @@ def _onehot(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.init")
+@kernel(InitOp, full_write=False)  # `undef` mode writes once
 def _init(p: dict[str, Any]) -> Kernel:
     if p.get("init_type", "zero") == "zero":
 
@@ -575,8 +661,8 @@ def _arg(fn: Callable[..., np.ndarray]) -> KernelFactory:
     return factory
 
 
-register("popxl.argmax")(_arg(np.argmax))
-register("popxl.argmin")(_arg(np.argmin))
+kernel(ArgmaxOp)(_arg(np.argmax))
+kernel(ArgminOp)(_arg(np.argmin))
 
 
 # ------------------------------------------------------------------------------------
@@ -597,13 +683,13 @@ def _reduce(fn: Callable[..., Any]) -> KernelFactory:
     return factory
 
 
-register("popxl.reduce_sum")(_reduce(np.sum))
-register("popxl.reduce_mean")(_reduce(np.mean))
-register("popxl.reduce_max")(_reduce(np.max))
-register("popxl.reduce_min")(_reduce(np.min))
+kernel(ReduceSumOp)(_reduce(np.sum))
+kernel(ReduceMeanOp)(_reduce(np.mean))
+kernel(ReduceMaxOp)(_reduce(np.max))
+kernel(ReduceMinOp)(_reduce(np.min))
 
 
-@register("popxl.reduce_max_grad")
+@kernel(ReduceMaxGradOp)
 def _reduce_max_grad(p: dict[str, Any]) -> Kernel:
     """dy goes to the positions equal to the max; ties share it evenly."""
     axes = _axes(p)
@@ -651,7 +737,7 @@ def _labels(labels: np.ndarray, ignore: int | None, c: int, p: dict[str, Any], o
     return np.where(keep, lab, 0), keep, int(np.count_nonzero(keep))
 
 
-@register("popxl.nll_loss")
+@kernel(NllLossOp)
 def _nll_loss(p: dict[str, Any]) -> Kernel:
     """loss = -log(probs[label]) (or -probs[label]); mean over non-ignored rows."""
     red = p["reduction"]
@@ -677,7 +763,7 @@ def _nll_loss(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.nll_loss_grad")
+@kernel(NllLossGradOp)
 def _nll_loss_grad(p: dict[str, Any]) -> Kernel:
     red = p["reduction"]
     ignore = p.get("ignore_index")
@@ -701,7 +787,7 @@ def _nll_loss_grad(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.nll_loss_with_softmax_grad")
+@kernel(NllLossWithSoftmaxGradOp)
 def _nll_loss_with_softmax_grad(p: dict[str, Any]) -> Kernel:
     """(loss, dx): dx = (probs - onehot) * loss_grad [/ N for mean]; ignored rows 0."""
     red = p["reduction"]
@@ -739,10 +825,10 @@ def _nll_loss_with_softmax_grad(p: dict[str, Any]) -> Kernel:
 
         return k
 
-    return _optional_kernel(p, ("probs", "labels", "loss_grad_tensor?"), lambda pos: 2, build)
+    return _optional_kernel(p, NllLossWithSoftmaxGradOp, lambda pos: 2, build)
 
 
-@register("popxl.gelu_grad")
+@kernel(GeluGradOp)
 def _gelu_grad(p: dict[str, Any]) -> Kernel:
     """dy * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3a x^2))."""
 
@@ -766,7 +852,7 @@ def _gelu_grad(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.relu_grad")
+@kernel(ReluGradOp)
 def _relu_grad(p: dict[str, Any]) -> Kernel:
     def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
         np.multiply(dy, x > 0, out=out)
@@ -774,7 +860,7 @@ def _relu_grad(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.softmax_grad")
+@kernel(SoftmaxGradOp)
 def _softmax_grad(p: dict[str, Any]) -> Kernel:
     axis = int(p["axis"])
 
@@ -791,7 +877,7 @@ def _softmax_grad(p: dict[str, Any]) -> Kernel:
 # ------------------------------------------------------------------------------------
 
 
-@register("popxl.scaled_add")
+@kernel(ScaledAddOp)
 def _scaled_add(p: dict[str, Any]) -> Kernel:
     a, b = float(p["a"]), float(p["b"])
 
@@ -809,7 +895,7 @@ def _scaled_add(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.scaled_add_")
+@kernel(ScaledAddInplaceOp)
 def _scaled_add_inplace(p: dict[str, Any]) -> Kernel:
     a, b = float(p["a"]), float(p["b"])
 
@@ -824,7 +910,7 @@ def _scaled_add_inplace(p: dict[str, Any]) -> Kernel:
 
 
 def _update_kernel(
-    name: str,
+    cls: type[IRDLOperation],
     body: Callable[[np.ndarray, np.ndarray, float], None],
     default: float | None,
 ) -> None:
@@ -845,9 +931,9 @@ def _update_kernel(
 
             return kt
 
-        return _optional_kernel(p, ("t", "x", "f_tensor?"), _one, build)
+        return _optional_kernel(p, cls, _one, build)
 
-    register(name)(factory)
+    kernel(cls)(factory)
 
 
 def _acc(t: np.ndarray, x: np.ndarray, f: float) -> None:
@@ -871,13 +957,13 @@ def _moving_avg_sq(t: np.ndarray, x: np.ndarray, f: float) -> None:
     np.add(t * f, sq, out=t, casting="unsafe")
 
 
-_update_kernel("popxl.accumulate_", _acc, 1.0)
-_update_kernel("popxl.accumulate_square_", _acc_sq, 1.0)
-_update_kernel("popxl.accumulate_moving_average_", _moving_avg, None)
-_update_kernel("popxl.accumulate_moving_average_square_", _moving_avg_sq, None)
+_update_kernel(AccumulateOp, _acc, 1.0)
+_update_kernel(AccumulateSquareOp, _acc_sq, 1.0)
+_update_kernel(AccumulateMovingAverageOp, _moving_avg, None)
+_update_kernel(AccumulateMovingAverageSquareOp, _moving_avg_sq, None)
 
 
-@register("popxl.accumulate_mean_")
+@kernel(AccumulateMeanOp)
 def _accumulate_mean(p: dict[str, Any]) -> Kernel:
     """t = t * step/(step+1) + X/(step+1)."""
 
@@ -891,10 +977,10 @@ def _accumulate_mean(p: dict[str, Any]) -> Kernel:
 
         return k
 
-    return _optional_kernel(p, ("t", "x", "step_tensor?"), _one, build)
+    return _optional_kernel(p, AccumulateMeanOp, _one, build)
 
 
-@register("popxl.accumulator_scale_")
+@kernel(AccumulatorScaleOp)
 def _accumulator_scale(p: dict[str, Any]) -> Kernel:
 
     def build(pos: dict[str, int]) -> Kernel:
@@ -910,10 +996,10 @@ def _accumulator_scale(p: dict[str, Any]) -> Kernel:
 
         return k
 
-    return _optional_kernel(p, ("t", "f_tensor?"), _one, build)
+    return _optional_kernel(p, AccumulatorScaleOp, _one, build)
 
 
-@register("popxl.accumulator_zero_")
+@kernel(AccumulatorZeroOp)
 def _accumulator_zero(p: dict[str, Any]) -> Kernel:
     def k(t: np.ndarray, t_out: np.ndarray) -> None:
         t.fill(0)
@@ -921,7 +1007,7 @@ def _accumulator_zero(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.sparse_accumulate_")
+@kernel(SparseAccumulateOp)
 def _sparse_accumulate(p: dict[str, Any]) -> Kernel:
     """t[..., indices, ...] += f * X on `axis`; repeated indices add up."""
     axis = int(p["axis"])
@@ -947,10 +1033,10 @@ def _sparse_accumulate(p: dict[str, Any]) -> Kernel:
 
         return k
 
-    return _optional_kernel(p, ("t", "x", "indices", "f_tensor?"), _one, build)
+    return _optional_kernel(p, SparseAccumulateOp, _one, build)
 
 
-@register("popxl.copy_var_update_")
+@kernel(CopyVarUpdateOp)
 def _copy_var_update(p: dict[str, Any]) -> Kernel:
     def k(t: np.ndarray, x: np.ndarray, t_out: np.ndarray) -> None:
         np.copyto(t, x, casting="unsafe")
@@ -962,7 +1048,7 @@ def _int_if_integral(v: float) -> float | int:
     return int(v) if float(v).is_integer() else float(v)
 
 
-@register("popxl.increment_mod")
+@kernel(IncrementModOp)
 def _increment_mod(p: dict[str, Any]) -> Kernel:
     """fmod(t + increment, modulus) in t's dtype."""
     inc, mod = _int_if_integral(p["increment"]), _int_if_integral(p["modulus"])
@@ -974,7 +1060,7 @@ def _increment_mod(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.increment_mod_")
+@kernel(IncrementModInplaceOp)
 def _increment_mod_inplace(p: dict[str, Any]) -> Kernel:
     inc, mod = _int_if_integral(p["increment"]), _int_if_integral(p["modulus"])
 
@@ -1007,7 +1093,7 @@ def _dyn_index(p: dict[str, Any], op: str) -> Callable[[np.ndarray, np.ndarray],
     return build
 
 
-@register("popxl.dynamic_slice")
+@kernel(DynamicSliceOp)
 def _dynamic_slice(p: dict[str, Any]) -> Kernel:
     build = _dyn_index(p, "popxl.dynamic_slice")
 
@@ -1017,7 +1103,7 @@ def _dynamic_slice(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.dynamic_update")
+@kernel(DynamicUpdateOp)
 def _dynamic_update(p: dict[str, Any]) -> Kernel:
     build = _dyn_index(p, "popxl.dynamic_update")
 
@@ -1028,7 +1114,7 @@ def _dynamic_update(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@register("popxl.dynamic_update_")
+@kernel(DynamicUpdateInplaceOp)
 def _dynamic_update_inplace(p: dict[str, Any]) -> Kernel:
     build = _dyn_index(p, "popxl.dynamic_update_")
 
@@ -1042,10 +1128,7 @@ def _dynamic_update_inplace(p: dict[str, Any]) -> Kernel:
 # Optimiser maths
 # ------------------------------------------------------------------------------------
 
-_UPDATER_OPERANDS = ("m", "v", "weight?", "time_step?")
-
-
-def _updater(kind: str) -> KernelFactory:
+def _updater(cls: type[IRDLOperation], kind: str) -> KernelFactory:
     """adam / lamb: mc/(sqrt(vc)+eps) + wd*w; adamax: mc/(v+eps) + wd*w.
 
     With time_step: it is incremented in place first and t = its new value gives the
@@ -1056,13 +1139,11 @@ def _updater(kind: str) -> KernelFactory:
     )
     defaults = {"weight_decay": 0.0, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7}
 
-    names = _UPDATER_OPERANDS + tuple(f"{f}_tensor?" for f in factors)
-
     def n_outs(pos: dict[str, int]) -> int:
         return 2 if pos["time_step"] >= 0 else 1
 
     def factory(p: dict[str, Any]) -> Kernel:
-        return _optional_kernel(p, names, n_outs, lambda pos: build(p, pos))
+        return _optional_kernel(p, cls, n_outs, lambda pos: build(p, pos))
 
     def build(p: dict[str, Any], pos: dict[str, int]) -> Kernel:
         fs = [_factor(p, pos, f, defaults[f]) for f in factors]
@@ -1104,15 +1185,14 @@ def _updater(kind: str) -> KernelFactory:
     return factory
 
 
-register("popxl.adam_updater")(_updater("adam"))
-register("popxl.lamb_updater")(_updater("lamb"))
-register("popxl.adamax_updater")(_updater("adamax"))
+kernel(AdamUpdaterOp)(_updater(AdamUpdaterOp, "adam"))
+kernel(LambUpdaterOp)(_updater(LambUpdaterOp, "lamb"))
+kernel(AdamaxUpdaterOp)(_updater(AdamaxUpdaterOp, "adamax"))
 
 
-@register("popxl.adam_var_update")
+@kernel(AdamVarUpdateOp)
 def _adam_var_update(p: dict[str, Any]) -> Kernel:
     """t -= lr * ratio * x; ratio = min(sqrt(r1), mwn) / sqrt(r2), 1 if a norm is 0."""
-    names = ("t", "x", "r1", "r2", "learning_rate_tensor?", "max_weight_norm_tensor?")
 
     def build(pos: dict[str, int]) -> Kernel:
         lr_c, lr_i = _factor(p, pos, "learning_rate", None)
@@ -1132,4 +1212,4 @@ def _adam_var_update(p: dict[str, Any]) -> Kernel:
 
         return k
 
-    return _optional_kernel(p, names, _one, build)
+    return _optional_kernel(p, AdamVarUpdateOp, _one, build)

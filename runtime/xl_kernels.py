@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from xl.runtime.kernels import Kernel, register
+from xl.runtime.errors import PlanError
+from xl.runtime.kernels import Kernel, kernel, kernel_factory
+from xl.runtime.registry import FusedKernel, GemmAccKernel
 
 
-@register("xl.gemm_acc")
+@kernel(GemmAccKernel)
 def _gemm_acc(p: dict[str, Any]) -> Kernel:
     """`c = alpha * op(a) @ op(b) + beta * c` (`op` transposes when `trans_a`/`trans_b`)."""
     alpha, beta = float(p["alpha"]), float(p["beta"])
@@ -49,12 +51,10 @@ def parse_steps(steps: Any) -> list[tuple[str, tuple[int, ...], dict[str, Any]]]
     return out
 
 
-@register("xl.fused")
+@kernel(FusedKernel)
 def _fused(p: dict[str, Any]) -> Kernel:
     """Runs the steps in order, each writing the output buffer (elementwise kernels are alias-safe)."""
-    from xl.runtime.kernels import KERNELS
-
-    steps = [(KERNELS[name](props), args) for name, args, props in parse_steps(p["steps"])]
+    steps = [(_step_factory(name)(props), args) for name, args, props in parse_steps(p["steps"])]
 
     def k(*a: np.ndarray) -> None:
         ins, out = a[:-1], a[-1]
@@ -62,3 +62,10 @@ def _fused(p: dict[str, Any]) -> Kernel:
             fn(*[out if j < 0 else ins[j] for j in args], out)
 
     return k
+
+
+def _step_factory(name: str):  # noqa: ANN202
+    factory = kernel_factory(name)
+    if factory is None:
+        raise PlanError(f"runtime: no NumPy kernel for '{name}' (a step of xl.fused)")
+    return factory

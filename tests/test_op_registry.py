@@ -8,10 +8,8 @@ misses a declaration fails here, not at run time:
   `NotDifferentiable` trait; exactly one of the three;
 - a round-trip lit line: the op is parsed and printed (a `CHECK` line) in a
   `tests/filecheck/dialects/*/ops.mlir` round-trip test;
-- a kernel for every `popxl` op (`xl.runtime.kernels.KERNELS`, keyed by op name today;
-  issue 10 phase 2 registers kernels by class);
-- the runtime's string-keyed elementwise / view tables agree with the traits (phase 2
-  replaces the tables by the traits);
+- a kernel for every `popxl` op (`xl.runtime.kernels.KERNELS`, registered by op class);
+- the runtime's elementwise / view kernels are the ops with the traits;
 - a frontend function for every user-facing op, built by op class (`emit1(GeluOp, ...)`),
   never by an op-name string.
 """
@@ -171,26 +169,34 @@ def test_written_operands_of_calls() -> None:
     assert written_operands(call) == (1,)
 
 
-def test_elementwise_and_view_traits_cover_runtime_tables() -> None:
-    """Phase 2 makes the runtime read the traits; until then its tables must not name an op
-    that lacks the trait (the traits may name more: `minimum`, `swish`, `detach` and
-    `logical_not` are elementwise but not in the runtime's fusion table yet)."""
-    from xl.passes.rt_analysis import ELEMENTWISE, VIEW_KERNELS
+def test_runtime_kernel_kinds_are_the_traits() -> None:
+    """The `rt` passes' elementwise (fusable) and view kernels are the ops with the
+    `Elementwise` / `ViewLike` traits, resolved from the kernel name by class."""
+    from xl.passes.rt_analysis import ELEMENTWISE, VIEW_KERNELS, is_elementwise_kernel
+    from xl.dialects import rt
 
-    by_name = {c.name: c for _, c in ALL_OPS}
-    for n in ELEMENTWISE:
-        assert n in by_name and by_name[n].has_trait(Elementwise), n
-    for n in VIEW_KERNELS:
-        assert n in by_name and by_name[n].has_trait(ViewLike), n
-    assert {c.name for _, c in ALL_OPS if c.has_trait(ViewLike)} == set(VIEW_KERNELS)
+    assert set(ELEMENTWISE) == {c.name for _, c in ALL_OPS if c.has_trait(Elementwise)}
+    assert set(VIEW_KERNELS) == {c.name for _, c in ALL_OPS if c.has_trait(ViewLike)}
+    for name in ("popxl.minimum", "popxl.swish", "popxl.detach", "popxl.logical_not"):
+        assert is_elementwise_kernel(rt.KernelOp(name, [], [])), name
+    assert not is_elementwise_kernel(rt.KernelOp("popxl.matmul", [], []))
 
 
 def test_popxl_ops_have_kernels() -> None:
+    """Kernels are registered by op class (`@kernel(GeluOp)`); an `rt.kernel` name
+    resolves to its class through the dialects."""
     from xl.dialects.popxl import Popxl
-    from xl.runtime.kernels import KERNELS
+    from xl.runtime.kernels import KERNELS, kernel_factory
+    from xl.runtime.registry import RtKernel, kernel_class
 
-    missing = [c.name for c in Popxl.operations if c.name not in KERNELS]
+    missing = [c.name for c in Popxl.operations if c not in KERNELS]
     assert not missing, f"popxl ops without a NumPy kernel: {missing}"
+    for cls in Popxl.operations:
+        assert kernel_class(cls.name) is cls
+        assert kernel_factory(cls.name) is KERNELS[cls]
+    # every registered key is a popxl op class or an rt-only kernel, nothing else
+    assert all(k in set(Popxl.operations) or issubclass(k, RtKernel) for k in KERNELS)
+    assert kernel_factory("popxl.no_such_op") is None
 
 
 def test_popart_type_names() -> None:

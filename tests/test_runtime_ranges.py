@@ -86,9 +86,9 @@ def test_nll_loss_bad_label_and_ignore_index() -> None:
 
 def test_nll_loss_grad_bad_label() -> None:
     """The gradient kernel checks too (labels can change between forward and backward)."""
-    from xl.runtime.kernels import KERNELS
+    from xl.runtime.kernels import kernel_factory
 
-    k = KERNELS["popxl.nll_loss_grad"]({"reduction": "mean", "_kernel": "popxl.nll_loss_grad",
+    k = kernel_factory("popxl.nll_loss_grad")({"reduction": "mean", "_kernel": "popxl.nll_loss_grad",
                                          "_operands": ("probs", 'tensor "l"')})
     out = np.zeros_like(P)
     with pytest.raises(DataRangeError, match=r'label 3 at position \(0,\) of tensor "l"'):
