@@ -53,6 +53,7 @@ from xl.dialects.graph import (
     OutputOp,
     VariableOp,
 )
+from xl.dialects.effects import written_operands
 from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.ipu import CopyOp as IpuCopyOp
 from xl.dialects.popxl import PopxlOp, is_written, op_props, to_attr
@@ -110,7 +111,7 @@ class _Emitter:
     ) -> None:
         if isinstance(op, PopxlOp):
             ins = [env[o] for o in op.operands]
-            outs = [env[op.operands[i]] for i in op.WRITES]
+            outs = [env[op.operands[i]] for i in written_operands(op)]
             for r in op.results:
                 buf = self.alloc(block, r.type, r.name_hint)
                 env[r] = buf

@@ -9,7 +9,7 @@ Contract: ``KERNELS[OpClass](props) -> fn`` (``kernel_factory("popxl.gelu")`` re
 an `rt.kernel` name through the dialects, see `xl.runtime.registry`) where ``props`` is the op's properties as
 plain Python values (see ``xl.dialects.popxl.op_props``) and ``fn(*ins, *outs)`` is
 called with the input arrays followed by preallocated output arrays (right shape and
-dtype) that it must fill in place. For ops that update operands in place (``WRITES``),
+dtype) that it must fill in place. For ops that update operands in place (``written_operands``),
 ``outs`` are the written operands (the same arrays as in ``ins``) followed by results.
 Factories run once at compile time; ``fn`` runs every step, so it does no lookups.
 

@@ -16,6 +16,7 @@ from xl.dialects.graph import (
     HostStoreOp,
     MainGraphOp,
 )
+from xl.dialects.effects import written_operands
 from xl.dialects.popxl import PopxlOp
 from xl.dialects.utils import tensor_type
 from xl.compiler import compile_module
@@ -38,7 +39,7 @@ def build_single_op_module(
         values.append(load.result)
     op = op_cls.make(values, result_types, **props)
     block.add_op(op)
-    outs = [values[i] for i in op_cls.WRITES] + list(op.results)
+    outs = [values[i] for i in written_operands(op)] + list(op.results)
     for j, v in enumerate(outs):
         decls.append(D2HStreamOp(f"out{j}", v.type))  # type: ignore[arg-type]
         block.add_op(HostStoreOp(f"out{j}", v))

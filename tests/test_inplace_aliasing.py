@@ -2,7 +2,7 @@
 
 An in-place kernel must read all its inputs before it writes its destination: with
 `scaled_add_(y, y, a, b)` the result is `a*y + b*y`, not `a*y + b*(a*y)`. The list of
-in-place ops is derived from the `popxl` dialect (every op class with a `WRITES`), and
+in-place ops is derived from the `popxl` dialect (every op class with the `InPlaceInterface` trait), and
 `test_every_inplace_op_has_a_case` fails when an in-place op is added without a case
 here. Each case runs a program twice (variables persist) through the straightforward
 plan, the optimised plan and `popxl.Session`, and compares the variables (and stored
@@ -21,6 +21,7 @@ import numpy as np
 import popxl
 import pytest
 from popxl import ops
+from xl.dialects.effects import InPlaceInterface
 from xl.dialects.popxl import Popxl
 
 from tests.runtime_check import check_all
@@ -32,15 +33,7 @@ V0 = np.array([[0.5, 1.0, 2.0], [1.5, 0.25, 0.75], [3.0, 2.5, 1.25]], np.float32
 
 def inplace_op_names() -> set[str]:
     """The popxl ops that update an operand in place, as the dialect declares them."""
-    names = set()
-    for cls in Popxl.operations:
-        for k in cls.__mro__:
-            if "WRITES" in k.__dict__:
-                w = k.__dict__["WRITES"]
-                if isinstance(w, property) or w:
-                    names.add(cls.name)
-                break
-    return names
+    return {c.name for c in Popxl.operations if c.get_trait(InPlaceInterface) is not None}
 
 
 @dataclass

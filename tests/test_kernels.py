@@ -17,6 +17,7 @@ import pytest
 from xdsl.dialects import test as xdsl_test
 
 import xl.dialects.popxl as P
+from xl.dialects.effects import written_operands
 from xl.dialects.utils import dtype_of, shape_of, tensor_type
 from xl.runtime.kernels import KERNELS, kernel_factory
 from xl.runtime.registry import RtKernel
@@ -57,7 +58,7 @@ def run(cls, ins, result_types=None, props_from="op_props", **props):
         buf = np.empty(shape_of(r.type), dt)
         buf.fill(np.nan if dt.kind == "f" else 7)
         outs.append(buf)
-    written = [present[i] for i in op.WRITES]
+    written = [present[i] for i in written_operands(op)]
     fn(*present, *written, *outs)
     return outs, present
 
