@@ -37,7 +37,6 @@ from xl.passes.rt_analysis import (
     ancestor_in,
     blocks,
     kernel_io,
-    kernel_name,
     positions,
     programs,
 )

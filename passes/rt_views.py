@@ -41,7 +41,6 @@ from xl.passes.rt_analysis import (
     Memory,
     ancestor_in,
     kernel_io,
-    kernel_name,
     parent_positions,
     programs,
     written_between,

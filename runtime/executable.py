@@ -24,17 +24,17 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, SSAValue
 
 from xl.dialects import rt
-from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.runtime import xl_kernels as _xl_kernels  # noqa: F401  (registers xl.* kernels)
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
 from xl.runtime.errors import PlanError, describe_buffer, diagnostic_props
 from xl.runtime.kernels import kernel_factory
 from xl.runtime.plan import build_replica
-from xl.runtime.streams import StreamIn, StreamOut, stream_entry
+from xl.runtime.streams import StreamIn, StreamOut
 from xl.runtime.transfers import check_transfers
+from xl.runtime.walk import ProgramWalk
 
 Step = Callable[[], None]
 
@@ -173,82 +173,62 @@ def _if(cond: np.ndarray, then: list[Step], other: list[Step]) -> None:
         f()
 
 
-class _Compiler:
-    def __init__(self) -> None:
-        self.buffers: dict[SSAValue, np.ndarray] = {}
-        self.state: dict[str, np.ndarray] = {}
-        self.inputs: dict[str, StreamIn] = {}
-        self.outputs: dict[str, StreamOut] = {}
+class _Compiler(ProgramWalk[list[Step]]):
+    """The straightforward plan: one closure per op, appended to the list `at`."""
 
-    def buf(self, v: SSAValue) -> np.ndarray:
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffers: dict[SSAValue, np.ndarray] = {}
+
+    def bind(self, v: SSAValue, arr: np.ndarray, hint: str) -> None:
+        self.buffers[v] = arr
+
+    def array(self, v: SSAValue) -> np.ndarray:
         return self.buffers[v]
 
     def compile_block(self, block: Block) -> list[Step]:
         steps: list[Step] = []
-        for op in block.ops:
-            step = self.compile_op(op)
-            if step is not None:
-                steps.append(step)
+        self.walk(block, steps)
         return steps
 
-    def compile_op(self, op: Operation) -> Step | None:
-        if isinstance(op, rt.AllocOp):
-            t = op.result.type
-            self.buffers[op.result] = np.zeros(shape_of(t), dtype=dtype_of(t))
-            return None
-        if isinstance(op, rt.StateOp):
-            t = op.result.type
-            arr = (
-                dense_to_numpy(op.init)
-                if op.init is not None
-                else np.zeros(shape_of(t), dtype=dtype_of(t))
-            )
-            arr = np.ascontiguousarray(arr, dtype=dtype_of(t)).reshape(shape_of(t))
-            self.buffers[op.result] = arr
-            self.state[op.slot.data] = arr
-            return None
-        if isinstance(op, rt.ConstOp):
-            arr = dense_to_numpy(op.value).reshape(shape_of(op.result.type))
-            arr.flags.writeable = False
-            self.buffers[op.result] = arr
-            return None
-        if isinstance(op, rt.KernelOp):
-            name = op.kernel.data
-            factory = kernel_factory(name)
-            if factory is None:
-                raise PlanError(f"runtime: no NumPy kernel for '{name}'")
-            props: dict[str, Any] = op.params
-            props.update(diagnostic_props(op))
-            fn = factory(props)
-            ins = [self.buf(v) for v in op.ins]
-            outs = [self.buf(v) for v in op.outs]
-            check_writable(name, outs, lambda i: describe_buffer(op.outs[i]))
-            snap = inputs_to_snapshot(name, ins, outs)
-            if not snap:
-                return partial(fn, *ins, *outs)
-            # inputs overlapping an output are read (copied) before the kernel writes
-            copies = [(np.empty_like(ins[j], order="C"), ins[j]) for j in snap]
-            for j, (c, _) in zip(snap, copies):
-                ins[j] = c
-            return partial(_snapshot_then, copies, partial(fn, *ins, *outs))
-        if isinstance(op, rt.CopyOp):
-            check_writable(op.name, [self.buf(op.dest)], lambda i: describe_buffer(op.dest))
-            return partial(np.copyto, self.buf(op.dest), self.buf(op.source))
-        if isinstance(op, rt.H2DOp):
-            check_writable(op.name, [self.buf(op.buffer)], lambda i: describe_buffer(op.buffer))
-            s = stream_entry(op, self.inputs, StreamIn, "loaded")
-            return partial(_h2d, self.buf(op.buffer), s)
-        if isinstance(op, rt.D2HOp):
-            o = stream_entry(op, self.outputs, StreamOut, "stored")
-            return partial(_d2h, self.buf(op.buffer), o)
-        if isinstance(op, rt.LoopOp):
-            body = self.compile_block(op.body.block)
-            return partial(_loop, op.count.value.data, body)
-        if isinstance(op, rt.IfOp):
-            then = self.compile_block(op.then_region.block)
-            other = self.compile_block(op.else_region.block)
-            return partial(_if, self.buf(op.condition), then, other)
-        raise PlanError(f"runtime: cannot execute '{op.name}'")
+    def kernel(self, op: rt.KernelOp, at: list[Step]) -> None:
+        name = op.kernel.data
+        factory = kernel_factory(name)
+        if factory is None:
+            raise PlanError(f"runtime: no NumPy kernel for '{name}'")
+        props: dict[str, Any] = op.params
+        props.update(diagnostic_props(op))
+        fn = factory(props)
+        op_ins, op_outs = op.io()
+        ins = [self.buffers[v] for v in op_ins]
+        outs = [self.buffers[v] for v in op_outs]
+        check_writable(name, outs, lambda i: describe_buffer(op_outs[i]))
+        snap = inputs_to_snapshot(name, ins, outs)
+        if not snap:
+            at.append(partial(fn, *ins, *outs))
+            return
+        # inputs overlapping an output are read (copied) before the kernel writes
+        copies = [(np.empty_like(ins[j], order="C"), ins[j]) for j in snap]
+        for j, (c, _) in zip(snap, copies):
+            ins[j] = c
+        at.append(partial(_snapshot_then, copies, partial(fn, *ins, *outs)))
+
+    def copy(self, op: rt.CopyOp, at: list[Step]) -> None:
+        at.append(partial(np.copyto, self.buffers[op.dest], self.buffers[op.source]))
+
+    def h2d(self, op: rt.H2DOp, stream: StreamIn, at: list[Step]) -> None:
+        at.append(partial(_h2d, self.buffers[op.buffer], stream))
+
+    def d2h(self, op: rt.D2HOp, stream: StreamOut, at: list[Step]) -> None:
+        at.append(partial(_d2h, self.buffers[op.buffer], stream))
+
+    def loop(self, op: rt.LoopOp, at: list[Step]) -> None:
+        at.append(partial(_loop, op.count.value.data, self.compile_block(op.body.block)))
+
+    def branch(self, op: rt.IfOp, at: list[Step]) -> None:
+        then = self.compile_block(op.then_region.block)
+        other = self.compile_block(op.else_region.block)
+        at.append(partial(_if, self.buffers[op.condition], then, other))
 
 
 @contextmanager

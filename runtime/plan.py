@@ -36,17 +36,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from xdsl.ir import Block, Operation
+from xdsl.ir import Block, SSAValue
 
 from xl.dialects import rt
-from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
+from xl.dialects.utils import dtype_of, shape_of
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
 from xl.runtime.errors import PlanError, describe_buffer, diagnostic_props
 from xl.runtime.kernels import KERNELS
 from xl.runtime.plan_templates import TEMPLATES, Gen, K
 from xl.runtime.registry import kernel_class
-from xl.runtime.streams import stream_entry
 from xl.runtime.views import view_array
+from xl.runtime.walk import ProgramWalk
 
 VIEW_ATTR = "rt.view"
 
@@ -56,91 +56,63 @@ VIEW_ATTR = "rt.view"
 # ------------------------------------------------------------------------------------
 
 
-class PlanBuilder:
-    """Allocates the buffers of one replica and generates its step function."""
+class PlanBuilder(ProgramWalk[int]):
+    """Allocates the buffers of one replica and generates its step function (`at`: the
+    indentation depth of the emitted lines)."""
 
     def __init__(self, stream_in: type, stream_out: type) -> None:
+        super().__init__(stream_in, stream_out)
         self.g = Gen()
-        self.state: dict[str, np.ndarray] = {}
-        self.inputs: dict[str, Any] = {}
-        self.outputs: dict[str, Any] = {}
-        self._stream_in = stream_in
-        self._stream_out = stream_out
         self.fallbacks: list[str] = []
         self.snapshots: list[str] = []  # kernels whose overlapping inputs are copied first
         self.helpers: dict[str, str] = {}  # outlined kernel body -> helper name
+
+    def bind(self, v: SSAValue, arr: np.ndarray, hint: str) -> None:
+        self.g.set_buffer(v, arr, hint)
+
+    def array(self, v: SSAValue) -> np.ndarray:
+        return self.g.arr(v)
 
     def emit(self, line: str, depth: int) -> None:
         self.g.lines.append("    " * depth + line)
 
     def block(self, block: Block, depth: int) -> None:
         start = len(self.g.lines)
-        for op in block.ops:
-            self.op(op, depth)
+        self.walk(block, depth)
         if len(self.g.lines) == start:
             self.emit("pass", depth)
 
-    def op(self, op: Operation, depth: int) -> None:
+    def copy(self, op: rt.CopyOp, depth: int) -> None:
         g = self.g
-        if isinstance(op, rt.AllocOp):
-            t = op.result.type
-            g.set_buffer(op.result, np.zeros(shape_of(t), dtype=dtype_of(t)))
-            return
-        if isinstance(op, rt.StateOp):
-            t = op.result.type
-            arr = (
-                dense_to_numpy(op.init)
-                if op.init is not None
-                else np.zeros(shape_of(t), dtype=dtype_of(t))
-            )
-            arr = np.array(arr, dtype=dtype_of(t), order="C").reshape(shape_of(t))
-            g.set_buffer(op.result, arr, "w")
-            self.state[op.slot.data] = arr
-            return
-        if isinstance(op, rt.ConstOp):
-            arr = np.array(dense_to_numpy(op.value)).reshape(shape_of(op.result.type))
-            arr.flags.writeable = False
-            g.set_buffer(op.result, arr, "c")
-            return
-        if isinstance(op, rt.KernelOp):
-            self.kernel(op, depth)
-            return
-        if isinstance(op, rt.CopyOp | rt.H2DOp):
-            dest = op.dest if isinstance(op, rt.CopyOp) else op.buffer
-            check_writable(op.name, [g.arr(dest)], lambda i: describe_buffer(dest))
-        if isinstance(op, rt.CopyOp):
-            self.emit(f"{g.fn(np.copyto)}({g.buf(op.dest)}, {g.buf(op.source)})", depth)
-            return
-        if isinstance(op, rt.H2DOp):
-            s = stream_entry(op, self.inputs, self._stream_in, "loaded")
-            sn, b = g.bind(s, "s"), g.buf(op.buffer)
-            self.emit(
-                f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}({b}, _d[_i % _d.shape[0]]); "
-                f"{sn}.index = _i + 1",
-                depth,
-            )
-            return
-        if isinstance(op, rt.D2HOp):
-            s = stream_entry(op, self.outputs, self._stream_out, "stored")
-            sn, b = g.bind(s, "s"), g.buf(op.buffer)
-            self.emit(
-                f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}(_d[_i % _d.shape[0], ...], {b}); "
-                f"{sn}.index = _i + 1",
-                depth,
-            )
-            return
-        if isinstance(op, rt.LoopOp):
-            count = op.count.value.data
-            self.emit(f"for _ in {g.fn(range)}({count}):", depth)
-            self.block(op.body.block, depth + 1)
-            return
-        if isinstance(op, rt.IfOp):
-            self.emit(f"if {g.buf(op.condition)}:", depth)
-            self.block(op.then_region.block, depth + 1)
-            self.emit("else:", depth)
-            self.block(op.else_region.block, depth + 1)
-            return
-        raise PlanError(f"runtime: cannot execute '{op.name}'")
+        self.emit(f"{g.fn(np.copyto)}({g.buf(op.dest)}, {g.buf(op.source)})", depth)
+
+    def h2d(self, op: rt.H2DOp, stream: Any, depth: int) -> None:
+        g = self.g
+        sn, b = g.bind(stream, "s"), g.buf(op.buffer)
+        self.emit(
+            f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}({b}, _d[_i % _d.shape[0]]); "
+            f"{sn}.index = _i + 1",
+            depth,
+        )
+
+    def d2h(self, op: rt.D2HOp, stream: Any, depth: int) -> None:
+        g = self.g
+        sn, b = g.bind(stream, "s"), g.buf(op.buffer)
+        self.emit(
+            f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}(_d[_i % _d.shape[0], ...], {b}); "
+            f"{sn}.index = _i + 1",
+            depth,
+        )
+
+    def loop(self, op: rt.LoopOp, depth: int) -> None:
+        self.emit(f"for _ in {self.g.fn(range)}({op.count.value.data}):", depth)
+        self.block(op.body.block, depth + 1)
+
+    def branch(self, op: rt.IfOp, depth: int) -> None:
+        self.emit(f"if {self.g.buf(op.condition)}:", depth)
+        self.block(op.then_region.block, depth + 1)
+        self.emit("else:", depth)
+        self.block(op.else_region.block, depth + 1)
 
     def kernel(self, rop: rt.KernelOp, depth: int) -> None:
         g = self.g
@@ -282,5 +254,5 @@ def build_replica(program: rt.ProgramOp, stream_in: type, stream_out: type) -> t
     marks = []
     for op in program.body.block.ops:
         marks.append(len(b.g.lines))
-        b.op(op, 0)
+        b.visit(op, 0)
     return b, marks

@@ -1,0 +1,108 @@
+"""The one walk over an `rt.program` shared by both plans.
+
+`ProgramWalk` visits the ops of a block in order and does what both plans do the same
+way: it allocates the buffers of `rt.alloc` / `rt.state` / `rt.const` (constants are
+read-only arrays), keeps the variables by slot, makes the host stream entries and refuses
+writes into constants. What an op *does* each step is the plan's: `kernel`, `copy`,
+`h2d`, `d2h`, `loop` and `branch` are implemented by the straightforward plan
+(`xl.runtime.executable`, closures appended to a list) and the generated plan
+(`xl.runtime.plan`, source lines). `at` is where the plan puts the step: a list of
+closures or an indentation depth.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+from xdsl.ir import Block, Operation, SSAValue
+
+from xl.dialects import rt
+from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
+from xl.runtime.aliasing import check_writable
+from xl.runtime.errors import PlanError, describe_buffer
+from xl.runtime.streams import StreamIn, StreamOut, stream_entry
+
+At = TypeVar("At")
+
+
+class ProgramWalk(ABC, Generic[At]):
+    """Buffers, state and streams of one replica, and the dispatch over `rt` ops."""
+
+    def __init__(self, stream_in: type = StreamIn, stream_out: type = StreamOut) -> None:
+        self.state: dict[str, np.ndarray] = {}
+        self.inputs: dict[str, Any] = {}
+        self.outputs: dict[str, Any] = {}
+        self._stream_in = stream_in
+        self._stream_out = stream_out
+
+    # -- buffers -----------------------------------------------------------------------
+    @abstractmethod
+    def bind(self, v: SSAValue, arr: np.ndarray, hint: str) -> None:
+        """Bind the buffer `v` to `arr` (`hint`: b buffer, w variable, c constant)."""
+
+    @abstractmethod
+    def array(self, v: SSAValue) -> np.ndarray:
+        """The array bound to `v`."""
+
+    # -- what each op does per step -------------------------------------------------------
+    @abstractmethod
+    def kernel(self, op: rt.KernelOp, at: At) -> None: ...
+
+    @abstractmethod
+    def copy(self, op: rt.CopyOp, at: At) -> None: ...
+
+    @abstractmethod
+    def h2d(self, op: rt.H2DOp, stream: Any, at: At) -> None: ...
+
+    @abstractmethod
+    def d2h(self, op: rt.D2HOp, stream: Any, at: At) -> None: ...
+
+    @abstractmethod
+    def loop(self, op: rt.LoopOp, at: At) -> None: ...
+
+    @abstractmethod
+    def branch(self, op: rt.IfOp, at: At) -> None: ...
+
+    # -- the walk ---------------------------------------------------------------------------
+    def walk(self, block: Block, at: At) -> None:
+        for op in block.ops:
+            self.visit(op, at)
+
+    def visit(self, op: Operation, at: At) -> None:
+        if isinstance(op, rt.AllocOp):
+            t = op.result.type
+            self.bind(op.result, np.zeros(shape_of(t), dtype=dtype_of(t)), "b")
+        elif isinstance(op, rt.StateOp):
+            t = op.result.type
+            arr = (
+                dense_to_numpy(op.init)
+                if op.init is not None
+                else np.zeros(shape_of(t), dtype=dtype_of(t))
+            )
+            arr = np.array(arr, dtype=dtype_of(t), order="C").reshape(shape_of(t))
+            self.bind(op.result, arr, "w")
+            self.state[op.slot.data] = arr
+        elif isinstance(op, rt.ConstOp):
+            arr = np.array(dense_to_numpy(op.value)).reshape(shape_of(op.result.type))
+            arr.flags.writeable = False
+            self.bind(op.result, arr, "c")
+        elif isinstance(op, rt.KernelOp):
+            self.kernel(op, at)
+        elif isinstance(op, rt.CopyOp):
+            dest = op.dest
+            check_writable(op.name, [self.array(dest)], lambda i: describe_buffer(dest))
+            self.copy(op, at)
+        elif isinstance(op, rt.H2DOp):
+            buf = op.buffer
+            check_writable(op.name, [self.array(buf)], lambda i: describe_buffer(buf))
+            self.h2d(op, stream_entry(op, self.inputs, self._stream_in, "loaded"), at)
+        elif isinstance(op, rt.D2HOp):
+            self.d2h(op, stream_entry(op, self.outputs, self._stream_out, "stored"), at)
+        elif isinstance(op, rt.LoopOp):
+            self.loop(op, at)
+        elif isinstance(op, rt.IfOp):
+            self.branch(op, at)
+        else:
+            raise PlanError(f"runtime: cannot execute '{op.name}'")
