@@ -107,6 +107,11 @@ class _AllocEffect(MemoryEffect):
         return {EffectInstance(MemoryEffectKind.ALLOC, r) for r in op.results}
 
 
+# The program attributes, named once (`graph.main` carries the same two).
+NUM_HOST_TRANSFERS = "num_host_transfers"
+REPLICATION_FACTOR = "replication_factor"
+
+
 @irdl_op_definition
 class ProgramOp(IRDLOperation):
     """The whole lowered program; attributes carry `num_host_transfers`, `replication_factor`.
@@ -136,12 +141,20 @@ class ProgramOp(IRDLOperation):
     @property
     def num_host_transfers(self) -> int:
         """Host transfers per stream per run (`num_host_transfers`, default 1)."""
-        return self.int_attr("num_host_transfers", 1)
+        return self.int_attr(NUM_HOST_TRANSFERS, 1)
 
     @property
     def replication_factor(self) -> int:
         """Replicas the program runs on (`replication_factor`, default 1)."""
-        return self.int_attr("replication_factor", 1)
+        return self.int_attr(REPLICATION_FACTOR, 1)
+
+    @staticmethod
+    def program_attributes(num_host_transfers: int, replication_factor: int) -> dict[str, Attribute]:
+        """The attributes of a program with these counts (as `lower-to-rt` sets them)."""
+        return {
+            NUM_HOST_TRANSFERS: IntegerAttr(num_host_transfers, i64),
+            REPLICATION_FACTOR: IntegerAttr(replication_factor, i64),
+        }
 
     def verify_(self) -> None:
         verify_dominance(self)

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, TensorType, i64
+from xdsl.dialects.builtin import MemRefType, ModuleOp, TensorType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import VerifyException
@@ -268,10 +268,7 @@ def lower_module(module: ModuleOp) -> None:
     (main,) = mains
     graphs = {op.graph_name: op for op in module.ops if isinstance(op, GraphOp)}
     program = rt.ProgramOp(
-        attributes={
-            "num_host_transfers": IntegerAttr(main.num_host_transfers, i64),
-            "replication_factor": IntegerAttr(main.replication_factor, i64),
-        }
+        attributes=rt.ProgramOp.program_attributes(main.num_host_transfers, main.replication_factor)
     )
     emitter = _Emitter(graphs)
     emitter.emit_ops(list(main.body.block.ops), {}, program.body.block, set())

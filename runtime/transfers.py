@@ -81,7 +81,7 @@ def _span(a: int, b: int) -> str:
 
 def check_transfers(program: rt.ProgramOp) -> None:
     """Warn or raise (see the module docstring) for every mismatched stream."""
-    n = program.int_attr("num_host_transfers", 1)
+    n = program.num_host_transfers
     errors: list[str] = []
     for (kind, name), (lo, hi) in sorted(count_transfers(program).items()):
         if lo == hi == n:
