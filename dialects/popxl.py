@@ -793,6 +793,33 @@ class SoftmaxOp(PopxlOp):
         return [types[0]]
 
 
+@irdl_op_definition
+class CumsumOp(PopxlOp):
+    """Cumulative sum along `dim` (popxl.ops.cumsum); with `reverse = true` each element
+    is the sum of itself and the elements after it (the gradient of a cumsum).
+
+    ```mlir
+    %c = popxl.cumsum %x {dim = 0 : i64} : (tensor<4x3xf32>) -> tensor<4x3xf32>
+    ```
+    """
+
+    name = "popxl.cumsum"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    dim = prop_def(IntegerAttr)
+    reverse = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 1)
+        require_numeric(cls, types[0])
+        rank = len(shape_of(types[0]))
+        if rank == 0:
+            raise cls.fail(f"input must have rank >= 1, got {fmt_type(types[0])}")
+        norm_axis(cls, props["dim"], rank)
+        return [types[0]]
+
+
 # ------------------------------------------------------------------------------------
 # Shape ops
 # ------------------------------------------------------------------------------------
@@ -2163,6 +2190,7 @@ OPS: list[type[IRDLOperation]] = [
     CastOp,
     MatmulOp,
     SoftmaxOp,
+    CumsumOp,
     ReshapeOp,
     TransposeOp,
     ReduceSumOp,

@@ -38,7 +38,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from xl.dialects.popxl import (
-    AbsOp, AddOp, CastOp, ConcatOp, CosOp, DivOp, DynamicSliceOp, DynamicUpdateOp, EqualOp,
+    AbsOp, AddOp, CastOp, ConcatOp, CosOp, CumsumOp, DivOp, DynamicSliceOp, DynamicUpdateOp, EqualOp,
     ExpandOp, ExpOp, GatherGradOp, GatherOp, GeluGradOp, GeluOp, GreaterOp, IdentityOp,
     LogOp, MatmulOp, MaximumOp, MinimumOp, MulOp, NegOp, NllLossGradOp, NllLossOp, PowOp,
     ReduceMaxGradOp, ReduceMaxOp, ReduceMeanOp, ReduceMinOp, ReduceSumOp, ReduceToShapeOp,
@@ -400,6 +400,18 @@ def _matmul(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
         db = b.sum_to(db, tensor_type(b2, _dt(rhs)))
         out[1] = _reshape(b, db, b_shape)
     return out
+
+
+@grad_rule(CumsumOp)
+def _cumsum(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    """x_j contributes to y_i for every i at or after j (before j when reversed): the
+    gradient is the cumsum of dy in the other direction."""
+    (dy,) = dys
+    assert dy is not None
+    if not b.needs(op.operands[0]):
+        return [None]
+    p = op_props(op)
+    return [b.v(CumsumOp, dy, dim=p["dim"], reverse=not p.get("reverse", False))]
 
 
 @grad_rule(SoftmaxOp)

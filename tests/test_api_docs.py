@@ -87,8 +87,8 @@ def test_help_shows_the_op() -> None:
 def test_unimplemented_ops_keep_signature_and_raise() -> None:
     assert list(inspect.signature(ops.conv).parameters)[:2] == ["t", "weight"]
     with pytest.raises(NotImplementedError) as info:
-        ops.cumsum(None, dim=1)  # type: ignore[arg-type]
-    assert str(info.value) == "popxl.ops.cumsum is not implemented in xl yet"
+        ops.topk(None, k=1, axis=0)  # type: ignore[arg-type]
+    assert str(info.value) == "popxl.ops.topk is not implemented in xl yet"
     with pytest.raises(NotImplementedError) as info:
         collectives.replicated_all_reduce(None)  # type: ignore[arg-type]
     assert str(info.value) == "popxl.ops.collectives.replicated_all_reduce is not implemented in xl yet"

@@ -840,3 +840,33 @@ def test_minimum_and_swish(rng):
     (s,), _ = run(P.SwishOp, [x])
     x64 = x.astype(np.float64)
     close(s, x64 / (1 + np.exp(-x64)), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumsum(rng, dim, reverse):
+    x = f32(rng, 3, 4)
+    props = {"dim": dim, "reverse": True} if reverse else {"dim": dim}
+    out = run1(P.CumsumOp, [x], **props)
+    # independent reference: explicit running sums along the axis
+    ax = dim % 2
+    moved = np.moveaxis(x.astype(np.float64), ax, 0)
+    acc = np.zeros_like(moved)
+    order = range(moved.shape[0] - 1, -1, -1) if reverse else range(moved.shape[0])
+    running = np.zeros(moved.shape[1:])
+    for i in order:
+        running = running + moved[i]
+        acc[i] = running
+    close(out, np.moveaxis(acc, 0, ax), rtol=1e-5)
+    assert out.dtype == np.float32
+
+
+def test_cumsum_int_and_errors():
+    x = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
+    np.testing.assert_array_equal(run1(P.CumsumOp, [x], dim=1), [[1, 3, 6], [4, 9, 15]])
+    with pytest.raises(Exception, match="out of range"):
+        run1(P.CumsumOp, [x], dim=2)
+    with pytest.raises(Exception, match="rank >= 1"):
+        run1(P.CumsumOp, [np.array(1.0, np.float32)], dim=0)
+    with pytest.raises(Exception, match="numeric"):
+        run1(P.CumsumOp, [np.array([True, False])], dim=0)

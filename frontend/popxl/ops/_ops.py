@@ -65,6 +65,7 @@ from xl.dialects.popxl import (
     SinOp,
     SliceOp,
     SoftmaxOp,
+    CumsumOp,
     SqrtOp,
     SqueezeOp,
     SubOp,
@@ -473,13 +474,10 @@ def argmin(t: Tensor, dim: int = 0, keepdim: bool = False) -> Tensor:
     return emit1(ArgminOp, [t], axis=as_int(dim, "dim"), keepdims=bool(keepdim))
 
 
-@unimplemented
 def cumsum(t: Tensor, dim: int = 0) -> Tensor:
-    """Cumulative sum along `dim` (same shape and dtype as `t`).
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+    """Cumulative sum along `dim` (same shape and dtype as `t`): element `i` is the sum
+    of the elements `0..i` along `dim`."""
+    return emit1(CumsumOp, [t], dim=as_int(dim, "dim"))
 
 
 @unimplemented

@@ -76,6 +76,8 @@ func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<3xf32>, %i: tensor<4xi32>
 func.func @shape(%x: tensor<2x4xf32>, %w: tensor<4x3xf32>, %e: tensor<1x3x1xf32>, %ids: tensor<2x3xi32>, %v: tensor<2xf16>) {
   %mm = popxl.matmul %x, %w : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
   %sm = popxl.softmax %mm {axis = 1 : i64} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %cs = popxl.cumsum %mm {dim = 1 : i64} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %csr = popxl.cumsum %x {dim = -2 : i64, reverse = true} : (tensor<2x4xf32>) -> tensor<2x4xf32>
   %rs = popxl.reshape %x : (tensor<2x4xf32>) -> tensor<8xf32>
   %tr = popxl.transpose %x {perm = array<i64: 1, 0>} : (tensor<2x4xf32>) -> tensor<4x2xf32>
   %cat = popxl.concat %x, %x, %x {axis = 0 : i64} : (tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<6x4xf32>
@@ -101,6 +103,8 @@ func.func @shape(%x: tensor<2x4xf32>, %w: tensor<4x3xf32>, %e: tensor<1x3x1xf32>
 // CHECK-LABEL: func.func @shape(%x: tensor<2x4xf32>, %w: tensor<4x3xf32>, %e: tensor<1x3x1xf32>, %ids: tensor<2x3xi32>, %v: tensor<2xf16>) {
 // CHECK-NEXT:    %mm = popxl.matmul %x, %w : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
 // CHECK-NEXT:    %sm = popxl.softmax %mm {axis = 1 : i64} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    %cs = popxl.cumsum %mm {dim = 1 : i64} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    %csr = popxl.cumsum %x {dim = -2 : i64, reverse = true} : (tensor<2x4xf32>) -> tensor<2x4xf32>
 // CHECK-NEXT:    %rs = popxl.reshape %x : (tensor<2x4xf32>) -> tensor<8xf32>
 // CHECK-NEXT:    %tr = popxl.transpose %x {perm = array<i64: 1, 0>} : (tensor<2x4xf32>) -> tensor<4x2xf32>
 // CHECK-NEXT:    %cat = popxl.concat %x, %x, %x {axis = 0 : i64} : (tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<6x4xf32>
