@@ -59,6 +59,7 @@ from xl.dialects.popxl import (
     ConcatOp,
     CopyVarUpdateOp,
     CosOp,
+    CumsumOp,
     DetachOp,
     DivOp,
     DynamicSliceOp,
@@ -436,6 +437,22 @@ def _matmul(p: dict[str, Any]) -> Kernel:
         np.matmul(a, b, out=out)
 
     return k
+
+
+@kernel(CumsumOp)
+def _cumsum(p: dict[str, Any]) -> Kernel:
+    """Running sum along `dim` (from the end when `reverse`), in the output dtype."""
+    dim = int(p["dim"])
+    reverse = bool(p.get("reverse", False))
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.cumsum(x, axis=dim, dtype=out.dtype, out=out)
+
+    def k_rev(x: np.ndarray, out: np.ndarray) -> None:
+        # the reversed views of x and out: a view of out is written in place
+        np.cumsum(np.flip(x, dim), axis=dim, dtype=out.dtype, out=np.flip(out, dim))
+
+    return k_rev if reverse else k
 
 
 @kernel(SoftmaxOp)
