@@ -36,18 +36,19 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xl.dialects import rt
-from xl.dialects.popxl import from_attr
+from xl.dialects.popxl import AddOp, ExpandOp, MatmulOp, ScaledAddInplaceOp, TransposeOp, from_attr
 from xl.dialects.utils import dtype_of, shape_of
 from xl.passes.rt_analysis import (
     Memory,
+    kernel_class_of,
     kernel_io,
-    kernel_name,
     parent_positions,
     programs,
     written_between,
 )
+from xl.runtime.registry import GemmAccKernel
 
-GEMM_ACC = "xl.gemm_acc"
+GEMM_ACC = GemmAccKernel.name
 
 
 _TYPE_INFO: dict[int, tuple[Attribute, bool, object]] = {}
@@ -109,7 +110,7 @@ def _sole_matmul(
     """If alloc `v` is written only by a `popxl.matmul` in `user`'s block and read only by
     `user`, that matmul and its two inputs."""
     mm = _single_writer(mem, v)
-    if not isinstance(mm, rt.KernelOp) or kernel_name(mm) != "popxl.matmul":
+    if not isinstance(mm, rt.KernelOp) or kernel_class_of(mm) is not MatmulOp:
         return None
     mm_ins, mm_outs = kernel_io(mm)
     if (
@@ -126,7 +127,7 @@ def _sole_matmul(
 def _transpose_src(mem: Memory, v: SSAValue) -> tuple[SSAValue, Operation] | None:
     """If `v` is (only) written by a 2-D `popxl.transpose`, its source and that kernel."""
     w = _single_writer(mem, v)
-    if not isinstance(w, rt.KernelOp) or kernel_name(w) != "popxl.transpose":
+    if not isinstance(w, rt.KernelOp) or kernel_class_of(w) is not TransposeOp:
         return None
     ins, outs = kernel_io(w)
     if (
@@ -169,7 +170,7 @@ def fold_updates(program: rt.ProgramOp) -> int:
     candidates = [
         op
         for op in program.walk()
-        if isinstance(op, rt.KernelOp) and kernel_name(op) == "popxl.scaled_add_"
+        if isinstance(op, rt.KernelOp) and kernel_class_of(op) is ScaledAddInplaceOp
     ]
     pos_cache: dict[Block, dict[Operation, int]] = {}
     for upd in candidates:
@@ -251,7 +252,7 @@ def fold_bias_adds(program: rt.ProgramOp) -> int:
     mem = Memory(program)
     n = 0
     adds = [
-        op for op in program.walk() if isinstance(op, rt.KernelOp) and kernel_name(op) == "popxl.add"
+        op for op in program.walk() if isinstance(op, rt.KernelOp) and kernel_class_of(op) is AddOp
     ]
     pos_cache: dict[Block, dict[Operation, int]] = {}
     for add in adds:
@@ -284,7 +285,7 @@ def fold_bias_adds(program: rt.ProgramOp) -> int:
             ):
                 continue
             attrs = {k2: v for k2, v in add.attributes.items() if k2.startswith("ipu.")}
-            fill = rt.KernelOp("popxl.expand", [c], [z], dict(attrs))
+            fill = rt.KernelOp(ExpandOp.name, [c], [z], dict(attrs))
             gemm = rt.KernelOp(
                 GEMM_ACC,
                 [mm_ins[0], mm_ins[1], z],

@@ -44,8 +44,9 @@ from xl.passes.rt_analysis import (
     programs,
     written_between,
 )
+from xl.runtime.registry import FusedKernel
 
-FUSED = "xl.fused"
+FUSED = FusedKernel.name
 
 
 @dataclass
