@@ -63,6 +63,8 @@ class Ir:
         self._d2h: dict[str, Any] = {}
         self._stream_uniq = itertools.count()
         self._sessions: list[Any] = []
+        # ops built by the aliasing `_` view ops (`ops.reshape_`, ...): op -> public op name
+        self._views: dict[Any, str] = {}
         # PopART-style op ids: ops numbered from 100 in the order they are created
         self._op_counter = itertools.count(100)
         self._op_ids: dict[Any, int] = {}
@@ -326,6 +328,9 @@ class Ir:
         """
         if values not in ("current", "initial"):
             raise ValueError(f"Ir.to_mlir: values must be 'current' or 'initial', got {values!r}")
+        from popxl._views import check_views
+
+        check_views(self, "Ir.to_mlir")
         module = self._module
         if values == "current" and self._sessions:
             module = self._module_with_values(self._sessions[-1]._current_values())

@@ -62,6 +62,9 @@ class Session:
         self._ctx_stack: list[bool] = []
         self._device_dirty = False  # device state may differ from the host copies
 
+        from popxl._views import check_views
+
+        check_views(ir, "Session")
         module = ir._module
         try:
             module.verify()

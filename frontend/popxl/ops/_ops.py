@@ -79,6 +79,7 @@ from xl.dialects.utils import tensor_type
 
 from popxl import dtypes
 from popxl._checks import describe
+from popxl._views import record_view
 from popxl.context import gcg
 from popxl.dtypes import dtype
 from popxl.ops._utils import (
@@ -518,9 +519,12 @@ def reshape(t: Tensor, shape: Iterable[int]) -> Tensor:
 
 
 def reshape_(t: Tensor, shape: Iterable[int]) -> Tensor:
-    """As `reshape`. Upstream the result aliases `t`; in xl it is a new tensor with the same
-    values (the runtime makes it a view where no write can see the difference)."""
-    return reshape(t, shape)
+    """As `reshape`. Upstream the result is an alias (a view) of `t`; xl builds a copy and,
+    when the program is compiled or exported, raises `NotImplementedError` for any program
+    where that differs: an in-place update of the result, a read of the result after `t`
+    was updated in place, or an op updating `t` while reading the result. Reading the
+    result before any such update (e.g. as an operand) works as upstream."""
+    return record_view(reshape(t, shape), "ops.reshape_")
 
 
 def flatten(t: Tensor) -> Tensor:
@@ -529,8 +533,9 @@ def flatten(t: Tensor) -> Tensor:
 
 
 def flatten_(t: Tensor) -> Tensor:
-    """As `flatten` (upstream an alias of `t`; in xl a new tensor, see `reshape_`)."""
-    return flatten(t)
+    """As `flatten`. Upstream an alias of `t`: xl refuses programs where that differs,
+    see `reshape_`."""
+    return record_view(flatten(t), "ops.flatten_")
 
 
 def transpose(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
@@ -542,8 +547,9 @@ def transpose(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
 
 
 def transpose_(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
-    """As `transpose` (upstream an alias of `t`; in xl a new tensor, see `reshape_`)."""
-    return transpose(t, permutation)
+    """As `transpose`. Upstream an alias of `t`: xl refuses programs where that differs,
+    see `reshape_`."""
+    return record_view(transpose(t, permutation), "ops.transpose_")
 
 
 def squeeze(t: Tensor, axes: int | Iterable[int] | None = None) -> Tensor:
@@ -580,8 +586,9 @@ def concat(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
 
 
 def concat_(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
-    """As `concat` (upstream the inputs alias the result; in xl it is a new tensor)."""
-    return concat(ts, axis)
+    """As `concat`. Upstream the result aliases each tensor of `ts`: xl refuses programs
+    where that differs, see `reshape_`."""
+    return record_view(concat(ts, axis), "ops.concat_")
 
 
 def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]:
@@ -661,8 +668,9 @@ def slice_(
     step: int | Sequence[int | None] | None = None,
     axis: int | Sequence[int] | None = None,
 ) -> Tensor:
-    """As `slice` (upstream a view of `t`; in xl a new tensor, see `reshape_`)."""
-    return slice(t, start, stop, step, axis)
+    """As `slice`. Upstream a view of `t`: xl refuses programs where that differs,
+    see `reshape_`."""
+    return record_view(slice(t, start, stop, step, axis), "ops.slice_")
 
 
 def subsample(t: Tensor, strides: Iterable[int]) -> Tensor:
@@ -1263,8 +1271,9 @@ def detach(t: Tensor) -> Tensor:
 
 
 def detach_(t: Tensor) -> Tensor:
-    """As `detach` (upstream an alias of `t`; in xl a new tensor)."""
-    return detach(t)
+    """As `detach`. Upstream an alias of `t`: xl refuses programs where that differs,
+    see `reshape_`."""
+    return record_view(detach(t), "ops.detach_")
 
 
 def print_tensor(
