@@ -288,3 +288,18 @@ def test_views_inside_a_subgraph_read_only() -> None:
         ref += t.T * 2.0
         t = t + t
     np.testing.assert_allclose(got, ref)
+
+
+def test_slice_without_bounds_is_the_input_itself() -> None:
+    """Upstream `ops.slice_(t)` with no start/stop/step returns `t`: an update of the
+    result is an update of `t`."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(X0, name="x")
+        v = ops.slice_(x)
+        assert v is x
+        ops.add_(v, 1.0)
+    s = popxl.Session(ir, "ipu_model")
+    with s:
+        s.run()
+        np.testing.assert_allclose(s.get_tensor_data(x), X0 + 1.0)

@@ -669,7 +669,9 @@ def slice_(
     axis: int | Sequence[int] | None = None,
 ) -> Tensor:
     """As `slice`. Upstream a view of `t`: xl refuses programs where that differs,
-    see `reshape_`."""
+    see `reshape_`. With no `start`, `stop` or `step`, `t` itself (as upstream)."""
+    if start is None and stop is None and step is None:
+        return t
     return record_view(slice(t, start, stop, step, axis), "ops.slice_")
 
 
