@@ -80,6 +80,7 @@ from xdsl.traits import (
 )
 from xdsl.utils.exceptions import VerifyException
 
+from xl.dialects.dominance import verify_dominance
 from xl.dialects.effects import ValueEffect
 from xl.dialects.traits import NoGradient
 from xl.dialects.utils import fmt_type
@@ -246,6 +247,7 @@ class GraphOp(IRDLOperation):
                 f"{[str(t) for t in out_types]} differ from the declared output types "
                 f"{[str(t) for t in self.function_type.outputs.data]}"
             )
+        verify_dominance(self)
 
     @classmethod
     def parse(cls, parser: Parser) -> GraphOp:
@@ -434,6 +436,7 @@ class MainGraphOp(IRDLOperation):
                 a = self.attributes[key]
                 if not isinstance(a, IntegerAttr) or a.value.data < 1:
                     raise VerifyException(f"graph.main: '{key}' must be a positive integer")
+        verify_dominance(self)
 
 
 @irdl_op_definition
