@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from xdsl.ir import SSAValue
@@ -25,7 +26,22 @@ def describe_buffer(v: SSAValue) -> str:
     return name
 
 
-def diagnostic_props(op: rt.KernelOp) -> dict[str, Any]:
+class BufferNames:
+    """`describe_buffer` with each buffer described once per compile: a buffer used by
+    every kernel (a weight, a constant) would otherwise cost a walk over all its uses per
+    kernel, quadratic in the program's size."""
+
+    def __init__(self) -> None:
+        self._names: dict[SSAValue, str] = {}
+
+    def __call__(self, v: SSAValue) -> str:
+        name = self._names.get(v)
+        if name is None:
+            name = self._names[v] = describe_buffer(v)
+        return name
+
+
+def diagnostic_props(op: rt.KernelOp, describe: Callable[[SSAValue], str]) -> dict[str, Any]:
     """`_kernel` and `_operands` (one description per input) for kernel error messages
     (`xl.runtime.kernels.DataRangeError`)."""
-    return {"_kernel": op.kernel.data, "_operands": tuple(describe_buffer(v) for v in op.ins)}
+    return {"_kernel": op.kernel.data, "_operands": tuple(describe(v) for v in op.ins)}

@@ -29,7 +29,7 @@ from xdsl.ir import Block, SSAValue
 from xl.dialects import rt
 from xl.runtime import xl_kernels as _xl_kernels  # noqa: F401  (registers xl.* kernels)
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
-from xl.runtime.errors import PlanError, describe_buffer, diagnostic_props
+from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.kernels import kernel_factory
 from xl.runtime.plan import build_replica
 from xl.runtime.streams import StreamIn, StreamOut
@@ -197,12 +197,12 @@ class _Compiler(ProgramWalk[list[Step]]):
         if factory is None:
             raise PlanError(f"runtime: no NumPy kernel for '{name}'")
         props: dict[str, Any] = op.params
-        props.update(diagnostic_props(op))
+        props.update(diagnostic_props(op, self.describe))
         fn = factory(props)
         op_ins, op_outs = op.io()
         ins = [self.buffers[v] for v in op_ins]
         outs = [self.buffers[v] for v in op_outs]
-        check_writable(name, outs, lambda i: describe_buffer(op_outs[i]))
+        check_writable(name, outs, lambda i: self.describe(op_outs[i]))
         snap = inputs_to_snapshot(name, ins, outs)
         if not snap:
             at.append(partial(fn, *ins, *outs))

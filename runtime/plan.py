@@ -41,7 +41,7 @@ from xdsl.ir import Block, SSAValue
 from xl.dialects import rt
 from xl.dialects.utils import dtype_of, shape_of
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
-from xl.runtime.errors import PlanError, describe_buffer, diagnostic_props
+from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.kernels import KERNELS
 from xl.runtime.plan_templates import TEMPLATES, Gen, K
 from xl.runtime.registry import kernel_class
@@ -118,7 +118,7 @@ class PlanBuilder(ProgramWalk[int]):
         g = self.g
         name = rop.kernel.data
         props = rop.params
-        props.update(diagnostic_props(rop))
+        props.update(diagnostic_props(rop, self.describe))
         cls = kernel_class(name)
         op = K(name, cls, *rop.io())
         if VIEW_ATTR in rop.attributes and len(op.ins) == 1 and len(op.outs) == 1:
@@ -134,7 +134,7 @@ class PlanBuilder(ProgramWalk[int]):
         ins = [g.buf(v) for v in op.ins]
         outs = [g.buf(v) for v in op.outs]
         pre: list[str] = []
-        check_writable(name, [g.arr(v) for v in op.outs], lambda i: describe_buffer(op.outs[i]))
+        check_writable(name, [g.arr(v) for v in op.outs], lambda i: self.describe(op.outs[i]))
         snap = inputs_to_snapshot(name, [g.arr(v) for v in op.ins], [g.arr(v) for v in op.outs])
         if snap:
             # inputs overlapping an output are read (copied) before the kernel writes

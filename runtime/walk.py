@@ -21,7 +21,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xl.dialects import rt
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.runtime.aliasing import check_writable
-from xl.runtime.errors import PlanError, describe_buffer
+from xl.runtime.errors import BufferNames, PlanError
 from xl.runtime.streams import StreamIn, StreamOut, stream_entry
 
 At = TypeVar("At")
@@ -36,6 +36,7 @@ class ProgramWalk(ABC, Generic[At]):
         self.outputs: dict[str, Any] = {}
         self._stream_in = stream_in
         self._stream_out = stream_out
+        self.describe = BufferNames()
 
     # -- buffers -----------------------------------------------------------------------
     @abstractmethod
@@ -92,11 +93,11 @@ class ProgramWalk(ABC, Generic[At]):
             self.kernel(op, at)
         elif isinstance(op, rt.CopyOp):
             dest = op.dest
-            check_writable(op.name, [self.array(dest)], lambda i: describe_buffer(dest))
+            check_writable(op.name, [self.array(dest)], lambda i: self.describe(dest))
             self.copy(op, at)
         elif isinstance(op, rt.H2DOp):
             buf = op.buffer
-            check_writable(op.name, [self.array(buf)], lambda i: describe_buffer(buf))
+            check_writable(op.name, [self.array(buf)], lambda i: self.describe(buf))
             self.h2d(op, stream_entry(op, self.inputs, self._stream_in, "loaded"), at)
         elif isinstance(op, rt.D2HOp):
             self.d2h(op, stream_entry(op, self.outputs, self._stream_out, "stored"), at)
