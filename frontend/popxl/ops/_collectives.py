@@ -19,6 +19,7 @@ __all__ = [
     "replicated_all_reduce_",
     "replicated_reduce_scatter",
     "replicated_slice",
+    "CollectiveOps",
 ]
 
 # The reductions a collective's `op` may name.
