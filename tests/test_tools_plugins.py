@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import subprocess
 import sys
@@ -19,7 +17,8 @@ from popxl import ops
 from xl.compiler import compile_module
 from xl.passes import get_all_passes
 from xl.passes.plugins import PluginError, load_pass_plugin
-from xl.tools import opt
+
+from tests.tool_runner import xl_opt as _xl_opt
 
 # A pass that doubles every graph.constant: its effect on the numbers shows that it ran.
 DOUBLE_CONSTANTS = '''
@@ -54,17 +53,6 @@ PROGRAM = """graph.main {
   %c = graph.constant dense<[1.0, 2.5]> : tensor<2xf32>
 }
 """
-
-
-def _xl_opt(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            opt.main(list(argv))
-            code = 0
-        except SystemExit as e:
-            code = int(e.code or 0)
-    return code, out.getvalue(), err.getvalue()
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import subprocess
 import sys
 import time
@@ -18,32 +16,15 @@ from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
 from xdsl.utils.lexer import Input
 
 from xl.dialects.dominance import DominanceError
-from xl.tools import opt, run
+from xl.tools import run
 from xl.tools.context import xl_context
 from xl.tools.diagnostics import LocatedError, verify_located
 from xl.tools.parse import XlLexer, parse_source
+from tests.tool_runner import xl_opt as _xl_opt, xl_run as _xl_run
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
 LINEAR = ROOT / "examples" / "ir" / "linear.mlir"
-
-
-def _xl_opt(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            opt.main(list(argv))
-            code = 0
-        except SystemExit as e:
-            code = int(e.code or 0)
-    return code, out.getvalue(), err.getvalue()
-
-
-def _xl_run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run.main(list(argv))
-    return code, out.getvalue(), err.getvalue()
 
 
 # -- linear time ---------------------------------------------------------------------------

@@ -4,8 +4,6 @@ messages that never print large constants (checked on the MNIST training program
 
 from __future__ import annotations
 
-import contextlib
-import io
 import sys
 from pathlib import Path
 
@@ -14,27 +12,9 @@ import popxl
 import pytest
 from popxl import ops
 
-from xl.tools import opt, run
+from tests.tool_runner import xl_opt as _xl_opt, xl_run as _xl_run
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _xl_opt(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            opt.main(list(argv))
-            code = 0
-        except SystemExit as e:
-            code = int(e.code or 0)
-    return code, out.getvalue(), err.getvalue()
-
-
-def _xl_run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run.main(list(argv))
-    return code, out.getvalue(), err.getvalue()
 
 
 W = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
