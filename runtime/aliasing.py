@@ -19,20 +19,21 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from xl.runtime.errors import PlanError
+from xl.runtime.registry import RtKernel, kernel_class
 
-# Kernels that must not have an output among their inputs even as the very same array:
-# a fused chain writes its output at every step and reads its inputs again later.
-_NO_IDENTICAL = frozenset({"xl.fused"})
 
 
 def inputs_to_snapshot(
     kernel: str, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]
 ) -> list[int]:
     """Positions of the inputs to copy before the kernel runs (see the module docstring)."""
+    cls = kernel_class(kernel)
+    # A fused chain writes its output at every step and reads its inputs again later.
+    identical_ok = not (isinstance(cls, type) and issubclass(cls, RtKernel) and cls.rereads_inputs)
     bad: list[int] = []
     for i, x in enumerate(ins):
         for o in outs:
-            if x is o and kernel not in _NO_IDENTICAL:
+            if x is o and identical_ok:
                 continue
             if x.size and o.size and np.may_share_memory(x, o):
                 bad.append(i)

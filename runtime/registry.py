@@ -36,6 +36,9 @@ class RtKernel:
     name: ClassVar[str]
     elementwise: ClassVar[bool] = False
     full_write: ClassVar[bool] = False
+    # Reads its inputs again after writing its output, so not even an input that is the
+    # output array itself is safe (runtime/aliasing.py).
+    rereads_inputs: ClassVar[bool] = False
 
     _by_name: ClassVar[dict[str, type[RtKernel]]] = {}
 
@@ -57,6 +60,7 @@ class FusedKernel(RtKernel):
 
     name = "xl.fused"
     full_write = True
+    rereads_inputs = True
 
 
 _OPS: dict[str, type[Operation]] | None = None
