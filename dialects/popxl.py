@@ -2159,6 +2159,17 @@ class AdamVarUpdateOp(PopxlOp):
         return []
 
 
+
+# -- neural-network ops: convolution, pooling, normalisation, resampling -------------------
+# (op classes above this list; each new class appended to it)
+NN_OPS: list[type[IRDLOperation]] = []
+
+
+# -- random numbers and dropout -------------------------------------------------------------
+# (op classes above this list; each new class appended to it)
+RANDOM_OPS: list[type[IRDLOperation]] = []
+
+
 OPS: list[type[IRDLOperation]] = [
     AddOp,
     SubOp,
@@ -2242,7 +2253,7 @@ OPS: list[type[IRDLOperation]] = [
     LambUpdaterOp,
     AdamaxUpdaterOp,
     AdamVarUpdateOp,
-]
+] + NN_OPS + RANDOM_OPS
 
 Popxl = Dialect("popxl", OPS, [])
 

@@ -1230,3 +1230,8 @@ def _adam_var_update(p: dict[str, Any]) -> Kernel:
         return k
 
     return _optional_kernel(p, AdamVarUpdateOp, _one, build)
+
+
+# Kernels kept in their own modules register themselves on import.
+from xl.runtime import kernels_nn as _kernels_nn  # noqa: E402,F401
+from xl.runtime import kernels_random as _kernels_random  # noqa: E402,F401
