@@ -1,4 +1,4 @@
-"""xl dialects: `graph`, `popxl` (tensor ops), `call`, `ipu`, `pipeline` and the lowered `rt`."""
+"""xl dialects: `graph`, `popxl` (tensor ops), `call`, `ipu`, `pipeline`, `replica` (collectives) and the lowered `rt`."""
 
 from __future__ import annotations
 
@@ -35,6 +35,11 @@ def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
 
         return Pipeline
 
+    def get_replica() -> Dialect:
+        from xl.dialects.replica import Replica
+
+        return Replica
+
     def get_rt() -> Dialect:
         from xl.dialects.rt import Rt
 
@@ -46,5 +51,6 @@ def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
         "call": get_call,
         "ipu": get_ipu,
         "pipeline": get_pipeline,
+        "replica": get_replica,
         "rt": get_rt,
     }

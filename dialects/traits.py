@@ -103,3 +103,14 @@ def popart_type(op: OpLike) -> str:
     cls = _cls(op)
     t = cls.get_trait(PopartType)
     return t.type_name if t is not None else derived_popart_type(cls.name)
+
+
+@dataclass(frozen=True)
+class CrossReplica(OpTrait):
+    """A collective between replicas (`xl.dialects.replica`): its result on one replica
+    depends on the operands of the other replicas of its `grouping`. Lowering and the
+    runtime recognise collectives by this trait."""
+
+
+def is_cross_replica(op: OpLike) -> bool:
+    return _cls(op).has_trait(CrossReplica)
