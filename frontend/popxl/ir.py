@@ -352,7 +352,19 @@ class Ir:
         return module
 
     def dot_checkpoint(self, check: str, save_dir: Any = None) -> None:
-        pass
+        """Writes a Graphviz picture of every graph: `{save_dir}/{check}_{graph}.dot` (`main`
+        for the main graph), and `.svg` beside it when Graphviz `dot` is installed. Ops are
+        nodes named as in `print_schedule`, tensors are edges, each virtual IPU a cluster,
+        calls link to the callee's file (`xl.tools.dot`). `save_dir` (created if needed) stays
+        the directory of later checkpoints; default: the current directory.
+        `POPART_DOT_CHECKS=A:B` writes only checkpoints A and B (`ALL`: every one)."""
+        from popxl.printing import _op_id
+        from xl.tools.dot import dot_checkpoint
+
+        if save_dir is not None:
+            self._dot_dir = save_dir
+        where = getattr(self, "_dot_dir", None) or os.getcwd()
+        dot_checkpoint(self._module, check, where, op_ids=lambda op: _op_id(self, op))
 
     def __repr__(self) -> str:
         return f"Ir[id={self._id}]"
