@@ -118,17 +118,25 @@ class GraphWithNamedArgs:
         called_graphs_grad_info: Optional[Mapping[Any, Any]] = None,
     ):
         _check_graph(graph, "GraphWithNamedArgs")
-        for arg, value in (("args", args), ("aux", aux)):
-            if value is not None and not isinstance(value, NamedTensors):
-                raise TypeError(
-                    f"GraphWithNamedArgs: {arg} must be a NamedTensors, got {type(value).__name__}"
-                )
+        from popxl_addons.module import Aux, normalise_called_graphs_grad_info
+
+        if args is not None and not isinstance(args, NamedTensors):
+            raise TypeError(f"GraphWithNamedArgs: args must be a NamedTensors, got {type(args).__name__}")
+        if aux is not None and not isinstance(aux, NamedTensors | Aux):
+            raise TypeError(f"GraphWithNamedArgs: aux must be a NamedTensors, got {type(aux).__name__}")
+        if isinstance(aux, NamedTensors):
+            converted = Aux()
+            for k, v in aux.to_dict().items():
+                converted[k] = v
+            aux = converted
         self.graph = graph
         self.args: NamedTensors = args if args is not None else NamedTensors()
         self._grad_graph_info = grad_graph_info
         self._from_module = from_module
-        self.aux: NamedTensors = aux if aux is not None else NamedTensors()
-        self.called_graphs_grad_info: dict[Any, Any] = dict(called_graphs_grad_info or {})
+        self.aux: Aux = aux if aux is not None else Aux()
+        self.called_graphs_grad_info: dict[Any, Any] = normalise_called_graphs_grad_info(
+            called_graphs_grad_info
+        )
         self.autodiff_applied = False
 
     @classmethod
@@ -147,6 +155,15 @@ class GraphWithNamedArgs:
     @grad_graph_info.setter
     def grad_graph_info(self, value: Any) -> None:
         self._grad_graph_info = value
+
+    @property
+    def _aux(self) -> Any:
+        return self.aux
+
+    @property
+    def from_module(self) -> Any:
+        """The module this graph was built from (None if unknown)."""
+        return self._from_module
 
     @property
     def is_grad_graph(self) -> bool:
@@ -174,32 +191,50 @@ class GraphWithNamedArgs:
         method: str = "auto",
         force: bool = False,
     ) -> "GraphWithNamedArgs":
-        """The gradient graph of this graph (`popxl_addons.transforms.autodiff`)."""
+        """The gradient graph of this graph.
+
+        `method`: 'build_grad' uses the `build_grad` of the module the graph was built from
+        (`Module.create_grad_graph`); 'autodiff' the autodiff transform
+        (`popxl_addons.transforms.autodiff`, with `called_graphs_grad_info` merged with this
+        graph's own, which win); 'auto' (default) the first when the module defines
+        `build_grad`, else the second. Raises if autodiff was already applied, unless `force`.
+        """
+        from popxl_addons.module import normalise_called_graphs_grad_info
+
         if method not in ("auto", "autodiff", "build_grad"):
-            raise ValueError(f"autodiff method must be 'auto', 'autodiff' or 'build_grad', not {method!r}")
+            raise ValueError(
+                f"`method` should be one of 'auto', 'build_grad' or 'autodiff'. Not: {method!r}"
+            )
         if self.autodiff_applied and not force:
             raise ValueError(
                 f"autodiff has already been applied to graph '{self.graph.name}' (it adds the "
                 "activations to the forward graph's outputs); pass force=True to apply it again"
             )
         module = self._from_module
-        if method == "build_grad" or (
-            method == "auto" and getattr(module, "implements_grad_graph", False)
-        ):
-            create = getattr(module, "create_grad_graph", None)
-            if create is None:
-                raise NotImplementedError("build_grad: the module defines no gradient graph")
-            result = create(self, grads_provided=grads_provided, grads_required=grads_required)
-        else:
-            from popxl_addons.transforms.autodiff import autodiff
+        if method in ("auto", "build_grad"):
+            if module is not None and getattr(module, "implements_grad_graph", False):
+                result = module.create_grad_graph(
+                    self, grads_provided=grads_provided, grads_required=grads_required
+                )
+                self.autodiff_applied = True
+                return result
+            if method == "build_grad":
+                raise ValueError(
+                    f"autodiff(method='build_grad') of graph '{self.graph.name}': it needs the "
+                    "module's `build_grad` overridden and `from_module` is specified when this "
+                    "GraphWithNamedArgs was made (it has "
+                    + ("no from_module)" if module is None else f"module {type(module).__name__}, which has no build_grad)")
+                )
+        from popxl_addons.transforms.autodiff import autodiff
 
-            result = autodiff(
-                self,
-                grads_provided=grads_provided,
-                grads_required=grads_required,
-                called_graphs_grad_info=called_graphs_grad_info,
-                force=force,
-            )
+        called = normalise_called_graphs_grad_info(called_graphs_grad_info)
+        called.update(self.called_graphs_grad_info)
+        result = autodiff(
+            self.graph,
+            grads_provided=grads_provided,
+            grads_required=grads_required,
+            called_graphs_grad_info=called,
+        )
         self.autodiff_applied = True
         return result
 

@@ -56,10 +56,13 @@ def autodiff(
             f"addons.autodiff: autodiff has already been applied to graph '{fwd.name}' (it adds "
             "the activations to the forward graph's outputs); pass force=True to apply it again"
         )
+    from popxl_addons.module import check_recursively_autodiffable, normalise_called_graphs_grad_info
+
     called: dict[popxl.Graph, GradGraphInfo] = {}
     if gwna is not None:
         called.update(gwna.called_graphs_grad_info)
-    called.update(called_graphs_grad_info or {})
+    called.update(normalise_called_graphs_grad_info(called_graphs_grad_info))
+    check_recursively_autodiffable(fwd, called)
     infos = _popxl_autodiff(
         fwd,
         grads_provided=grads_provided,
