@@ -82,6 +82,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects.dominance import verify_dominance
 from xl.dialects.effects import ValueEffect
+from xl.dialects.replica import ReplicaGroupingAttr
 from xl.dialects.traits import NoGradient
 from xl.dialects.utils import fmt_type
 
@@ -439,6 +440,10 @@ class MainGraphOp(IRDLOperation):
         verify_dominance(self)
 
 
+RETRIEVAL_MODES = ("one_per_group", "all_replicas")
+"""How the host reads a grouped variable: one value per group, or one per replica."""
+
+
 @irdl_op_definition
 class VariableOp(IRDLOperation):
     """A variable: persistent state of the program, created in the main graph only.
@@ -450,44 +455,133 @@ class VariableOp(IRDLOperation):
     %w = graph.variable "fc1.weight" : tensor<784x512xf32>
     %c = graph.variable "counter" = dense<0.0> : tensor<f32>
     ```
+
+    In a replicated program a variable may hold one value per group of a replica
+    grouping (`grouping`, PopXL's `replica_grouping`): the initial value then has a
+    leading dimension of `num_groups` and the variable type follows `->`; replica `r`
+    starts from the value of its group, `init[assignment[r]]`. `retrieval_mode` says
+    how the host reads it back (`one_per_group`, the default, or `all_replicas`):
+
+    ```mlir
+    %g = graph.variable "g" = dense<[[1.0, 2.0], [3.0, 4.0]]> : tensor<2x2xf32> -> tensor<2xf32> {grouping = #replica.grouping<stride = 2, group_size = 2>, retrieval_mode = "one_per_group"}
+    ```
     """
 
     name = "graph.variable"
     var_name = prop_def(StringAttr)
     init = opt_prop_def(DenseIntOrFPElementsAttr)
+    grouping = opt_prop_def(ReplicaGroupingAttr)
+    retrieval_mode = opt_prop_def(StringAttr)
     result = result_def(TensorType)
     # Never dead: a variable is state the host can read and write even when no op uses it.
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
 
     def __init__(
-        self, var_name: str, type: TensorType, init: DenseIntOrFPElementsAttr | None = None
+        self,
+        var_name: str,
+        type: TensorType,
+        init: DenseIntOrFPElementsAttr | None = None,
+        *,
+        grouping: ReplicaGroupingAttr | None = None,
+        retrieval_mode: str | None = None,
     ):
         super().__init__(
-            properties={"var_name": StringAttr(var_name), "init": init}, result_types=[type]
+            properties={
+                "var_name": StringAttr(var_name),
+                "init": init,
+                "grouping": grouping,
+                "retrieval_mode": None if retrieval_mode is None else StringAttr(retrieval_mode),
+            },
+            result_types=[type],
         )
 
     @classmethod
     def parse(cls, parser: Parser) -> VariableOp:
-        name, init, type, attrs = parse_named_slot(parser)
+        name = parser.parse_str_literal()
+        init = None
+        if parser.parse_optional_punctuation("=") is not None:
+            pos = parser.pos
+            init = parser.parse_attribute()
+            if not isinstance(init, DenseIntOrFPElementsAttr):
+                parser.raise_error("expected a dense<...> initial value", pos)
+            type = init.get_type()
+            if parser.parse_optional_punctuation("->") is not None:
+                type = parser.parse_type()
+        else:
+            parser.parse_punctuation(":")
+            type = parser.parse_type()
+        attrs = dict(parser.parse_optional_attr_dict())
+        grouping = attrs.pop("grouping", None)
+        mode = attrs.pop("retrieval_mode", None)
         op = cls(name, type, init)  # type: ignore[arg-type]
+        if grouping is not None:
+            op.properties["grouping"] = grouping
+        if mode is not None:
+            op.properties["retrieval_mode"] = mode
         op.attributes |= attrs
         return op
 
     def print(self, printer: Printer) -> None:
-        print_named_slot(printer, self.var_name.data, self.init, self.result.type, self.attributes)
+        printer.print_string(" ")
+        printer.print_string_literal(self.var_name.data)
+        if self.init is not None:
+            printer.print_string(" = ")
+            printer.print_attribute(self.init)
+            if self.init.get_type() != self.result.type:
+                printer.print_string(" -> ")
+                printer.print_attribute(self.result.type)
+        else:
+            printer.print_string(" : ")
+            printer.print_attribute(self.result.type)
+        extra: dict[str, Attribute] = {}
+        if self.grouping is not None:
+            extra["grouping"] = self.grouping
+        if self.retrieval_mode is not None:
+            extra["retrieval_mode"] = self.retrieval_mode
+        printer.print_op_attributes({**extra, **self.attributes})
+
+    def num_groups(self) -> int:
+        """Groups of the variable's grouping (1 without one or outside a replicated main)."""
+        if self.grouping is None:
+            return 1
+        parent = self.parent_op()
+        rf = parent.replication_factor if isinstance(parent, MainGraphOp) else None
+        if rf is None or self.grouping.fit_error(rf) is not None:
+            return 1
+        return self.grouping.num_groups(rf)
 
     def verify_(self) -> None:
+        what = f"graph.variable \"{self.var_name.data}\""
         parent = self.parent_op()
         if parent is not None and not isinstance(parent, MainGraphOp):
             where = f"graph @{parent.graph_name}" if isinstance(parent, GraphOp) else parent.name
             raise VerifyException(
-                f"graph.variable \"{self.var_name.data}\": variables can only be created in "
+                f"{what}: variables can only be created in "
                 f"the main graph (graph.main), not in {where}"
             )
-        if self.init is not None and self.init.get_type() != self.result.type:
+        if self.retrieval_mode is not None and self.retrieval_mode.data not in RETRIEVAL_MODES:
             raise VerifyException(
-                f"graph.variable \"{self.var_name.data}\": initial value of type "
-                f"{self.init.get_type()} does not match the variable type {self.result.type}"
+                f"{what}: retrieval_mode {self.retrieval_mode.data!r} is not one of "
+                f"{', '.join(RETRIEVAL_MODES)}"
+            )
+        groups = 1
+        if self.grouping is not None and isinstance(parent, MainGraphOp):
+            err = self.grouping.fit_error(parent.replication_factor)
+            if err is not None:
+                raise VerifyException(f"{what}: grouping {err}")
+            groups = self.grouping.num_groups(parent.replication_factor)
+        if self.init is None:
+            return
+        t = self.init.get_type()
+        expected = self.result.type
+        if groups > 1:
+            assert isinstance(expected, TensorType)
+            expected = TensorType(expected.get_element_type(), [groups, *expected.get_shape()])
+        if t != expected:
+            per = f" ({groups} groups of {self.result.type})" if groups > 1 else ""
+            raise VerifyException(
+                f"{what}: initial value of type {t} does not match the variable type "
+                f"{expected}{per}"
             )
 
 
