@@ -30,6 +30,9 @@ and ``--print-ir-after-all`` write to stderr. ``--elide-elementsattrs-if-larger=
 prints dense values of more than N elements as ``dense_resource<__elided__>``.
 ``--load-pass-plugin FILE.py`` adds the passes a file defines; installed packages add
 passes through the ``xl.passes`` entry-point group (`xl.passes.plugins`).
+``--emit=dot`` (or ``-t dot``) writes a Graphviz picture of the program instead of its text
+(`xl.tools.dot`), at any level (``rt`` included); ``--emit=svg`` renders it with Graphviz
+``dot`` when that is installed.
 """
 
 from __future__ import annotations
@@ -267,16 +270,32 @@ class XlOptMain(xDSLOptMain):
         self.register_pass(TestFailPass.name, lambda: TestFailPass)
 
     def register_all_targets(self) -> None:
-        """Only `mlir` (textual IR): xDSL's other targets (riscv-asm, wgsl, ...) have no
-        meaning for xl programs."""
+        """`mlir` (textual IR), `dot` and `svg` (Graphviz pictures, `xl.tools.dot`): xDSL's
+        other targets (riscv-asm, wgsl, ...) have no meaning for xl programs."""
+        from xl.tools.dot import DotTarget, SvgTarget
+
         super().register_all_targets()
-        self.available_targets = {"mlir": self.available_targets["mlir"]}
+        self.available_targets = {
+            "mlir": self.available_targets["mlir"],
+            "dot": lambda: DotTarget,
+            "svg": lambda: SvgTarget,
+        }
 
     def setup_pipeline(self) -> None:
         """xDSL's pipeline with a callback that writes `--time-passes`,
         `--print-between-passes` and `--print-ir-after-all` to stderr (stdout carries the
         program, so `xl-opt ... | xl-run -` works). `-p help` lists the passes instead."""
         self._load_plugins()
+        if self.args.emit is not None:
+            self.args.target = self.args.emit
+        if self.args.target == "svg":
+            from xl.tools.dot import DotNotInstalledError, dot_program
+
+            if dot_program() is None:
+                raise DotNotInstalledError(
+                    "--emit=svg needs the Graphviz 'dot' program, which is not installed; "
+                    "--emit=dot writes the DOT text"
+                )
         if self.args.passes.strip() == "help":
             self.args.list_passes = True
             self.args.passes = ""
@@ -310,7 +329,7 @@ class XlOptMain(xDSLOptMain):
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
         limit = self.args.elide_elementsattrs_if_larger
-        if limit is None:
+        if limit is None or self.args.target != "mlir":
             return super().output_resulting_program(prog)
         return print_op(
             prog,
@@ -394,7 +413,10 @@ class XlOptMain(xDSLOptMain):
                     + ", ".join(self.xdsl_pass_names)
                 )
             elif "-t" in action.option_strings:
-                action.help = "output format: mlir (textual IR, the default and only one)"
+                action.help = (
+                    "output format: mlir (textual IR, the default), dot (a Graphviz picture "
+                    "of the program), svg (rendered by Graphviz 'dot', when installed)"
+                )
             elif "-o" in action.option_strings:
                 action.help = "output file ('-' or none: stdout)"
             elif "input_file" == action.dest:
@@ -424,6 +446,15 @@ class XlOptMain(xDSLOptMain):
             metavar="N",
             help="print dense attributes with more than N elements as "
             "dense_resource<__elided__> (for reading; such text does not parse back)",
+        )
+        arg_parser.add_argument(
+            "--emit",
+            choices=("mlir", "dot", "svg"),
+            default=None,
+            help="what to write after the passes (as -t): mlir (textual IR, the default), dot "
+            "(Graphviz DOT: ops as nodes, tensors as edges, a cluster per graph and per virtual "
+            "IPU, calls linked to their graphs; any level, rt included), svg (DOT rendered by "
+            "Graphviz 'dot', which must be installed)",
         )
         arg_parser.add_argument(
             "--list-passes",

@@ -53,4 +53,4 @@
 // RUNHELP:      default lowering pipeline (-p):
 // RUNHELP-NEXT:   pipeline,inline,canonicalize,cse,dce,lower-to-rt
 
-// TARGET: invalid choice: 'riscv-asm' (choose from mlir)
+// TARGET: invalid choice: 'riscv-asm' (choose from mlir, dot, svg)
