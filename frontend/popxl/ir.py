@@ -333,7 +333,7 @@ class Ir:
         check_views(self, "Ir.to_mlir")
         module = self._module
         if values == "current" and self._sessions:
-            module = self._module_with_values(self._sessions[-1]._current_values())
+            module = self._module_with_values(self._session_values(self._sessions[-1]))
         from xl.tools.elide import print_op
         from xl.tools.weights import externalize_variables
 
@@ -342,7 +342,8 @@ class Ir:
         return print_op(module, elide_larger_than=elide_larger_than) + "\n"
 
     def _module_with_values(self, current: Mapping[str, Any]) -> ModuleOp:
-        """A copy of the module whose `graph.variable` values are `current[name]`."""
+        """A copy of the module whose `graph.variable` values are `current[name]`; a grouped
+        variable takes the values of all its groups (`[num_groups, *shape]`)."""
         from xl.dialects.utils import dense_attr
 
         module = self._module.clone()
@@ -350,6 +351,26 @@ class Ir:
             if isinstance(op, VariableOp) and op.var_name.data in current:
                 op.init = dense_attr(np.asarray(current[op.var_name.data]))
         return module
+
+    def _session_values(self, session: Any) -> dict[str, Any]:
+        """The current value of every variable in `session`, by variable name; grouped
+        variables as `[num_groups, *shape]` (one value per group, whatever their
+        retrieval mode)."""
+        current = dict(session._current_values())
+        rf = self.replication_factor
+        for v in self.main_graph.variables:
+            name = v._var_name
+            groups = v._num_groups
+            if name not in current or v.retrieval_mode != "all_replicas" and (
+                groups == 1 or np.shape(current[name]) == (groups, *v.shape)
+            ):
+                continue
+            data = np.asarray(session.get_tensor_data(v))
+            if v.retrieval_mode == "all_replicas" and rf > 1 and data.shape == (rf, *v.shape):
+                firsts = [members[0] for members in v.replica_grouping.groups]
+                data = data[firsts] if groups > 1 else data[0]
+            current[name] = data
+        return current
 
     def dot_checkpoint(self, check: str, save_dir: Any = None) -> None:
         """Writes a Graphviz picture of every graph: `{save_dir}/{check}_{graph}.dot` (`main`

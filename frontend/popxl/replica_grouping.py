@@ -1,9 +1,26 @@
-"""`popxl.ReplicaGrouping` (popxl/replica_grouping.py): which replicas share a value."""
+"""`popxl.ReplicaGrouping` (popxl/replica_grouping.py): which replicas share a value.
+
+Replicas `r` with the same `assignment[r]` form a group. A grouping made from
+`(stride, group_size)` ("constant stride") puts replicas `stride` apart in a group; one
+made from an explicit assignment may have any groups of equal size. For
+`replication_factor = 8`:
+
+| `ir.replica_grouping(...)` | `assignment` |
+|---|---|
+| `stride=1, group_size=8` | `[0, 0, 0, 0, 0, 0, 0, 0]` |
+| `stride=1, group_size=1` | `[0, 1, 2, 3, 4, 5, 6, 7]` |
+| `stride=1, group_size=2` | `[0, 0, 1, 1, 2, 2, 3, 3]` |
+| `stride=2, group_size=2` | `[0, 1, 0, 1, 2, 3, 2, 3]` |
+| `stride=2, group_size=4` | `[0, 1, 0, 1, 0, 1, 0, 1]` |
+
+In the IR a grouping is a `#replica.grouping<stride = S, group_size = G>` attribute
+(`#replica.grouping<assignment = [...]>` for a grouping without a constant stride).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from popxl.ir import Ir
@@ -11,105 +28,203 @@ if TYPE_CHECKING:
 __all__ = ["ReplicaGrouping"]
 
 
+def _strides(assignment: Sequence[int]) -> set[int]:
+    """The distances between consecutive members of every group."""
+    out: set[int] = set()
+    last: dict[int, int] = {}
+    for r, g in enumerate(assignment):
+        if g in last:
+            out.add(r - last[g])
+        last[g] = r
+    return out
+
+
+def _const_assignment(num_replicas: int, stride: int, group_size: int) -> list[int]:
+    return [r % stride + stride * (r // (stride * group_size)) for r in range(num_replicas)]
+
+
 class ReplicaGrouping:
-    """Replicas `r` with the same `assignment[r]` form a group. Create with
-    `ir.replica_grouping(stride, group_size)`."""
+    """A grouping of the replicas of an `Ir` (create with `ir.replica_grouping(stride,
+    group_size)` or `ir.replica_grouping_from_assignments(assignment)`).
+
+    - `stride`: the distance between consecutive members of a group (`NotImplementedError`
+      for a grouping without a constant stride); `group_size`, `num_groups`;
+    - `assignment`: the group of each replica; `is_const`: a constant stride;
+    - `transpose()`: the grouping whose `i`-th group holds the `i`-th member of each group;
+    - equality compares the Ir and the assignment.
+    """
+
+    __module__ = "popxl"
+
+    _ir: Ir
+    _num_replicas: int
+    _stride: int | None
+    _group_size: int
+    _assignment: list[int]
 
     def __init__(self) -> None:
-        raise TypeError("Use ir.replica_grouping(stride, group_size) to create a ReplicaGrouping")
+        raise RuntimeError(
+            "popxl.ReplicaGrouping cannot be constructed directly (use `ir.replica_grouping`)."
+        )
 
+    # -- construction -----------------------------------------------------------------------
     @classmethod
     def _from_params(cls, ir: Ir, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
         rf = ir.replication_factor
-        if group_size is None:
-            if not 0 < stride <= rf or rf % stride:
-                raise ValueError(f"Invalid stride {stride} for replication factor {rf}")
-            group_size = rf // stride
-        if not 0 < stride <= rf or rf % stride:
-            raise ValueError(f"Invalid stride {stride} for replication factor {rf}")
-        if not 0 < group_size <= rf or rf % group_size:
-            raise ValueError(f"Invalid group_size {group_size} for replication factor {rf}")
-        if group_size == 1:
-            stride = 1
-        if stride * group_size > rf and group_size > 1:
+        for arg, v in (("stride", stride), ("group_size", group_size)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise TypeError(f"ir.replica_grouping: {arg} must be an int, got {v!r}")
+        if not 0 < stride <= rf:
             raise ValueError(
-                f"stride {stride} * group_size {group_size} exceeds replication factor {rf}"
+                "ir.replica_grouping: stride must be greater than zero and at most the number "
+                f"of replicas. Stride: {stride}. Replicas: {rf}"
             )
-        rg = cls.__new__(cls)
-        rg._ir = ir
-        rg._num_replicas = rf
-        rg._stride = stride
-        rg._group_size = group_size
-        rg._assignment = None
-        return rg
+        if rf % stride:
+            raise ValueError(
+                "ir.replica_grouping: stride must be a factor of the number of replicas. "
+                f"Stride: {stride}. Replicas: {rf}"
+            )
+        if group_size is None:
+            group_size = rf // stride
+        if not 0 < group_size <= rf:
+            raise ValueError(
+                "ir.replica_grouping: group size must be greater than zero and at most the "
+                f"number of replicas. Group size: {group_size}. Replicas: {rf}"
+            )
+        if group_size == 1:
+            stride = 1  # stride has no effect on groups of one replica
+        if rf % (stride * group_size):
+            raise ValueError(
+                f"ir.replica_grouping: the number of replicas ({rf}) must be divisible by "
+                f"stride * group_size ({stride} * {group_size})"
+            )
+        self = object.__new__(cls)
+        self._ir = ir
+        self._num_replicas = rf
+        self._stride = stride
+        self._group_size = group_size
+        self._assignment = _const_assignment(rf, stride, group_size)
+        return self
 
     @classmethod
     def _from_assignments(cls, ir: Ir, assignment: Sequence[int]) -> ReplicaGrouping:
+        """Groups by label; labels are renumbered 0, 1, ... in order of first appearance."""
         rf = ir.replication_factor
-        assignment = list(assignment)
-        if len(assignment) != rf:
-            raise ValueError(f"assignment must have {rf} entries, got {len(assignment)}")
-        renum: dict[int, int] = {}
-        norm = [renum.setdefault(a, len(renum)) for a in assignment]
-        sizes = {norm.count(g) for g in renum.values()}
-        if len(sizes) != 1:
-            raise ValueError("all groups of a replica grouping must have the same size")
-        rg = cls.__new__(cls)
-        rg._ir = ir
-        rg._num_replicas = rf
-        rg._group_size = sizes.pop()
-        rg._stride = 1
-        rg._assignment = norm
-        return rg
+        what = "ir.replica_grouping_from_assignments"
+        a = list(assignment)
+        if any(not isinstance(v, int) or isinstance(v, bool) for v in a):
+            raise TypeError(f"{what}: assignment must be a list of ints, got {a!r}")
+        if len(a) != rf:
+            raise ValueError(
+                f"{what}: the length of `assignment` ({len(a)}) does not equal the number of "
+                f"replicas ({rf})."
+            )
+        renumber: dict[int, int] = {}
+        a = [renumber.setdefault(g, len(renumber)) for g in a]  # numbered by first appearance
+        sizes = {g: a.count(g) for g in range(len(renumber))}
+        if len(set(sizes.values())) != 1:
+            by_label = {label: sizes[g] for label, g in renumber.items()}
+            raise ValueError(
+                f"{what}: all groups should have the same size. (Group, Size): "
+                f"{sorted(by_label.items())}"
+            )
+        strides = _strides(a)
+        size = sizes[0]
+        if len(strides) <= 1:
+            stride = strides.pop() if strides else 1
+            if rf % (stride * size) == 0 and _const_assignment(rf, stride, size) == a:
+                return cls._from_params(ir, stride, size)
+        self = object.__new__(cls)
+        self._ir = ir
+        self._num_replicas = rf
+        self._stride = None
+        self._group_size = size
+        self._assignment = a
+        return self
 
+    # -- properties -------------------------------------------------------------------------
     @property
     def stride(self) -> int:
+        """The offset between consecutive members of a group."""
+        if self._stride is None:
+            raise NotImplementedError(
+                "This ReplicaGrouping has a non-constant stride: it has no stride "
+                f"(assignment {self._assignment})"
+            )
         return self._stride
 
     @property
     def group_size(self) -> int:
+        """Replicas per group."""
         return self._group_size
 
     @property
     def num_groups(self) -> int:
+        """The number of groups."""
         return self._num_replicas // self._group_size
 
     @property
-    def is_const(self) -> bool:
-        return self._assignment is None
+    def assignment(self) -> list[int]:
+        """The group index of each replica."""
+        return list(self._assignment)
 
     @property
-    def assignment(self) -> list[int]:
-        if self._assignment is not None:
-            return list(self._assignment)
-        rf, s, g = self._num_replicas, self._stride, self._group_size
-        out = []
-        for r in range(rf):
-            # replicas r and r + s*k (k < g) within one block of s*g replicas share a group
-            block = r // (s * g)
-            out.append(block * s + r % s)
+    def is_const(self) -> bool:
+        """Whether the grouping has a constant stride (a `(stride, group_size)` grouping)."""
+        return self._stride is not None
+
+    @property
+    def groups(self) -> list[list[int]]:
+        """The replicas of each group, ascending."""
+        out: list[list[int]] = [[] for _ in range(self.num_groups)]
+        for r, g in enumerate(self._assignment):
+            out[g].append(r)
         return out
 
     def transpose(self) -> ReplicaGrouping:
-        """The grouping whose groups take one replica from each group of this one."""
-        assign = self.assignment
-        groups: dict[int, list[int]] = {}
-        for r, a in enumerate(assign):
-            groups.setdefault(a, []).append(r)
+        """The grouping whose `i`-th group holds the `i`-th member of every group:
+        `[0, 0, 0, 0] -> [0, 1, 2, 3]`, `[0, 1, 0, 1] -> [0, 0, 1, 1]`."""
         new = [0] * self._num_replicas
-        for members in groups.values():
+        for members in self.groups:
             for i, r in enumerate(members):
                 new[r] = i
         return ReplicaGrouping._from_assignments(self._ir, new)
 
+    # -- IR ---------------------------------------------------------------------------------
+    def _to_attr(self) -> Any:
+        """The `#replica.grouping` attribute of this grouping."""
+        from xl.dialects.replica import ReplicaGroupingAttr
+
+        if self._stride is not None:
+            return ReplicaGroupingAttr(self._stride, self._group_size)
+        return ReplicaGroupingAttr(assignment=self._assignment)
+
+    def _check_ir(self, ir: Ir, what: str) -> None:
+        """The grouping belongs to `ir` and fits its current replication factor."""
+        if self._ir is not ir:
+            raise ValueError(f"{what}: {self!r} belongs to another Ir ({self._ir!r}), not to {ir!r}")
+        if self._num_replicas != ir.replication_factor:
+            raise ValueError(
+                f"{what}: {self!r} was made for {self._num_replicas} replicas, but the "
+                f"replication factor is now {ir.replication_factor}"
+            )
+
+    # -- comparison, printing ---------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ReplicaGrouping) and self.assignment == other.assignment
+        if not isinstance(other, ReplicaGrouping):
+            raise TypeError(
+                f"Value must be of type popxl.ReplicaGrouping. Type: {type(other)}. Value: {other}."
+            )
+        return self._ir is other._ir and self._assignment == other._assignment
 
     def __hash__(self) -> int:
-        return hash(tuple(self.assignment))
+        return hash((id(self._ir), tuple(self._assignment)))
 
     def __repr__(self) -> str:
+        if self._stride is None:
+            return f"ReplicaGrouping(assignment={self._assignment})"
         return (
             f"ReplicaGrouping(num_replicas={self._num_replicas}, stride={self._stride}, "
             f"group_size={self._group_size}, num_groups={self.num_groups})"
         )
+

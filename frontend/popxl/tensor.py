@@ -392,23 +392,29 @@ class Variable(Tensor):
 
     @property
     def replica_grouping(self) -> Any:
-        return getattr(self, "_replica_grouping", None)
+        """The `popxl.ReplicaGrouping` of the variable: replicas of one group share a value
+        (default: all replicas in one group)."""
+        rg = getattr(self, "_replica_grouping", None)
+        return rg if rg is not None else self._graph._ir.replica_grouping()
 
     @property
     def retrieval_mode(self) -> str:
+        """How the host reads the variable: `one_per_group` (default) or `all_replicas`."""
         return getattr(self, "_retrieval_mode", "one_per_group")
 
     @property
     def _num_groups(self) -> int:
-        rg = self.replica_grouping
-        return int(getattr(rg, "num_groups", 1)) if rg is not None else 1
+        rg = getattr(self, "_replica_grouping", None)
+        return int(rg.num_groups) if rg is not None else 1
 
     @property
     def shape_on_replica(self) -> tuple[int, ...]:
+        """The shape each replica holds (the variable's shape)."""
         return self.shape
 
     @property
     def shape_on_host(self) -> tuple[int, ...]:
+        """The shape of the host data: `(num_groups, *shape)` with more than one group."""
         n = self._num_groups
         return (n, *self.shape) if n > 1 else self.shape
 
@@ -508,7 +514,7 @@ def variable(
     float64 data becomes float32 and int64 int32 unless `dtype` is given or `downcast=False`.
     """
     from xl.dialects.graph import VariableOp
-    from xl.dialects.utils import dense_attr
+    from xl.dialects.utils import dense_attr, tensor_type
 
     g = gcg()
     if not g._is_main:
@@ -521,19 +527,35 @@ def variable(
     if retrieval_mode not in (None, "one_per_group", "all_replicas"):
         raise ValueError(f"{what}: invalid retrieval_mode {retrieval_mode!r}")
     arr = _to_numpy(data, check_dtype(dtype, what) if dtype is not None else None, downcast, what)
-    num_groups = int(getattr(replica_grouping, "num_groups", 1)) if replica_grouping else 1
+    grouping_attr = None
+    num_groups = 1
+    if replica_grouping is not None:
+        from popxl.replica_grouping import ReplicaGrouping
+
+        if not isinstance(replica_grouping, ReplicaGrouping):
+            raise TypeError(
+                f"{what}: replica_grouping must be a popxl.ReplicaGrouping (from "
+                f"ir.replica_grouping), got {describe(replica_grouping)}"
+            )
+        replica_grouping._check_ir(g._ir, what)
+        grouping_attr = replica_grouping._to_attr()
+        num_groups = replica_grouping.num_groups
     if num_groups > 1:
         if arr.ndim == 0 or arr.shape[0] != num_groups:
             raise ValueError(
-                f"variable {name!r}: grouped data must have shape (num_groups={num_groups}, ...), "
-                f"got {arr.shape}"
+                f"{what}: with {replica_grouping!r} the data must have shape "
+                f"(num_groups={num_groups}, *shape), got {arr.shape}"
             )
-        # The device holds one group's value; xl keeps the first group's slice in the IR.
-        dev = arr[0]
+        shape = arr.shape[1:]
     else:
-        dev = arr
+        shape = arr.shape
     name = g._unique_name(name if name is not None else "t", scoped=True)
-    op = VariableOp(name, dense_attr(dev).get_type(), dense_attr(dev))  # type: ignore[arg-type]
+    init = dense_attr(arr)
+    vtype = tensor_type(shape, arr.dtype)
+    op = VariableOp(
+        name, vtype, init, grouping=grouping_attr,
+        retrieval_mode=retrieval_mode if grouping_attr is not None else None,
+    )  # fmt: skip
     g._insert(op)
     t = g._tensor(op.result, name)
     assert isinstance(t, Variable)
