@@ -110,6 +110,8 @@ class _AllocEffect(MemoryEffect):
 # The program attributes, named once (`graph.main` carries the same two).
 NUM_HOST_TRANSFERS = "num_host_transfers"
 REPLICATION_FACTOR = "replication_factor"
+# The replica grouping of a grouped `rt.state` (printed in its attribute dictionary).
+GROUPING = "grouping"
 
 
 @irdl_op_definition
@@ -174,21 +176,34 @@ class ProgramOp(IRDLOperation):
 class StateOp(IRDLOperation):
     """A named persistent slot (a variable), optionally with an initial value.
 
+    Each replica has its own buffer. With a `grouping` (a replica grouping attribute,
+    `#replica.grouping<...>`) of more than one group, `init` holds one value per group,
+    `[num_groups, *shape]`, and replica r starts from `init[assignment[r]]`.
+
     ```mlir
     %w = rt.state "fc1.weight" : memref<784x512xf32>
+    %c = rt.state "counter" = dense<0.0> : tensor<f32> : memref<f32>
     ```
     """
 
     name = "rt.state"
     slot = prop_def(StringAttr)
     init = opt_prop_def(DenseIntOrFPElementsAttr)
+    grouping = opt_prop_def(Attribute)
     result = result_def(MemRefType)
     # Never dead: the host reads and writes state slots by name.
     traits = traits_def(MemoryAllocEffect(), MemoryWriteEffect(), HasParent(ProgramOp))
 
-    def __init__(self, slot: str, type: MemRefType, init: DenseIntOrFPElementsAttr | None = None):
+    def __init__(
+        self,
+        slot: str,
+        type: MemRefType,
+        init: DenseIntOrFPElementsAttr | None = None,
+        grouping: Attribute | None = None,
+    ):
         super().__init__(
-            properties={"slot": StringAttr(slot), "init": init}, result_types=[type]
+            properties={"slot": StringAttr(slot), "init": init, "grouping": grouping},
+            result_types=[type],
         )
 
     @classmethod
@@ -200,19 +215,53 @@ class StateOp(IRDLOperation):
         type = parser.parse_type() if init is not None else _
         if not isinstance(type, MemRefType):
             parser.raise_error(f"rt.state: expected a memref type, got {type}", pos)
-        op = cls(name, type, init)
+        attrs = {**attrs, **parser.parse_optional_attr_dict()}
+        grouping = attrs.pop(GROUPING, None)
+        op = cls(name, type, init, grouping)
         op.attributes |= attrs
         return op
 
+    def num_groups(self) -> int:
+        """Groups of the grouping (1 without one), for this program's replication factor."""
+        if self.grouping is None:
+            return 1
+        program = self.parent_op()
+        r = program.replication_factor if isinstance(program, ProgramOp) else 1
+        return int(self.grouping.num_groups(r))  # type: ignore[attr-defined]
+
+    def replica_init(self, replica: int, replication_factor: int) -> Any:
+        """The initial value of `replica` as an array (None without `init`)."""
+        if self.init is None:
+            return None
+        from xl.dialects.utils import dense_to_numpy
+
+        value = dense_to_numpy(self.init)
+        if self.grouping is not None and self.num_groups() > 1:
+            group = self.grouping.assignment(replication_factor)[replica]  # type: ignore[attr-defined]
+            return value[group]
+        return value
+
     def verify_(self) -> None:
+        r = self.result.type
+        assert isinstance(r, MemRefType)
+        groups = 1
+        if self.grouping is not None:
+            if not hasattr(self.grouping, "assignment"):
+                raise VerifyException(
+                    f"rt.state \"{self.slot.data}\": grouping must be a replica grouping, got {self.grouping}"
+                )
+            try:
+                groups = self.num_groups()
+            except (ValueError, VerifyException) as e:
+                raise VerifyException(f"rt.state \"{self.slot.data}\": {e}") from None
         if self.init is None:
             return
         t = self.init.get_type()
-        r = self.result.type
-        assert isinstance(r, MemRefType)
-        if tuple(t.get_shape()) != tuple(r.get_shape()) or t.get_element_type() != r.get_element_type():
+        want = tuple(r.get_shape()) if groups == 1 else (groups, *r.get_shape())
+        if tuple(t.get_shape()) != want or t.get_element_type() != r.get_element_type():
+            per = "" if groups == 1 else f" ({groups} groups: one value per group)"
             raise VerifyException(
-                f"rt.state \"{self.slot.data}\": initial value {t} does not fit buffer {r}"
+                f"rt.state \"{self.slot.data}\": initial value {t} does not fit buffer {r}{per}"
             )
 
     def print(self, printer: Printer) -> None:
@@ -220,7 +269,10 @@ class StateOp(IRDLOperation):
         if self.init is not None:
             printer.print_string(" : ")
             printer.print_attribute(self.result.type)
-        printer.print_op_attributes(self.attributes)
+        attrs = dict(self.attributes)
+        if self.grouping is not None:
+            attrs[GROUPING] = self.grouping
+        printer.print_op_attributes(attrs)
 
 
 @irdl_op_definition

@@ -3,7 +3,10 @@
 The main graph is translated op by op into one `rt.program`; calls are expanded in
 place, `call.repeat` becomes `rt.loop` and `call.conditional` becomes `rt.if`.
 Every tensor gets a buffer; every popxl op becomes an `rt.kernel` with explicit
-destinations (in-place ops write their operand's buffer).
+destinations (in-place ops write their operand's buffer). Replica collectives (ops with
+the `CrossReplica` trait, `xl.dialects.replica`) lower the same way, their `grouping` a
+kernel parameter; a grouped `graph.variable` becomes an `rt.state` with the same
+`grouping` and one initial value per group.
 
 ```mlir
 // before
@@ -57,6 +60,7 @@ from xl.dialects.effects import written_operands
 from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.ipu import CopyOp as IpuCopyOp
 from xl.dialects.popxl import PopxlOp, is_written, op_props, to_attr
+from xl.dialects.traits import is_cross_replica
 
 
 _MEMREFS: dict[Attribute, MemRefType] = {}
@@ -109,7 +113,7 @@ class _Emitter:
     def emit(
         self, op: Operation, env: dict[SSAValue, SSAValue], block: Block, fresh: set[SSAValue]
     ) -> None:
-        if isinstance(op, PopxlOp):
+        if isinstance(op, PopxlOp) or is_cross_replica(op):
             ins = [env[o] for o in op.operands]
             outs = [env[op.operands[i]] for i in written_operands(op)]
             for r in op.results:
@@ -128,7 +132,8 @@ class _Emitter:
             if name in self.slots:
                 raise LoweringError(f"lower-to-rt: two variables are named \"{name}\"")
             self.slots.add(name)
-            st = rt.StateOp(name, to_memref(op.result.type), op.init)
+            # a grouped variable (`grouping` of several groups) keeps one value per group
+            st = rt.StateOp(name, to_memref(op.result.type), op.init, op.properties.get("grouping"))
             st.result.name_hint = op.result.name_hint
             block.add_op(st)
             env[op.result] = st.result

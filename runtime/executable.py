@@ -8,11 +8,20 @@ buffer allocation is involved. The resulting `Executable` runs the program with
 `run(inputs)`. Lowering a high-level module and the pass pipeline are the compile
 driver's (`xl.compiler.compile_module`); the runtime depends on the `rt` dialect only.
 
-Host data layout: stream arrays are `[num_host_transfers, replication_factor, *shape]`
-with size-1 leading dims dropped; each executed `rt.h2d` consumes the next transfer
-(wrapping around if a stream is loaded more often than `num_host_transfers`; the
-counts are checked at compile time, see `xl.runtime.transfers`).
-Replicas are simulated one after another, each with its own buffers and state.
+Host data layout: stream arrays are `[num_host_transfers, local replicas, *shape]`
+with size-1 leading dims dropped (local replicas: all `replication_factor` of them with the
+default `LocalComm`); each executed `rt.h2d` consumes the next transfer (wrapping around if
+a stream is loaded more often than `num_host_transfers`; the counts are checked at compile
+time, see `xl.runtime.transfers`).
+
+Replicas: each local replica has its own buffers, state and step. Without replica
+collectives the replicas run one after another. With collectives
+(`xl.runtime.collectives`), each replica's step is a generator that stops at every
+collective site (also inside loops); `run` advances every replica to its next stop, checks
+that all stopped at the same site (else `ReplicaDivergenceError`: e.g. a collective in a
+branch whose condition differs between replicas), runs the site's kernel once over all
+replicas' buffers, and resumes them. A comm (`xl.runtime.comm`) whose `local_replicas` is a
+subset builds and runs only those replicas; collectives see the others through it.
 """
 from __future__ import annotations
 
@@ -29,9 +38,12 @@ from xdsl.ir import Block, SSAValue
 from xl.dialects import rt
 from xl.runtime import xl_kernels as _xl_kernels  # noqa: F401  (registers xl.* kernels)
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
+from xl.runtime.collectives import Site, bind_site, collective_factory
+from xl.runtime.comm import Comm, LocalComm
 from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.kernels import kernel_factory
 from xl.runtime.plan import build_replica
+from xl.runtime.registry import kernel_class
 from xl.runtime.streams import StreamIn, StreamOut
 from xl.runtime.transfers import check_transfers
 from xl.runtime.walk import ProgramWalk
@@ -39,17 +51,29 @@ from xl.runtime.walk import ProgramWalk
 Step = Callable[[], None]
 
 
+class ReplicaDivergenceError(RuntimeError):
+    """The replicas of a step reached different collectives (or some none): a collective
+    sits in a branch or loop whose condition differs between replicas."""
+
+
 @dataclass
 class _Replica:
-    steps: list[Step]
+    index: int  # global replica index
+    # the step: a function, or a generator function when the program has collective sites
+    step: Callable[[], Any]
     state: dict[str, np.ndarray]
     inputs: dict[str, StreamIn]
     outputs: dict[str, StreamOut]
 
+    @property
+    def steps(self) -> list[Callable[[], Any]]:
+        return [self.step]
+
 
 @dataclass
 class Executable:
-    """A compiled program. `state` maps variable names to their (replica 0) buffers."""
+    """A compiled program. `state` maps variable names to the buffers of the first local
+    replica; `get_state` / `set_state` address replicas by global index."""
 
     num_host_transfers: int
     replication_factor: int
@@ -58,19 +82,58 @@ class Executable:
     replicas: list[_Replica] = field(repr=False)
     # The generated source of each replica's step (optimised plans only), for inspection.
     sources: list[str] = field(default_factory=list, repr=False)
+    # One step function per collective site, over every local replica; descriptions for errors.
+    sites: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    site_names: list[str] = field(default_factory=list, repr=False)
+    comm: Comm = field(default_factory=LocalComm, repr=False)
+
+    # -- replicas -------------------------------------------------------------------------
+    @property
+    def local_replicas(self) -> range:
+        """The global indices of the replicas run by this executable."""
+        return range(self.replicas[0].index, self.replicas[-1].index + 1)
+
+    @property
+    def local_replication_factor(self) -> int:
+        return len(self.replicas)
+
+    def _replica(self, replica: int) -> _Replica:
+        if not isinstance(replica, int | np.integer) or isinstance(replica, bool):
+            raise TypeError(f"replica must be an int, got {type(replica).__name__}")
+        if not 0 <= replica < self.replication_factor:
+            raise IndexError(
+                f"replica {replica} does not exist (replication_factor={self.replication_factor})"
+            )
+        start = self.replicas[0].index
+        if not start <= replica < start + len(self.replicas):
+            raise IndexError(
+                f"replica {replica} runs in another instance (this one runs replicas "
+                f"{start}..{start + len(self.replicas) - 1})"
+            )
+        return self.replicas[replica - start]
 
     # -- state ---------------------------------------------------------------------
     @property
     def state(self) -> dict[str, np.ndarray]:
         return self.replicas[0].state
 
-    def get_state(self, name: str) -> np.ndarray:
-        if name not in self.state:
+    def get_state(self, name: str, replica: int | None = None) -> np.ndarray:
+        """The buffer of variable `name` on `replica` (global index; default: the first
+        local replica). The array is the live buffer: copy it to keep a value."""
+        rep = self.replicas[0] if replica is None else self._replica(replica)
+        if name not in rep.state:
             raise KeyError(f"no variable named \"{name}\" in the program")
-        return self.state[name]
+        return rep.state[name]
 
-    def set_state(self, name: str, value: np.ndarray) -> None:
-        """Write a variable on every replica (shape and dtype must match)."""
+    def gather_state(self, name: str) -> np.ndarray:
+        """Variable `name` of every replica, `[replication_factor, *shape]` (remote replicas'
+        values through the comm: every instance must call it, in the same order)."""
+        local = [self.get_state(name, r.index) for r in self.replicas]
+        return np.stack(self.comm.gather(local) if self.comm.num_instances > 1 else local)
+
+    def set_state(self, name: str, value: np.ndarray, replicas: Any = None) -> None:
+        """Write a variable on `replicas` (global indices; None: every local replica).
+        Shape and dtype must match."""
         buf = self.get_state(name)
         value = np.asarray(value)
         if value.shape != buf.shape:
@@ -81,7 +144,8 @@ class Executable:
             raise ValueError(
                 f"variable \"{name}\": expected dtype {buf.dtype}, got {value.dtype}"
             )
-        for r in self.replicas:
+        targets = self.replicas if replicas is None else [self._replica(r) for r in replicas]
+        for r in targets:
             np.copyto(r.state[name], value)
 
     # -- running ---------------------------------------------------------------------
@@ -89,8 +153,8 @@ class Executable:
         lead = []
         if self.num_host_transfers > 1:
             lead.append(self.num_host_transfers)
-        if self.replication_factor > 1:
-            lead.append(self.replication_factor)
+        if len(self.replicas) > 1:
+            lead.append(len(self.replicas))
         return (*lead, *shape)
 
     def run(self, inputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -105,7 +169,8 @@ class Executable:
             if unexpected:
                 parts.append(f"unexpected inputs {unexpected}")
             raise ValueError("; ".join(parts))
-        n, reps = self.num_host_transfers, self.replication_factor
+        n, reps = self.num_host_transfers, len(self.replicas)
+        what = "replication_factor" if reps == self.replication_factor else "local replicas"
         canon: dict[str, np.ndarray] = {}
         for name, (shape, dtype) in self.h2d_streams.items():
             arr = inputs[name]
@@ -115,7 +180,7 @@ class Executable:
             if arr.shape != full:
                 raise ValueError(
                     f"stream \"{name}\": expected input of shape {full} "
-                    f"([num_host_transfers={n}, replication_factor={reps}] + {shape}, "
+                    f"([num_host_transfers={n}, {what}={reps}] + {shape}, "
                     f"size-1 dims dropped), got {arr.shape}"
                 )
             if arr.dtype != dtype:
@@ -132,9 +197,42 @@ class Executable:
             for name, o in rep.outputs.items():
                 o.data = outs[name][:, r]
                 o.index = 0
-            for step in rep.steps:
-                step()
+        if self.sites:
+            self._run_lockstep()
+        else:
+            for rep in self.replicas:
+                rep.step()
         return {name: a.reshape(self.full_shape(a.shape[2:])) for name, a in outs.items()}
+
+    def _run_lockstep(self) -> None:
+        """Advance every replica to its next collective site, run it, resume; until done."""
+        gens = [rep.step() for rep in self.replicas]
+        sites = self.sites
+        first, rest = gens[0], gens[1:]
+        try:
+            while True:
+                k = next(first, None)
+                for i, g in enumerate(rest, 1):
+                    kk = next(g, None)
+                    if kk != k:
+                        self._diverged(k, i, kk)
+                if k is None:
+                    return
+                sites[k]()
+        finally:
+            for g in gens:
+                g.close()
+
+    def _where(self, k: int | None) -> str:
+        return "the end of the step" if k is None else f"collective #{k} ({self.site_names[k]})"
+
+    def _diverged(self, k0: int | None, i: int, k: int | None) -> None:
+        raise ReplicaDivergenceError(
+            f"the replicas diverged: replica {self.replicas[0].index} reached {self._where(k0)} "
+            f"but replica {self.replicas[i].index} reached {self._where(k)}; every replica must "
+            "reach the same collectives in the same order (is a collective inside a branch "
+            "whose condition differs between replicas?)"
+        )
 
 
 # ------------------------------------------------------------------------------------
@@ -173,11 +271,46 @@ def _if(cond: np.ndarray, then: list[Step], other: list[Step]) -> None:
         f()
 
 
+class _Stops:
+    """A step of the straightforward plan that stops at collective sites: `gen()` returns
+    a generator yielding the index of each site reached."""
+
+    __slots__ = ("gen",)
+
+    def __init__(self, gen: Callable[[], Iterator[int]]) -> None:
+        self.gen = gen
+
+
+def _run_block(steps: list[Any]) -> Iterator[int]:
+    for f in steps:
+        if type(f) is _Stops:
+            yield from f.gen()
+        else:
+            f()
+
+
+def _stop_at(site: int) -> Iterator[int]:
+    yield site
+
+
+def _loop_stops(count: int, body: list[Any]) -> Iterator[int]:
+    for _ in range(count):
+        yield from _run_block(body)
+
+
+def _if_stops(cond: np.ndarray, then: list[Any], other: list[Any]) -> Iterator[int]:
+    yield from _run_block(then if bool(cond) else other)
+
+
+def _stops(steps: list[Any]) -> bool:
+    return any(type(f) is _Stops for f in steps)
+
+
 class _Compiler(ProgramWalk[list[Step]]):
     """The straightforward plan: one closure per op, appended to the list `at`."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, replica: int = 0, replication_factor: int = 1) -> None:
+        super().__init__(StreamIn, StreamOut, replica, replication_factor)
         self.buffers: dict[SSAValue, np.ndarray] = {}
 
     def bind(self, v: SSAValue, arr: np.ndarray, hint: str) -> None:
@@ -223,12 +356,23 @@ class _Compiler(ProgramWalk[list[Step]]):
         at.append(partial(_d2h, self.buffers[op.buffer], stream))
 
     def loop(self, op: rt.LoopOp, at: list[Step]) -> None:
-        at.append(partial(_loop, op.count.value.data, self.compile_block(op.body.block)))
+        body = self.compile_block(op.body.block)
+        if _stops(body):
+            at.append(_Stops(partial(_loop_stops, op.count.value.data, body)))
+        else:
+            at.append(partial(_loop, op.count.value.data, body))
 
     def branch(self, op: rt.IfOp, at: list[Step]) -> None:
         then = self.compile_block(op.then_region.block)
         other = self.compile_block(op.else_region.block)
-        at.append(partial(_if, self.buffers[op.condition], then, other))
+        cond = self.buffers[op.condition]
+        if _stops(then) or _stops(other):
+            at.append(_Stops(partial(_if_stops, cond, then, other)))
+        else:
+            at.append(partial(_if, cond, then, other))
+
+    def collective(self, op: rt.KernelOp, site: int, at: list[Step]) -> None:
+        at.append(_Stops(partial(_stop_at, site)))
 
 
 @contextmanager
@@ -244,33 +388,53 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def compile_program(program: rt.ProgramOp, optimize: bool = False) -> Executable:
+def compile_program(
+    program: rt.ProgramOp, optimize: bool = False, comm: Comm | None = None
+) -> Executable:
     """Build the plan of a lowered program.
 
     `optimize=False`: the straightforward plan (a list of kernel closures, run in order).
     `optimize=True`: one generated function per replica (see `xl.runtime.plan`); the
     program should have been through `rt-optimize` (any `rt` program is accepted).
+    `comm` (default `LocalComm()`): which replicas run here and how collectives reach the
+    others (`xl.runtime.comm`).
     """
     with gc_paused():
-        return _compile_program(program, optimize)
+        return _compile_program(program, optimize, comm if comm is not None else LocalComm())
 
 
-def _compile_program(program: rt.ProgramOp, optimize: bool) -> Executable:
+def _compile_program(program: rt.ProgramOp, optimize: bool, comm: Comm) -> Executable:
     check_transfers(program)
     n = program.num_host_transfers
     reps = program.replication_factor
+    local = comm.local_replicas(reps)
+    if len(local) == 0 or local.start < 0 or local.stop > reps or local.step != 1:
+        raise PlanError(
+            f"runtime: {comm!r} runs replicas {list(local)}, not a contiguous non-empty part of "
+            f"0..{reps - 1}"
+        )
     replicas: list[_Replica] = []
     sources: list[str] = []
-    for _ in range(reps):
+    walks: list[Any] = []
+    for r in local:
         if optimize:
-            b, marks = build_replica(program, StreamIn, StreamOut)
+            b, marks = build_replica(program, StreamIn, StreamOut, r)
             fn, src = b.finish(marks)
             sources.append(src)
-            replicas.append(_Replica([fn], b.state, b.inputs, b.outputs))
+            replicas.append(_Replica(r, fn, b.state, b.inputs, b.outputs))
+            walks.append(b)
         else:
-            c = _Compiler()
+            c = _Compiler(r, reps)
             steps = c.compile_block(program.body.block)
-            replicas.append(_Replica(steps, c.state, c.inputs, c.outputs))
+            if c.sites:
+                step: Callable[[], Any] = partial(_run_block, steps)
+            elif len(steps) == 1:
+                step = steps[0]
+            else:
+                step = partial(_loop, 1, steps)
+            replicas.append(_Replica(r, step, c.state, c.inputs, c.outputs))
+            walks.append(c)
+    sites, names = _bind_sites(walks, local, reps, comm)
     first = replicas[0]
     return Executable(
         num_host_transfers=n,
@@ -279,4 +443,37 @@ def _compile_program(program: rt.ProgramOp, optimize: bool) -> Executable:
         d2h_streams={k: (s.shape, s.dtype) for k, s in first.outputs.items()},
         replicas=replicas,
         sources=sources,
+        sites=sites,
+        site_names=names,
+        comm=comm,
     )
+
+
+def _bind_sites(
+    walks: list[Any], local: range, reps: int, comm: Comm
+) -> tuple[list[Callable[[], None]], list[str]]:
+    """One step function per collective site, over the buffers of every local replica."""
+    sites: list[Callable[[], None]] = []
+    names: list[str] = []
+    first = walks[0]
+    for k, (op, _, _) in enumerate(first.sites):
+        name = op.kernel.data
+        cls = kernel_class(name)
+        factory = collective_factory(cls, name)  # type: ignore[arg-type]
+        props: dict[str, Any] = op.params
+        if op.ins:
+            what = first.describe(op.ins[0])
+            names.append(f"{name} of {what}")
+        else:
+            names.append(name)
+        site = Site(
+            name=name,
+            props=props,
+            replication_factor=reps,
+            local=local,
+            ins=[w.sites[k][1] for w in walks],
+            outs=[w.sites[k][2] for w in walks],
+            comm=comm,
+        )
+        sites.append(bind_site(factory, site))
+    return sites, names

@@ -60,8 +60,10 @@ class PlanBuilder(ProgramWalk[int]):
     """Allocates the buffers of one replica and generates its step function (`at`: the
     indentation depth of the emitted lines)."""
 
-    def __init__(self, stream_in: type, stream_out: type) -> None:
-        super().__init__(stream_in, stream_out)
+    def __init__(
+        self, stream_in: type, stream_out: type, replica: int = 0, replication_factor: int = 1
+    ) -> None:
+        super().__init__(stream_in, stream_out, replica, replication_factor)
         self.g = Gen()
         self.fallbacks: list[str] = []
         self.snapshots: list[str] = []  # kernels whose overlapping inputs are copied first
@@ -113,6 +115,10 @@ class PlanBuilder(ProgramWalk[int]):
         self.block(op.then_region.block, depth + 1)
         self.emit("else:", depth)
         self.block(op.else_region.block, depth + 1)
+
+    def collective(self, op: rt.KernelOp, site: int, depth: int) -> None:
+        # the step is a generator: it stops here until every replica has arrived
+        self.emit(f"yield {site}  # {op.kernel.data}", depth)
 
     def kernel(self, rop: rt.KernelOp, depth: int) -> None:
         g = self.g
@@ -218,9 +224,12 @@ class PlanBuilder(ProgramWalk[int]):
         else:
             calls = []
             for k in range(len(cuts) - 1):
+                chunk = lines[cuts[k] : cuts[k + 1]]
                 src_lines.append(f"def _chunk{k}():")
-                src_lines += ["    " + line for line in lines[cuts[k] : cuts[k + 1]]] or ["    pass"]
-                calls.append(f"    _chunk{k}()")
+                src_lines += ["    " + line for line in chunk] or ["    pass"]
+                # a chunk with a collective site is a generator: the step yields from it
+                stops = any(_YIELD.match(line) for line in chunk)
+                calls.append(f"    yield from _chunk{k}()" if stops else f"    _chunk{k}()")
             src_lines.append("def _step():")
             src_lines += calls
         src = "\n".join(src_lines) + "\n"
@@ -246,11 +255,19 @@ def register_source(filename: str, src: str, owner: object) -> None:
 CHUNK_LINES = 2000
 OUTLINE_LINES = 4  # kernels with at least this many lines become shared helpers
 _IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
+_YIELD = re.compile(r"^\s*yield \d+  #")
 
 
-def build_replica(program: rt.ProgramOp, stream_in: type, stream_out: type) -> tuple[PlanBuilder, list[int]]:
-    """The builder of one replica (step source generated) and its top-level op boundaries."""
-    b = PlanBuilder(stream_in, stream_out)
+def build_replica(
+    program: rt.ProgramOp,
+    stream_in: type,
+    stream_out: type,
+    replica: int = 0,
+) -> tuple[PlanBuilder, list[int]]:
+    """The builder of one replica (step source generated) and its top-level op boundaries.
+    With collective sites (`b.sites`), the step function is a generator yielding the
+    index of each site it reaches."""
+    b = PlanBuilder(stream_in, stream_out, replica, program.replication_factor)
     marks = []
     for op in program.body.block.ops:
         marks.append(len(b.g.lines))

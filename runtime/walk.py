@@ -4,10 +4,16 @@
 way: it allocates the buffers of `rt.alloc` / `rt.state` / `rt.const` (constants are
 read-only arrays), keeps the variables by slot, makes the host stream entries and refuses
 writes into constants. What an op *does* each step is the plan's: `kernel`, `copy`,
-`h2d`, `d2h`, `loop` and `branch` are implemented by the straightforward plan
+`h2d`, `d2h`, `loop`, `branch` and `collective` are implemented by the straightforward plan
 (`xl.runtime.executable`, closures appended to a list) and the generated plan
 (`xl.runtime.plan`, source lines). `at` is where the plan puts the step: a list of
 closures or an indentation depth.
+
+One walk builds one replica (`replica`, a global index): a grouped `rt.state` starts from
+its group's value. A kernel of a replica collective (`xl.runtime.collectives`) becomes a
+*site*: the walk records its arrays (`sites`, in walk order, the same for every replica)
+and the plan makes the step stop there (`yield k`) so that the executable can run the
+collective over all replicas at once.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from xdsl.ir import Block, Operation, SSAValue
 from xl.dialects import rt
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.runtime.aliasing import check_writable
+from xl.runtime.collectives import is_collective
 from xl.runtime.errors import BufferNames, PlanError
+from xl.runtime.registry import kernel_class
 from xl.runtime.streams import StreamIn, StreamOut, stream_entry
 
 At = TypeVar("At")
@@ -30,7 +38,17 @@ At = TypeVar("At")
 class ProgramWalk(ABC, Generic[At]):
     """Buffers, state and streams of one replica, and the dispatch over `rt` ops."""
 
-    def __init__(self, stream_in: type = StreamIn, stream_out: type = StreamOut) -> None:
+    def __init__(
+        self,
+        stream_in: type = StreamIn,
+        stream_out: type = StreamOut,
+        replica: int = 0,
+        replication_factor: int = 1,
+    ) -> None:
+        self.replica = replica
+        self.replication_factor = replication_factor
+        # collective sites in walk order: (op, input arrays, output arrays)
+        self.sites: list[tuple[rt.KernelOp, tuple[np.ndarray, ...], tuple[np.ndarray, ...]]] = []
         self.state: dict[str, np.ndarray] = {}
         self.inputs: dict[str, Any] = {}
         self.outputs: dict[str, Any] = {}
@@ -66,6 +84,10 @@ class ProgramWalk(ABC, Generic[At]):
     @abstractmethod
     def branch(self, op: rt.IfOp, at: At) -> None: ...
 
+    @abstractmethod
+    def collective(self, op: rt.KernelOp, site: int, at: At) -> None:
+        """Stop the step at collective `site` (the executable runs it over all replicas)."""
+
     # -- the walk ---------------------------------------------------------------------------
     def walk(self, block: Block, at: At) -> None:
         for op in block.ops:
@@ -77,11 +99,8 @@ class ProgramWalk(ABC, Generic[At]):
             self.bind(op.result, np.zeros(shape_of(t), dtype=dtype_of(t)), "b")
         elif isinstance(op, rt.StateOp):
             t = op.result.type
-            arr = (
-                dense_to_numpy(op.init)
-                if op.init is not None
-                else np.zeros(shape_of(t), dtype=dtype_of(t))
-            )
+            init = op.replica_init(self.replica, self.replication_factor)
+            arr = init if init is not None else np.zeros(shape_of(t), dtype=dtype_of(t))
             arr = np.array(arr, dtype=dtype_of(t), order="C").reshape(shape_of(t))
             self.bind(op.result, arr, "w")
             self.state[op.slot.data] = arr
@@ -90,7 +109,15 @@ class ProgramWalk(ABC, Generic[At]):
             arr.flags.writeable = False
             self.bind(op.result, arr, "c")
         elif isinstance(op, rt.KernelOp):
-            self.kernel(op, at)
+            if is_collective(kernel_class(op.kernel.data)):
+                ins, outs = op.io()
+                check_writable(op.kernel.data, [self.array(v) for v in outs], lambda i: self.describe(outs[i]))
+                self.sites.append(
+                    (op, tuple(self.array(v) for v in ins), tuple(self.array(v) for v in outs))
+                )
+                self.collective(op, len(self.sites) - 1, at)
+            else:
+                self.kernel(op, at)
         elif isinstance(op, rt.CopyOp):
             dest = op.dest
             check_writable(op.name, [self.array(dest)], lambda i: self.describe(dest))
