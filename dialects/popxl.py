@@ -2161,8 +2161,367 @@ class AdamVarUpdateOp(PopxlOp):
 
 
 # -- neural-network ops: convolution, pooling, normalisation, resampling -------------------
+
+
+def _spatial(
+    cls: type[PopxlOp], name: str, value: Sequence[int] | None, nd: int, default: int
+) -> tuple[int, ...]:
+    """A per-spatial-dim property (stride, dilation, kernel): `nd` entries, each >= 1."""
+    if value is None:
+        return (default,) * nd
+    v = tuple(int(x) for x in value)
+    if len(v) != nd:
+        raise cls.fail(f"{name} {v} must have {nd} entries (one per spatial dim)")
+    if any(x < 1 for x in v):
+        raise cls.fail(f"{name} {v} must be >= 1")
+    return v
+
+
+def _pads(cls: type[PopxlOp], value: Sequence[int] | None, nd: int, name: str = "pads") -> tuple[int, ...]:
+    """`[begin_1 .. begin_nd, end_1 .. end_nd]` (ONNX order), each >= 0."""
+    if value is None:
+        return (0,) * (2 * nd)
+    v = tuple(int(x) for x in value)
+    if len(v) != 2 * nd:
+        raise cls.fail(f"{name} {v} must have {2 * nd} entries (begins then ends of {nd} spatial dims)")
+    if any(x < 0 for x in v):
+        raise cls.fail(f"{name} {v} must be >= 0")
+    return v
+
+
+@dataclass(frozen=True)
+class Window:
+    """A sliding window over the spatial dims of an `(N, C, *spatial)` tensor."""
+
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    pads: tuple[int, ...]
+    dilation: tuple[int, ...]
+
+    @property
+    def nd(self) -> int:
+        return len(self.kernel)
+
+    def extent(self, i: int) -> int:
+        """Input elements one window spans along spatial dim `i`."""
+        return self.dilation[i] * (self.kernel[i] - 1) + 1
+
+    def out_shape(
+        self, cls: type[PopxlOp], in_sp: Sequence[int], ceil_mode: bool = False
+    ) -> tuple[int, ...]:
+        out = []
+        for i, x in enumerate(in_sp):
+            span = x + self.pads[i] + self.pads[self.nd + i] - self.extent(i)
+            if span < 0:
+                raise cls.fail(
+                    f"the window ({self.extent(i)} elements with kernel {self.kernel[i]}, dilation "
+                    f"{self.dilation[i]}) is larger than spatial dim {i} of size {x} plus padding "
+                    f"{self.pads[i]}+{self.pads[self.nd + i]}"
+                )
+            o = (-(-span // self.stride[i]) if ceil_mode else span // self.stride[i]) + 1
+            # as PyTorch: the last window must start inside the input or the begin padding
+            if ceil_mode and (o - 1) * self.stride[i] >= x + self.pads[i]:
+                o -= 1
+            out.append(o)
+        return tuple(out)
+
+
+def _window(
+    cls: type[PopxlOp], props: dict[str, Any], kernel: Sequence[int], nd: int
+) -> Window:
+    return Window(
+        _spatial(cls, "kernel", kernel, nd, 1),
+        _spatial(cls, "stride", props.get("stride"), nd, 1),
+        _pads(cls, props.get("pads"), nd),
+        _spatial(cls, "dilation", props.get("dilation"), nd, 1),
+    )
+
+
+def _nc_spatial(cls: type[PopxlOp], t: TensorType, what: str = "input") -> tuple[int, ...]:
+    shape = shape_of(t)
+    if len(shape) < 3:
+        raise cls.fail(f"{what} must be (N, C, *spatial) with at least one spatial dim, got {fmt_type(t)}")
+    require_float(cls, t, what)
+    return shape
+
+
+def _groups(cls: type[PopxlOp], props: dict[str, Any]) -> int:
+    g = int(props.get("groups", 1))
+    if g < 1:
+        raise cls.fail(f"groups must be >= 1, got {g}")
+    return g
+
+
+class _ConvBase(PopxlOp):
+    """Properties shared by the convolutions: `stride`, `pads` (ONNX order: the begins of
+    every spatial dim, then the ends), `dilation` (defaults 1, 0, 1) and `groups` (1)."""
+
+    stride = opt_prop_def(DenseArrayBase)
+    pads = opt_prop_def(DenseArrayBase)
+    dilation = opt_prop_def(DenseArrayBase)
+    groups = opt_prop_def(IntegerAttr)
+
+
+@irdl_op_definition
+class ConvOp(_ConvBase):
+    """N-d convolution (cross-correlation, as ONNX Conv and PyTorch) of `input`
+    `(N, C, *spatial)` with `weight` `(M, C / groups, *kernel)` (popxl.ops.conv).
+
+    Output spatial size `floor((x + pad_begin + pad_end - dilation * (k - 1) - 1) / stride) + 1`.
+
+    ```mlir
+    %y = popxl.conv %x, %w {stride = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>} : (tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
+    ```
+    """
+
+    name = "popxl.conv"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    result = result_def(TensorType)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        x, w = types
+        xs = _nc_spatial(cls, x)
+        ws = shape_of(w)
+        same_dtype(cls, types)
+        nd = len(xs) - 2
+        if len(ws) != nd + 2:
+            raise cls.fail(f"weight must be (M, C / groups, *kernel) with {nd} kernel dims, got {fmt_type(w)}")
+        g = _groups(cls, props)
+        if xs[1] % g or ws[0] % g:
+            raise cls.fail(f"{xs[1]} input channels and {ws[0]} output channels must be divisible by groups {g}")
+        if ws[1] * g != xs[1]:
+            raise cls.fail(
+                f"weight {fmt_type(w)} has {ws[1]} input channels per group; input {fmt_type(x)} "
+                f"with groups {g} needs {xs[1] // g}"
+            )
+        win = _window(cls, props, ws[2:], nd)
+        return [tensor_type((xs[0], ws[0], *win.out_shape(cls, xs[2:])), dtype_of(x))]
+
+
+@irdl_op_definition
+class ConvTransposeOp(_ConvBase):
+    """N-d transposed convolution (PyTorch `conv_transposeNd`, ONNX ConvTranspose) of
+    `input` `(N, C, *spatial)` with `weight` `(C, M / groups, *kernel)`; the adjoint of
+    `popxl.conv` with the same weight and properties (popxl.ops.conv_transpose).
+
+    Output spatial size `(x - 1) * stride - pad_begin - pad_end + dilation * (k - 1) + 1 + output_padding`.
+
+    ```mlir
+    %y = popxl.conv_transpose %x, %w {stride = array<i64: 2, 2>, output_padding = array<i64: 1, 1>} : (tensor<2x4x4x4xf32>, tensor<4x3x3x3xf32>) -> tensor<2x3x10x10xf32>
+    ```
+    """
+
+    name = "popxl.conv_transpose"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    result = result_def(TensorType)
+    output_padding = opt_prop_def(DenseArrayBase)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        x, w = types
+        xs = _nc_spatial(cls, x)
+        ws = shape_of(w)
+        same_dtype(cls, types)
+        nd = len(xs) - 2
+        if len(ws) != nd + 2:
+            raise cls.fail(f"weight must be (C, M / groups, *kernel) with {nd} kernel dims, got {fmt_type(w)}")
+        g = _groups(cls, props)
+        if ws[0] != xs[1] or xs[1] % g:
+            raise cls.fail(
+                f"weight {fmt_type(w)} must have the {xs[1]} input channels of {fmt_type(x)} "
+                f"first, divisible by groups {g}"
+            )
+        win = _window(cls, props, ws[2:], nd)
+        op = props.get("output_padding")
+        op = (0,) * nd if op is None else tuple(op)
+        if len(op) != nd:
+            raise cls.fail(f"output_padding {op} must have {nd} entries")
+        out = []
+        for i in range(nd):
+            if not 0 <= op[i] < max(win.stride[i], win.dilation[i]):
+                raise cls.fail(
+                    f"output_padding {op} must be >= 0 and smaller than the stride or the dilation"
+                )
+            o = (xs[2 + i] - 1) * win.stride[i] - win.pads[i] - win.pads[nd + i] + win.extent(i) + op[i]
+            if o < 1:
+                raise cls.fail(f"padding {win.pads} leaves no output along spatial dim {i}")
+            out.append(o)
+        return [tensor_type((xs[0], ws[1] * g, *out), dtype_of(x))]
+
+
+@irdl_op_definition
+class ConvWeightGradOp(_ConvBase):
+    """Gradient of `popxl.conv` with respect to its weight: `dy` `(N, M, *out)` correlated
+    with the forward input `x` `(N, C, *spatial)`; the result is the weight
+    `(M, C / groups, *kernel)` (the forward props plus `kernel`).
+
+    ```mlir
+    %dw = popxl.conv_weight_grad %dy, %x {kernel = array<i64: 3, 3>, pads = array<i64: 1, 1, 1, 1>} : (tensor<2x4x8x8xf32>, tensor<2x3x8x8xf32>) -> tensor<4x3x3x3xf32>
+    ```
+    """
+
+    name = "popxl.conv_weight_grad"
+    traits = traits_def(NotDifferentiable(), Internal())
+    dy = operand_def(TensorType)
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    kernel = prop_def(DenseArrayBase)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        dy, x = types
+        xs = _nc_spatial(cls, x)
+        dys = _nc_spatial(cls, dy, "dy")
+        same_dtype(cls, types)
+        nd = len(xs) - 2
+        g = _groups(cls, props)
+        win = _window(cls, props, props["kernel"], nd)
+        if len(dys) != nd + 2 or dys[0] != xs[0] or dys[1] % g or xs[1] % g:
+            raise cls.fail(f"dy {fmt_type(dy)} does not fit input {fmt_type(x)} with groups {g}")
+        expected = (xs[0], dys[1], *win.out_shape(cls, xs[2:]))
+        if tuple(dys) != expected:
+            raise cls.fail(f"dy {fmt_type(dy)} must have shape {expected} for input {fmt_type(x)}")
+        return [tensor_type((dys[1], xs[1] // g, *win.kernel), dtype_of(x))]
+
+
+class _PoolBase(PopxlOp):
+    """Pooling over the spatial dims of `(N, C, *spatial)`: `kernel`, and optional
+    `stride`, `pads` (ONNX order), `dilation`, `ceil_mode`."""
+
+    kernel = prop_def(DenseArrayBase)
+    stride = opt_prop_def(DenseArrayBase)
+    pads = opt_prop_def(DenseArrayBase)
+    dilation = opt_prop_def(DenseArrayBase)
+    ceil_mode = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def pool_shape(cls, t: TensorType, props: dict[str, Any]) -> tuple[int, ...]:
+        xs = _nc_spatial(cls, t)
+        nd = len(xs) - 2
+        win = _window(cls, props, props["kernel"], nd)
+        for i in range(nd):
+            if max(win.pads[i], win.pads[nd + i]) > win.extent(i) // 2:
+                raise cls.fail(
+                    f"pads {win.pads} must be at most half the window ({win.extent(i)}) along spatial dim {i}"
+                )
+        return (*xs[:2], *win.out_shape(cls, xs[2:], bool(props.get("ceil_mode", False))))
+
+
+@irdl_op_definition
+class MaxPoolOp(_PoolBase):
+    """Maximum over each window (padding never wins) (popxl.ops.max_pool).
+
+    ```mlir
+    %y = popxl.max_pool %x {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>} : (tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32>
+    ```
+    """
+
+    name = "popxl.max_pool"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 1)
+        return [tensor_type(cls.pool_shape(types[0], props), dtype_of(types[0]))]
+
+
+@irdl_op_definition
+class AveragePoolOp(_PoolBase):
+    """Mean over each window (popxl.ops.average_pool). The divisor is the number of
+    input elements in the window, padding excluded, as upstream PopXL (PyTorch
+    `count_include_pad=False`); with `count_include_pad = true` it also counts the
+    explicit padding (never the part of a `ceil_mode` window beyond it).
+
+    ```mlir
+    %y = popxl.average_pool %x {kernel = array<i64: 3, 3>, pads = array<i64: 1, 1, 1, 1>} : (tensor<1x3x8x8xf32>) -> tensor<1x3x8x8xf32>
+    ```
+    """
+
+    name = "popxl.average_pool"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    count_include_pad = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 1)
+        return [tensor_type(cls.pool_shape(types[0], props), dtype_of(types[0]))]
+
+
+@irdl_op_definition
+class MaxPoolGradOp(_PoolBase):
+    """Gradient of `popxl.max_pool`: each `dy` element goes to the first maximum of its
+    window in the forward input `x` (props as `max_pool`).
+
+    ```mlir
+    %dx = popxl.max_pool_grad %dy, %x {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>} : (tensor<1x3x4x4xf32>, tensor<1x3x8x8xf32>) -> tensor<1x3x8x8xf32>
+    ```
+    """
+
+    name = "popxl.max_pool_grad"
+    traits = traits_def(NotDifferentiable(), Internal())
+    dy = operand_def(TensorType)
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        dy, x = types
+        expected = tensor_type(cls.pool_shape(x, props), dtype_of(x))
+        if dy != expected:
+            raise cls.fail(f"dy {fmt_type(dy)} must be {fmt_type(expected)} for input {fmt_type(x)}")
+        return [x]
+
+
+@irdl_op_definition
+class AveragePoolGradOp(_PoolBase):
+    """Gradient of `popxl.average_pool`: each `dy` element spread evenly over the input
+    elements of its window; the result type is the forward input's (props as `average_pool`).
+
+    ```mlir
+    %dx = popxl.average_pool_grad %dy {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>} : (tensor<1x3x4x4xf32>) -> tensor<1x3x8x8xf32>
+    ```
+    """
+
+    name = "popxl.average_pool_grad"
+    traits = traits_def(NotDifferentiable(), Internal())
+    dy = operand_def(TensorType)
+    result = result_def(TensorType)
+    count_include_pad = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        raise cls.fail("the result type cannot be inferred; pass result_types")
+
+    @classmethod
+    def check_results(cls, types, props, results):
+        arity(cls, types, 1)
+        if len(results) != 1 or not isinstance(results[0], TensorType):
+            raise cls.fail(f"expects one tensor result, got ({_types_str(results)})")
+        expected = tensor_type(cls.pool_shape(results[0], props), dtype_of(results[0]))
+        if types[0] != expected:
+            raise cls.fail(f"dy {fmt_type(types[0])} must be {fmt_type(expected)} for input {fmt_type(results[0])}")
+        return list(results)
+
+
 # (op classes above this list; each new class appended to it)
-NN_OPS: list[type[IRDLOperation]] = []
+NN_OPS: list[type[IRDLOperation]] = [
+    ConvOp,
+    ConvTransposeOp,
+    ConvWeightGradOp,
+    MaxPoolOp,
+    AveragePoolOp,
+    MaxPoolGradOp,
+    AveragePoolGradOp,
+]
 
 
 # -- random numbers and dropout -------------------------------------------------------------

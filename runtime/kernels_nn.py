@@ -1,3 +1,354 @@
-"""NumPy kernels of the popxl neural-network ops, registered by op class (see `xl.runtime.kernels`)."""
+"""NumPy kernels of the popxl neural-network ops, registered by op class (see `xl.runtime.kernels`).
+
+Convolutions and pooling are vectorised: the windows of the padded input are a strided
+view (`sliding_window_view`), copied once into columns (im2col) and contracted with
+one batched `matmul` per call; the adjoint direction (transposed convolution, pooling
+gradients) accumulates the columns back with one strided add per kernel position
+(col2im), never a Python loop over pixels.
+"""
 
 from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from xl.dialects.popxl import (
+    AveragePoolGradOp,
+    AveragePoolOp,
+    ConvOp,
+    ConvTransposeOp,
+    ConvWeightGradOp,
+    MaxPoolGradOp,
+    MaxPoolOp,
+)
+from xl.runtime.kernels import Kernel, kernel
+
+
+# ------------------------------------------------------------------------------------
+# Windows (compile-time parameters, run-time views)
+# ------------------------------------------------------------------------------------
+
+
+class _Geometry:
+    """Stride, pads, dilation and kernel of a windowed op over `nd` spatial dims."""
+
+    def __init__(self, p: dict[str, Any], kernel_shape: tuple[int, ...]) -> None:
+        nd = len(kernel_shape)
+        self.nd = nd
+        self.kernel = tuple(int(k) for k in kernel_shape)
+        self.stride = tuple(p.get("stride") or (1,) * nd)
+        pads = tuple(p.get("pads") or (0,) * (2 * nd))
+        self.begin, self.end = pads[:nd], pads[nd:]
+        self.dilation = tuple(p.get("dilation") or (1,) * nd)
+        self.extent = tuple(d * (k - 1) + 1 for d, k in zip(self.dilation, self.kernel))
+
+    def padded_shape(self, x_shape: tuple[int, ...], out_sp: tuple[int, ...]) -> tuple[int, ...]:
+        """`x` padded, and extended at the end so that every output window fits
+        (ceil_mode windows may pass the end padding)."""
+        sp = []
+        for i in range(self.nd):
+            need = (out_sp[i] - 1) * self.stride[i] + self.extent[i]
+            sp.append(max(x_shape[2 + i] + self.begin[i] + self.end[i], need))
+        return (*x_shape[:2], *sp)
+
+    def interior(self, x_shape: tuple[int, ...]) -> tuple[slice, ...]:
+        """Where `x` sits in the padded buffer."""
+        return (slice(None), slice(None)) + tuple(
+            slice(b, b + n) for b, n in zip(self.begin, x_shape[2:])
+        )
+
+    def windows(self, xp: np.ndarray, out_sp: tuple[int, ...]) -> np.ndarray:
+        """View `(N, C, *out, *kernel)` of the windows of the padded input `xp`."""
+        nd = self.nd
+        v = sliding_window_view(xp, self.extent, axis=tuple(range(2, 2 + nd)))
+        idx = (slice(None), slice(None))
+        idx += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out_sp, self.stride))
+        idx += tuple(slice(None, None, d) for d in self.dilation)
+        return v[idx]
+
+    def kernel_positions(self, out_sp: tuple[int, ...]) -> list[tuple[slice, ...]]:
+        """For each kernel position (row-major), the strided slice of the padded input its
+        column reads: the col2im targets."""
+        out = []
+        for pos in itertools.product(*(range(k) for k in self.kernel)):
+            out.append(
+                tuple(
+                    slice(j * d, j * d + (o - 1) * s + 1, s)
+                    for j, d, o, s in zip(pos, self.dilation, out_sp, self.stride)
+                )
+            )
+        return out
+
+
+def _col2im(
+    cols: np.ndarray, geo: _Geometry, out_sp: tuple[int, ...], target: np.ndarray
+) -> None:
+    """`target` (padded, `(N, C, *padded)`) += the columns `cols` `(N, C, *kernel, *out)`
+    at their windows."""
+    ksize = math.prod(geo.kernel)
+    flat = cols.reshape(cols.shape[:2] + (ksize,) + tuple(out_sp))
+    for kidx, sl in enumerate(geo.kernel_positions(out_sp)):
+        target[(slice(None), slice(None)) + sl] += flat[:, :, kidx]
+
+
+class _Padded:
+    """A zero-filled (or `fill`-filled) padded copy of the input, allocated on first use."""
+
+    def __init__(self, geo: _Geometry, fill: float = 0.0) -> None:
+        self.geo = geo
+        self.fill = fill
+        self.buf: np.ndarray | None = None
+        self.inner: tuple[slice, ...] = ()
+
+    def of(self, x: np.ndarray, out_sp: tuple[int, ...]) -> np.ndarray:
+        geo = self.geo
+        if not any(geo.begin) and not any(geo.end) and self.padded_same(x.shape, out_sp):
+            return x
+        if self.buf is None:
+            self.buf = np.full(geo.padded_shape(x.shape, out_sp), self.fill, x.dtype)
+            self.inner = geo.interior(x.shape)
+        self.buf[self.inner] = x
+        return self.buf
+
+    def padded_same(self, shape: tuple[int, ...], out_sp: tuple[int, ...]) -> bool:
+        return self.geo.padded_shape(shape, out_sp) == tuple(shape)
+
+
+# ------------------------------------------------------------------------------------
+# Convolution
+# ------------------------------------------------------------------------------------
+
+
+def _im2col(win: np.ndarray, groups: int) -> np.ndarray:
+    """Windows `(N, C, *out, *kernel)` -> columns `(groups, N * prod(out), C/groups * prod(kernel))`."""
+    n, c = win.shape[:2]
+    nd = (win.ndim - 2) // 2
+    out_sp = win.shape[2 : 2 + nd]
+    k_sp = win.shape[2 + nd :]
+    g = groups
+    # (N, g, C/g, *out, *k) -> (g, N, *out, C/g, *k)
+    w = win.reshape((n, g, c // g) + tuple(out_sp) + tuple(k_sp))
+    perm = (1, 0) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd))
+    cols = np.ascontiguousarray(w.transpose(perm))
+    return cols.reshape(g, n * math.prod(out_sp), (c // g) * math.prod(k_sp))
+
+
+@kernel(ConvOp)
+def _conv(p: dict[str, Any]) -> Kernel:
+    """im2col of the padded input, one batched matmul per group with the weight."""
+    groups = int(p.get("groups", 1))
+    state: dict[str, Any] = {}
+
+    def k(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+        if not state:
+            state["geo"] = geo = _Geometry(p, w.shape[2:])
+            state["pad"] = _Padded(geo)
+            state["out_sp"] = out.shape[2:]
+            m = w.shape[0]
+            state["wshape"] = (groups, m // groups, -1)
+        geo, out_sp = state["geo"], state["out_sp"]
+        xp = state["pad"].of(x, out_sp)
+        cols = _im2col(geo.windows(xp, out_sp), groups)  # (g, N*O, C/g*K)
+        wm = w.reshape(state["wshape"])  # (g, M/g, C/g*K)
+        y = np.matmul(cols, wm.transpose(0, 2, 1))  # (g, N*O, M/g)
+        n = x.shape[0]
+        y = y.reshape((groups, n) + tuple(out_sp) + (w.shape[0] // groups,))
+        # (g, N, *out, M/g) -> (N, g, M/g, *out)
+        nd = len(out_sp)
+        perm = (1, 0, 2 + nd) + tuple(range(2, 2 + nd))
+        np.copyto(out, y.transpose(perm).reshape(out.shape), casting="unsafe")
+
+    return k
+
+
+def _conv_adjoint(
+    x: np.ndarray, w: np.ndarray, geo: _Geometry, groups: int, full: np.ndarray
+) -> None:
+    """`full` (the padded result, zeroed) += the transposed convolution of `x`
+    `(N, C, *in)` with `w` `(C, M/g, *kernel)`, before cropping."""
+    n, c = x.shape[:2]
+    g = groups
+    in_sp = x.shape[2:]
+    nd = len(in_sp)
+    mg = w.shape[1]
+    ksize = math.prod(geo.kernel)
+    # x as (g, N*in, C/g); w as (g, C/g, M/g*K)
+    xm = x.reshape((n, g, c // g, math.prod(in_sp))).transpose(1, 0, 3, 2).reshape(g, -1, c // g)
+    wm = w.reshape(g, c // g, mg * ksize)
+    cols = np.matmul(xm, wm)  # (g, N*in, M/g*K)
+    cols = cols.reshape((g, n) + tuple(in_sp) + (mg, ksize))
+    # -> (N, g*M/g, K, *in)
+    perm = (1, 0, 2 + nd, 3 + nd) + tuple(range(2, 2 + nd))
+    cols = cols.transpose(perm).reshape((n, g * mg, ksize) + tuple(in_sp))
+    for kidx, sl in enumerate(geo.kernel_positions(tuple(in_sp))):
+        full[(slice(None), slice(None)) + sl] += cols[:, :, kidx]
+
+
+@kernel(ConvTransposeOp)
+def _conv_transpose(p: dict[str, Any]) -> Kernel:
+    """Columns `x @ w` scattered back to their windows (col2im), then cropped by the pads."""
+    groups = int(p.get("groups", 1))
+    state: dict[str, Any] = {}
+
+    def k(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+        if not state:
+            geo = _Geometry(p, w.shape[2:])
+            state["geo"] = geo
+            in_sp = x.shape[2:]
+            # the full (uncropped) result, large enough for the output padding too
+            full_sp = tuple(
+                max((i - 1) * s + e, b + o)
+                for i, s, e, b, o in zip(in_sp, geo.stride, geo.extent, geo.begin, out.shape[2:])
+            )
+            state["full"] = np.zeros(out.shape[:2] + full_sp, out.dtype)
+            state["crop"] = (slice(None), slice(None)) + tuple(
+                slice(b, b + o) for b, o in zip(geo.begin, out.shape[2:])
+            )
+        full = state["full"]
+        full.fill(0)
+        _conv_adjoint(x, w, state["geo"], groups, full)
+        np.copyto(out, full[state["crop"]], casting="unsafe")
+
+    return k
+
+
+
+@kernel(ConvWeightGradOp)
+def _conv_weight_grad(p: dict[str, Any]) -> Kernel:
+    """`dw[m, c, k] = sum over n, o of dy[n, m, o] * x_padded[n, c, o * stride + k * dilation]`:
+    the im2col columns of the forward input contracted with `dy`."""
+    groups = int(p.get("groups", 1))
+    state: dict[str, Any] = {}
+
+    def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+        if not state:
+            state["geo"] = geo = _Geometry(p, tuple(p["kernel"]))
+            state["pad"] = _Padded(geo)
+            state["out_sp"] = dy.shape[2:]
+        geo, out_sp = state["geo"], state["out_sp"]
+        g = groups
+        xp = state["pad"].of(x, out_sp)
+        cols = _im2col(geo.windows(xp, out_sp), g)  # (g, N*O, C/g*K)
+        n, m = dy.shape[:2]
+        nd = len(out_sp)
+        # dy (N, g, M/g, *out) -> (g, M/g, N*O)
+        dym = dy.reshape((n, g, m // g) + tuple(out_sp))
+        dym = dym.transpose((1, 2, 0) + tuple(range(3, 3 + nd))).reshape(g, m // g, -1)
+        dw = np.matmul(dym, cols)  # (g, M/g, C/g*K)
+        np.copyto(out, dw.reshape(out.shape), casting="unsafe")
+
+    return k
+
+
+# ------------------------------------------------------------------------------------
+# Pooling
+# ------------------------------------------------------------------------------------
+
+
+def _pool_setup(p: dict[str, Any], x_shape: tuple[int, ...], out_sp: tuple[int, ...]) -> _Geometry:
+    return _Geometry(p, tuple(p["kernel"]))
+
+
+def _window_counts(
+    geo: _Geometry, x_shape: tuple[int, ...], out_sp: tuple[int, ...], include_pad: bool, dtype: np.dtype
+) -> np.ndarray:
+    """Elements each window averages over: inside the input (or inside the explicit
+    padding with `include_pad`), as a `(*out)` array broadcast over N and C."""
+    counts = np.ones((), dtype)
+    for i in range(geo.nd):
+        lo = -geo.begin[i] if include_pad else 0
+        hi = x_shape[2 + i] + (geo.end[i] if include_pad else 0)
+        starts = np.arange(out_sp[i]) * geo.stride[i] - geo.begin[i]
+        taps = starts[:, None] + np.arange(geo.kernel[i])[None, :] * geo.dilation[i]
+        c = ((taps >= lo) & (taps < hi)).sum(axis=1).astype(dtype)
+        counts = np.multiply.outer(counts, c)
+    return counts
+
+
+@kernel(MaxPoolOp)
+def _max_pool(p: dict[str, Any]) -> Kernel:
+    state: dict[str, Any] = {}
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        if not state:
+            state["geo"] = geo = _pool_setup(p, x.shape, out.shape[2:])
+            state["pad"] = _Padded(geo, -np.inf)
+            state["axes"] = tuple(range(2 + geo.nd, 2 + 2 * geo.nd))
+        out_sp = out.shape[2:]
+        win = state["geo"].windows(state["pad"].of(x, out_sp), out_sp)
+        np.max(win, axis=state["axes"], out=out)
+
+    return k
+
+
+@kernel(AveragePoolOp)
+def _average_pool(p: dict[str, Any]) -> Kernel:
+    include = bool(p.get("count_include_pad", False))
+    state: dict[str, Any] = {}
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        if not state:
+            out_sp = out.shape[2:]
+            state["geo"] = geo = _pool_setup(p, x.shape, out_sp)
+            state["pad"] = _Padded(geo, 0.0)
+            state["axes"] = tuple(range(2 + geo.nd, 2 + 2 * geo.nd))
+            state["counts"] = _window_counts(geo, x.shape, out_sp, include, out.dtype)
+        out_sp = out.shape[2:]
+        win = state["geo"].windows(state["pad"].of(x, out_sp), out_sp)
+        np.sum(win, axis=state["axes"], out=out)
+        np.divide(out, state["counts"], out=out)
+
+    return k
+
+
+@kernel(AveragePoolGradOp)
+def _average_pool_grad(p: dict[str, Any]) -> Kernel:
+    include = bool(p.get("count_include_pad", False))
+    state: dict[str, Any] = {}
+
+    def k(dy: np.ndarray, out: np.ndarray) -> None:
+        out_sp = dy.shape[2:]
+        if not state:
+            state["geo"] = geo = _pool_setup(p, out.shape, out_sp)
+            state["counts"] = _window_counts(geo, out.shape, out_sp, include, out.dtype)
+            state["full"] = np.zeros(geo.padded_shape(out.shape, out_sp), out.dtype)
+            state["inner"] = geo.interior(out.shape)
+        geo, full = state["geo"], state["full"]
+        share = dy / state["counts"]
+        full.fill(0)
+        for sl in geo.kernel_positions(out_sp):
+            full[(slice(None), slice(None)) + sl] += share
+        np.copyto(out, full[state["inner"]])
+
+    return k
+
+
+@kernel(MaxPoolGradOp)
+def _max_pool_grad(p: dict[str, Any]) -> Kernel:
+    """dy to the first maximum of each window (row-major over the kernel), as PyTorch."""
+    state: dict[str, Any] = {}
+
+    def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+        out_sp = dy.shape[2:]
+        if not state:
+            state["geo"] = geo = _pool_setup(p, x.shape, out_sp)
+            state["pad"] = _Padded(geo, -np.inf)
+            state["full"] = np.zeros(geo.padded_shape(x.shape, out_sp), out.dtype)
+            state["inner"] = geo.interior(x.shape)
+            state["ksize"] = math.prod(geo.kernel)
+        geo, full, ksize = state["geo"], state["full"], state["ksize"]
+        win = geo.windows(state["pad"].of(x, out_sp), out_sp)
+        nd = geo.nd
+        # (N, C, *out, K) -> argmax over K
+        flat = win.reshape(win.shape[: 2 + nd] + (ksize,))
+        arg = np.argmax(flat, axis=-1)
+        full.fill(0)
+        for kidx, sl in enumerate(geo.kernel_positions(out_sp)):
+            full[(slice(None), slice(None)) + sl] += np.where(arg == kidx, dy, 0)
+        np.copyto(out, full[state["inner"]])
+
+    return k

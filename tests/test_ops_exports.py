@@ -105,6 +105,11 @@ OPS: R = {
     "layer_norm": lambda e: ops.layer_norm(e.x, popxl.constant(np.ones(3, np.float32)), popxl.constant(np.zeros(3, np.float32))),
     "group_norm": lambda e: ops.group_norm(ops.reshape(e.x, (1, 2, 3)), popxl.constant(np.ones(2, np.float32)),
                                            popxl.constant(np.zeros(2, np.float32)), 2),
+    "conv": lambda e: ops.conv(ops.reshape(e.x, (1, 1, 2, 3)), ops.reshape(e.y, (2, 1, 1, 3)), padding=(0, 1, 0, 1)),
+    "conv_transpose": lambda e: ops.conv_transpose(ops.reshape(e.x, (1, 2, 3)), ops.reshape(e.y, (2, 1, 3)), stride=(2,)),
+    "PadType": lambda e: ops.conv(ops.reshape(e.x, (1, 2, 3)), ops.reshape(e.y, (1, 2, 3)), pad_type=ops.PadType.same_upper),
+    "average_pool": lambda e: ops.average_pool(ops.reshape(e.x, (1, 1, 2, 3)), (2, 2), padding=(0, 1, 0, 1)),
+    "max_pool": lambda e: ops.max_pool(ops.reshape(e.x, (1, 2, 3)), (2,), stride=(2,), ceil_mode=True),
     "batch_norm_inference": lambda e: ops.batch_norm_inference(
         e.x, *(popxl.constant(np.full(3, f, np.float32)) for f in (1.0, 0.0, 0.5, 2.0))),
     # loss
@@ -140,8 +145,8 @@ OPS: R = {
 # Exported names that raise NotImplementedError unconditionally (upstream features xl has
 # no equivalent of yet); each is called with no arguments.
 STUBS = (
-    "groupedgather", "scatter_reduce", "matmul_pow2scaled", "conv", "conv_transpose",
-    "conv_pow2scaled", "conv_transpose_pow2scaled", "average_pool", "max_pool", "interpolate",
+    "groupedgather", "scatter_reduce", "matmul_pow2scaled",
+    "conv_pow2scaled", "conv_transpose_pow2scaled", "interpolate",
     "roi_align", "histogram", "shaped_dropout", "pow2scale_cast_to_fp8",
     "pow2scale_cast_from_fp8", "median", "remote_load", "remote_load_", "remote_store",
     "remote_code_load",

@@ -12,13 +12,14 @@ updaters) and `popxl.ops.collectives` (replica collectives, not implemented yet)
 """
 
 from popxl.ops import collectives, var_updates
+from popxl.ops._nn import average_pool, max_pool
+from popxl.ops.conv import PadType, conv, conv_transpose
 from popxl.ops._ops import (
     abs,
     add,
     add_,
     argmax,
     argmin,
-    average_pool,
     batch_norm_inference,
     cast,
     ceil,
@@ -26,9 +27,7 @@ from popxl.ops._ops import (
     clip,
     concat,
     concat_,
-    conv,
     conv_pow2scaled,
-    conv_transpose,
     conv_transpose_pow2scaled,
     cos,
     cumsum,
@@ -82,7 +81,6 @@ from popxl.ops._ops import (
     matmul,
     matmul_pow2scaled,
     max,
-    max_pool,
     maximum,
     mean,
     median,
@@ -168,7 +166,7 @@ __all__ = [
     "gather", "tied_gather", "groupedgather", "scatter", "scatter_reduce", "dynamic_slice",
     "dynamic_update", "dynamic_update_", "onehot",
     # linear algebra / nn
-    "matmul", "matmul_pow2scaled", "conv", "conv_transpose", "conv_pow2scaled",
+    "matmul", "matmul_pow2scaled", "conv", "conv_transpose", "PadType", "conv_pow2scaled",
     "conv_transpose_pow2scaled", "average_pool", "max_pool", "softmax", "layer_norm",
     "group_norm", "batch_norm_inference", "interpolate", "roi_align", "histogram",
     "lamb_square", "io_tile_copy",

@@ -975,35 +975,6 @@ def matmul_pow2scaled(
 
 
 @unimplemented
-def conv(
-    t: Tensor, weight: Tensor, stride: tuple[int, ...] = (1, 1), padding: tuple[int, ...] = (0, 0, 0, 0),
-    dilation: tuple[int, ...] = (1, 1), groups: int = 1, pad_type: str = "not_set",
-    available_memory_proportion: float | None = None, partials_type: str | None = None,
-    enable_conv_dithering: list[int] | None = None,
-) -> Tensor:
-    """N-d convolution of `t` `(N, C, *spatial)` with `weight` `(M, C / groups, *kernel)`.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
-
-
-@unimplemented
-def conv_transpose(
-    t: Tensor, weight: Tensor, stride: tuple[int, ...] = (1, 1), padding: tuple[int, ...] = (0, 0, 0, 0),
-    dilation: tuple[int, ...] = (1, 1), groups: int = 1, pad_type: str = "not_set",
-    output_padding: tuple[int, ...] | None = None, output_shape: tuple[int, ...] | None = None,
-    available_memory_proportion: float | None = None, partials_type: str | None = None,
-    enable_conv_dithering: list[int] | None = None,
-) -> Tensor:
-    """Transposed convolution (the gradient of `conv` with respect to its input).
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
-
-
-@unimplemented
 def conv_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """`conv` of float8 operands scaled by `2 ** log2_scale` (other arguments as `conv`).
 
@@ -1015,34 +986,6 @@ def conv_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, *args: Any, *
 @unimplemented
 def conv_transpose_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """`conv_transpose` of float8 operands scaled by `2 ** log2_scale`.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
-
-
-@unimplemented
-def average_pool(
-    t: Tensor, kernel_size: tuple[int, ...], stride: tuple[int, ...] | None = None,
-    padding: tuple[int, ...] | None = None, out_pad: tuple[int, ...] | None = None,
-    dilation: tuple[int, ...] | None = None, in_dilation: tuple[int, ...] | None = None,
-    auto_pad: str = "not_set", ceil_mode: bool = False,
-) -> Tensor:
-    """Average pooling over the spatial dims of `t` `(N, C, *spatial)`.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
-
-
-@unimplemented
-def max_pool(
-    t: Tensor, kernel_size: tuple[int, ...], stride: tuple[int, ...] | None = None,
-    padding: tuple[int, ...] | None = None, out_pad: tuple[int, ...] | None = None,
-    dilation: tuple[int, ...] | None = None, in_dilation: tuple[int, ...] | None = None,
-    auto_pad: str = "not_set", ceil_mode: bool = False, storage_order: str = "row",
-) -> Tensor:
-    """Max pooling over the spatial dims of `t` `(N, C, *spatial)`.
 
     Not implemented in xl yet: raises `NotImplementedError`.
     """
