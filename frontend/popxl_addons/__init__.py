@@ -19,6 +19,25 @@ from popxl_addons import ops, transforms
 from popxl_addons import optimizers  # noqa: F401  (addons.optimizers.adam.AdamOptimizerStep)
 from popxl_addons.ops import cross_entropy, cross_entropy_with_grad, host_load, host_store
 from popxl_addons import module, graph, graph_cache, named_tensors, variable_factory, dot_tree  # noqa: F401
+from popxl_addons.seed_variable import seed_variable
+from popxl_addons.route_tensor import is_subgraph, route_tensor_into_graph
+from popxl_addons.debugging import print_tensor, print_text
+from popxl_addons.tuning import (
+    disable_fc_pass,
+    enable_fc_pass,
+    set_available_memory_proportion_by_ipu,
+    set_graph_available_memory_proportion_by_ipu,
+)
+from popxl_addons import array_munging, performance_utils, debugging  # noqa: F401
+from popxl_addons.array_munging import *  # noqa: F401,F403  (upstream re-exports them)
+from popxl_addons.array_munging import __all__ as _array_munging_all
+from popxl_addons.performance_utils import (
+    evaluate_FLOPs,
+    evaluate_ir_FLOPs,
+    format_flops_scientific,
+    print_FLOPs,
+    total_FLOPs,
+)
 
 
 def __getattr__(name: str):
@@ -53,4 +72,22 @@ __all__ = [
     "cross_entropy_with_grad",
     "host_load",
     "host_store",
+    "seed_variable",
+    "route_tensor_into_graph",
+    "is_subgraph",
+    "print_tensor",
+    "print_text",
+    "set_available_memory_proportion_by_ipu",
+    "set_graph_available_memory_proportion_by_ipu",
+    "enable_fc_pass",
+    "disable_fc_pass",
+    "array_munging",
+    "performance_utils",
+    "debugging",
+    "total_FLOPs",
+    "evaluate_ir_FLOPs",
+    "evaluate_FLOPs",
+    "print_FLOPs",
+    "format_flops_scientific",
+    *_array_munging_all,
 ]
