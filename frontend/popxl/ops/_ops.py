@@ -908,6 +908,16 @@ def softmax(t: Tensor, axis: int) -> Tensor:
     return emit1(SoftmaxOp, [t], axis=as_int(axis, "axis"))
 
 
+def _check_channel_params(t: Tensor, params: dict[str, Tensor]) -> None:
+    """Per-channel parameters of a normalisation have shape `(C,)`, `C = t.shape[1]`."""
+    for name, p in params.items():
+        if not isinstance(p, Tensor) or p.shape != (t.shape[1],):
+            got = p.shape if isinstance(p, Tensor) else type(p).__name__
+            raise ValueError(
+                f"{current_op()}: {name} must have shape ({t.shape[1]},) (the channels of input {t.shape}), got {got}"
+            )
+
+
 def group_norm(t: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: float = 1e-5) -> Tensor:
     """Group normalisation of `t` `(N, C, *spatial)`: each group of `C / num_groups`
     channels normalised to mean 0 and variance 1 (biased, plus `eps`), then
@@ -917,6 +927,7 @@ def group_norm(t: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: fl
     n, c = t.shape[0], t.shape[1]
     if c % num_groups:
         raise ValueError(f"ops.group_norm: {c} channels are not divisible by {num_groups} groups")
+    _check_channel_params(t, {"weight": weight, "bias": bias})
     g = reshape(t, (n, num_groups, -1))
     m = mean(g, axis=2, keepdims=True)
     d = sub(g, m)
@@ -939,6 +950,9 @@ def batch_norm_inference(
 ) -> Tensor:
     """`(t - mean) / sqrt(var + epsilon) * scale + bias` per channel (dim 1 of `t`; the
     other arguments have shape `(C,)`). `momentum` is unused at inference."""
+    if t.rank < 2:
+        raise ValueError(f"ops.batch_norm_inference: input must be (N, C, ...), got shape {t.shape}")
+    _check_channel_params(t, {"scale": scale, "bias": bias, "mean": mean, "var": var})
     bshape = (t.shape[1],) + (1,) * (t.rank - 2)
 
     def r(x: Tensor) -> Tensor:
