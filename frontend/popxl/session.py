@@ -376,6 +376,15 @@ class Session:
         for s, arr in outputs.items():
             np.copyto(arr, results[s])
 
+    def memory_report(self, print_table: bool = True) -> Any:
+        """Bytes per virtual IPU of the compiled program, without running it: variables,
+        pipeline stashes, remote-buffer staging (0: no remote buffers yet), constants and the
+        peak of live activations (`xl.runtime.memory`). Prints the table unless
+        `print_table=False`; returns the `MemoryReport` (`.ipu(k).variables`, ...)."""
+        from xl.compiler.memory import session_memory_report
+
+        return session_memory_report(self, print_table)
+
     def create_host_outputs(self) -> dict[DeviceToHostStream, np.ndarray]:
         """Empty arrays of the right shape and dtype for every device-to-host stream."""
         return {

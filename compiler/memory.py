@@ -1,0 +1,64 @@
+"""Memory per virtual IPU of a high-level or lowered module, without running it.
+
+The module goes through the pipeline `compile_module` uses (the lowering pipeline, then
+`rt-optimize`), and `xl.runtime.memory.memory_report` reads the resulting `rt.program`.
+
+```python
+from xl.compiler.memory import lowered_program, module_memory_report
+print(module_memory_report(module).table())
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from xl.compiler.driver import DEFAULT_PIPELINE, RT_PIPELINE, apply_extra_passes, lower
+from xl.dialects import rt
+from xl.runtime.errors import PlanError
+from xl.runtime.memory import MemoryReport, memory_report
+
+__all__ = ["lowered_program", "module_memory_report"]
+
+
+def lowered_program(
+    module: ModuleOp, pipeline: str = DEFAULT_PIPELINE, extra_passes: Sequence[ModulePass] = ()
+) -> rt.ProgramOp:
+    """The `rt.program` that `compile_module(module, pipeline, extra_passes=...)` plans
+    (optimised); `module` is left untouched."""
+    if extra_passes:
+        module = apply_extra_passes(module, extra_passes)
+    if any(isinstance(op, rt.ProgramOp) for op in module.ops):
+        module = lower(module, RT_PIPELINE)
+    else:
+        module = lower(module, f"{pipeline},{RT_PIPELINE}")
+    programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
+    if len(programs) != 1:
+        raise PlanError(f"runtime: expected one rt.program, found {len(programs)}")
+    return programs[0]
+
+
+def module_memory_report(
+    module: ModuleOp, pipeline: str = DEFAULT_PIPELINE, extra_passes: Sequence[ModulePass] = ()
+) -> MemoryReport:
+    """`memory_report` of the program `compile_module` would build from `module`."""
+    return memory_report(lowered_program(module, pipeline, extra_passes))
+
+
+def session_memory_report(session: object, print_table: bool = True) -> MemoryReport:
+    """`popxl.Session.memory_report`: the report of the session's program. The runtime's
+    `Executable` keeps its `rt.program` when it has one (`program`); otherwise the Ir's
+    module is lowered again with the session's extra passes, as the Session compiled it."""
+    program = getattr(getattr(session, "_exe", None), "program", None)
+    if isinstance(program, rt.ProgramOp):
+        report = memory_report(program)
+    else:
+        ir = session.ir  # type: ignore[attr-defined]
+        extra = tuple(getattr(session, "_extra_passes", ()))
+        report = module_memory_report(ir._module, extra_passes=extra)
+    if print_table:
+        print(report.table())
+    return report
