@@ -215,6 +215,15 @@ def _run(args: argparse.Namespace) -> None:
     data, name = _read_program(args.file)
     module = parse_source(xl_context(), data, name)
     source = SourceText(name, data.decode("utf-8"))
+    if args.memory:  # the memory report of the compiled program, instead of a run
+        from xl.compiler.memory import module_memory_report
+
+        try:
+            verify_located(module)
+            print(module_memory_report(module, args.pipeline).table())
+        except LocatedError as e:
+            raise _Located(format_located(e, source, PROG)) from None
+        return
     var_values = read_variables(args.vars) if args.vars else None
     try:
         check_runnable_types(module)
@@ -276,6 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--pipeline",
         default=DEFAULT_PIPELINE,
         help=f"lowering pipeline (default: {DEFAULT_PIPELINE})",
+    )
+    ap.add_argument(
+        "--memory",
+        action="store_true",
+        help="print the memory per virtual IPU of the compiled program (variables, stashes, "
+        "remote staging, constants, peak of live activations) instead of running it",
     )
     ap.add_argument(
         "--load-pass-plugin",
