@@ -20,6 +20,9 @@ from popxl_addons import optimizers  # noqa: F401  (addons.optimizers.adam.AdamO
 from popxl_addons.ops import cross_entropy, cross_entropy_with_grad, host_load, host_store
 from popxl_addons import module, graph, graph_cache, named_tensors, variable_factory, dot_tree  # noqa: F401
 from popxl_addons.seed_variable import seed_variable
+from popxl_addons.task_session import TaskSession, write_variables_pb
+from popxl_addons.utils import WeightsDict, timer
+from popxl_addons import testing_utils, task_session, utils  # noqa: F401
 from popxl_addons.route_tensor import is_subgraph, route_tensor_into_graph
 from popxl_addons.debugging import print_tensor, print_text
 from popxl_addons.tuning import (
@@ -73,6 +76,11 @@ __all__ = [
     "host_load",
     "host_store",
     "seed_variable",
+    "TaskSession",
+    "write_variables_pb",
+    "WeightsDict",
+    "timer",
+    "testing_utils",
     "route_tensor_into_graph",
     "is_subgraph",
     "print_tensor",

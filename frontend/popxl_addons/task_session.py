@@ -1,0 +1,280 @@
+"""`TaskSession`: a `popxl.Session` that knows its streams and its state, and saves and
+loads checkpoints (popxl_addons/task_session.py).
+
+```python
+session = TaskSession(inputs, outputs, state=variables, ir=ir, device_desc="cpu")
+with session:
+    session.run(...)
+session.save_checkpoint("ckpt")     # ckpt/model/<name>.npz per tensor + ckpt/session_state.json
+other.load_checkpoint("ckpt", report_missing="error")
+```
+
+A checkpoint directory holds `model/<dotted name>.npz` (one array, key `"data"`) for every
+tensor of `state` and `session_state.json` (format version, the names, shapes and dtypes
+of the tensors, and the state of the `dataloader` when it has `state_dict()`). Every
+file is written to a temporary file in the same directory, then moved into place with
+`os.replace`, so a crash leaves either the old file or the new one. Loading checks every
+tensor's shape and dtype against the session's before writing any (a `ValueError` naming
+the tensor); names missing on either side are reported as `report_missing` says.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional, Union
+
+import numpy as np
+
+import popxl
+
+from popxl_addons.named_tensors import NamedTensorData, NamedTensors
+from popxl_addons.streams import InputStreams, OutputStreams
+
+__all__ = ["TaskSession", "write_variables_pb", "CHECKPOINT_FORMAT_VERSION"]
+
+logger = logging.getLogger("popxl_addons")
+
+CHECKPOINT_FORMAT_VERSION = 1
+_STATE_FILE = "session_state.json"
+_MODEL_DIR = "model"
+_REPORT = ("none", "warn", "error")
+
+
+def write_variables_pb(session: popxl.Session, weights: Mapping[popxl.Tensor, np.ndarray]) -> None:
+    """`session.write_variables_data(weights)` (upstream's workaround, kept for its callers)."""
+    session.write_variables_data(dict(weights))
+
+
+def _atomic_write(path: str, write: Any, mode: str = "wb") -> None:
+    """Write `path` through a temporary file in its directory and `os.replace`."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _check_report(report_missing: str) -> None:
+    if report_missing not in _REPORT:
+        raise ValueError(f"report_missing must be one of {_REPORT}, got {report_missing!r}")
+
+
+def _report(ckpt_keys: Iterable[str], model_keys: Iterable[str], how: str, where: str) -> None:
+    ckpt, model = set(ckpt_keys), set(model_keys)
+    lines = []
+    if ckpt - model:
+        lines.append(f"Checkpoint tensors not in the model: {sorted(ckpt - model)}")
+    if model - ckpt:
+        lines.append(f"Model tensors not in the checkpoint ({where}): {sorted(model - ckpt)}")
+    if not lines or how == "none":
+        return
+    msg = "\n".join(lines)
+    if how == "error":
+        raise ValueError(msg)
+    logger.warning(msg)
+
+
+class TaskSession(popxl.Session):
+    """A Session with its input and output streams and its `state` (the named variables
+    that make a checkpoint: weights, optimiser state, seeds, ...).
+
+    Args:
+        inputs: `InputStreams` or an iterable of host-to-device streams.
+        outputs: `OutputStreams` or an iterable of device-to-host streams.
+        state: the named variables to checkpoint.
+        max_checkpoints: how many checkpoint directories saved by this session to keep
+            (the oldest are deleted); None keeps all.
+        *args, **kwargs: for `popxl.Session` (`ir`, `device_desc`, ...).
+    """
+
+    def __init__(
+        self,
+        inputs: Union[InputStreams, Iterable[Any]],
+        outputs: Union[OutputStreams, Iterable[Any]],
+        state: NamedTensors,
+        max_checkpoints: Optional[int] = 1,
+        *args: Any,
+        **kwargs: Any,
+    ):
+        if not isinstance(state, NamedTensors):
+            raise TypeError(f"TaskSession: state must be a NamedTensors, got {type(state).__name__}")
+        if max_checkpoints is not None and (
+            isinstance(max_checkpoints, bool) or not isinstance(max_checkpoints, int) or max_checkpoints < 1
+        ):
+            raise ValueError(f"TaskSession: max_checkpoints must be an int >= 1 or None, got {max_checkpoints!r}")
+        for name, t in state.to_dict().items():
+            if not isinstance(t, popxl.Variable):
+                raise TypeError(f"TaskSession: state tensor {name!r} is not a Variable ({type(t).__name__})")
+        super().__init__(*args, **kwargs)
+        self.inputs: InputStreams = inputs if isinstance(inputs, InputStreams) else InputStreams.from_streams(inputs)
+        self.outputs: OutputStreams = (
+            outputs if isinstance(outputs, OutputStreams) else OutputStreams.from_streams(outputs)
+        )
+        self.state = state
+        self.max_checkpoints = max_checkpoints
+        self._saved_checkpoints: list[str] = []
+        self._dataloader: Any = None
+
+    # upstream's older name for `state`
+    @property
+    def model(self) -> NamedTensors:
+        return self.state
+
+    @property
+    def dataloader(self) -> Any:
+        """An object whose `state_dict()` is saved with checkpoints and given back to its
+        `load_state_dict(...)` on load (both optional)."""
+        return self._dataloader
+
+    @dataloader.setter
+    def dataloader(self, value: Any) -> None:
+        self._dataloader = value
+
+    def get_named_tensors_data(self) -> NamedTensorData:
+        """The current values of `state`, by name."""
+        names = self.state.to_dict()
+        data = self.get_tensors_data(list(names.values()))
+        return NamedTensorData.from_dict({k: data[t] for k, t in names.items()})
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        """Write the values of `state` (and the dataloader state) to `checkpoint_dir`."""
+        if not isinstance(checkpoint_dir, str | os.PathLike):
+            raise TypeError(f"save_checkpoint: checkpoint_dir must be a path, got {type(checkpoint_dir).__name__}")
+        checkpoint_dir = os.fspath(checkpoint_dir)
+        if checkpoint_dir.startswith("wandb://"):
+            raise NotImplementedError("save_checkpoint: wandb:// checkpoints need Weights & Biases, which xl does not use")
+        model_dir = os.path.join(checkpoint_dir, _MODEL_DIR)
+        os.makedirs(model_dir, exist_ok=True)
+        values = self.get_named_tensors_data().to_dict()
+        tensors_meta = {}
+        for name, arr in values.items():
+            arr = np.asarray(arr)
+            _atomic_write(os.path.join(model_dir, f"{name}.npz"), lambda f, a=arr: np.savez(f, data=a))
+            tensors_meta[name] = {"shape": list(arr.shape), "dtype": str(arr.dtype)}
+        meta: dict[str, Any] = {"format_version": CHECKPOINT_FORMAT_VERSION, "tensors": tensors_meta}
+        dl = self._dataloader
+        if dl is not None and hasattr(dl, "state_dict"):
+            meta["dataloader"] = dl.state_dict()
+        text = json.dumps(meta, indent=2, sort_keys=True)
+        _atomic_write(os.path.join(checkpoint_dir, _STATE_FILE), lambda f: f.write(text), mode="w")
+        self._remember(checkpoint_dir)
+
+    def _remember(self, checkpoint_dir: str) -> None:
+        path = os.path.abspath(checkpoint_dir)
+        if path in self._saved_checkpoints:
+            self._saved_checkpoints.remove(path)
+        self._saved_checkpoints.append(path)
+        while self.max_checkpoints is not None and len(self._saved_checkpoints) > self.max_checkpoints:
+            old = self._saved_checkpoints.pop(0)
+            # delete only what save_checkpoint wrote
+            shutil.rmtree(os.path.join(old, _MODEL_DIR), ignore_errors=True)
+            state_file = os.path.join(old, _STATE_FILE)
+            if os.path.exists(state_file):
+                os.unlink(state_file)
+            try:
+                os.rmdir(old)
+            except OSError:
+                pass
+
+    def load_checkpoint(self, checkpoint_dir: str, report_missing: str = "warn", skip_memmap: bool = False) -> None:
+        """Write the values saved in `checkpoint_dir` into the `state` variables.
+
+        `report_missing`: 'warn' (log), 'error' (ValueError) or 'none' for names in only one
+        of the checkpoint and `state`. A shape or dtype that differs is always a ValueError
+        naming the tensor; nothing is written unless every tensor fits. `skip_memmap` is
+        accepted for upstream compatibility (xl keeps no memory-mapped variables).
+        """
+        _check_report(report_missing)
+        checkpoint_dir = os.fspath(checkpoint_dir)
+        if checkpoint_dir.startswith("wandb://"):
+            raise NotImplementedError("load_checkpoint: wandb:// checkpoints need Weights & Biases, which xl does not use")
+        state_file = os.path.join(checkpoint_dir, _STATE_FILE)
+        model_dir = os.path.join(checkpoint_dir, _MODEL_DIR)
+        if not os.path.isdir(model_dir):
+            raise FileNotFoundError(f"load_checkpoint: {model_dir} does not exist (not a checkpoint directory)")
+        meta: dict[str, Any] = {}
+        if os.path.exists(state_file):
+            try:
+                with open(state_file) as f:
+                    meta = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"load_checkpoint: {state_file} is not valid JSON: {e}") from None
+            version = meta.get("format_version")
+            if version != CHECKPOINT_FORMAT_VERSION:
+                raise ValueError(
+                    f"load_checkpoint: {state_file} has format_version {version!r}, this xl reads "
+                    f"{CHECKPOINT_FORMAT_VERSION}"
+                )
+        files = {
+            fn[: -len(".npz")]: os.path.join(model_dir, fn)
+            for fn in os.listdir(model_dir)
+            if fn.endswith(".npz") and not fn.startswith(".tmp-")
+        }
+        variables = self.state.to_dict()
+        _report(files.keys(), variables.keys(), report_missing, model_dir)
+        to_write: dict[Any, np.ndarray] = {}
+        for name in sorted(set(files) & set(variables)):
+            path = files[name]
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    if "data" not in z.files:
+                        raise ValueError(f"load_checkpoint: {path} has no array 'data' (tensor {name!r})")
+                    arr = z["data"]
+            except (OSError, ValueError) as e:
+                if isinstance(e, ValueError) and str(e).startswith("load_checkpoint"):
+                    raise
+                raise ValueError(f"load_checkpoint: cannot read tensor {name!r} from {path}: {e}") from None
+            var = variables[name]
+            want_dtype = np.dtype(var.dtype.as_numpy())
+            if tuple(arr.shape) != tuple(var.shape) or arr.dtype != want_dtype:
+                raise ValueError(
+                    f"load_checkpoint: tensor {name!r} in {path} is {arr.shape} {arr.dtype}, the "
+                    f"session's variable is {tuple(var.shape)} {want_dtype}"
+                )
+            to_write[var] = arr
+        if to_write:
+            self.write_variables_data(to_write)
+        dl = self._dataloader
+        if "dataloader" in meta and dl is not None and hasattr(dl, "load_state_dict"):
+            dl.load_state_dict(meta["dataloader"])
+
+    def load_from_session(self, src: "TaskSession", report_missing: str = "none") -> None:
+        """Copy the values of `src.state` into the variables of `self.state` with the same names."""
+        _check_report(report_missing)
+        if not isinstance(src, TaskSession):
+            raise TypeError(f"load_from_session: expected a TaskSession, got {type(src).__name__}")
+        data = src.get_named_tensors_data()
+        self.load_from_tensors(data, report_missing)
+
+    def load_from_tensors(self, data: Union[NamedTensorData, Mapping[str, np.ndarray]], report_missing: str = "none") -> None:
+        """Write named host arrays into the variables of `self.state` with the same names
+        (shapes and dtypes checked first)."""
+        _check_report(report_missing)
+        values = data.to_dict() if isinstance(data, NamedTensorData) else dict(data)
+        variables = self.state.to_dict()
+        _report(values.keys(), variables.keys(), report_missing, "source")
+        to_write = {}
+        for name in sorted(set(values) & set(variables)):
+            arr = np.asarray(values[name])
+            var = variables[name]
+            if tuple(arr.shape) != tuple(var.shape):
+                raise ValueError(
+                    f"load_from_tensors: tensor {name!r} has shape {arr.shape}, the session's variable "
+                    f"{tuple(var.shape)}"
+                )
+            to_write[var] = arr
+        if to_write:
+            self.write_variables_data(to_write)
