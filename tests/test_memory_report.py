@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import popxl
 import pytest
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Operation, SSAValue
@@ -21,7 +20,6 @@ from xdsl.ir import Operation, SSAValue
 from tests.tool_runner import xl_run
 from xl.compiler.memory import lowered_program
 from xl.dialects import rt
-from xl.dialects.ipu import IPU_ATTR
 from xl.runtime.memory import memory_report
 from xl.tools.context import xl_context
 from xl.tools.parse import parse_source
