@@ -83,7 +83,7 @@ from xdsl.irdl import (
 from xdsl.irdl.constraints import BaseAttr
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import HasCanonicalizationPatternsTrait, OpTrait
+from xdsl.traits import HasCanonicalizationPatternsTrait, MemoryWriteEffect, OpTrait
 from xdsl.utils.exceptions import VerifyException
 
 # re-exported for the modules that import them from here (runtime, rt passes, tools)
@@ -113,7 +113,7 @@ from xl.dialects.popxl_operands import (
     operand_segments,
 )
 from xl.dialects.popxl_syntax import parse_popxl_op, print_popxl_op
-from xl.dialects.utils import dtype_of, fmt_type, shape_of, tensor_type
+from xl.dialects.utils import FLOAT8_DTYPES, dtype_of, fmt_type, shape_of, tensor_type
 
 # ------------------------------------------------------------------------------------
 # Properties: Python values <-> attributes
@@ -637,7 +637,7 @@ class UnaryOp(PopxlOp):
         return [t]
 
 
-_EX_DT = {"f": "f32", "fi": "f32", "b": "i1", "fiub": "f32"}
+_EX_DT = {"f": "f32", "fi": "f32", "b": "i1", "fiub": "f32", "iu": "i32"}
 
 
 def _unary(
@@ -688,6 +688,201 @@ DetachOp = _unary(
     "fiub",
     (NoGradient(),),
 )
+CeilOp = _unary(
+    "popxl.ceil",
+    "The smallest integer not less than x, NaN propagated (popxl.ops.ceil). Its "
+    "derivative is zero almost everywhere: no gradient flows through it.",
+    "f",
+    (NoGradient(),),
+)
+FloorOp = _unary(
+    "popxl.floor",
+    "The largest integer not greater than x, NaN propagated (popxl.ops.floor). Its "
+    "derivative is zero almost everywhere: no gradient flows through it.",
+    "f",
+    (NoGradient(),),
+)
+ErfOp = _unary("popxl.erf", "The error function `erf(x)` (ONNX Erf; popxl.ops.erf).")
+BitwiseNotOp = _unary(
+    "popxl.bitwise_not",
+    "`~x` on integer tensors (PopART BitwiseNot; popxl.ops.bitwise_not).",
+    "iu",
+    (NoGradient(),),
+)
+
+
+@irdl_op_definition
+class GeluErfOp(UnaryOp):
+    """Exact GELU `0.5 x (1 + erf(x / sqrt(2)))` (popxl.ops.geluerf).
+
+    ```mlir
+    %y = popxl.geluerf %x : (tensor<4xf32>) -> tensor<4xf32>
+    ```
+    """
+
+    name = "popxl.geluerf"
+    traits = traits_def(PopartType("GeluErf"))
+
+
+@irdl_op_definition
+class FmodOp(BinaryOp):
+    """`lhs - trunc(lhs / rhs) * rhs`: the remainder with the sign of `lhs`, as C `fmod`
+    (popxl.ops.fmod). Integer division by zero gives 0.
+
+    ```mlir
+    %z = popxl.fmod %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+    ```
+    """
+
+    name = "popxl.fmod"
+    traits = traits_def(Elementwise())
+    DTYPE_KINDS: ClassVar[str] = "fiu"
+
+
+class _BitwiseBinaryOp(BinaryOp):
+    traits = traits_def(Elementwise(), NoGradient())
+    DTYPE_KINDS: ClassVar[str] = "iu"
+
+
+@irdl_op_definition
+class BitwiseAndOp(_BitwiseBinaryOp):
+    """`lhs & rhs` on integer tensors (PopART BitwiseAnd; popxl.ops.bitwise_and).
+
+    ```mlir
+    %z = popxl.bitwise_and %a, %b : (tensor<2x3xi32>, tensor<3xi32>) -> tensor<2x3xi32>
+    ```
+    """
+
+    name = "popxl.bitwise_and"
+
+
+@irdl_op_definition
+class BitwiseOrOp(_BitwiseBinaryOp):
+    """`lhs | rhs` on integer tensors (PopART BitwiseOr; popxl.ops.bitwise_or).
+
+    ```mlir
+    %z = popxl.bitwise_or %a, %b : (tensor<2x3xi32>, tensor<3xi32>) -> tensor<2x3xi32>
+    ```
+    """
+
+    name = "popxl.bitwise_or"
+
+
+@irdl_op_definition
+class BitwiseXorOp(_BitwiseBinaryOp):
+    """`lhs ^ rhs` on integer tensors (PopART BitwiseXor; popxl.ops.bitwise_xor).
+
+    ```mlir
+    %z = popxl.bitwise_xor %a, %b : (tensor<2x3xi32>, tensor<3xi32>) -> tensor<2x3xi32>
+    ```
+    """
+
+    name = "popxl.bitwise_xor"
+
+
+@irdl_op_definition
+class BitwiseXnorOp(_BitwiseBinaryOp):
+    """`~(lhs ^ rhs)` on integer tensors (PopART BitwiseXnor; popxl.ops.bitwise_xnor).
+
+    ```mlir
+    %z = popxl.bitwise_xnor %a, %b : (tensor<2x3xi32>, tensor<3xi32>) -> tensor<2x3xi32>
+    ```
+    """
+
+    name = "popxl.bitwise_xnor"
+
+
+@irdl_op_definition
+class LogicalXorOp(BinaryOp):
+    """`lhs != rhs` on bool tensors (ONNX Xor; popxl.ops.logical_xor).
+
+    ```mlir
+    %z = popxl.logical_xor %a, %b : (tensor<2x3xi1>, tensor<3xi1>) -> tensor<2x3xi1>
+    ```
+    """
+
+    name = "popxl.logical_xor"
+    traits = traits_def(Elementwise(), NoGradient(), PopartType("Xor"))
+    RESULT_BOOL: ClassVar[bool] = True
+    DTYPE_KINDS: ClassVar[str] = "b"
+
+
+@irdl_op_definition
+class ClipOp(UnaryOp):
+    """Each element clamped to `[min, max]`, NaN propagated (popxl.ops.clip / clamp).
+
+    `min` / `max` are f64 properties; an absent (or infinite) bound is no bound. On
+    integer tensors the bounds are rounded inwards (`ceil(min)`, `floor(max)`).
+
+    ```mlir
+    %y = popxl.clip %x {min = -1.0 : f64, max = 1.0 : f64} : (tensor<4xf32>) -> tensor<4xf32>
+    ```
+    """
+
+    name = "popxl.clip"
+    min = opt_prop_def(FloatAttr)
+    max = opt_prop_def(FloatAttr)
+    DTYPE_KINDS: ClassVar[str] = "fiu"
+
+    @classmethod
+    def infer(cls, types, props):
+        out = super().infer(types, props)
+        lo, hi = props.get("min", -math.inf), props.get("max", math.inf)
+        if math.isnan(lo) or math.isnan(hi) or lo > hi:
+            raise cls.fail(f"min {lo} must not be greater than max {hi} (nor NaN)")
+        return out
+
+
+@irdl_op_definition
+class PrintTensorOp(PopxlOp):
+    """Prints `title` and the input each time it runs and returns a copy of the input
+    (popxl.ops.print_tensor). With `print_gradient`, the gradient rule prints the
+    gradient too (title `<title>_gradient`); without `print_self` only the gradient is
+    printed. The printing is a side effect: the op is kept when its result is unused.
+
+    Format properties (all optional, upstream's defaults): `summarise_threshold` (1000;
+    0: never summarise), `edge_items` (3), `max_line_width` (75; 0: no wrapping), `digits`
+    (8), `float_format` ("auto", "fixed", "scientific" or "none"), `separator` (" "),
+    `open_bracket` ("["), `close_bracket` ("]").
+
+    ```mlir
+    %y = popxl.print_tensor %x {title = "x"} : (tensor<4xf32>) -> tensor<4xf32>
+    ```
+    """
+
+    name = "popxl.print_tensor"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    title = prop_def(StringAttr)
+    print_self = opt_prop_def(IntegerAttr)
+    print_gradient = opt_prop_def(IntegerAttr)
+    summarise_threshold = opt_prop_def(IntegerAttr)
+    edge_items = opt_prop_def(IntegerAttr)
+    max_line_width = opt_prop_def(IntegerAttr)
+    digits = opt_prop_def(IntegerAttr)
+    float_format = opt_prop_def(StringAttr)
+    separator = opt_prop_def(StringAttr)
+    open_bracket = opt_prop_def(StringAttr)
+    close_bracket = opt_prop_def(StringAttr)
+    traits = traits_def(MemoryWriteEffect())
+
+    FLOAT_FORMATS: ClassVar[tuple[str, ...]] = ("auto", "fixed", "scientific", "none")
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 1)
+        for k in ("separator", "open_bracket", "close_bracket"):
+            if k in props and len(props[k]) != 1:
+                raise cls.fail(f"{k} must be exactly one character, got {props[k]!r}")
+        if props.get("float_format", "auto") not in cls.FLOAT_FORMATS:
+            raise cls.fail(
+                f"float_format must be one of {', '.join(cls.FLOAT_FORMATS)}, "
+                f"got {props['float_format']!r}"
+            )
+        for k in ("summarise_threshold", "edge_items", "max_line_width", "digits"):
+            if props.get(k, 0) < 0:
+                raise cls.fail(f"{k} must be >= 0, got {props[k]}")
+        return [types[0]]
 
 
 def _canonicalization(*names: str) -> HasCanonicalizationPatternsTrait:
@@ -725,9 +920,99 @@ class CastOp(PopxlOp):
             )
 
 
+def require_float8(cls: type[PopxlOp], t: TensorType, what: str = "input") -> None:
+    if dtype_of(t) not in FLOAT8_DTYPES:
+        raise cls.fail(f"{what} must be a float8_143 or float8_152 tensor, got {fmt_type(t)}")
+
+
+def log2_scale_operand(cls: type[PopxlOp], t: TensorType) -> None:
+    """The `log2_scale` operand of the float8 ops: a scalar int32 tensor."""
+    if shape_of(t) != () or dtype_of(t) != np.int32:
+        raise cls.fail(f"log2_scale must be a scalar int32 tensor, got {fmt_type(t)}")
+
+
+@irdl_op_definition
+class Pow2ScaleCastToFp8Op(ResultTypedOp):
+    """`cast(input * 2**log2_scale, float8)` (popxl.ops.pow2scale_cast_to_fp8): a float
+    tensor to float8_143 (`f8E4M3FNUZ`) or float8_152 (`f8E5M2FNUZ`), rounding to
+    nearest even; values too large for the format become NaN. `log2_scale` is a
+    scalar int32 in [-32, 32) (checked at run time).
+
+    ```mlir
+    %y = popxl.pow2scale_cast_to_fp8 %x, %s : (tensor<4xf32>, tensor<i32>) -> tensor<4xf8E4M3FNUZ>
+    ```
+    """
+
+    name = "popxl.pow2scale_cast_to_fp8"
+    input = operand_def(TensorType)
+    log2_scale = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(NotDifferentiable(), PopartType("Pow2ScaleThenCast"))
+
+    @classmethod
+    def check(cls, types, props, result):
+        arity(cls, types, 2)
+        require_float(cls, types[0])
+        log2_scale_operand(cls, types[1])
+        require_float8(cls, result, "the result")
+        require_same_shape(cls, types[0], result, "input and result")
+
+
+@irdl_op_definition
+class Pow2ScaleCastFromFp8Op(ResultTypedOp):
+    """`cast(input, float) * 2**log2_scale` (popxl.ops.pow2scale_cast_from_fp8): a
+    float8 tensor to float16 or float32. `log2_scale` is a scalar int32 in [-32, 32)
+    (checked at run time).
+
+    ```mlir
+    %y = popxl.pow2scale_cast_from_fp8 %x, %s : (tensor<4xf8E4M3FNUZ>, tensor<i32>) -> tensor<4xf16>
+    ```
+    """
+
+    name = "popxl.pow2scale_cast_from_fp8"
+    input = operand_def(TensorType)
+    log2_scale = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(NotDifferentiable(), PopartType("CastThenPow2Scale"))
+
+    @classmethod
+    def check(cls, types, props, result):
+        arity(cls, types, 2)
+        require_float8(cls, types[0])
+        log2_scale_operand(cls, types[1])
+        if dtype_of(result) not in (np.dtype(np.float16), np.dtype(np.float32)):
+            raise cls.fail(f"the result must be float16 or float32, got {fmt_type(result)}")
+        require_same_shape(cls, types[0], result, "input and result")
+
+
 # ------------------------------------------------------------------------------------
 # Linear algebra, NN
 # ------------------------------------------------------------------------------------
+
+
+def matmul_shape(cls: type[PopxlOp], lhs: TensorType, rhs: TensorType) -> tuple[int, ...]:
+    """Result shape of NumPy `matmul` on operands of these types (batch dims broadcast)."""
+    types = (lhs, rhs)
+    a, b = shape_of(lhs), shape_of(rhs)
+    if len(a) == 0 or len(b) == 0:
+        raise cls.fail(f"operands must have rank >= 1, got {_types_str(types)}")
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise cls.fail(
+            f"contracting dimensions differ: {fmt_type(types[0])} @ {fmt_type(types[1])} "
+            f"({a2[-1]} vs {b2[-2]})"
+        )
+    try:
+        batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+    except ValueError:
+        raise cls.fail(f"cannot broadcast batch dimensions of {_types_str(types)}") from None
+    shape = (*batch, a2[-2], b2[-1])
+    if len(a) == 1:
+        shape = (*shape[:-2], shape[-1])
+    if len(b) == 1:
+        shape = shape[:-1]
+    return shape
 
 
 @irdl_op_definition
@@ -749,26 +1034,35 @@ class MatmulOp(PopxlOp):
     def infer(cls, types, props):
         arity(cls, types, 2)
         dt = same_dtype(cls, types)
-        a, b = (shape_of(t) for t in types)
-        if len(a) == 0 or len(b) == 0:
-            raise cls.fail(f"operands must have rank >= 1, got {_types_str(types)}")
-        a2 = (1, *a) if len(a) == 1 else a
-        b2 = (*b, 1) if len(b) == 1 else b
-        if a2[-1] != b2[-2]:
-            raise cls.fail(
-                f"contracting dimensions differ: {fmt_type(types[0])} @ {fmt_type(types[1])} "
-                f"({a2[-1]} vs {b2[-2]})"
-            )
-        try:
-            batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
-        except ValueError:
-            raise cls.fail(f"cannot broadcast batch dimensions of {_types_str(types)}") from None
-        shape = (*batch, a2[-2], b2[-1])
-        if len(a) == 1:
-            shape = (*shape[:-2], shape[-1])
-        if len(b) == 1:
-            shape = shape[:-1]
-        return [tensor_type(shape, dt)]
+        return [tensor_type(matmul_shape(cls, types[0], types[1]), dt)]
+
+
+@irdl_op_definition
+class MatmulPow2ScaledOp(PopxlOp):
+    """`matmul(lhs, rhs) * 2**log2_scale` of float8 operands (either format), with float16
+    partials and result, as PopXL's float8 matmul (popxl.ops.matmul_pow2scaled). Shapes
+    follow `popxl.matmul`; `log2_scale` is a scalar int32 in [-32, 32) (checked at run
+    time).
+
+    ```mlir
+    %y = popxl.matmul_pow2scaled %a, %b, %s : (tensor<2x4xf8E4M3FNUZ>, tensor<4x3xf8E5M2FNUZ>, tensor<i32>) -> tensor<2x3xf16>
+    ```
+    """
+
+    name = "popxl.matmul_pow2scaled"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    log2_scale = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(NotDifferentiable(), PopartType("MatMul"))
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 3)
+        require_float8(cls, types[0], "lhs")
+        require_float8(cls, types[1], "rhs")
+        log2_scale_operand(cls, types[2])
+        return [tensor_type(matmul_shape(cls, types[0], types[1]), np.float16)]
 
 
 @irdl_op_definition
@@ -1399,6 +1693,19 @@ class ReluGradOp(_DyXGrad):
 
     name = "popxl.relu_grad"
     traits = traits_def(Elementwise(), NotDifferentiable(), Internal())
+
+
+@irdl_op_definition
+class GeluErfGradOp(_DyXGrad):
+    """`dy * d geluerf(x)/dx = dy * (0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi))`.
+
+    ```mlir
+    %dx = popxl.geluerf_grad %dy, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    ```
+    """
+
+    name = "popxl.geluerf_grad"
+    traits = traits_def(Elementwise(), NotDifferentiable(), Internal(), PopartType("GeluErfGrad"))
 
 
 @irdl_op_definition
@@ -2526,7 +2833,13 @@ NN_OPS: list[type[IRDLOperation]] = [
 
 # -- random numbers and dropout -------------------------------------------------------------
 # (op classes above this list; each new class appended to it)
-RANDOM_OPS: list[type[IRDLOperation]] = []
+RANDOM_OPS: list[type[IRDLOperation]] = [
+    ModifyRandomSeedOp,
+    RandomUniformOp,
+    RandomNormalOp,
+    DropoutOp,
+    ShapedDropoutOp,
+]
 
 
 OPS: list[type[IRDLOperation]] = [
@@ -2631,3 +2944,173 @@ for _cls in OPS:
     elif _t is not None:
         _cls.WRITES = property(written_operands)  # type: ignore[attr-defined]
 del _cls, _t
+
+
+def seed_operand(cls: type[PopxlOp], t: TensorType, what: str = "seed") -> None:
+    """A random seed: a uint32 tensor of shape (2,) (`popxl.create_seeds` makes them)."""
+    if shape_of(t) != (2,) or dtype_of(t) != np.uint32:
+        raise cls.fail(f"{what} must be a uint32 tensor of shape (2,), got {fmt_type(t)}")
+
+
+def dropout_ratio(cls: type[PopxlOp], props: dict[str, Any]) -> None:
+    r = props["ratio"]
+    if not 0.0 <= r < 1.0:
+        raise cls.fail(f"ratio {r} must be in [0, 1)")
+
+
+@irdl_op_definition
+class ModifyRandomSeedOp(PopxlOp):
+    """A new seed derived from `seed` and the scalar uint32 `modifier`: different
+    modifiers give independent seeds (popxl.ops.split_random_seed emits one per new
+    seed; PopART ModifyRandomSeed).
+
+    ```mlir
+    %s1 = popxl.modify_random_seed %seed, %m : (tensor<2xui32>, tensor<ui32>) -> tensor<2xui32>
+    ```
+    """
+
+    name = "popxl.modify_random_seed"
+    seed = operand_def(TensorType)
+    modifier = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(NoGradient())
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        seed_operand(cls, types[0])
+        if shape_of(types[1]) != () or dtype_of(types[1]) != np.uint32:
+            raise cls.fail(f"modifier must be a scalar uint32 tensor, got {fmt_type(types[1])}")
+        return [types[0]]
+
+
+@irdl_op_definition
+class RandomUniformOp(ResultTypedOp):
+    """Samples of the uniform distribution on `[low, high)` (defaults 0 and 1), of the
+    result's shape and float dtype (popxl.ops.random_uniform). The values depend only
+    on the seed's value and the result type.
+
+    ```mlir
+    %r = popxl.random_uniform %seed {low = -1.0 : f64, high = 1.0 : f64} : (tensor<2xui32>) -> tensor<3x4xf32>
+    ```
+    """
+
+    name = "popxl.random_uniform"
+    seed = operand_def(TensorType)
+    result = result_def(TensorType)
+    low = opt_prop_def(FloatAttr)
+    high = opt_prop_def(FloatAttr)
+    traits = traits_def(NoGradient())
+
+    @classmethod
+    def check(cls, types, props, result):
+        arity(cls, types, 1)
+        seed_operand(cls, types[0])
+        require_float(cls, result, "the result")
+        low, high = props.get("low", 0.0), props.get("high", 1.0)
+        if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+            raise cls.fail(f"low {low} and high {high} must be finite with low <= high")
+
+
+@irdl_op_definition
+class RandomNormalOp(ResultTypedOp):
+    """Samples of the normal distribution `N(mean, std**2)` (defaults 0 and 1), of the
+    result's shape and float dtype (popxl.ops.random_normal). The values depend only on
+    the seed's value and the result type.
+
+    ```mlir
+    %r = popxl.random_normal %seed {mean = 0.0 : f64, std = 2.0 : f64} : (tensor<2xui32>) -> tensor<8xf32>
+    ```
+    """
+
+    name = "popxl.random_normal"
+    seed = operand_def(TensorType)
+    result = result_def(TensorType)
+    mean = opt_prop_def(FloatAttr)
+    std = opt_prop_def(FloatAttr)
+    traits = traits_def(NoGradient())
+
+    @classmethod
+    def check(cls, types, props, result):
+        arity(cls, types, 1)
+        seed_operand(cls, types[0])
+        require_float(cls, result, "the result")
+        mean, std = props.get("mean", 0.0), props.get("std", 1.0)
+        if not (math.isfinite(mean) and math.isfinite(std) and std >= 0):
+            raise cls.fail(f"mean {mean} and std {std} must be finite with std >= 0")
+
+
+@irdl_op_definition
+class DropoutOp(PopxlOp):
+    """`input * mask / (1 - ratio)` where each element of `mask` is 0 with probability
+    `ratio`, else 1 (popxl.ops.dropout). The mask depends only on the seed's value and
+    the input's shape: element `i` is dropped when `random_uniform(seed)[i] < ratio`
+    (float64 samples), so the gradient (the same dropout of `dy`) recomputes it.
+
+    ```mlir
+    %y = popxl.dropout %x, %seed {ratio = 0.1 : f64} : (tensor<4x8xf32>, tensor<2xui32>) -> tensor<4x8xf32>
+    ```
+    """
+
+    name = "popxl.dropout"
+    input = operand_def(TensorType)
+    seed = operand_def(TensorType)
+    result = result_def(TensorType)
+    ratio = prop_def(FloatAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        require_float(cls, types[0])
+        seed_operand(cls, types[1])
+        dropout_ratio(cls, props)
+        return [types[0]]
+
+
+@irdl_op_definition
+class ShapedDropoutOp(PopxlOp):
+    """Dropout with a mask of `shape` broadcast over the input (NumPy rules), so whole
+    slices are dropped together (popxl.ops.shaped_dropout): the mask is that of
+    `popxl.dropout` on a tensor of `shape`.
+
+    ```mlir
+    %y = popxl.shaped_dropout %x, %seed {shape = array<i64: 4, 1>, ratio = 0.5 : f64} : (tensor<4x8xf32>, tensor<2xui32>) -> tensor<4x8xf32>
+    ```
+    """
+
+    name = "popxl.shaped_dropout"
+    input = operand_def(TensorType)
+    seed = operand_def(TensorType)
+    result = result_def(TensorType)
+    shape = prop_def(DenseArrayBase)
+    ratio = prop_def(FloatAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        require_float(cls, types[0])
+        seed_operand(cls, types[1])
+        dropout_ratio(cls, props)
+        shape = tuple(props["shape"])
+        if any(d < 1 for d in shape) or not broadcasts_to(shape, shape_of(types[0])):
+            raise cls.fail(f"mask shape {shape} does not broadcast to the input {fmt_type(types[0])}")
+        return [types[0]]
+
+
+    CeilOp,
+    FloorOp,
+    ErfOp,
+    GeluErfOp,
+    GeluErfGradOp,
+    FmodOp,
+    BitwiseNotOp,
+    BitwiseAndOp,
+    BitwiseOrOp,
+    BitwiseXorOp,
+    BitwiseXnorOp,
+    LogicalXorOp,
+    ClipOp,
+    PrintTensorOp,
+    Pow2ScaleCastToFp8Op,
+    Pow2ScaleCastFromFp8Op,
+    MatmulPow2ScaledOp,

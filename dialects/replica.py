@@ -258,6 +258,14 @@ class _ReduceOp(CollectiveOp):
     op = prop_def(StringAttr)
 
     @classmethod
+    def make(cls, operands, result_types=None, *, reduction: str | None = None, **props):  # type: ignore[override]
+        """`PopxlOp.make`; the reduction may also be given as `reduction=` (builders whose
+        own first parameter is called `op`, like `GradBuilder.v`, cannot pass `op=`)."""
+        if reduction is not None:
+            props["op"] = reduction
+        return super().make(operands, result_types, **props)
+
+    @classmethod
     def infer(cls, types, props):
         (t,) = types
         cls.group_size(props)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import (
     BytesAttr,
     DenseIntOrFPElementsAttr,
+    Float8E4M3FNUZType,
+    Float8E5M2FNUZType,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -33,7 +36,17 @@ _NP_TO_ELEM: dict[np.dtype, Attribute] = {
     np.dtype(np.uint32): IntegerType(32, Signedness.UNSIGNED),
     np.dtype(np.uint64): IntegerType(64, Signedness.UNSIGNED),
     np.dtype(np.bool_): IntegerType(1),
+    # popxl.float8_143 / float8_152 (Graphcore's formats: exponent bias 8 / 16, NaN is
+    # 0x80, no infinities, no negative zero) are ml_dtypes' *fnuz float8 types.
+    np.dtype(ml_dtypes.float8_e4m3fnuz): Float8E4M3FNUZType(),
+    np.dtype(ml_dtypes.float8_e5m2fnuz): Float8E5M2FNUZType(),
 }
+
+FLOAT8_DTYPES: tuple[np.dtype, ...] = (
+    np.dtype(ml_dtypes.float8_e4m3fnuz),
+    np.dtype(ml_dtypes.float8_e5m2fnuz),
+)
+"""The NumPy dtypes of the float8 element types (`f8E4M3FNUZ`, `f8E5M2FNUZ`)."""
 _ELEM_TO_NP: dict[Attribute, np.dtype] = {v: k for k, v in _NP_TO_ELEM.items()}
 
 

@@ -31,6 +31,7 @@ for `call.call` lives in the pass (`xl.passes.autodiff`: it needs the module).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -45,6 +46,9 @@ from xl.dialects.popxl import (
     ReluGradOp, ReluOp, ReshapeOp, ScaledAddOp, SigmoidOp, SignOp, SinOp, SliceGradOp,
     SliceOp, SoftmaxGradOp, SoftmaxOp, SqrtOp, SqueezeOp, SubOp, SwishOp, TanhOp,
     TransposeOp, WhereOp, op_props,
+)  # fmt: skip
+from xl.dialects.popxl import (
+    ClipOp, ErfOp, FmodOp, GeluErfGradOp, GeluErfOp, LogicalOrOp, PrintTensorOp,
 )  # fmt: skip
 from xl.dialects.ipu import CopyOp as IpuCopyOp
 from xl.dialects.traits import NoGradient, NotDifferentiable, has_no_gradient
@@ -631,6 +635,68 @@ def _ipu_copy(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grad
         IpuCopyOp, dy, source=op.destination.value.data, destination=op.source.value.data
     )
     return [back.results[0]]
+
+
+# ------------------------------------------------------------------------------------
+# More elementwise ops: erf, geluerf, fmod, clip; print_tensor
+# ------------------------------------------------------------------------------------
+
+grad_rule(GeluErfOp)(_unary_dx(lambda b, op, dy: b.v(GeluErfGradOp, dy, b.fwd(_x(op)))))
+
+
+def _erf(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
+    # d erf(x)/dx = 2 / sqrt(pi) exp(-x^2)
+    x = b.fwd(_x(op))
+    e = b.v(ExpOp, _neg(b, _mul(b, x, x)))
+    return _mul(b, dy, _scale(b, e, 2.0 / math.sqrt(math.pi)))
+
+
+grad_rule(ErfOp)(_unary_dx(_erf))
+
+
+def _fmod_rhs(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
+    # fmod(x, y) = x - trunc(x / y) y: d/dy = -trunc(x / y) = -(x - fmod(x, y)) / y
+    x, y = b.fwd(_x(op)), b.fwd(_y(op))
+    q = b.v(DivOp, b.v(SubOp, x, b.fwd(op.results[0])), y)
+    return _neg(b, _mul(b, dy, q))
+
+
+grad_rule(FmodOp)(_binary(lambda b, op, dy: dy, _fmod_rhs))
+
+
+def _clip(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
+    # dy where min <= x <= max (bounds included), 0 outside
+    x = b.fwd(_x(op))
+    p = op_props(op)
+    outside: SSAValue | None = None
+    if "max" in p and p["max"] != math.inf:
+        outside = b.v(GreaterOp, x, b.const(p["max"], _dt(x)))
+    if "min" in p and p["min"] != -math.inf:
+        below = b.v(GreaterOp, b.const(p["min"], _dt(x)), x)
+        outside = below if outside is None else b.v(LogicalOrOp, outside, below)
+    if outside is None:
+        return dy
+    return b.v(WhereOp, outside, b.const(0.0, _dt(dy)), dy)
+
+
+grad_rule(ClipOp)(_unary_dx(_clip))
+
+
+@grad_rule(PrintTensorOp)
+def _print_tensor(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    """The gradient passes through; with `print_gradient` it is printed, titled
+    `<title>_gradient` (as PopART), in the same format."""
+    (dy,) = dys
+    assert dy is not None
+    if not b.needs(op.operands[0]):
+        return [None]
+    p = op_props(op)
+    if not p.get("print_gradient", False):
+        return [dy]
+    p["title"] = f"{p['title']}_gradient"
+    p.pop("print_self", None)
+    p.pop("print_gradient", None)
+    return [b.v(PrintTensorOp, dy, **p)]
 
 
 # Gradient rules kept in their own modules register themselves on import.

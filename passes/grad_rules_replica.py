@@ -83,8 +83,8 @@ def _all_reduce(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Gr
     props = op_props(op)
     kind, grouping = props["op"], props["grouping"]
     if kind in ("add", "mean"):
-        return [b.v(AllReduceOp, dy, grouping=grouping, op=kind)]
-    total = b.v(AllReduceOp, dy, grouping=grouping, op="add")
+        return [b.v(AllReduceOp, dy, grouping=grouping, reduction=kind)]
+    total = b.v(AllReduceOp, dy, grouping=grouping, reduction="add")
     y = b.fwd(op.results[0]) if kind not in ("square_add",) else None
     return [_reduction_grad(b, op, kind, op.operands[0], total, y)]
 
@@ -94,7 +94,7 @@ def _all_reduce_identical_inputs(b: GradBuilder, op: Operation, dys: list[SSAVal
     (dy,) = dys
     assert dy is not None
     props = op_props(op)
-    return [b.v(AllReduceOp, dy, grouping=props["grouping"], op=props["op"])]
+    return [b.v(AllReduceOp, dy, grouping=props["grouping"], reduction=props["op"])]
 
 
 @grad_rule(AllReduceIdenticalGradInputsOp)

@@ -34,6 +34,7 @@ More rules:
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -55,7 +56,24 @@ from xl.dialects.popxl import (
     AddOp,
     ArgmaxOp,
     ArgminOp,
+    BitwiseAndOp,
+    BitwiseNotOp,
+    BitwiseOrOp,
+    BitwiseXnorOp,
+    BitwiseXorOp,
     CastOp,
+    CeilOp,
+    ClipOp,
+    ErfOp,
+    FloorOp,
+    FmodOp,
+    GeluErfGradOp,
+    GeluErfOp,
+    LogicalXorOp,
+    MatmulPow2ScaledOp,
+    Pow2ScaleCastFromFp8Op,
+    Pow2ScaleCastToFp8Op,
+    PrintTensorOp,
     ConcatOp,
     CopyVarUpdateOp,
     CosOp,
@@ -1230,6 +1248,238 @@ def _adam_var_update(p: dict[str, Any]) -> Kernel:
         return k
 
     return _optional_kernel(p, AdamVarUpdateOp, _one, build)
+
+
+# ------------------------------------------------------------------------------------
+# More elementwise ops: ceil, floor, erf, geluerf, fmod, bitwise, clip; print_tensor
+# ------------------------------------------------------------------------------------
+
+# libm's erf per element (NumPy has no erf): exact to the last bit in float64, about
+# 0.2 us per element.
+_ERF = np.frompyfunc(math.erf, 1, 1)
+_SQRT_HALF = math.sqrt(0.5)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _erf64(x: np.ndarray) -> np.ndarray:
+    """erf(x) as a float64 array (a new array: safe when the output aliases x)."""
+    return np.asarray(_ERF(np.asarray(x, np.float64)), np.float64)
+
+
+@kernel(CeilOp)
+def _ceil(p: dict[str, Any]) -> Kernel:
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.ceil(x, out=out)
+
+    return k
+
+
+@kernel(FloorOp)
+def _floor(p: dict[str, Any]) -> Kernel:
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.floor(x, out=out)
+
+    return k
+
+
+@kernel(ErfOp)
+def _erf(p: dict[str, Any]) -> Kernel:
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, _erf64(x), casting="unsafe")
+
+    return k
+
+
+@kernel(GeluErfOp)
+def _geluerf(p: dict[str, Any]) -> Kernel:
+    """0.5 x (1 + erf(x / sqrt(2))), in float64."""
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        x64 = np.asarray(x, np.float64)
+        u = _erf64(x64 * _SQRT_HALF)
+        u += 1.0
+        u *= 0.5
+        u *= x64
+        np.copyto(out, u, casting="unsafe")
+
+    return k
+
+
+@kernel(GeluErfGradOp)
+def _geluerf_grad(p: dict[str, Any]) -> Kernel:
+    """dy * (0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi)), in float64."""
+
+    def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+        x64 = np.asarray(x, np.float64)
+        d = _erf64(x64 * _SQRT_HALF)
+        d += 1.0
+        d *= 0.5
+        d += x64 * np.exp(-0.5 * x64 * x64) * _INV_SQRT_2PI
+        d *= dy
+        np.copyto(out, d, casting="unsafe")
+
+    return k
+
+
+@kernel(FmodOp)
+def _fmod(p: dict[str, Any]) -> Kernel:
+    """C fmod: the sign of the dividend; x fmod 0 is NaN for floats, 0 for integers."""
+
+    def k(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.fmod(a, b, out=out)
+
+    return k
+
+
+def _binary_ufunc(f: Any) -> KernelFactory:
+    def factory(p: dict[str, Any]) -> Kernel:
+        def k(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+            f(a, b, out=out)
+
+        return k
+
+    return factory
+
+
+kernel(BitwiseAndOp)(_binary_ufunc(np.bitwise_and))
+kernel(BitwiseOrOp)(_binary_ufunc(np.bitwise_or))
+kernel(BitwiseXorOp)(_binary_ufunc(np.bitwise_xor))
+kernel(LogicalXorOp)(_binary_ufunc(np.logical_xor))
+
+
+@kernel(BitwiseXnorOp)
+def _bitwise_xnor(p: dict[str, Any]) -> Kernel:
+    def k(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        np.bitwise_xor(a, b, out=out)
+        np.invert(out, out=out)
+
+    return k
+
+
+@kernel(BitwiseNotOp)
+def _bitwise_not(p: dict[str, Any]) -> Kernel:
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.invert(x, out=out)
+
+    return k
+
+
+@kernel(ClipOp)
+def _clip(p: dict[str, Any]) -> Kernel:
+    """np.clip with the bounds of the op (absent or infinite: none); NaN stays NaN.
+    Integer bounds are rounded inwards and limited to the dtype's range (first call)."""
+    lo_f, hi_f = p.get("min", -math.inf), p.get("max", math.inf)
+    bounds: list[Any] = []
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        if not bounds:
+            if x.dtype.kind in "iu":
+                info = np.iinfo(x.dtype)
+                lo = info.min if lo_f == -math.inf else max(info.min, math.ceil(lo_f))
+                hi = info.max if hi_f == math.inf else min(info.max, math.floor(hi_f))
+                bounds.extend([x.dtype.type(lo), x.dtype.type(hi)])
+            else:
+                bounds.extend([x.dtype.type(lo_f), x.dtype.type(hi_f)])
+        np.clip(x, bounds[0], bounds[1], out=out)
+
+    return k
+
+
+
+def format_tensor(x: np.ndarray, p: dict[str, Any]) -> str:
+    """The text `popxl.print_tensor` prints for `x` (NumPy's array printing with the op's
+    format properties: summarising, edge items, line width, digits, float format,
+    separator and brackets)."""
+    threshold = int(p.get("summarise_threshold", 1000))
+    edge = int(p.get("edge_items", 3))
+    width = int(p.get("max_line_width", 75))
+    digits = int(p.get("digits", 8))
+    fmt = p.get("float_format", "auto")
+    sep = p.get("separator", " ")
+    opening, closing = p.get("open_bracket", "["), p.get("close_bracket", "]")
+    kw: dict[str, Any] = {
+        "threshold": threshold if threshold > 0 else sys.maxsize,
+        "edgeitems": edge,
+        "max_line_width": width if width > 0 else sys.maxsize,
+        "separator": sep,
+    }
+    if x.dtype.kind == "f" and digits > 0 and fmt != "none":
+        finite = np.abs(x[np.isfinite(x)]).astype(np.float64)
+        big = float(finite.max()) if finite.size else 0.0
+        small = float(finite[finite > 0].min()) if (finite > 0).any() else 0.0
+        sci = fmt == "scientific" or (
+            fmt == "auto" and (big >= 10.0**digits or (small and small < 1e-4))
+        )
+        if sci:
+            kw["formatter"] = {"float_kind": lambda v: f"{v:.{digits - 1}e}"}
+        else:
+            whole = len(str(int(big))) if big >= 1 else 1
+            kw["precision"] = max(digits - whole, 0)
+            kw["floatmode"] = "fixed"
+    text = np.array2string(x, **kw)
+    if (opening, closing) != ("[", "]"):
+        text = text.translate(str.maketrans({"[": opening, "]": closing}))
+    return text
+
+
+@kernel(PrintTensorOp)
+def _print_tensor(p: dict[str, Any]) -> Kernel:
+    """Copies the input; prints `<title>: <values>` to standard error first (as Poplar's
+    PrintTensor does) unless `print_self` is false."""
+    title = str(p["title"])
+    print_self = bool(p.get("print_self", True))
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        if print_self:
+            print(f"{title}: {format_tensor(x, p)}", file=sys.stderr, flush=True)
+        np.copyto(out, x)
+
+    return k
+
+
+# ------------------------------------------------------------------------------------
+# float8: scaled casts and the scaled matmul
+# ------------------------------------------------------------------------------------
+
+
+def _pow2(scale: np.ndarray, p: dict[str, Any], i: int, op: str) -> float:
+    """2 ** log2_scale, after checking the scale is in [-32, 32)."""
+    check_range(scale, -32, 32, p, i, op, "log2_scale")
+    return float(2.0 ** int(scale))
+
+
+@kernel(Pow2ScaleCastToFp8Op)
+def _pow2scale_cast_to_fp8(p: dict[str, Any]) -> Kernel:
+    """cast(x * 2**s) in float64, rounded to nearest even by ml_dtypes; too large -> NaN."""
+
+    def k(x: np.ndarray, s: np.ndarray, out: np.ndarray) -> None:
+        f = _pow2(s, p, 1, "popxl.pow2scale_cast_to_fp8")
+        np.copyto(out, np.asarray(x, np.float64) * f, casting="unsafe")
+
+    return k
+
+
+@kernel(Pow2ScaleCastFromFp8Op)
+def _pow2scale_cast_from_fp8(p: dict[str, Any]) -> Kernel:
+    def k(x: np.ndarray, s: np.ndarray, out: np.ndarray) -> None:
+        f = _pow2(s, p, 1, "popxl.pow2scale_cast_from_fp8")
+        np.copyto(out, x.astype(np.float64) * f, casting="unsafe")
+
+    return k
+
+
+@kernel(MatmulPow2ScaledOp)
+def _matmul_pow2scaled(p: dict[str, Any]) -> Kernel:
+    """Float8 operands widened exactly to float32, multiplied, scaled, rounded to float16."""
+
+    def k(a: np.ndarray, b: np.ndarray, s: np.ndarray, out: np.ndarray) -> None:
+        f = _pow2(s, p, 2, "popxl.matmul_pow2scaled")
+        y = np.matmul(a.astype(np.float32), b.astype(np.float32))
+        y *= np.float32(f)
+        np.copyto(out, y, casting="unsafe")
+
+    return k
 
 
 # Kernels kept in their own modules register themselves on import.

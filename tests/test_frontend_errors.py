@@ -155,7 +155,7 @@ BAD_DTYPES = [
     (np.ones(2), TypeError, r"dtype must be a popxl dtype"),
     ("floaty", ValueError, r"'floaty' is not a popxl dtype"),
     (popxl.complex64, ValueError, r"dtype complex64 is not supported by xl \(no NumPy equivalent\)"),
-    (popxl.float8_143, ValueError, r"dtype float8_143 is not supported by xl"),
+    (popxl.complex128, ValueError, r"dtype complex128 is not supported by xl"),
 ]
 
 

@@ -873,3 +873,165 @@ def test_cumsum_int_and_errors():
         run1(P.CumsumOp, [np.array(1.0, np.float32)], dim=0)
     with pytest.raises(Exception, match="numeric"):
         run1(P.CumsumOp, [np.array([True, False])], dim=0)
+
+
+# ------------------------------------------------------------------------------------
+# ceil, floor, erf, geluerf, fmod, bitwise, clip, print_tensor; float8; random
+# ------------------------------------------------------------------------------------
+
+
+def test_ceil_floor_erf(rng):
+    x = np.array([-2.5, -1.0, -0.2, 0.0, 0.7, 3.0, np.nan], np.float32)
+    np.testing.assert_array_equal(run1(P.CeilOp, [x]), [-2, -1, -0.0, 0, 1, 3, np.nan])
+    np.testing.assert_array_equal(run1(P.FloorOp, [x]), [-3, -1, -1, 0, 0, 3, np.nan])
+    z = rng.standard_normal(50) * 2
+    close(run1(P.ErfOp, [z]), [math.erf(v) for v in z], rtol=1e-15)
+    close(run1(P.ErfOp, [z.astype(np.float32)]), [math.erf(np.float32(v)) for v in z], rtol=1e-6)
+
+
+def test_geluerf_and_grad(rng):
+    x = rng.standard_normal(40) * 3
+    ref = [0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x]
+    close(run1(P.GeluErfOp, [x]), ref, rtol=1e-14, atol=1e-300)
+    dy = rng.standard_normal(40)
+    eps = 1e-6
+    num = [(0.5 * (v + eps) * (1 + math.erf((v + eps) / math.sqrt(2)))
+            - 0.5 * (v - eps) * (1 + math.erf((v - eps) / math.sqrt(2)))) / (2 * eps) for v in x]
+    close(run1(P.GeluErfGradOp, [dy, x]), dy * np.array(num), rtol=1e-6, atol=1e-9)
+    torch = pytest.importorskip("torch")
+    ref_t = torch.nn.functional.gelu(torch.tensor(x), approximate="none").numpy()
+    close(run1(P.GeluErfOp, [x]), ref_t, rtol=1e-12, atol=1e-300)
+
+
+def test_fmod_sign_of_dividend():
+    a = np.array([5.5, -5.5, 5.5, -5.5, 1.0, 3.0], np.float64)
+    b = np.array([2.0, 2.0, -2.0, -2.0, 0.0, 1.5], np.float64)
+    out = run1(P.FmodOp, [a, b])
+    np.testing.assert_array_equal(out[:4], [1.5, -1.5, 1.5, -1.5])
+    assert math.isnan(out[4]) and out[5] == 0.0
+    ai = np.array([7, -7, 7, -7, 3], np.int32)
+    bi = np.array([3, 3, -3, -3, 0], np.int32)
+    # C's % on ints truncates towards zero; x % 0 is 0 here
+    np.testing.assert_array_equal(run1(P.FmodOp, [ai, bi]), [1, -1, 1, -1, 0])
+    # broadcasting
+    np.testing.assert_array_equal(
+        run1(P.FmodOp, [np.arange(6, dtype=np.float32).reshape(2, 3), np.float32([4.0])]),
+        [[0, 1, 2], [3, 0, 1]],
+    )
+
+
+def test_bitwise_and_logical_xor(rng):
+    a = rng.integers(-1000, 1000, 20).astype(np.int32)
+    b = rng.integers(-1000, 1000, 20).astype(np.int32)
+    ia, ib = [int(v) for v in a], [int(v) for v in b]
+    np.testing.assert_array_equal(run1(P.BitwiseAndOp, [a, b]), [x & y for x, y in zip(ia, ib)])
+    np.testing.assert_array_equal(run1(P.BitwiseOrOp, [a, b]), [x | y for x, y in zip(ia, ib)])
+    np.testing.assert_array_equal(run1(P.BitwiseXorOp, [a, b]), [x ^ y for x, y in zip(ia, ib)])
+    np.testing.assert_array_equal(run1(P.BitwiseXnorOp, [a, b]), [~(x ^ y) for x, y in zip(ia, ib)])
+    np.testing.assert_array_equal(run1(P.BitwiseNotOp, [a]), [~x for x in ia])
+    u = np.array([0, 1, 0xFFFF], np.uint16)
+    np.testing.assert_array_equal(run1(P.BitwiseNotOp, [u]), [0xFFFF, 0xFFFE, 0])
+    p = np.array([True, True, False, False])
+    q = np.array([True, False, True, False])
+    np.testing.assert_array_equal(run1(P.LogicalXorOp, [p, q]), [False, True, True, False])
+
+
+def test_clip_bounds_nan_and_ints():
+    x = np.array([-3.0, -1.0, 0.5, 2.0, 9.0, np.nan], np.float32)
+    np.testing.assert_array_equal(run1(P.ClipOp, [x], min=-1.0, max=2.0), [-1, -1, 0.5, 2, 2, np.nan])
+    np.testing.assert_array_equal(run1(P.ClipOp, [x], min=0.0), [0, 0, 0.5, 2, 9, np.nan])
+    np.testing.assert_array_equal(run1(P.ClipOp, [x]), x)
+    i = np.array([-5, 0, 1, 2, 7], np.int32)
+    # bounds rounded inwards on integers: [0.5, 2.5] -> [1, 2]
+    np.testing.assert_array_equal(run1(P.ClipOp, [i], min=0.5, max=2.5), [1, 1, 1, 2, 2])
+    np.testing.assert_array_equal(run1(P.ClipOp, [i.astype(np.int8)], min=-1e9, max=1e9), i)
+    with pytest.raises(Exception, match="min 2.0 must not be greater than max 1.0"):
+        run1(P.ClipOp, [x], min=2.0, max=1.0)
+
+
+def test_print_tensor_prints_to_stderr_and_copies(capfd):
+    x = np.array([5, 7, 9], np.int32)
+    np.testing.assert_array_equal(run1(P.PrintTensorOp, [x], title="Add:0"), x)
+    y = np.array([[1.0, 2.0], [1.5, 2.5]], np.float32)
+    run1(P.PrintTensorOp, [y], title="w", digits=4, separator=",", open_bracket="{", close_bracket="}")
+    run1(P.PrintTensorOp, [np.arange(2000, dtype=np.int32)], title="big", edge_items=2)
+    run1(P.PrintTensorOp, [y], title="quiet", print_self=False)
+    err = capfd.readouterr().err.splitlines()
+    assert err[0] == "Add:0: [5 7 9]"
+    assert err[1:3] == ["w: {{1.000,2.000},", " {1.500,2.500}}"]
+    assert err[3] == "big: [   0    1 ... 1998 1999]"
+    assert len(err) == 4  # print_self=False prints nothing
+
+
+ALIAS_SAFE_MORE = [
+    (P.CeilOp, 1, {}), (P.FloorOp, 1, {}), (P.ErfOp, 1, {}), (P.GeluErfOp, 1, {}),
+    (P.GeluErfGradOp, 2, {}), (P.FmodOp, 2, {}), (P.ClipOp, 1, {"min": 0.7, "max": 1.2}),
+]
+
+
+@pytest.mark.parametrize("cls,n,props", ALIAS_SAFE_MORE, ids=[c.name for c, _, _ in ALIAS_SAFE_MORE])
+def test_alias_safe_more(rng, cls, n, props):
+    """The added elementwise kernels (fusable: `Elementwise`) write correctly into an input."""
+    ins = [np.abs(f32(rng, 3, 4)) + 0.5 for _ in range(n)]
+    expected = run1(cls, ins, **props)
+    fn = KERNELS[cls](props)
+    for i in range(n):
+        arrays = [a.copy() for a in ins]
+        fn(*arrays, arrays[i])
+        close(arrays[i], expected, rtol=1e-6)
+
+
+def test_float8_casts_and_matmul():
+    import ml_dtypes
+
+    e4, e5 = np.dtype(ml_dtypes.float8_e4m3fnuz), np.dtype(ml_dtypes.float8_e5m2fnuz)
+    s0, s1, sm1 = np.int32(0), np.int32(1), np.int32(-1)
+    x = np.array([1.0, 0.3, -2.75, 240.0, 250.0, 1e-4, np.nan], np.float32)
+    y = run1(P.Pow2ScaleCastToFp8Op, [x, s0], [(x.shape, e4)])
+    # e4m3 (bias 8): 0.3 lies between 0.28125 and 0.3125 (spacing 1/32), nearer 0.3125;
+    # -2.75 is exact; 250 overflows (max 240) -> NaN; 1e-4 < half the smallest subnormal 2**-10
+    got = y.astype(np.float64)
+    np.testing.assert_array_equal(got[:4], [1.0, 0.3125, -2.75, 240.0])
+    assert np.isnan(got[4]) and got[5] == 0.0 and np.isnan(got[6])
+    assert y.view(np.uint8)[4] == 0x80  # the single NaN encoding
+    # scaled: 0.3 * 2 = 0.6 -> 0.625 (spacing 1/16 in [0.5, 1))
+    assert run1(P.Pow2ScaleCastToFp8Op, [x[1:2], s1], [((1,), e4)]).astype(np.float32)[0] == 0.625
+    # e5m2 (bias 16): 0.3 between 0.25 and 0.3125 (spacing 1/16) -> 0.3125; spacing 64 in
+    # [256, 512): 300 is 20 from 320, 44 from 256 -> 320; 288 is halfway: to even (256)
+    y5 = run1(P.Pow2ScaleCastToFp8Op, [np.float32([0.3, 300.0, 288.0]), s0], [((3,), e5)])
+    np.testing.assert_array_equal(y5.astype(np.float32), [0.3125, 320.0, 256.0])
+    back = run1(P.Pow2ScaleCastFromFp8Op, [y[:4], sm1], [((4,), np.float16)])
+    np.testing.assert_array_equal(back, np.float16([0.5, 0.15625, -1.375, 120.0]))
+    a = np.array([[1.0, 2.0], [0.5, -1.0]], np.float32).astype(e4)
+    b = np.array([[3.0, 0.25], [4.0, 8.0]], np.float32).astype(e5)
+    out = run1(P.MatmulPow2ScaledOp, [a, b, np.int32(2)])
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out, np.float16([[44.0, 65.0], [-10.0, -31.5]]))
+    with pytest.raises(Exception, match=r"log2_scale 40 .*out of range \[-32, 32\)"):
+        run1(P.Pow2ScaleCastToFp8Op, [x, np.int32(40)], [(x.shape, e4)])
+
+
+def _philox_words(seed, n, stream, counter=0):
+    """The documented generator, written out: Philox keyed [seed64, stream]."""
+    key = (int(seed[0]) << 32) | int(seed[1])
+    return np.random.Philox(key=[key, stream], counter=counter).random_raw(n)
+
+
+def test_random_kernels_follow_the_documented_generator():
+    seed = np.array([7, 123456789], np.uint32)
+    u = (_philox_words(seed, 12, 0) >> np.uint64(11)).astype(np.float64) / 2.0**53
+    out = run1(P.RandomUniformOp, [seed], [((3, 4), np.float64)], low=-2.0, high=6.0)
+    close(out, (-2.0 + 8.0 * u).reshape(3, 4), rtol=1e-15)
+    x = np.arange(1, 13, dtype=np.float64).reshape(3, 4)
+    d = run1(P.DropoutOp, [x, seed], ratio=0.25)
+    np.testing.assert_array_equal(d, np.where(u.reshape(3, 4) >= 0.25, x * (1 / 0.75), 0.0))
+    sd = run1(P.ShapedDropoutOp, [x, seed], shape=(3, 1), ratio=0.5)
+    np.testing.assert_array_equal(sd, np.where(u[:3].reshape(3, 1) >= 0.5, 2 * x, 0.0))
+    w = (_philox_words(seed, 6, 1) >> np.uint64(11)).astype(np.float64) / 2.0**53
+    r = np.sqrt(-2 * np.log(1 - w[0::2]))
+    t = 2 * np.pi * w[1::2]
+    z = np.stack([r * np.cos(t), r * np.sin(t)], 1).reshape(-1)[:5]
+    close(run1(P.RandomNormalOp, [seed], [((5,), np.float64)], mean=1.0, std=3.0), 1 + 3 * z, rtol=1e-14)
+    (word,) = _philox_words(seed, 1, 2, counter=3)
+    new = run1(P.ModifyRandomSeedOp, [seed, np.uint32(3)])
+    np.testing.assert_array_equal(new, [int(word) >> 32, int(word) & 0xFFFFFFFF])

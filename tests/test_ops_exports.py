@@ -62,6 +62,12 @@ OPS: R = {
     "logical_not": lambda e: ops.logical_not(e.cond),
     "clip": lambda e: ops.clip(e.y, -0.5, 0.5),
     "clamp": lambda e: ops.clamp(e.y, -0.5, 0.5),
+    "erf": lambda e: ops.erf(e.y),
+    "bitwise_not": lambda e: ops.bitwise_not(e.idx),
+    **{n: (lambda n: lambda e: getattr(ops, n)(e.idx, e.labels))(n) for n in (
+        "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_xnor",
+    )},
+    "logical_xor": lambda e: ops.logical_xor(e.cond, e.cond),
     # binary
     **{n: (lambda n: lambda e: getattr(ops, n)(e.x, e.y))(n) for n in (
         "add", "sub", "mul", "div", "fmod", "pow", "equal", "greater", "maximum",
@@ -120,6 +126,14 @@ OPS: R = {
     "random_uniform": lambda e: ops.random_uniform(e.seed, (2, 3)),
     "random_normal": lambda e: ops.random_normal(e.seed, (2, 3)),
     "split_random_seed": lambda e: ops.split_random_seed(e.seed),
+    "shaped_dropout": lambda e: ops.shaped_dropout(e.x, e.seed, (2, 1), 0.5),
+    # float8
+    "pow2scale_cast_to_fp8": lambda e: ops.pow2scale_cast_to_fp8(e.x, 1, popxl.float8_143),
+    "pow2scale_cast_from_fp8": lambda e: ops.pow2scale_cast_from_fp8(
+        ops.pow2scale_cast_to_fp8(e.x, 0, popxl.float8_152), -1, popxl.float16),
+    "matmul_pow2scaled": lambda e: ops.matmul_pow2scaled(
+        ops.pow2scale_cast_to_fp8(e.x, 0, popxl.float8_143),
+        ops.pow2scale_cast_to_fp8(e.w, 0, popxl.float8_152), popxl.constant(np.int32(2))),
     # misc
     "cast": lambda e: ops.cast(e.x, popxl.int32),
     "init": lambda e: ops.init((2, 2), popxl.float32),
@@ -145,10 +159,9 @@ OPS: R = {
 # Exported names that raise NotImplementedError unconditionally (upstream features xl has
 # no equivalent of yet); each is called with no arguments.
 STUBS = (
-    "groupedgather", "scatter_reduce", "matmul_pow2scaled",
+    "groupedgather", "scatter_reduce",
     "conv_pow2scaled", "conv_transpose_pow2scaled", "interpolate",
-    "roi_align", "histogram", "shaped_dropout", "pow2scale_cast_to_fp8",
-    "pow2scale_cast_from_fp8", "median", "remote_load", "remote_load_", "remote_store",
+    "roi_align", "histogram", "median", "remote_load", "remote_load_", "remote_store",
     "remote_code_load",
 )
 
@@ -188,12 +201,18 @@ COLLECTIVES: R = {
     "CommGroup": lambda e: _check(collectives.CommGroup(collectives.CommGroupType.Consecutive, 2).replicaGroupSize == 2),
     "CommGroupType": lambda e: _check(collectives.CommGroupType.All != collectives.CommGroupType.Orthogonal),
     "CollectiveOps": lambda e: _check(collectives.CollectiveOps[:2] == ("add", "mean")),
+    # replication factor 1: groups of one replica (tests/test_replica_*.py replicate)
+    "replicated_all_reduce": lambda e: collectives.replicated_all_reduce(e.x, "max"),
+    "replicated_all_reduce_": lambda e: collectives.replicated_all_reduce_(e.v, "add"),
+    "replicated_all_gather": lambda e: collectives.replicated_all_gather(e.x, axis=1),
+    "replicated_reduce_scatter": lambda e: collectives.replicated_reduce_scatter(e.x),
+    "replica_sharded_slice": lambda e: collectives.replica_sharded_slice(e.x),
+    "replicated_slice": lambda e: collectives.replicated_slice(e.x, 1),
+    "all_reduce": lambda e: collectives.all_reduce([e.x, e.y], [0, 1], "max"),
+    "all_reduce_identical_inputs": lambda e: collectives.all_reduce_identical_inputs([e.x, e.x], [0, 1]),
+    "all_reduce_identical_grad_inputs": lambda e: collectives.all_reduce_identical_grad_inputs([e.x, e.y], [0, 1]),
 }
-COLLECTIVE_STUBS = (
-    "all_reduce", "all_reduce_identical_grad_inputs", "all_reduce_identical_inputs",
-    "replica_sharded_slice", "replicated_all_gather", "replicated_all_reduce",
-    "replicated_all_reduce_", "replicated_reduce_scatter", "replicated_slice",
-)
+COLLECTIVE_STUBS: tuple[str, ...] = ()
 
 
 def _check(ok: bool) -> None:
@@ -242,6 +261,8 @@ ADDONS: R = {
     "InputStreams": lambda e: ops.host_load(addons.InputStreams(a=((2, 3), popxl.float32)).a),
     "OutputStreams": lambda e: ops.host_store(addons.OutputStreams(b=((2, 3), popxl.float32)).b, e.x),
     "cross_entropy": lambda e: addons.cross_entropy(e.x, e.labels),
+    "replicated_all_reduce_identical_inputs": lambda e: addons.ops.replicated_all_reduce_identical_inputs(e.x),
+    "replicated_all_reduce_identical_grad_inputs": lambda e: addons.ops.replicated_all_reduce_identical_grad_inputs(e.x, "mean"),
     "cross_entropy_with_grad": lambda e: addons.cross_entropy_with_grad(e.x, e.labels),
     "host_load": lambda e: addons.host_load(np.ones((2, 3)), popxl.float32, "in")[2],
     "host_store": lambda e: _check(isinstance(addons.host_store(e.x), popxl.DeviceToHostStream)),

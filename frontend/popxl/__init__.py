@@ -78,7 +78,7 @@ def _not_implemented(name: str):
 
 RemoteBuffer = _not_implemented("RemoteBuffer")
 remote_buffer = _not_implemented("remote_buffer")
-from popxl import ops, transforms, utils
+from popxl import fp8_utils, ops, transforms, utils
 
 __all__ = [
     # context
@@ -95,5 +95,5 @@ __all__ = [
     "Tensor", "Variable", "Constant", "TensorSpec", "TensorByRef", "variable", "constant",
     "graph_input", "graph_output", "remote_variable", "remote_replica_sharded_variable",
     "replica_sharded_variable", "replica_sharded_buffer",
-    "ops", "transforms", "utils",
+    "ops", "transforms", "utils", "fp8_utils",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from xdsl.ir import Attribute
 from xl.dialects.utils import element_type as _np_to_elem
@@ -33,6 +34,8 @@ __all__ = [
     "int16",
     "int32",
     "int64",
+    "np_dtype_float8_143",
+    "np_dtype_float8_152",
     "uint8",
     "uint16",
     "uint32",
@@ -99,7 +102,7 @@ class dtype:
     def as_torch(self) -> Any:
         import torch  # type: ignore[import-not-found]
 
-        return getattr(torch, self._name)
+        return getattr(torch, _TORCH_NAMES.get(self._name, self._name))
 
     @property
     def _element_type(self) -> Attribute:
@@ -179,14 +182,29 @@ uint64 = dtype("uint64", np.uint64, False, True, False, False)
 float16 = dtype("float16", np.float16, False, False, True, True)
 float32 = dtype("float32", np.float32, False, False, True, True)
 float64 = dtype("float64", np.float64, False, False, True, True)
+# Graphcore's float8 formats, emulated with ml_dtypes: float8_143 (1 sign, 4 exponent, 3
+# mantissa bits, exponent bias 8, max 240) is `ml_dtypes.float8_e4m3fnuz`; float8_152
+# (5 exponent bits, bias 16, max 57344) is `ml_dtypes.float8_e5m2fnuz`. Both have no
+# infinities and one NaN (0x80). Host arrays of these dtypes hold the same bytes as
+# upstream's `np.dtype([("float8_143", "u1")])` arrays (`arr.view(np.uint8)`).
+np_dtype_float8_143 = np.dtype(ml_dtypes.float8_e4m3fnuz)
+np_dtype_float8_152 = np.dtype(ml_dtypes.float8_e5m2fnuz)
+float8_143 = dtype("float8_143", np_dtype_float8_143, False, False, True, True)
+float8_152 = dtype("float8_152", np_dtype_float8_152, False, False, True, True)
 # Not supported by the NumPy runtime; present for API parity.
-float8_143 = dtype("float8_143", None, False, False, True, True)
-float8_152 = dtype("float8_152", None, False, False, True, True)
 complex64 = dtype("complex64", None, True, False, False, True)
 complex128 = dtype("complex128", None, True, False, False, True)
 half = float16
 float = float32
 double = float64
+
+_TORCH_NAMES = {"float8_143": "float8_e4m3fnuz", "float8_152": "float8_e5m2fnuz"}
+
+# Upstream PopXL's host representation of float8 data: a structured dtype of one uint8.
+_UPSTREAM_FLOAT8 = {
+    np.dtype([("float8_143", "u1")]): float8_143,
+    np.dtype([("float8_152", "u1")]): float8_152,
+}
 
 # float64 -> float32, int64 -> int32, uint64 -> uint32 (popxl.utils.to_numpy downcast rules)
 _DOWNCAST = {

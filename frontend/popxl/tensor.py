@@ -526,7 +526,11 @@ def variable(
     name = check_name(name, what)
     if retrieval_mode not in (None, "one_per_group", "all_replicas"):
         raise ValueError(f"{what}: invalid retrieval_mode {retrieval_mode!r}")
-    arr = _to_numpy(data, check_dtype(dtype, what) if dtype is not None else None, downcast, what)
+    from popxl.utils import host_data
+
+    arr = host_data(data, dtype, log2_scale, nan_on_overflow)  # float8 data, else None
+    if arr is None:
+        arr = _to_numpy(data, check_dtype(dtype, what) if dtype is not None else None, downcast, what)
     grouping_attr = None
     num_groups = 1
     if replica_grouping is not None:
@@ -581,7 +585,11 @@ def constant(
     what = "popxl.constant" + (f" {name!r}" if isinstance(name, str) else "")
     name = check_name(name, what)
     g = gcg()
-    arr = _to_numpy(data, check_dtype(dtype, what) if dtype is not None else None, downcast, what)
+    from popxl.utils import host_data
+
+    arr = host_data(data, dtype, log2_scale, nan_on_overflow)  # float8 data, else None
+    if arr is None:
+        arr = _to_numpy(data, check_dtype(dtype, what) if dtype is not None else None, downcast, what)
     op = ConstantOp(dense_attr(arr))
     g._insert(op)
     t = g._tensor(op.result, g._unique_name(name, scoped=True) if name is not None else None)

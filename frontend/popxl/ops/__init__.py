@@ -8,11 +8,22 @@ update their first argument and return it. Upstream ops that xl has no equivalen
 yet raise `NotImplementedError("popxl.ops.<name> is not implemented in xl yet")`.
 
 Submodules: `popxl.ops.var_updates` (in-place variable updates and optimizer
-updaters) and `popxl.ops.collectives` (replica collectives, not implemented yet).
+updaters) and `popxl.ops.collectives` (replica collectives).
 """
 
 from popxl.ops import collectives, var_updates
-from popxl.ops._nn import average_pool, max_pool
+from popxl.ops._nn import (
+    average_pool,
+    groupedgather,
+    histogram,
+    log_softmax,
+    max_pool,
+    median,
+    prod,
+    scatter,
+    scatter_reduce,
+    topk,
+)
 from popxl.ops.conv import PadType, conv, conv_transpose
 from popxl.ops._ops import (
     abs,
@@ -38,7 +49,13 @@ from popxl.ops._ops import (
     dynamic_slice,
     dynamic_update,
     dynamic_update_,
+    bitwise_and,
+    bitwise_not,
+    bitwise_or,
+    bitwise_xnor,
+    bitwise_xor,
     equal,
+    erf,
     exp,
     exp_,
     expand,
@@ -53,8 +70,6 @@ from popxl.ops._ops import (
     geluerf_,
     greater,
     group_norm,
-    groupedgather,
-    histogram,
     host_load,
     host_store,
     identity,
@@ -76,6 +91,7 @@ from popxl.ops._ops import (
     logical_and,
     logical_not,
     logical_or,
+    logical_xor,
     logsum,
     logsumexp,
     matmul,
@@ -83,7 +99,6 @@ from popxl.ops._ops import (
     max,
     maximum,
     mean,
-    median,
     min,
     mul,
     neg,
@@ -95,7 +110,6 @@ from popxl.ops._ops import (
     pow2scale_cast_from_fp8,
     pow2scale_cast_to_fp8,
     print_tensor,
-    prod,
     random_normal,
     random_uniform,
     relu,
@@ -110,8 +124,6 @@ from popxl.ops._ops import (
     roi_align,
     scaled_add,
     scaled_add_,
-    scatter,
-    scatter_reduce,
     shaped_dropout,
     sigmoid,
     sign,
@@ -131,7 +143,6 @@ from popxl.ops._ops import (
     swish_,
     tanh,
     tied_gather,
-    topk,
     transpose,
     transpose_,
     where,
@@ -152,10 +163,11 @@ __all__ = [
     "abs", "ceil", "floor", "cos", "sin", "tanh", "exp", "exp_", "log", "log2", "sqrt",
     "sign", "negate", "neg", "relu", "relu_", "gelu", "gelu_", "geluerf", "geluerf_",
     "swish", "swish_", "sigmoid", "isnan", "isinf", "isfinite", "logical_not", "clip",
-    "clamp",
+    "clamp", "erf", "bitwise_not",
     # binary
     "add", "add_", "sub", "mul", "div", "fmod", "pow", "equal", "greater", "logical_and",
-    "logical_or", "maximum", "where",
+    "logical_or", "logical_xor", "maximum", "where", "bitwise_and", "bitwise_or",
+    "bitwise_xor", "bitwise_xnor",
     # reductions
     "sum", "mean", "max", "min", "prod", "median", "sumsquare", "logsum", "logsumexp", "l1",
     "l2", "argmax", "argmin", "cumsum", "topk",
@@ -168,7 +180,7 @@ __all__ = [
     # linear algebra / nn
     "matmul", "matmul_pow2scaled", "conv", "conv_transpose", "PadType", "conv_pow2scaled",
     "conv_transpose_pow2scaled", "average_pool", "max_pool", "softmax", "layer_norm",
-    "group_norm", "batch_norm_inference", "interpolate", "roi_align", "histogram",
+    "group_norm", "batch_norm_inference", "interpolate", "roi_align", "histogram", "log_softmax",
     "lamb_square", "io_tile_copy",
     # loss
     "nll_loss", "nll_loss_with_softmax_grad",

@@ -45,7 +45,6 @@ from xl.dialects.popxl import (
     LogOp,
     MatmulOp,
     MaximumOp,
-    MinimumOp,
     MulOp,
     NegOp,
     NllLossOp,
@@ -74,7 +73,30 @@ from xl.dialects.popxl import (
     TransposeOp,
     WhereOp,
 )
-from xl.dialects.popxl import ReduceOp
+from xl.dialects.popxl import (
+    BitwiseAndOp,
+    BitwiseNotOp,
+    BitwiseOrOp,
+    BitwiseXnorOp,
+    BitwiseXorOp,
+    CeilOp,
+    ClipOp,
+    DropoutOp,
+    ErfOp,
+    FloorOp,
+    FmodOp,
+    GeluErfOp,
+    LogicalXorOp,
+    MatmulPow2ScaledOp,
+    ModifyRandomSeedOp,
+    Pow2ScaleCastFromFp8Op,
+    Pow2ScaleCastToFp8Op,
+    PrintTensorOp,
+    RandomNormalOp,
+    RandomUniformOp,
+    ReduceOp,
+    ShapedDropoutOp,
+)
 from xl.dialects.utils import tensor_type
 
 from popxl import dtypes
@@ -149,13 +171,12 @@ def div(lhs: Tensor, rhs: Tensor) -> Tensor:
     return emit1(DivOp, _pair(lhs, rhs))
 
 
-@unimplemented
 def fmod(lhs: Tensor, rhs: Tensor) -> Tensor:
-    """Elementwise remainder of `lhs / rhs` with the sign of `lhs` (C `fmod`).
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+    """Elementwise remainder of `lhs / rhs` with the sign of `lhs` (C `fmod`,
+    `lhs - trunc(lhs / rhs) * rhs`), NumPy broadcasting, operands of one dtype (float or
+    integer; a Python number becomes a constant of the other operand's dtype). A float
+    remainder by 0 is NaN, an integer one 0."""
+    return emit1(FmodOp, _pair(lhs, rhs))
 
 
 def pow(t: Tensor, e: Any) -> Tensor:
@@ -269,31 +290,63 @@ def logical_not(t: Tensor) -> Tensor:
     return emit1(LogicalNotOp, [t])
 
 
-@unimplemented
 def ceil(t: Tensor) -> Tensor:
-    """The smallest integer not less than each element (float).
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+    """The smallest integer not less than each element (float), NaN propagated. No
+    gradient flows through it (its derivative is zero almost everywhere)."""
+    return emit1(CeilOp, [t])
 
 
-@unimplemented
 def floor(t: Tensor) -> Tensor:
-    """The largest integer not greater than each element (float).
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+    """The largest integer not greater than each element (float), NaN propagated. No
+    gradient flows through it (its derivative is zero almost everywhere)."""
+    return emit1(FloorOp, [t])
 
 
-@unimplemented
 def geluerf(t: Tensor) -> Tensor:
-    """Exact GELU `0.5 * t * (1 + erf(t / sqrt(2)))`, elementwise (float).
+    """Exact GELU `0.5 * t * (1 + erf(t / sqrt(2)))`, elementwise (float)."""
+    return emit1(GeluErfOp, [t])
 
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+
+def erf(t: Tensor) -> Tensor:
+    """The error function `erf(t)`, elementwise (float). Not in upstream `popxl.ops`
+    (ONNX Erf); differentiable (`2 / sqrt(pi) * exp(-t**2)`)."""
+    return emit1(ErfOp, [t])
+
+
+def bitwise_not(t: Tensor) -> Tensor:
+    """`~t` of an integer tensor, elementwise. Not in upstream `popxl.ops` (PopART's
+    BitwiseNot)."""
+    return emit1(BitwiseNotOp, [t])
+
+
+def bitwise_and(lhs: Tensor, rhs: Any) -> Tensor:
+    """`lhs & rhs` of integer tensors, elementwise with broadcasting. Not in upstream
+    `popxl.ops` (PopART's BitwiseAnd)."""
+    return emit1(BitwiseAndOp, _pair(lhs, rhs))
+
+
+def bitwise_or(lhs: Tensor, rhs: Any) -> Tensor:
+    """`lhs | rhs` of integer tensors, elementwise with broadcasting. Not in upstream
+    `popxl.ops` (PopART's BitwiseOr)."""
+    return emit1(BitwiseOrOp, _pair(lhs, rhs))
+
+
+def bitwise_xor(lhs: Tensor, rhs: Any) -> Tensor:
+    """`lhs ^ rhs` of integer tensors, elementwise with broadcasting. Not in upstream
+    `popxl.ops` (PopART's BitwiseXor)."""
+    return emit1(BitwiseXorOp, _pair(lhs, rhs))
+
+
+def bitwise_xnor(lhs: Tensor, rhs: Any) -> Tensor:
+    """`~(lhs ^ rhs)` of integer tensors, elementwise with broadcasting. Not in upstream
+    `popxl.ops` (PopART's BitwiseXnor)."""
+    return emit1(BitwiseXnorOp, _pair(lhs, rhs))
+
+
+def logical_xor(lhs: Tensor, rhs: Any) -> Tensor:
+    """`lhs != rhs` of bool tensors, elementwise with broadcasting. Not in upstream
+    `popxl.ops` (ONNX Xor)."""
+    return emit1(LogicalXorOp, _pair(lhs, rhs))
 
 
 def swish(t: Tensor) -> Tensor:
@@ -342,10 +395,7 @@ def gelu_(t: Tensor) -> Tensor:
 
 
 def geluerf_(t: Tensor) -> Tensor:
-    """`t = geluerf(t)` in place; returns `t`.
-
-    Not implemented in xl yet (as `geluerf`): raises `NotImplementedError`.
-    """
+    """`t = geluerf(t)` in place (exact GELU); returns `t`."""
     return _assign_(t, geluerf(t))
 
 
@@ -355,13 +405,13 @@ def swish_(t: Tensor) -> Tensor:
 
 
 def clip(t: Tensor, min: float = float("-inf"), max: float = float("inf")) -> Tensor:
-    """`t` with each element clamped to `[min, max]` (numbers; infinite bounds are no bound)."""
-    out = t
-    if max != float("inf"):
-        out = emit1(MinimumOp, _pair(out, constant(max, t.dtype)))
-    if min != float("-inf"):
-        out = maximum(out, constant(min, t.dtype))
-    return out
+    """`t` with each element clamped to `[min, max]` (numbers; an infinite bound is no
+    bound), NaN propagated. The gradient passes where `min <= t <= max`. Integer tensors
+    clamp to `[ceil(min), floor(max)]`. ValueError when `min > max`."""
+    lo, hi = as_float(min, "min"), as_float(max, "max")
+    return emit1(
+        ClipOp, [t], min=None if lo == float("-inf") else lo, max=None if hi == float("inf") else hi
+    )
 
 
 def clamp(t: Tensor, min: float = float("-inf"), max: float = float("inf")) -> Tensor:
@@ -392,7 +442,6 @@ def _reduce(cls: type[ReduceOp], t: Tensor, axis: Any, keepdims: bool) -> Tensor
     return emit1(cls, [t], axis=axes_tuple(axis, t.rank), keepdims=bool(keepdims) or None)
 
 
-
 def sum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Sum of the elements over `axis` (an int, a sequence of ints, or None for all axes).
 
@@ -414,24 +463,6 @@ def max(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = Fal
 def min(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Minimum over `axis` (all axes when None); dims as in `sum`."""
     return _reduce(ReduceMinOp, t, axis, keepdims)
-
-
-@unimplemented
-def prod(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    """Product over `axis` (all axes when None); dims as in `sum`.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
-
-
-@unimplemented
-def median(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    """Median over `axis` (all axes when None); dims as in `sum`.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
 
 
 def sumsquare(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
@@ -479,19 +510,6 @@ def cumsum(t: Tensor, dim: int = 0) -> Tensor:
     """Cumulative sum along `dim` (same shape and dtype as `t`): element `i` is the sum
     of the elements `0..i` along `dim`."""
     return emit1(CumsumOp, [t], dim=as_int(dim, "dim"))
-
-
-@unimplemented
-def topk(
-    t: Tensor, k: int, axis: int, largest: bool = True, sorted: bool = True,
-    available_memory_proportion: float | None = None,
-) -> tuple[Tensor, Tensor]:
-    """`(values, indices)` of the `k` largest (or smallest, `largest=False`) elements along
-    `axis`; indices are int32.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
 
 
 # ---------------------------------------------------------------------------------------
@@ -781,44 +799,6 @@ def tied_gather(
     return gather(t, indices, axis, available_memory_proportion, zero_OOR)
 
 
-@unimplemented
-def groupedgather(
-    t: Tensor, indices: Tensor, axis: int = 0, group_size: int = 1,
-    available_memory_proportion: float | None = None, zero_OOR: bool = False,
-) -> Tensor:
-    """`gather` applied per group of `group_size` along the leading (group) dim.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
-
-
-@unimplemented
-def scatter(
-    t: Tensor, indices: Tensor, values: Tensor, axis: int = 0,
-    available_memory_proportion: float | None = None,
-) -> Tensor:
-    """A copy of `t` with `values` written at `indices` along `axis` (ONNX ScatterElements).
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
-
-
-@unimplemented
-def scatter_reduce(
-    data: Tensor, indices: Tensor, reduction: str, initial_values: Tensor | None = None,
-    axis: int = 0, axis_size: int | None = None, enable_index_broadcast: bool = True,
-    available_memory_proportion: float | None = None,
-) -> Tensor:
-    """Reduce (`'sum'`, `'min'`, `'max'`, `'none'`) the slices of `data` with equal
-    `indices` along `axis` into a tensor of size `axis_size` there.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
-
-
 def onehot(t: Tensor, num_classes: Any, values: Any, axis: int = -1) -> Tensor:
     """One-hot encoding of the integer tensor `t`: a new dim of size `num_classes` at `axis`,
     holding `values[1]` at the class of each element and `values[0]` elsewhere.
@@ -977,15 +957,20 @@ def io_tile_copy(t: Tensor) -> Tensor:
         return identity(t)
 
 
-@unimplemented
 def matmul_pow2scaled(
     lhs: Tensor, rhs: Tensor, log2_scale: Tensor, available_memory_proportion: float | None = None
 ) -> Tensor:
-    """`matmul` of float8 operands scaled by `2 ** log2_scale`.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+    """`matmul(lhs, rhs) * 2 ** log2_scale` of float8 operands (`popxl.float8_143` or
+    `float8_152`, NumPy matmul shapes), computed exactly from the float8 values and
+    returned as float16, as upstream. `log2_scale`: a scalar int32 tensor in [-32, 32)
+    (checked when the op runs). TypeError for other operand or scale dtypes, ValueError
+    for a non-scalar scale."""
+    if lhs.dtype not in (dtypes.float8_143, dtypes.float8_152) or rhs.dtype not in (
+        dtypes.float8_143, dtypes.float8_152
+    ):
+        raise TypeError("Scaled matmul operands must be of dtype popxl.float8_143 or popxl.float8_152")
+    log2_scale = _log2_scale(log2_scale)
+    return emit1(MatmulPow2ScaledOp, [lhs, rhs, log2_scale])
 
 
 @unimplemented
@@ -1031,43 +1016,54 @@ def roi_align(
     ...
 
 
-@unimplemented
-def histogram(t: Tensor, levels: list[float], absolute_of_input: bool) -> Tensor:
-    """Counts of the elements of `t` (or `|t|`) between consecutive `levels` (uint32).
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
-
-
-@unimplemented
-def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: tuple[int, ...], ratio: float) -> Tensor:
-    """`dropout` whose mask of `shape` is broadcast over `t`.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: Iterable[int], ratio: float) -> Tensor:
+    """`dropout` with a mask of `shape` broadcast over `t` (NumPy rules), so that whole
+    slices are dropped together: each mask element is 0 with probability `ratio`, the kept
+    elements are scaled by `1 / (1 - ratio)`. `seed_tensor`: uint32, shape (2,).
+    ValueError when `shape` does not broadcast to `t.shape` or `ratio` is not in [0, 1)."""
+    _check_seed(seed_tensor, "seed_tensor")
+    return emit1(
+        ShapedDropoutOp, [t, seed_tensor], shape=as_shape(shape), ratio=as_float(ratio, "ratio")
+    )
 
 
-@unimplemented
-def pow2scale_cast_to_fp8(
-    data: Tensor, data_type: dtype = dtypes.float8_143, log2_scale: Tensor | None = None,
-    nan_on_overflow: bool = True,
-) -> Tensor:
-    """`data * 2 ** log2_scale` cast to a float8 dtype.
+def _log2_scale(log2_scale: Any) -> Tensor:
+    """The `log2_scale` argument of the float8 ops: a scalar int32 Tensor (an int becomes
+    one); ValueError / TypeError otherwise, as upstream."""
+    if not isinstance(log2_scale, Tensor):
+        if isinstance(log2_scale, bool) or not isinstance(log2_scale, int | np.integer):
+            raise TypeError(f"{current_op()}: log2_scale must be a Tensor or an int, got {describe(log2_scale)}")
+        return constant(np.int32(log2_scale), dtypes.int32)
+    if log2_scale.rank > 0:
+        raise ValueError("Log2 scale argument must be a scalar tensor")
+    if log2_scale.dtype != dtypes.int32:
+        raise TypeError("Log2 scale tensor must be of type popxl.int32")
+    return log2_scale
 
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+
+def pow2scale_cast_to_fp8(t: Tensor, log2_scale: Tensor, data_type: dtype) -> Tensor:
+    """`cast(t * 2 ** log2_scale, data_type)`: a float tensor to `popxl.float8_143` or
+    `popxl.float8_152` (round to nearest even; values beyond the format's range become
+    NaN). `log2_scale`: a scalar int32 tensor in [-32, 32) (checked when the op runs).
+    TypeError when `data_type` is not a float8 dtype."""
+    if data_type not in (dtypes.float8_143, dtypes.float8_152):
+        raise TypeError(f"Data type {data_type} not supported for pow2scale_cast_to_fp8")
+    log2_scale = _log2_scale(log2_scale)
+    return emit1(
+        Pow2ScaleCastToFp8Op, [t, log2_scale], tensor_type(t.shape, data_type.as_numpy())
+    )
 
 
-@unimplemented
-def pow2scale_cast_from_fp8(t: Tensor, data_type: dtype, log2_scale: Tensor | None = None) -> Tensor:
-    """A float8 tensor cast to `data_type` and scaled by `2 ** log2_scale`.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor, data_type: dtype) -> Tensor:
+    """`cast(t, data_type) * 2 ** log2_scale`: a float8 tensor to `popxl.float16` or
+    `popxl.float32` (TypeError for other dtypes). `log2_scale`: a scalar int32 tensor in
+    [-32, 32) (checked when the op runs)."""
+    if data_type not in (dtypes.float16, dtypes.float32):
+        raise TypeError(f"Data type {data_type} not supported for pow2scale_cast_from_fp8")
+    log2_scale = _log2_scale(log2_scale)
+    return emit1(
+        Pow2ScaleCastFromFp8Op, [t, log2_scale], tensor_type(t.shape, data_type.as_numpy())
+    )
 
 
 @unimplemented
@@ -1160,47 +1156,72 @@ def _check_reduction(reduction: str) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-@unimplemented
+def _check_seed(seed: Any, arg: str) -> None:
+    if not isinstance(seed, Tensor):
+        raise TypeError(f"{current_op()}: {arg} must be a Tensor, got {describe(seed)}")
+    if seed.shape != (2,) or seed.dtype != dtypes.uint32:
+        raise ValueError(
+            f"{current_op()}: {arg} must be shape=(2,) dtype=uint32. Provided {seed}"
+        )
+
+
 def dropout(t: Tensor, seed_tensor: Tensor, p: float) -> Tensor:
     """`t` with each element zeroed with probability `p` and the others scaled by
-    `1 / (1 - p)`; `seed_tensor` is a uint32 tensor of shape (2,).
+    `1 / (1 - p)`; `seed_tensor` is a uint32 tensor of shape (2,) (`popxl.create_seeds`,
+    `ops.split_random_seed`). The mask depends only on the seed's value and `t.shape` (the
+    same seed gives the same mask in any program, plan or replica); the gradient is
+    `dy * mask / (1 - p)`, recomputed from the seed. ValueError unless `0 <= p < 1`."""
+    _check_seed(seed_tensor, "seed_tensor")
+    return emit1(DropoutOp, [t, seed_tensor], ratio=as_float(p, "p"))
 
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
 
-
-@unimplemented
 def random_uniform(
     seed_tensor: Tensor, shape: Iterable[int], low: float = 0.0, high: float = 1.0,
     dtype: dtype = dtypes.float32,
 ) -> Tensor:
-    """A tensor of `shape` and `dtype` drawn uniformly from `[low, high)`.
+    """A tensor of `shape` and float `dtype` drawn uniformly from `[low, high)`, from the
+    uint32 `seed_tensor` of shape (2,): the values depend only on the seed's value, `shape`,
+    `dtype`, `low` and `high` (a counter-based generator, NumPy's Philox keyed by the
+    seed). ValueError unless `low <= high`."""
+    _check_seed(seed_tensor, "seed_tensor")
+    dt = as_dtype(dtype)
+    return emit1(
+        RandomUniformOp, [seed_tensor], tensor_type(as_shape(shape), dt.as_numpy()),
+        low=as_float(low, "low"), high=as_float(high, "high"),
+    )
 
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
 
-
-@unimplemented
 def random_normal(
     seed_tensor: Tensor, shape: Iterable[int], mean: float = 0.0, std: float = 1.0,
     dtype: dtype = dtypes.float32,
 ) -> Tensor:
-    """A tensor of `shape` and `dtype` drawn from a normal distribution `N(mean, std**2)`.
+    """A tensor of `shape` and float `dtype` drawn from the normal distribution
+    `N(mean, std**2)`, from the uint32 `seed_tensor` of shape (2,): the values depend only
+    on the seed's value and the arguments (Box-Muller on a Philox stream keyed by the
+    seed). ValueError when `std < 0`."""
+    _check_seed(seed_tensor, "seed_tensor")
+    dt = as_dtype(dtype)
+    return emit1(
+        RandomNormalOp, [seed_tensor], tensor_type(as_shape(shape), dt.as_numpy()),
+        mean=as_float(mean, "mean"), std=as_float(std, "std"),
+    )
 
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
 
-
-@unimplemented
 def split_random_seed(seed: Tensor, n: int = 2) -> tuple[Tensor, ...]:
-    """`n` new seeds (uint32, shape (2,)) derived from `seed`.
+    """`n` new seeds (uint32, shape (2,)) derived from `seed`, independent of each other
+    and of `seed`'s own stream: new seed `i` is `modify_random_seed(seed, i)`. Chain it to
+    give every random op of a program its own seed:
 
-    Not implemented in xl yet: raises `NotImplementedError`.
+        seed, s1 = ops.split_random_seed(seed)
+        y = ops.dropout(x, s1, 0.1)
     """
-    ...
+    _check_seed(seed, "seed")
+    n = as_int(n, "n")
+    if n < 1:
+        raise ValueError(f"ops.split_random_seed: n must be >= 1, got {n}")
+    return tuple(
+        emit1(ModifyRandomSeedOp, [seed, constant(np.uint32(i), dtypes.uint32)]) for i in range(n)
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -1209,8 +1230,15 @@ def split_random_seed(seed: Tensor, n: int = 2) -> tuple[Tensor, ...]:
 
 
 def cast(t: Tensor, data_type: dtype) -> Tensor:
-    """`t` with its elements converted to `data_type` (NumPy `astype` semantics)."""
+    """`t` with its elements converted to `data_type` (NumPy `astype` semantics).
+
+    TypeError for the float8 dtypes (use `pow2scale_cast_to_fp8` / `_from_fp8`), as upstream."""
     dt = _dtype_of(data_type)
+    if dt in (dtypes.float8_143, dtypes.float8_152) or t.dtype in (dtypes.float8_143, dtypes.float8_152):
+        raise TypeError(
+            f"Data type {dt if dt in (dtypes.float8_143, dtypes.float8_152) else t.dtype} not "
+            "supported for ops.cast, please consider pow2scale_cast_to_fp8 or pow2scale_cast_from_fp8"
+        )
     return emit1(CastOp, [t], tensor_type(t.shape, dt.as_numpy()))
 
 
@@ -1237,11 +1265,43 @@ def detach_(t: Tensor) -> Tensor:
 
 def print_tensor(
     t: Tensor, title: str | None = None, print_self: bool = True, print_gradient: bool = False,
-    **kwargs: Any,
+    summarise_threshold: int = 1000, edge_items: int = 3, max_line_width: int = 75,
+    digits: int = 8, float_format: str = "auto", separator: str = " ",
+    open_bracket: str = "[", close_bracket: str = "]",
 ) -> Tensor:
-    """Upstream prints `t` at run time and returns it. xl prints nothing: it returns a copy
-    of `t` (`identity`), so programs that use it run unchanged."""
-    return identity(t)
+    """Print `t` each time the op runs, as `<title>: <values>` on standard error (where
+    Poplar prints), and return a copy of it; the op is kept even when the result is unused.
+
+    `title` defaults to `print_<t.name>`. With `print_gradient`, autodiff prints the
+    gradient of `t` too, titled `<title>_gradient` (consume the result for it to have one);
+    `print_self=False` prints only the gradient. Large tensors are summarised
+    (`summarise_threshold` elements, 0: never; `edge_items` at each end), lines wrapped at
+    `max_line_width` (0: never), floats shown with `digits` digits in `float_format`
+    ('auto', 'fixed', 'scientific' or 'none'); `separator`, `open_bracket` and
+    `close_bracket` are single characters (ValueError otherwise; KeyError for an unknown
+    `float_format`, as upstream).
+    """
+    for name, char in (("separator", separator), ("open_bracket", open_bracket), ("close_bracket", close_bracket)):
+        if not isinstance(char, str) or len(char) != 1:
+            raise ValueError(
+                f"Parameter {name} must be 1 character exactly. Not length "
+                f"{len(char) if isinstance(char, str) else describe(char)} and value {char!r}."
+            )
+    if float_format not in PrintTensorOp.FLOAT_FORMATS:
+        raise KeyError(float_format)
+    if title is None:
+        title = f"print_{t.name}"
+    if not isinstance(title, str):
+        raise TypeError(f"ops.print_tensor: title must be a str, got {describe(title)}")
+    return emit1(
+        PrintTensorOp, [t], title=title,
+        print_self=None if print_self else False, print_gradient=True if print_gradient else None,
+        summarise_threshold=as_int(summarise_threshold, "summarise_threshold"),
+        edge_items=as_int(edge_items, "edge_items"),
+        max_line_width=as_int(max_line_width, "max_line_width"),
+        digits=as_int(digits, "digits"), float_format=float_format, separator=separator,
+        open_bracket=open_bracket, close_bracket=close_bracket,
+    )
 
 
 def init(

@@ -1,10 +1,11 @@
 """`popxl.ops.collectives`: collectives between replicas (and between IPUs of one replica).
 
-xl simulates replicas one after another, so they cannot exchange data yet and none of
-these is implemented: each raises
-`NotImplementedError("popxl.ops.collectives.<name> is not implemented in xl yet")`.
 The signatures and semantics are upstream PopXL's. `op` is one of `CollectiveOps`;
-`group` is a `popxl.ReplicaGrouping` (default: all replicas).
+`group` is a `popxl.ReplicaGrouping` (default: all replicas; a legacy `CommGroup` is
+accepted too). The replica collectives are ops of the `replica` dialect
+(`replica.all_reduce`, `replica.all_gather`, ...) with their gradient rules; `all_reduce`
+and its `identical_*` variants reduce across the IPUs of one replica with `ipu.copy` and
+elementwise ops.
 """
 
 from popxl.ops import _collectives

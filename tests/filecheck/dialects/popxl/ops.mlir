@@ -237,3 +237,83 @@ func.func @optim(%m: tensor<4xf16>, %v: tensor<4xf32>, %w: tensor<4xf32>, %step:
 // CHECK-GENERIC:      %u = "popxl.adam_updater"(%m, %v, %w, %step) <{beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, weight_decay = 1.000000e-02 : f64, epsilon = 1.000000e-05 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 0>}> : (tensor<4xf16>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
 // CHECK-GENERIC-NEXT: %u2 = "popxl.adam_updater"(%m, %v) <{operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0>}> : (tensor<4xf16>, tensor<4xf32>) -> tensor<4xf32>
 // CHECK-GENERIC-NEXT: %u3 = "popxl.adam_updater"(%m, %v, %step, %b) <{beta1 = 9.000000e-01 : f64, operandSegmentSizes = array<i32: 1, 1, 0, 1, 0, 0, 1, 0>}> : (tensor<4xf16>, tensor<4xf32>, tensor<f32>, tensor<f32>) -> tensor<4xf32>
+
+// -----
+
+// More elementwise ops (ceil, floor, erf, geluerf, fmod, bitwise, logical_xor, clip), print_tensor.
+func.func @elementwise_more(%a: tensor<2x3xf32>, %b: tensor<3xf32>, %i: tensor<4xi32>, %j: tensor<4xi32>, %p: tensor<4xi1>, %q: tensor<4xi1>) {
+  %ceil = popxl.ceil %a : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %floor = popxl.floor %a : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %erf = popxl.erf %a : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %ge = popxl.geluerf %a : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %geg = popxl.geluerf_grad %a, %a : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %fmod = popxl.fmod %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  %imod = popxl.fmod %i, %j : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+  %bnot = popxl.bitwise_not %i : (tensor<4xi32>) -> tensor<4xi32>
+  %band = popxl.bitwise_and %i, %j : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+  %bor = popxl.bitwise_or %i, %j : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+  %bxor = popxl.bitwise_xor %i, %j : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+  %bxnor = popxl.bitwise_xnor %i, %j : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+  %lxor = popxl.logical_xor %p, %q : (tensor<4xi1>, tensor<4xi1>) -> tensor<4xi1>
+  %clip = popxl.clip %a {min = -1.0 : f64, max = 2.5 : f64} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %clipi = popxl.clip %i {min = 0.0 : f64} : (tensor<4xi32>) -> tensor<4xi32>
+  %pt = popxl.print_tensor %a {title = "a", print_gradient = true, digits = 4 : i64, separator = ","} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @elementwise_more(%a: tensor<2x3xf32>, %b: tensor<3xf32>, %i: tensor<4xi32>, %j: tensor<4xi32>, %p: tensor<4xi1>, %q: tensor<4xi1>) {
+// CHECK-NEXT:    %ceil = popxl.ceil %a : (tensor<2x3xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    %floor = popxl.floor %a : (tensor<2x3xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    %erf = popxl.erf %a : (tensor<2x3xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    %ge = popxl.geluerf %a : (tensor<2x3xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    %geg = popxl.geluerf_grad %a, %a : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    %fmod = popxl.fmod %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    %imod = popxl.fmod %i, %j : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+// CHECK-NEXT:    %bnot = popxl.bitwise_not %i : (tensor<4xi32>) -> tensor<4xi32>
+// CHECK-NEXT:    %band = popxl.bitwise_and %i, %j : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+// CHECK-NEXT:    %bor = popxl.bitwise_or %i, %j : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+// CHECK-NEXT:    %bxor = popxl.bitwise_xor %i, %j : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+// CHECK-NEXT:    %bxnor = popxl.bitwise_xnor %i, %j : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+// CHECK-NEXT:    %lxor = popxl.logical_xor %p, %q : (tensor<4xi1>, tensor<4xi1>) -> tensor<4xi1>
+// CHECK-NEXT:    %clip = popxl.clip %a {min = -1.000000e+00 : f64, max = 2.500000e+00 : f64} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    %clipi = popxl.clip %i {min = 0.000000e+00 : f64} : (tensor<4xi32>) -> tensor<4xi32>
+// CHECK-NEXT:    %pt = popxl.print_tensor %a {title = "a", print_gradient = true, digits = 4 : i64, separator = ","} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    func.return
+
+// -----
+
+// float8 (f8E4M3FNUZ = popxl.float8_143, f8E5M2FNUZ = popxl.float8_152): scaled casts and matmul.
+func.func @float8(%x: tensor<2x4xf32>, %s: tensor<i32>, %w: tensor<4x3xf8E5M2FNUZ>) {
+  %x8 = popxl.pow2scale_cast_to_fp8 %x, %s : (tensor<2x4xf32>, tensor<i32>) -> tensor<2x4xf8E4M3FNUZ>
+  %y = popxl.matmul_pow2scaled %x8, %w, %s : (tensor<2x4xf8E4M3FNUZ>, tensor<4x3xf8E5M2FNUZ>, tensor<i32>) -> tensor<2x3xf16>
+  %z = popxl.pow2scale_cast_from_fp8 %w, %s : (tensor<4x3xf8E5M2FNUZ>, tensor<i32>) -> tensor<4x3xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @float8(%x: tensor<2x4xf32>, %s: tensor<i32>, %w: tensor<4x3xf8E5M2FNUZ>) {
+// CHECK-NEXT:    %x8 = popxl.pow2scale_cast_to_fp8 %x, %s : (tensor<2x4xf32>, tensor<i32>) -> tensor<2x4xf8E4M3FNUZ>
+// CHECK-NEXT:    %y = popxl.matmul_pow2scaled %x8, %w, %s : (tensor<2x4xf8E4M3FNUZ>, tensor<4x3xf8E5M2FNUZ>, tensor<i32>) -> tensor<2x3xf16>
+// CHECK-NEXT:    %z = popxl.pow2scale_cast_from_fp8 %w, %s : (tensor<4x3xf8E5M2FNUZ>, tensor<i32>) -> tensor<4x3xf32>
+// CHECK-NEXT:    func.return
+
+// -----
+
+// Random numbers: seeds are tensor<2xui32>.
+func.func @random(%seed: tensor<2xui32>, %m: tensor<ui32>, %x: tensor<4x8xf32>) {
+  %s1 = popxl.modify_random_seed %seed, %m : (tensor<2xui32>, tensor<ui32>) -> tensor<2xui32>
+  %u = popxl.random_uniform %s1 {low = -1.0 : f64, high = 1.0 : f64} : (tensor<2xui32>) -> tensor<3x4xf32>
+  %u0 = popxl.random_uniform %seed : (tensor<2xui32>) -> tensor<5xf16>
+  %n = popxl.random_normal %seed {mean = 0.5 : f64, std = 2.0 : f64} : (tensor<2xui32>) -> tensor<8xf32>
+  %d = popxl.dropout %x, %seed {ratio = 0.1 : f64} : (tensor<4x8xf32>, tensor<2xui32>) -> tensor<4x8xf32>
+  %sd = popxl.shaped_dropout %x, %seed {shape = array<i64: 4, 1>, ratio = 0.5 : f64} : (tensor<4x8xf32>, tensor<2xui32>) -> tensor<4x8xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @random(%seed: tensor<2xui32>, %m: tensor<ui32>, %x: tensor<4x8xf32>) {
+// CHECK-NEXT:    %s1 = popxl.modify_random_seed %seed, %m : (tensor<2xui32>, tensor<ui32>) -> tensor<2xui32>
+// CHECK-NEXT:    %u = popxl.random_uniform %s1 {low = -1.000000e+00 : f64, high = 1.000000e+00 : f64} : (tensor<2xui32>) -> tensor<3x4xf32>
+// CHECK-NEXT:    %u0 = popxl.random_uniform %seed : (tensor<2xui32>) -> tensor<5xf16>
+// CHECK-NEXT:    %n = popxl.random_normal %seed {mean = 5.000000e-01 : f64, std = 2.000000e+00 : f64} : (tensor<2xui32>) -> tensor<8xf32>
+// CHECK-NEXT:    %d = popxl.dropout %x, %seed {ratio = 1.000000e-01 : f64} : (tensor<4x8xf32>, tensor<2xui32>) -> tensor<4x8xf32>
+// CHECK-NEXT:    %sd = popxl.shaped_dropout %x, %seed {shape = array<i64: 4, 1>, ratio = 5.000000e-01 : f64} : (tensor<4x8xf32>, tensor<2xui32>) -> tensor<4x8xf32>
+// CHECK-NEXT:    func.return

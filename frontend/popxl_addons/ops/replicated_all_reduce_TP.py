@@ -1,0 +1,44 @@
+"""All-reduces for tensor parallelism whose forward or backward pass is an identity
+(popxl.addons' `replicated_all_reduce_TP`), as ops of the `replica` dialect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xl.dialects.replica import AllReduceIdenticalGradInputsOp, AllReduceIdenticalInputsOp
+
+import popxl
+from popxl import bridge
+from popxl.ops.collectives import CollectiveOps
+
+__all__ = ["replicated_all_reduce_identical_grad_inputs", "replicated_all_reduce_identical_inputs"]
+
+
+def _emit(cls: Any, what: str, t: popxl.Tensor, op: str, group: Any) -> popxl.Tensor:
+    if not isinstance(t, popxl.Tensor):
+        raise TypeError(f"{what}: t must be a popxl Tensor, got {type(t).__name__}")
+    if op not in CollectiveOps:
+        raise ValueError(f"{what}: not a valid op: {op!r}. Must choose from: {', '.join(CollectiveOps)}")
+    ir = t.ir
+    group = ir.replica_grouping() if group is None else group
+    if not isinstance(group, popxl.ReplicaGrouping):
+        raise TypeError(f"{what}: group must be a popxl.ReplicaGrouping, got {type(group).__name__}")
+    group._check_ir(ir, what)
+    try:
+        new = cls.make([bridge.value_of(t)], grouping=group._to_attr(), op=op)
+    except bridge.VerifyException as e:
+        raise ValueError(f"{what}: {e}") from None
+    (out,) = bridge.append_op(new)
+    return out
+
+
+def replicated_all_reduce_identical_inputs(t: popxl.Tensor, op: str = "add", group: Any = None) -> popxl.Tensor:
+    """An all-reduce over the replicas of `group` whose inputs are identical: the value is
+    `t` (an identity); the gradient is the `replicated_all_reduce` (`op`) of the gradients."""
+    return _emit(AllReduceIdenticalInputsOp, "addons.ops.replicated_all_reduce_identical_inputs", t, op, group)
+
+
+def replicated_all_reduce_identical_grad_inputs(t: popxl.Tensor, op: str = "add", group: Any = None) -> popxl.Tensor:
+    """An all-reduce over the replicas of `group` whose gradients are identical: the value
+    is the `replicated_all_reduce` (`op`) of `t`; the gradient is the incoming gradient."""
+    return _emit(AllReduceIdenticalGradInputsOp, "addons.ops.replicated_all_reduce_identical_grad_inputs", t, op, group)
