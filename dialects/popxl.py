@@ -2832,118 +2832,6 @@ NN_OPS: list[type[IRDLOperation]] = [
 
 
 # -- random numbers and dropout -------------------------------------------------------------
-# (op classes above this list; each new class appended to it)
-RANDOM_OPS: list[type[IRDLOperation]] = [
-    ModifyRandomSeedOp,
-    RandomUniformOp,
-    RandomNormalOp,
-    DropoutOp,
-    ShapedDropoutOp,
-]
-
-
-OPS: list[type[IRDLOperation]] = [
-    AddOp,
-    SubOp,
-    MulOp,
-    DivOp,
-    PowOp,
-    MaximumOp,
-    MinimumOp,
-    EqualOp,
-    GreaterOp,
-    LogicalAndOp,
-    LogicalOrOp,
-    NegOp,
-    AbsOp,
-    SignOp,
-    ReluOp,
-    GeluOp,
-    TanhOp,
-    SigmoidOp,
-    SwishOp,
-    ExpOp,
-    LogOp,
-    SqrtOp,
-    CosOp,
-    SinOp,
-    LogicalNotOp,
-    IdentityOp,
-    DetachOp,
-    CastOp,
-    MatmulOp,
-    SoftmaxOp,
-    CumsumOp,
-    ReshapeOp,
-    TransposeOp,
-    ReduceSumOp,
-    ReduceMeanOp,
-    ReduceMaxOp,
-    ReduceMinOp,
-    ScaledAddOp,
-    ScaledAddInplaceOp,
-    # shape / index
-    ConcatOp,
-    SliceOp,
-    GatherOp,
-    WhereOp,
-    OnehotOp,
-    SqueezeOp,
-    ExpandOp,
-    ReduceToShapeOp,
-    InitOp,
-    ArgmaxOp,
-    ArgminOp,
-    # losses
-    NllLossOp,
-    NllLossWithSoftmaxGradOp,
-    # gradient helpers
-    GeluGradOp,
-    ReluGradOp,
-    SoftmaxGradOp,
-    NllLossGradOp,
-    GatherGradOp,
-    SliceGradOp,
-    ReduceMaxGradOp,
-    # in-place updates
-    AccumulateOp,
-    AccumulateSquareOp,
-    AccumulateMeanOp,
-    AccumulateMovingAverageOp,
-    AccumulateMovingAverageSquareOp,
-    AccumulatorScaleOp,
-    AccumulatorZeroOp,
-    SparseAccumulateOp,
-    CopyVarUpdateOp,
-    IncrementModOp,
-    IncrementModInplaceOp,
-    DynamicSliceOp,
-    DynamicUpdateOp,
-    DynamicUpdateInplaceOp,
-    # optimiser maths
-    AdamUpdaterOp,
-    LambUpdaterOp,
-    AdamaxUpdaterOp,
-    AdamVarUpdateOp,
-] + NN_OPS + RANDOM_OPS
-
-Popxl = Dialect("popxl", OPS, [])
-
-
-# -- compatibility: `WRITES` (issue 10, phase 2 removes it) ---------------------------------
-# runtime/kernels.py, passes/lower_to_rt.py and tests read `op.WRITES` / `OpClass.WRITES`.
-# The in-place trait (`InPlaceInterface`) is the declaration; `WRITES` is derived from it
-# here: a tuple for `WritesOperands`, a per-instance property for the other interfaces.
-# Declared a ClassVar so that op classes defined elsewhere (plugins) can derive from PopxlOp.
-PopxlOp.__annotations__["WRITES"] = ClassVar[tuple[int, ...]]
-PopxlOp.WRITES = ()  # type: ignore[attr-defined]
-for _cls in OPS:
-    _t = _cls.get_trait(InPlaceInterface)
-    if isinstance(_t, WritesOperands):
-        _cls.WRITES = _t.indices  # type: ignore[attr-defined]
-    elif _t is not None:
-        _cls.WRITES = property(written_operands)  # type: ignore[attr-defined]
-del _cls, _t
 
 
 def seed_operand(cls: type[PopxlOp], t: TensorType, what: str = "seed") -> None:
@@ -3097,6 +2985,48 @@ class ShapedDropoutOp(PopxlOp):
         return [types[0]]
 
 
+# (op classes above this list; each new class appended to it)
+RANDOM_OPS: list[type[IRDLOperation]] = [
+    ModifyRandomSeedOp,
+    RandomUniformOp,
+    RandomNormalOp,
+    DropoutOp,
+    ShapedDropoutOp,
+]
+
+
+OPS: list[type[IRDLOperation]] = [
+    AddOp,
+    SubOp,
+    MulOp,
+    DivOp,
+    PowOp,
+    MaximumOp,
+    MinimumOp,
+    EqualOp,
+    GreaterOp,
+    LogicalAndOp,
+    LogicalOrOp,
+    NegOp,
+    AbsOp,
+    SignOp,
+    ReluOp,
+    GeluOp,
+    TanhOp,
+    SigmoidOp,
+    SwishOp,
+    ExpOp,
+    LogOp,
+    SqrtOp,
+    CosOp,
+    SinOp,
+    LogicalNotOp,
+    IdentityOp,
+    DetachOp,
+    CastOp,
+    MatmulOp,
+    SoftmaxOp,
+    CumsumOp,
     CeilOp,
     FloorOp,
     ErfOp,
@@ -3114,3 +3044,73 @@ class ShapedDropoutOp(PopxlOp):
     Pow2ScaleCastToFp8Op,
     Pow2ScaleCastFromFp8Op,
     MatmulPow2ScaledOp,
+    ReshapeOp,
+    TransposeOp,
+    ReduceSumOp,
+    ReduceMeanOp,
+    ReduceMaxOp,
+    ReduceMinOp,
+    ScaledAddOp,
+    ScaledAddInplaceOp,
+    # shape / index
+    ConcatOp,
+    SliceOp,
+    GatherOp,
+    WhereOp,
+    OnehotOp,
+    SqueezeOp,
+    ExpandOp,
+    ReduceToShapeOp,
+    InitOp,
+    ArgmaxOp,
+    ArgminOp,
+    # losses
+    NllLossOp,
+    NllLossWithSoftmaxGradOp,
+    # gradient helpers
+    GeluGradOp,
+    ReluGradOp,
+    SoftmaxGradOp,
+    NllLossGradOp,
+    GatherGradOp,
+    SliceGradOp,
+    ReduceMaxGradOp,
+    # in-place updates
+    AccumulateOp,
+    AccumulateSquareOp,
+    AccumulateMeanOp,
+    AccumulateMovingAverageOp,
+    AccumulateMovingAverageSquareOp,
+    AccumulatorScaleOp,
+    AccumulatorZeroOp,
+    SparseAccumulateOp,
+    CopyVarUpdateOp,
+    IncrementModOp,
+    IncrementModInplaceOp,
+    DynamicSliceOp,
+    DynamicUpdateOp,
+    DynamicUpdateInplaceOp,
+    # optimiser maths
+    AdamUpdaterOp,
+    LambUpdaterOp,
+    AdamaxUpdaterOp,
+    AdamVarUpdateOp,
+] + NN_OPS + RANDOM_OPS
+
+Popxl = Dialect("popxl", OPS, [])
+
+
+# -- compatibility: `WRITES` (issue 10, phase 2 removes it) ---------------------------------
+# runtime/kernels.py, passes/lower_to_rt.py and tests read `op.WRITES` / `OpClass.WRITES`.
+# The in-place trait (`InPlaceInterface`) is the declaration; `WRITES` is derived from it
+# here: a tuple for `WritesOperands`, a per-instance property for the other interfaces.
+# Declared a ClassVar so that op classes defined elsewhere (plugins) can derive from PopxlOp.
+PopxlOp.__annotations__["WRITES"] = ClassVar[tuple[int, ...]]
+PopxlOp.WRITES = ()  # type: ignore[attr-defined]
+for _cls in OPS:
+    _t = _cls.get_trait(InPlaceInterface)
+    if isinstance(_t, WritesOperands):
+        _cls.WRITES = _t.indices  # type: ignore[attr-defined]
+    elif _t is not None:
+        _cls.WRITES = property(written_operands)  # type: ignore[attr-defined]
+del _cls, _t
