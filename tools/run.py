@@ -5,7 +5,8 @@
 
 Inputs: `name=file.npy` for one stream, a bare `.npy` when the program has exactly
 one input stream, or a `.npz` whose keys are stream names. Variables: `--vars
-file.npz` (keys are variable names); variables not given keep their initial value
+file.npz` (keys are variable names; with replicas, a value for every replica,
+`[replication_factor, *shape]`, or one for all); variables not given keep their initial value
 from the IR (`graph.variable "w" = dense<...>`) or zeros, except variables marked
 `{graph.external = "prog.npz"}` (written by `Ir.to_mlir(weights="prog.npz")`), which
 `--vars` must provide. Each step is one run of the program with the same inputs;
@@ -39,6 +40,7 @@ from xdsl.utils.exceptions import (
 from xl.passes.plugins import load_pass_plugin
 from xl.compiler import DEFAULT_PIPELINE, compile_module
 from xl.runtime import Executable
+from xl.runtime.executable import ReplicaDivergenceError
 from xl.tools.context import xl_context
 from xl.tools.diagnostics import (
     LocatedError,
@@ -155,11 +157,18 @@ def set_variables(exe: Executable, data: dict[str, np.ndarray]) -> None:
         if name not in exe.state:
             raise RunError(f"--vars: the program has no variable named \"{name}\"")
         buf = exe.state[name]
-        if arr.shape != buf.shape:
-            raise RunError(f"variable \"{name}\": expected shape {buf.shape}, got {arr.shape}")
+        r = exe.replication_factor
+        per_replica = r > 1 and arr.shape == (r, *buf.shape)
+        if arr.shape != buf.shape and not per_replica:
+            also = f" or {(r, *buf.shape)} (one value per replica)" if r > 1 else ""
+            raise RunError(f"variable \"{name}\": expected shape {buf.shape}{also}, got {arr.shape}")
         if arr.dtype != buf.dtype:
             raise RunError(f"variable \"{name}\": expected dtype {buf.dtype}, got {arr.dtype}")
-        exe.set_state(name, arr)
+        if per_replica:
+            for i in exe.local_replicas:
+                exe.set_state(name, arr[i], [i])
+        else:
+            exe.set_state(name, arr)
 
 
 def _check_output_path(option: str, path: str | None) -> None:
@@ -258,7 +267,10 @@ def _run(args: argparse.Namespace) -> None:
     elif args.output:
         np.savez(args.output, **outs)
     if args.save_vars:
-        np.savez(args.save_vars, **{k: v for k, v in exe.state.items()})
+        if exe.replication_factor > 1:  # every replica's value, [replication_factor, *shape]
+            np.savez(args.save_vars, **{k: exe.gather_state(k) for k in exe.state})
+        else:
+            np.savez(args.save_vars, **{k: v for k, v in exe.state.items()})
 
 
 class _Located(Exception):
@@ -345,7 +357,7 @@ def _describe(e: BaseException) -> str:
         msg = str(e).strip() or type(e).__name__
     if isinstance(e, MemoryError):
         return f"out of memory: {msg}"
-    if isinstance(e, RunError | VerifyException | DiagnosticException | ValueError | KeyError):
+    if isinstance(e, RunError | VerifyException | DiagnosticException | ValueError | KeyError | ReplicaDivergenceError):
         return msg
     if isinstance(e, OSError) and e.strerror:
         where = f" '{e.filename}'" if e.filename else ""

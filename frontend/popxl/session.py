@@ -4,6 +4,14 @@ The session keeps a host copy of every variable. Attaching (entering the context
 writes the host copies to the device (`weights_from_host`); detaching copies the
 device values back (`weights_to_host`, unless `weights_to_host_on_exit=False`).
 While attached, `get_tensor_data` lazily fetches the device values after a `run`.
+
+Replicas: each replica has its own copy of every variable. A variable with a
+`replica_grouping` of several groups has one host value per group, `[num_groups, *shape]`:
+replica r is written from `host[assignment[r]]` and the host copy of group g is read from
+the first replica of g. A variable with `retrieval_mode='all_replicas'` (and more than one
+replica) is read as `[replication_factor, *shape]`, every replica's value; it cannot be
+written (as in PopXL). Stream data covers the replicas this process runs
+(`[num_host_transfers, local replicas, *shape]`, size-1 dims dropped).
 """
 
 from __future__ import annotations
@@ -77,6 +85,8 @@ class Session:
 
         self._num_host_transfers = ir.num_host_transfers
         self._replication_factor = ir.replication_factor
+        # the replicas this process runs (all of them unless the program runs as several instances)
+        self._local_replicas = self._exe.local_replication_factor
         self._h2d = ir._ordered_h2d_streams()
         self._d2h = ir._ordered_d2h_streams()
         self._d2h_by_name = {s.tensor_id: s for s in self._d2h}
@@ -93,13 +103,46 @@ class Session:
     def _initial_value(self, v: Variable, op: VariableOp) -> np.ndarray:
         name = op.var_name.data
         host_init = getattr(v, "_host_init", None)
+        if self._all_replicas(v):
+            # every replica's value (the device starts each replica from its group's value)
+            if name in self._exe.state:
+                return np.array(self._exe.gather_state(name))
+            if host_init is None and isinstance(op.init, DenseIntOrFPElementsAttr):
+                host_init = dense_to_numpy(op.init)
+            if host_init is not None:
+                return self._expand(v, host_init)
+            return np.zeros((self._replication_factor, *v.shape), v.dtype.as_numpy())
         if host_init is not None:
             return np.array(host_init)
         if name in self._exe.state:
+            if v._num_groups > 1:
+                return self._per_group(v, self._exe.gather_state(name))
             return np.array(self._exe.get_state(name))
         if isinstance(op.init, DenseIntOrFPElementsAttr):
             return dense_to_numpy(op.init)
-        return np.zeros(v.shape, v.dtype.as_numpy())
+        return np.zeros(v.shape_on_host, v.dtype.as_numpy())
+
+    # -- replicas -------------------------------------------------------------------------
+    def _all_replicas(self, v: Variable) -> bool:
+        """Whether the host copy of `v` is every replica's value (`[replication_factor, *shape]`)."""
+        return v.retrieval_mode == "all_replicas" and self._replication_factor > 1
+
+    def _assignment(self, v: Variable) -> list[int]:
+        """The group of each replica for `v` (all 0 without a grouping)."""
+        if v._num_groups > 1:
+            return list(v.replica_grouping.assignment)
+        return [0] * self._replication_factor
+
+    def _expand(self, v: Variable, host: np.ndarray) -> np.ndarray:
+        """Per-group (or single) values -> one value per replica."""
+        if v._num_groups > 1:
+            return np.stack([host[g] for g in self._assignment(v)])
+        return np.stack([host] * self._replication_factor)
+
+    def _per_group(self, v: Variable, every: np.ndarray) -> np.ndarray:
+        """Every replica's value -> the value of each group (its first replica's)."""
+        assign = self._assignment(v)
+        return np.stack([every[assign.index(g)] for g in range(v._num_groups)])
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -122,8 +165,8 @@ class Session:
         lead: tuple[int, ...] = ()
         if self._num_host_transfers > 1:
             lead += (self._num_host_transfers,)
-        if self._replication_factor > 1:
-            lead += (self._replication_factor,)
+        if self._local_replicas > 1:
+            lead += (self._local_replicas,)
         return lead + tuple(shape)
 
     # -- attach / detach --------------------------------------------------------------------
@@ -166,11 +209,10 @@ class Session:
             name = v._var_name
             if name not in state:
                 continue
-            if v._num_groups > 1:
-                assign = v.replica_grouping.assignment
-                replicas = self._replica_states()
-                for grp in range(v._num_groups):
-                    np.copyto(host[grp], replicas[assign.index(grp)][name], casting="no")
+            if self._all_replicas(v):
+                np.copyto(host, self._exe.gather_state(name), casting="no")
+            elif v._num_groups > 1:
+                np.copyto(host, self._per_group(v, self._exe.gather_state(name)), casting="no")
             else:
                 np.copyto(host, state[name], casting="no")
         self._device_dirty = False
@@ -186,19 +228,15 @@ class Session:
         name = v._var_name
         if name not in self._exe.state:
             return
-        if v._num_groups > 1:
-            assign = v.replica_grouping.assignment
-            for r, st in enumerate(self._replica_states()):
-                np.copyto(st[name], host[assign[r]], casting="no")
+        if self._all_replicas(v):
+            for r in self._exe.local_replicas:
+                self._exe.set_state(name, host[r], [r])
+        elif v._num_groups > 1:
+            assign = self._assignment(v)
+            for r in self._exe.local_replicas:
+                self._exe.set_state(name, host[assign[r]], [r])
         else:
             self._exe.set_state(name, host)
-
-    def _replica_states(self) -> list[dict[str, np.ndarray]]:
-        """The variable buffers of each simulated replica."""
-        replicas = getattr(self._exe, "replicas", None)
-        if replicas is None:
-            raise NotImplementedError("grouped variables need per-replica state in the runtime")
-        return [r.state for r in replicas]
 
     def _check_variable(self, t: Any, what: str) -> Variable:
         if not isinstance(t, Variable):
@@ -238,6 +276,12 @@ class Session:
     def _host_array(self, v: Variable, data: Any, what: str) -> np.ndarray:
         """`data` checked against variable `v` (dtype, shape), as an array; writes nothing."""
         host = self._host[v]
+        if self._all_replicas(v):
+            # as PopXL: the per-replica values of an all_replicas variable are read-only
+            raise NotImplementedError(
+                f"Session.{what}: variable {v.id} has retrieval_mode='all_replicas'; writing "
+                "its per-replica values is not supported (as in PopXL)"
+            )
         if isinstance(data, int | float | bool) and not isinstance(data, np.generic):
             return np.full(host.shape, data, dtype=host.dtype)
         if isinstance(data, Tensor):
@@ -258,8 +302,6 @@ class Session:
                 f"Session.{what}: shape of the data {arr.shape} does not match "
                 f"variable {v.id} {host.shape}"
             )
-        if v.retrieval_mode == "all_replicas" and self._replication_factor > 1:
-            raise NotImplementedError(f"Session.{what} with retrieval_mode='all_replicas'")
         return arr
 
     def write_variable_data(self, tensor: Variable, data: Any) -> None:
@@ -289,12 +331,14 @@ class Session:
                 self._write_device(v, self._host[v])
 
     def _current_values(self) -> dict[str, np.ndarray]:
-        """The current value of every variable of the Ir, by variable name, as the device
-        holds it (one group's value for grouped variables, as in the IR)."""
+        """The current value of every variable of the Ir, by variable name, as the IR holds
+        it: `[num_groups, *shape]` for grouped variables (all_replicas ones included)."""
         out: dict[str, np.ndarray] = {}
         for v in self._host:
             data = self.get_tensor_data(v)
-            out[v._var_name] = data[0] if v._num_groups > 1 else data
+            if self._all_replicas(v):
+                data = self._per_group(v, data) if v._num_groups > 1 else data[0]
+            out[v._var_name] = data
         return out
 
     # -- running --------------------------------------------------------------------------------
@@ -323,7 +367,7 @@ class Session:
                 raise ValueError(
                     f"Session.run: input for stream {s.tensor_id!r} has shape {arr.shape}, "
                     f"expected {full} ([num_host_transfers={self._num_host_transfers}, "
-                    f"replication_factor={self._replication_factor}] + {s.shape}, size-1 dims dropped)"
+                    f"{self._replicas_str()}] + {s.shape}, size-1 dims dropped)"
                 )
             if arr.dtype != want:
                 raise ValueError(
@@ -390,6 +434,11 @@ class Session:
         return {
             s: np.empty(self._full_input_shape(s.shape), dtype=s.dtype.as_numpy()) for s in self._d2h
         }
+
+    def _replicas_str(self) -> str:
+        if self._local_replicas == self._replication_factor:
+            return f"replication_factor={self._replication_factor}"
+        return f"instance_replication_factor={self._local_replicas}"
 
     def __repr__(self) -> str:
         return f"Session[{self._ir!r} device={self._device_desc!r} attached={self._attached}]"
