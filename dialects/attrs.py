@@ -3,6 +3,7 @@
 ```python
 to_attr(0.5)      # FloatAttr(0.5, f64);   from_attr(...) == 0.5
 to_attr((1, 0))   # array<i64: 1, 0>;      from_attr(...) == (1, 0)
+to_attr((0.5, 2.0))  # array<f64: 0.5, 2.0>; from_attr(...) == (0.5, 2.0)
 to_attr(True)     # 1 : i1
 ```
 
@@ -30,7 +31,8 @@ SEGMENTS = "operandSegmentSizes"
 
 
 def to_attr(value: Any) -> Attribute:
-    """Python value -> property attribute (int: i64, float: f64, bool: i1, tuple: array<i64>)."""
+    """Python value -> property attribute (int: i64, float: f64, bool: i1, tuple: array<i64>,
+    a tuple with a float: array<f64>)."""
     if isinstance(value, Attribute):
         return value
     if isinstance(value, bool | np.bool_):
@@ -42,6 +44,8 @@ def to_attr(value: Any) -> Attribute:
     if isinstance(value, str):
         return StringAttr(value)
     if isinstance(value, tuple | list):
+        if any(isinstance(v, float | np.floating) for v in value):
+            return DenseArrayBase.from_list(f64, [float(v) for v in value])
         return DenseArrayBase.from_list(i64, [int(v) for v in value])
     raise TypeError(f"cannot store {value!r} as an op property")
 
@@ -57,7 +61,9 @@ def from_attr(attr: Attribute) -> Any:
     if isinstance(attr, StringAttr):
         return attr.data
     if isinstance(attr, DenseArrayBase):
-        return tuple(int(v) for v in attr.get_values())
+        if isinstance(attr.elt_type, IntegerType):
+            return tuple(int(v) for v in attr.get_values())
+        return tuple(float(v) for v in attr.get_values())
     return attr
 
 

@@ -2819,6 +2819,301 @@ class AveragePoolGradOp(_PoolBase):
         return list(results)
 
 
+def _index_broadcast(
+    cls: type[PopxlOp], data: Sequence[int], idx: Sequence[int], axis: int
+) -> None:
+    """`indices` of a scatter-reduce: the shape of `data`, or 1-D along `axis` (broadcast
+    over the other dims)."""
+    if tuple(idx) == tuple(data):
+        return
+    if len(idx) == 1 and idx[0] == data[axis]:
+        return
+    raise cls.fail(
+        f"indices {tuple(idx)} must have the shape of data {tuple(data)} or be 1-D of size "
+        f"{data[axis]} (broadcast along axis {axis})"
+    )
+
+
+@irdl_op_definition
+class TopkOp(PopxlOp):
+    """The `k` largest (`largest = false`: smallest) elements along `axis` and their int32
+    indices, in order (popxl.ops.topk); ties keep the lower index first.
+
+    ```mlir
+    %v, %i = popxl.topk %x {k = 2 : i64, axis = 1 : i64} : (tensor<3x5xf32>) -> (tensor<3x2xf32>, tensor<3x2xi32>)
+    ```
+    """
+
+    name = "popxl.topk"
+    traits = traits_def(PopartType("TopK"))
+    input = operand_def(TensorType)
+    values = result_def(TensorType)
+    indices = result_def(TensorType)
+    k = prop_def(IntegerAttr)
+    axis = prop_def(IntegerAttr)
+    largest = opt_prop_def(IntegerAttr)
+    sorted = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 1)
+        (t,) = types
+        require_numeric(cls, t)
+        shape = list(shape_of(t))
+        if not shape:
+            raise cls.fail(f"input must have rank >= 1, got {fmt_type(t)}")
+        axis = norm_axis(cls, props["axis"], len(shape))
+        k = int(props["k"])
+        if not 1 <= k <= shape[axis]:
+            raise cls.fail(f"k = {k} must be in [1, {shape[axis]}] (the size of axis {axis} of {fmt_type(t)})")
+        shape[axis] = k
+        return [tensor_type(shape, dtype_of(t)), tensor_type(shape, np.int32)]
+
+
+@irdl_op_definition
+class ScatterOp(PopxlOp):
+    """A copy of `data` with `values[i]` written at `indices[i]` along `axis`, every other
+    coordinate of `i` unchanged (ONNX ScatterElements; popxl.ops.scatter). `indices`
+    and `values` have one shape, of `data`'s rank and at most its size per dim;
+    negative indices count from the end; with repeated indices the last write wins.
+
+    ```mlir
+    %y = popxl.scatter %x, %i, %v {axis = 0 : i64} : (tensor<4x3xf32>, tensor<2x3xi32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+    ```
+    """
+
+    name = "popxl.scatter"
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    values = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 3)
+        data, idx, vals = types
+        require_int(cls, idx)
+        same_dtype(cls, [data, vals])
+        ds, is_, vs = shape_of(data), shape_of(idx), shape_of(vals)
+        if not ds:
+            raise cls.fail(f"data must have rank >= 1, got {fmt_type(data)}")
+        norm_axis(cls, props["axis"], len(ds))
+        if is_ != vs or len(is_) != len(ds) or any(i > d for i, d in zip(is_, ds)):
+            raise cls.fail(
+                f"indices {fmt_type(idx)} and values {fmt_type(vals)} must have one shape, of the rank "
+                f"of data {fmt_type(data)} and at most its size per dim"
+            )
+        return [data]
+
+
+@irdl_op_definition
+class TakeAlongAxisOp(PopxlOp):
+    """`data` read at `indices` along `axis`, every other coordinate as in `indices` (ONNX
+    GatherElements, `np.take_along_axis`); the gradient of `popxl.scatter`'s values.
+
+    ```mlir
+    %g = popxl.take_along_axis %x, %i {axis = 0 : i64} : (tensor<4x3xf32>, tensor<2x3xi32>) -> tensor<2x3xf32>
+    ```
+    """
+
+    name = "popxl.take_along_axis"
+    traits = traits_def(NotDifferentiable(), Internal())
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        data, idx = types
+        require_int(cls, idx)
+        ds, is_ = shape_of(data), shape_of(idx)
+        axis = norm_axis(cls, props["axis"], len(ds))
+        if len(is_) != len(ds) or any(i > d for k, (i, d) in enumerate(zip(is_, ds)) if k != axis):
+            raise cls.fail(f"indices {fmt_type(idx)} must have the rank of data {fmt_type(data)} and at most its size off axis {axis}")
+        return [tensor_type(is_, dtype_of(data))]
+
+
+SCATTER_REDUCTIONS = ("sum", "max", "min", "none")
+
+
+@irdl_op_definition
+class ScatterReduceOp(PopxlOp):
+    """Reduces the slices of `data` whose `indices` along `axis` are equal into slot
+    `index` of a result with `axis_size` slots there (popxl.ops.scatter_reduce).
+
+    `reduction`: "sum", "max", "min", or "none" (the last slice written wins). `indices`
+    has the shape of `data` or is 1-D along `axis` (broadcast). With `initial_values`
+    (the result's shape) the reduction starts from them; without, an empty slot is 0.
+
+    ```mlir
+    %y = popxl.scatter_reduce %x, %i {axis = 0 : i64, axis_size = 3 : i64, reduction = "max"} : (tensor<5x2xf32>, tensor<5xi32>) -> tensor<3x2xf32>
+    ```
+    """
+
+    name = "popxl.scatter_reduce"
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    initial_values = opt_operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr)
+    axis_size = prop_def(IntegerAttr)
+    reduction = prop_def(StringAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        data, idx, init = types
+        require_numeric(cls, data, "data")
+        require_int(cls, idx)
+        ds = shape_of(data)
+        if not ds:
+            raise cls.fail(f"data must have rank >= 1, got {fmt_type(data)}")
+        axis = norm_axis(cls, props["axis"], len(ds))
+        if props["reduction"] not in SCATTER_REDUCTIONS:
+            raise cls.fail(f"reduction {props['reduction']!r} must be one of {', '.join(SCATTER_REDUCTIONS)}")
+        _index_broadcast(cls, ds, shape_of(idx), axis)
+        n = int(props["axis_size"])
+        if n < 1:
+            raise cls.fail(f"axis_size must be >= 1, got {n}")
+        out = tensor_type((*ds[:axis], n, *ds[axis + 1 :]), dtype_of(data))
+        if init is not None and init != out:
+            raise cls.fail(f"initial_values {fmt_type(init)} must be {fmt_type(out)}")
+        return [out]
+
+
+@irdl_op_definition
+class ScatterReduceGradOp(PopxlOp):
+    """Gradient of `popxl.scatter_reduce` with respect to its data (`wrt = "data"`) or its
+    initial values (`wrt = "initial"`): `dy` routed to the elements that made each
+    result (sum: all; max/min: those equal to it, ties sharing; none: the last written,
+    else the initial value). Operands: `dy`, the forward data, indices, result and
+    (when the forward had them) initial values; props as `scatter_reduce`.
+
+    ```mlir
+    %dx = popxl.scatter_reduce_grad %dy, %x, %i, %y {axis = 0 : i64, axis_size = 3 : i64, reduction = "max", wrt = "data"} : (tensor<3x2xf32>, tensor<5x2xf32>, tensor<5xi32>, tensor<3x2xf32>) -> tensor<5x2xf32>
+    ```
+    """
+
+    name = "popxl.scatter_reduce_grad"
+    traits = traits_def(NotDifferentiable(), Internal())
+    dy = operand_def(TensorType)
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    out = operand_def(TensorType)
+    initial_values = opt_operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr)
+    axis_size = prop_def(IntegerAttr)
+    reduction = prop_def(StringAttr)
+    wrt = prop_def(StringAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        dy, data, idx, out, init = types
+        (expected,) = ScatterReduceOp.infer([data, idx, init], props)
+        if dy != expected or out != expected:
+            raise cls.fail(f"dy {fmt_type(dy)} and out {fmt_type(out)} must be {fmt_type(expected)}")
+        if props["wrt"] == "data":
+            return [data]
+        if props["wrt"] == "initial" and init is not None:
+            return [init]
+        raise cls.fail(f"wrt {props['wrt']!r} must be 'data' or 'initial' (with initial values)")
+
+
+@irdl_op_definition
+class ReduceProdOp(ReduceOp):
+    """Product over axes (popxl.ops.prod).
+
+    ```mlir
+    %p = popxl.reduce_prod %x {axis = array<i64: 1>} : (tensor<2x3xf32>) -> tensor<2xf32>
+    ```
+    """
+
+    name = "popxl.reduce_prod"
+
+
+@irdl_op_definition
+class ReduceProdGradOp(PopxlOp):
+    """Gradient of `popxl.reduce_prod`: `dy` times the product of the other reduced
+    elements (exact with zeros; no division). Props as `reduce_prod`.
+
+    ```mlir
+    %dx = popxl.reduce_prod_grad %x, %dy {axis = array<i64: 1>} : (tensor<2x3xf32>, tensor<2xf32>) -> tensor<2x3xf32>
+    ```
+    """
+
+    name = "popxl.reduce_prod_grad"
+    traits = traits_def(NotDifferentiable(), Internal())
+    x = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = opt_prop_def(DenseArrayBase)
+    keepdims = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 2)
+        x, dy = types
+        (expected,) = ReduceProdOp.infer([x], props)
+        if dy != expected:
+            raise cls.fail(f"dy {fmt_type(dy)} must have the reduced type {fmt_type(expected)} of x {fmt_type(x)}")
+        return [x]
+
+
+@irdl_op_definition
+class LogSoftmaxOp(PopxlOp):
+    """`log(softmax(x))` along `axis`, computed stably (popxl.ops.log_softmax).
+
+    ```mlir
+    %l = popxl.log_softmax %x {axis = 1 : i64} : (tensor<8x10xf32>) -> tensor<8x10xf32>
+    ```
+    """
+
+    name = "popxl.log_softmax"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 1)
+        require_float(cls, types[0])
+        norm_axis(cls, props["axis"], len(shape_of(types[0])))
+        return [types[0]]
+
+
+@irdl_op_definition
+class HistogramOp(PopxlOp):
+    """Counts (uint32) of the elements of `input` (of `|input|` with `absolute_of_input`)
+    in the bins `x < levels[0]`, `levels[i] <= x < levels[i+1]`, `x >= levels[-1]`
+    (popxl.ops.histogram); `levels` ascending.
+
+    ```mlir
+    %h = popxl.histogram %x {levels = array<f64: 0.1, 3.1, 7.0>} : (tensor<10xf32>) -> tensor<4xui32>
+    ```
+    """
+
+    name = "popxl.histogram"
+    traits = traits_def(NoGradient())
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    levels = prop_def(DenseArrayBase)
+    absolute_of_input = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 1)
+        require_numeric(cls, types[0])
+        levels = [float(v) for v in props["levels"]]
+        if not levels:
+            raise cls.fail("levels must not be empty")
+        if any(b < a for a, b in zip(levels, levels[1:])):
+            raise cls.fail(f"levels {tuple(levels)} must be in ascending order")
+        return [tensor_type((len(levels) + 1,), np.uint32)]
+
+
 # (op classes above this list; each new class appended to it)
 NN_OPS: list[type[IRDLOperation]] = [
     ConvOp,
@@ -2828,6 +3123,15 @@ NN_OPS: list[type[IRDLOperation]] = [
     AveragePoolOp,
     MaxPoolGradOp,
     AveragePoolGradOp,
+    TopkOp,
+    ScatterOp,
+    TakeAlongAxisOp,
+    ScatterReduceOp,
+    ScatterReduceGradOp,
+    ReduceProdOp,
+    ReduceProdGradOp,
+    LogSoftmaxOp,
+    HistogramOp,
 ]
 
 

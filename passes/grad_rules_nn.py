@@ -10,8 +10,20 @@ from xl.dialects.popxl import (
     ConvOp,
     ConvTransposeOp,
     ConvWeightGradOp,
+    ExpOp,
+    LogSoftmaxOp,
     MaxPoolGradOp,
     MaxPoolOp,
+    MulOp,
+    ReduceProdGradOp,
+    ReduceProdOp,
+    ReduceSumOp,
+    ScatterOp,
+    ScatterReduceGradOp,
+    ScatterReduceOp,
+    SubOp,
+    TakeAlongAxisOp,
+    TopkOp,
     op_props,
 )
 from xl.dialects.utils import shape_of
@@ -95,3 +107,77 @@ def _average_pool(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> 
         return [None]
     props = _props(op, (*_POOL_PROPS, "count_include_pad"))
     return [b.v(AveragePoolGradOp, dy, result_type=x.type, **props)]
+
+
+@grad_rule(TopkOp)
+def _topk(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    """dy of the values goes back to the positions they were taken from."""
+    dy = dys[0]
+    x = op.operands[0]
+    if dy is None or not b.needs(x):
+        return [None]
+    p = op_props(op)
+    axis = p["axis"] % len(shape_of(x.type))
+    return [
+        b.v(ScatterReduceOp, dy, b.fwd(op.results[1]), axis=axis,
+            axis_size=shape_of(x.type)[axis], reduction="sum")
+    ]
+
+
+@grad_rule(ScatterOp)
+def _scatter(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    """data: dy with the written positions zeroed (a scatter of zeros); values: dy read
+    back at the indices."""
+    (dy,) = dys
+    assert dy is not None
+    data, idx, vals = op.operands
+    axis = op_props(op)["axis"]
+    out: list[SSAValue | None] = [None, None, None]
+    if b.needs(data):
+        out[0] = b.v(ScatterOp, dy, b.fwd(idx), b.zeros(vals.type), axis=axis)
+    if b.needs(vals):
+        out[2] = b.v(TakeAlongAxisOp, dy, b.fwd(idx), axis=axis)
+    return out
+
+
+@grad_rule(ScatterReduceOp)
+def _scatter_reduce(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    (dy,) = dys
+    assert dy is not None
+    data, idx = op.operands[0], op.operands[1]
+    init = op.operands[2] if len(op.operands) == 3 else None
+    p = {k: v for k, v in op_props(op).items() if k in ("axis", "axis_size", "reduction")}
+    fwd = [b.fwd(data), b.fwd(idx), b.fwd(op.results[0])]
+    if init is not None:
+        fwd.append(b.fwd(init))
+    out: list[SSAValue | None] = [None] * len(op.operands)
+    if b.needs(data):
+        out[0] = b.v(ScatterReduceGradOp, dy, *fwd, wrt="data", **p)
+    if init is not None and b.needs(init):
+        out[2] = dy if p["reduction"] == "sum" else b.v(ScatterReduceGradOp, dy, *fwd, wrt="initial", **p)
+    return out
+
+
+@grad_rule(ReduceProdOp)
+def _reduce_prod(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    (dy,) = dys
+    assert dy is not None
+    x = op.operands[0]
+    if not b.needs(x):
+        return [None]
+    p = {k: v for k, v in op_props(op).items() if k in ("axis", "keepdims")}
+    return [b.v(ReduceProdGradOp, b.fwd(x), dy, **p)]
+
+
+@grad_rule(LogSoftmaxOp)
+def _log_softmax(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    """dx = dy - softmax(x) * sum(dy) along the axis (softmax = exp of the result)."""
+    (dy,) = dys
+    assert dy is not None
+    x = op.operands[0]
+    if not b.needs(x):
+        return [None]
+    axis = op_props(op)["axis"] % len(shape_of(x.type))
+    total = b.v(ReduceSumOp, dy, axis=(axis,), keepdims=True)
+    soft = b.v(ExpOp, b.fwd(op.results[0]))
+    return [b.v(SubOp, dy, b.v(MulOp, soft, total))]

@@ -22,10 +22,19 @@ from xl.dialects.popxl import (
     ConvOp,
     ConvTransposeOp,
     ConvWeightGradOp,
+    HistogramOp,
+    LogSoftmaxOp,
     MaxPoolGradOp,
     MaxPoolOp,
+    ReduceProdGradOp,
+    ReduceProdOp,
+    ScatterOp,
+    ScatterReduceGradOp,
+    ScatterReduceOp,
+    TakeAlongAxisOp,
+    TopkOp,
 )
-from xl.runtime.kernels import Kernel, kernel
+from xl.runtime.kernels import Kernel, check_range, kernel
 
 
 # ------------------------------------------------------------------------------------
@@ -350,5 +359,248 @@ def _max_pool_grad(p: dict[str, Any]) -> Kernel:
         for kidx, sl in enumerate(geo.kernel_positions(out_sp)):
             full[(slice(None), slice(None)) + sl] += np.where(arg == kidx, dy, 0)
         np.copyto(out, full[state["inner"]])
+
+    return k
+
+
+# ------------------------------------------------------------------------------------
+# Selection, scatter, products, log-softmax, histogram
+# ------------------------------------------------------------------------------------
+
+
+@kernel(TopkOp)
+def _topk(p: dict[str, Any]) -> Kernel:
+    """A stable sort of the keys along `axis` (negated for the largest), first `k`."""
+    k_ = int(p["k"])
+    axis = int(p["axis"])
+    largest = bool(p.get("largest", True))
+
+    def k(x: np.ndarray, values: np.ndarray, indices: np.ndarray) -> None:
+        keys = -x if largest and x.dtype.kind == "f" else x
+        if largest and x.dtype.kind != "f":
+            # integers: negation may overflow; sort descending by flipping a stable ascending sort
+            order = np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+            order = x.shape[axis] - 1 - order
+        else:
+            order = np.argsort(keys, axis=axis, kind="stable")
+        top = np.take(order, np.arange(k_), axis=axis)
+        np.copyto(indices, top, casting="unsafe")
+        np.copyto(values, np.take_along_axis(x, top, axis=axis))
+
+    return k
+
+
+def _norm_indices(idx: np.ndarray, n: int, p: dict[str, Any], i: int, op: str, axis: int) -> np.ndarray:
+    check_range(idx, -n, n, p, i, op, "index", f"axis {axis} has size {n}")
+    return np.where(idx < 0, idx + n, idx)
+
+
+@kernel(ScatterOp)
+def _scatter(p: dict[str, Any]) -> Kernel:
+    axis = int(p["axis"])
+
+    def k(data: np.ndarray, idx: np.ndarray, vals: np.ndarray, out: np.ndarray) -> None:
+        a = axis % data.ndim
+        np.copyto(out, data)
+        i = _norm_indices(idx, data.shape[a], p, 1, "popxl.scatter", a)
+        region = out[tuple(slice(0, s) if d != a else slice(None) for d, s in enumerate(idx.shape))]
+        np.put_along_axis(region, i, vals, axis=a)
+
+    return k
+
+
+@kernel(TakeAlongAxisOp)
+def _take_along_axis(p: dict[str, Any]) -> Kernel:
+    axis = int(p["axis"])
+
+    def k(data: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
+        a = axis % data.ndim
+        i = _norm_indices(idx, data.shape[a], p, 1, "popxl.take_along_axis", a)
+        region = data[tuple(slice(0, s) if d != a else slice(None) for d, s in enumerate(idx.shape))]
+        np.copyto(out, np.take_along_axis(region, i, axis=a))
+
+    return k
+
+
+def _full_indices(idx: np.ndarray, shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """Indices of a scatter-reduce broadcast to the data shape."""
+    if idx.shape == shape:
+        return idx
+    return np.broadcast_to(idx.reshape((1,) * axis + (-1,) + (1,) * (len(shape) - axis - 1)), shape)
+
+
+class _ScatterPlan:
+    """Flat positions of a scatter-reduce: data element -> result element (both raveled)."""
+
+    def __init__(self, data_shape: tuple[int, ...], axis: int, n: int) -> None:
+        self.axis = axis
+        out_shape = data_shape[:axis] + (n,) + data_shape[axis + 1 :]
+        self.out_shape = out_shape
+        grid = np.indices(data_shape, sparse=True)
+        self.grid = grid
+        self.n = n
+
+    def targets(self, idx: np.ndarray) -> np.ndarray:
+        coords = list(self.grid)
+        coords[self.axis] = idx
+        return np.ravel_multi_index(np.broadcast_arrays(*coords), self.out_shape).reshape(-1)
+
+
+def _scatter_reduce_forward(
+    data: np.ndarray, tgt: np.ndarray, out: np.ndarray, reduction: str, init: np.ndarray | None
+) -> np.ndarray:
+    """Fills `out`; returns which result elements received data (flat bool)."""
+    flat = out.reshape(-1)
+    hit = np.zeros(flat.size, bool)
+    hit[tgt] = True
+    vals = data.reshape(-1)
+    if reduction == "sum":
+        flat[...] = 0 if init is None else init.reshape(-1)
+        np.add.at(flat, tgt, vals)
+    elif reduction in ("max", "min"):
+        ufunc = np.maximum if reduction == "max" else np.minimum
+        if init is None:
+            if vals.dtype.kind == "f":
+                fill = -np.inf if reduction == "max" else np.inf
+            else:
+                info = np.iinfo(vals.dtype)
+                fill = info.min if reduction == "max" else info.max
+            flat[...] = fill
+            ufunc.at(flat, tgt, vals)
+            flat[~hit] = 0
+        else:
+            flat[...] = init.reshape(-1)
+            ufunc.at(flat, tgt, vals)
+    else:  # none: the last write wins (NumPy assignment order)
+        flat[...] = 0 if init is None else init.reshape(-1)
+        flat[tgt] = vals
+    return hit
+
+
+@kernel(ScatterReduceOp)
+def _scatter_reduce(p: dict[str, Any]) -> Kernel:
+    axis = int(p["axis"])
+    n = int(p["axis_size"])
+    reduction = str(p["reduction"])
+    state: dict[str, Any] = {}
+
+    def k(*a: np.ndarray) -> None:
+        data, idx, out = a[0], a[1], a[-1]
+        init = a[2] if len(a) == 4 else None
+        if not state:
+            ax = axis % data.ndim
+            state["ax"] = ax
+            state["plan"] = _ScatterPlan(data.shape, ax, n)
+        ax = state["ax"]
+        check_range(idx, 0, n, p, 1, "popxl.scatter_reduce", "index", f"axis_size is {n}")
+        tgt = state["plan"].targets(_full_indices(idx, data.shape, ax))
+        _scatter_reduce_forward(data, tgt, out, reduction, init)
+
+    return k
+
+
+@kernel(ScatterReduceGradOp)
+def _scatter_reduce_grad(p: dict[str, Any]) -> Kernel:
+    axis = int(p["axis"])
+    n = int(p["axis_size"])
+    reduction = str(p["reduction"])
+    wrt = str(p["wrt"])
+    state: dict[str, Any] = {}
+
+    def k(*a: np.ndarray) -> None:
+        dy, data, idx, y, res = a[0], a[1], a[2], a[3], a[-1]
+        init = a[4] if len(a) == 6 else None
+        if not state:
+            ax = axis % data.ndim
+            state["ax"] = ax
+            state["plan"] = _ScatterPlan(data.shape, ax, n)
+        tgt = state["plan"].targets(_full_indices(idx, data.shape, state["ax"]))
+        dyf, yf = dy.reshape(-1), y.reshape(-1)
+        vals = data.reshape(-1)
+        if reduction == "sum":
+            g_data = dyf[tgt]
+            g_init = dyf
+        elif reduction in ("max", "min"):
+            win = vals == yf[tgt]
+            count = np.bincount(tgt[win], minlength=yf.size).astype(dy.dtype)
+            init_win = np.zeros(yf.size, bool) if init is None else init.reshape(-1) == yf
+            count += init_win
+            share = np.where(count > 0, dyf / np.maximum(count, 1), 0)
+            g_data = np.where(win, share[tgt], 0)
+            g_init = np.where(init_win, share, 0)
+        else:  # none: the element written last (the largest flat position per target)
+            last = np.full(yf.size, -1)
+            np.maximum.at(last, tgt, np.arange(tgt.size))
+            g_data = np.where(last[tgt] == np.arange(tgt.size), dyf[tgt], 0)
+            g_init = np.where(last < 0, dyf, 0)
+        np.copyto(res.reshape(-1), g_data if wrt == "data" else g_init, casting="unsafe")
+
+    return k
+
+
+def _moved(p: dict[str, Any], ndim: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    axes = p.get("axis")
+    red = tuple(range(ndim)) if axes is None else tuple(sorted({int(a) % max(ndim, 1) for a in axes}))
+    keep = tuple(i for i in range(ndim) if i not in red)
+    return keep, red
+
+
+@kernel(ReduceProdOp)
+def _reduce_prod(p: dict[str, Any]) -> Kernel:
+    axes = p.get("axis")
+    keep = bool(p.get("keepdims", False))
+    ax = None if axes is None else tuple(int(a) for a in axes)
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        np.prod(x, axis=ax, keepdims=keep, out=out)
+
+    return k
+
+
+@kernel(ReduceProdGradOp)
+def _reduce_prod_grad(p: dict[str, Any]) -> Kernel:
+    """dx_i = dy * prod_{j != i} x_j from exclusive cumulative products from both ends
+    (exact when some x_j are zero)."""
+    state: dict[str, Any] = {}
+
+    def k(x: np.ndarray, dy: np.ndarray, out: np.ndarray) -> None:
+        if not state:
+            keep, red = _moved(p, x.ndim)
+            state["perm"] = keep + red
+            state["inv"] = tuple(np.argsort(keep + red))
+            state["kshape"] = tuple(x.shape[i] for i in keep)
+            state["bshape"] = tuple(1 if i in red else s for i, s in enumerate(x.shape))
+        xt = x.transpose(state["perm"]).reshape(state["kshape"] + (-1,))
+        ones = np.ones(xt.shape[:-1] + (1,), x.dtype)
+        left = np.cumprod(np.concatenate([ones, xt[..., :-1]], axis=-1), axis=-1)
+        right = np.flip(np.cumprod(np.concatenate([ones, np.flip(xt, -1)[..., :-1]], axis=-1), axis=-1), -1)
+        others = (left * right).reshape(tuple(x.shape[i] for i in state["perm"]))
+        np.multiply(others.transpose(state["inv"]), dy.reshape(state["bshape"]), out=out)
+
+    return k
+
+
+@kernel(LogSoftmaxOp)
+def _log_softmax(p: dict[str, Any]) -> Kernel:
+    axis = int(p["axis"])
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        m = np.max(x, axis=axis, keepdims=True)
+        np.subtract(x, m, out=out)
+        lse = np.log(np.sum(np.exp(out), axis=axis, keepdims=True))
+        np.subtract(out, lse, out=out)
+
+    return k
+
+
+@kernel(HistogramOp)
+def _histogram(p: dict[str, Any]) -> Kernel:
+    levels = np.asarray(p["levels"], np.float64)
+    absolute = bool(p.get("absolute_of_input", False))
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        v = np.abs(x) if absolute else x
+        bins = np.searchsorted(levels, v.reshape(-1), side="right")
+        np.copyto(out, np.bincount(bins, minlength=levels.size + 1), casting="unsafe")
 
     return k

@@ -84,6 +84,7 @@ OPS: R = {
     "argmin": lambda e: ops.argmin(e.x, 1),
     "cumsum": lambda e: ops.cumsum(e.x, 1),
     "topk": lambda e: ops.topk(e.x, 2, axis=1),
+    "median": lambda e: ops.median(e.x, axis=1),
     # shape
     "reshape": lambda e: ops.reshape(e.x, (3, 2)),
     "reshape_": lambda e: ops.reshape_(e.x, (6,)),
@@ -98,7 +99,9 @@ OPS: R = {
     # indexing
     "gather": lambda e: ops.gather(e.x, e.idx),
     "tied_gather": lambda e: ops.tied_gather(e.x, e.idx),
-    "scatter": lambda e: ops.scatter(e.x, e.idx, e.y),
+    "scatter": lambda e: ops.scatter(e.x, ops.reshape(e.idx, (1, 2)), ops.slice(e.y, start=0, stop=1, axis=0)[:, :2], axis=0),
+    "scatter_reduce": lambda e: ops.scatter_reduce(e.x, e.idx, "max", axis_size=3),
+    "groupedgather": lambda e: ops.groupedgather(e.x, ops.reshape(e.idx, (2, 1)), group_size=2),
     "dynamic_slice": lambda e: ops.dynamic_slice(e.x, popxl.constant(np.array([1], np.uint32)), [1], [2]),
     "dynamic_update": lambda e: ops.dynamic_update(
         e.x, popxl.constant(np.array([1], np.uint32)), ops.slice(e.y, start=0, stop=2, axis=1), [1], [2]),
@@ -108,6 +111,8 @@ OPS: R = {
     # nn
     "matmul": lambda e: ops.matmul(e.x, e.w),
     "softmax": lambda e: ops.softmax(e.x, axis=1),
+    "log_softmax": lambda e: ops.log_softmax(e.x, axis=1),
+    "histogram": lambda e: ops.histogram(e.x, [0.5, 1.0], absolute_of_input=True),
     "layer_norm": lambda e: ops.layer_norm(e.x, popxl.constant(np.ones(3, np.float32)), popxl.constant(np.zeros(3, np.float32))),
     "group_norm": lambda e: ops.group_norm(ops.reshape(e.x, (1, 2, 3)), popxl.constant(np.ones(2, np.float32)),
                                            popxl.constant(np.zeros(2, np.float32)), 2),
@@ -159,9 +164,8 @@ OPS: R = {
 # Exported names that raise NotImplementedError unconditionally (upstream features xl has
 # no equivalent of yet); each is called with no arguments.
 STUBS = (
-    "groupedgather", "scatter_reduce",
     "conv_pow2scaled", "conv_transpose_pow2scaled", "interpolate",
-    "roi_align", "histogram", "median", "remote_load", "remote_load_", "remote_store",
+    "roi_align", "remote_load", "remote_load_", "remote_store",
     "remote_code_load",
 )
 

@@ -20,6 +20,21 @@ func.func @pool(%x: tensor<1x3x8x8xf32>, %dy: tensor<1x3x4x4xf32>, %z: tensor<1x
   func.return
 }
 
+func.func @select(%x: tensor<3x5xf32>, %s: tensor<4x3xf32>, %i: tensor<2x3xi32>, %v: tensor<2x3xf32>, %d: tensor<5x2xf32>, %j: tensor<5xi32>, %init: tensor<3x2xf32>, %dy: tensor<3x2xf32>, %h: tensor<10xf32>) {
+  %tv, %ti = popxl.topk %x {k = 2 : i64, axis = 1 : i64} : (tensor<3x5xf32>) -> (tensor<3x2xf32>, tensor<3x2xi32>)
+  %bv, %bi = popxl.topk %x {k = 3 : i64, axis = 0 : i64, largest = false, sorted = false} : (tensor<3x5xf32>) -> (tensor<3x5xf32>, tensor<3x5xi32>)
+  %sc = popxl.scatter %s, %i, %v {axis = 0 : i64} : (tensor<4x3xf32>, tensor<2x3xi32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+  %ta = popxl.take_along_axis %s, %i {axis = 0 : i64} : (tensor<4x3xf32>, tensor<2x3xi32>) -> tensor<2x3xf32>
+  %sr = popxl.scatter_reduce %d, %j {axis = 0 : i64, axis_size = 3 : i64, reduction = "max"} : (tensor<5x2xf32>, tensor<5xi32>) -> tensor<3x2xf32>
+  %si = popxl.scatter_reduce %d, %j, %init {axis = 0 : i64, axis_size = 3 : i64, reduction = "sum"} : (tensor<5x2xf32>, tensor<5xi32>, tensor<3x2xf32>) -> tensor<3x2xf32>
+  %sg = popxl.scatter_reduce_grad %dy, %d, %j, %si, %init {axis = 0 : i64, axis_size = 3 : i64, reduction = "min", wrt = "initial"} : (tensor<3x2xf32>, tensor<5x2xf32>, tensor<5xi32>, tensor<3x2xf32>, tensor<3x2xf32>) -> tensor<3x2xf32>
+  %p = popxl.reduce_prod %x {axis = array<i64: 1>} : (tensor<3x5xf32>) -> tensor<3xf32>
+  %pg = popxl.reduce_prod_grad %x, %p {axis = array<i64: 1>} : (tensor<3x5xf32>, tensor<3xf32>) -> tensor<3x5xf32>
+  %ls = popxl.log_softmax %x {axis = -1 : i64} : (tensor<3x5xf32>) -> tensor<3x5xf32>
+  %hg = popxl.histogram %h {levels = array<f64: 0.1, 3.1, 7.0>, absolute_of_input = true} : (tensor<10xf32>) -> tensor<4xui32>
+  func.return
+}
+
 // CHECK-LABEL: func.func @conv(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %x1: tensor<2x4x9xf32>, %w1: tensor<6x2x3xf32>, %t: tensor<2x4x4x4xf32>, %dy: tensor<2x4x8x8xf32>) {
 // CHECK-NEXT:    %y = popxl.conv %x, %w {stride = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>} : (tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
 // CHECK-NEXT:    %y1 = popxl.conv %x1, %w1 {dilation = array<i64: 2>, groups = 2 : i64} : (tensor<2x4x9xf32>, tensor<6x2x3xf32>) -> tensor<2x6x5xf32>
@@ -38,3 +53,18 @@ func.func @pool(%x: tensor<1x3x8x8xf32>, %dy: tensor<1x3x4x4xf32>, %z: tensor<1x
 
 // CHECK-GENERIC: "popxl.conv"(%x, %w) <{stride = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>}> : (tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
 // CHECK-GENERIC: "popxl.average_pool_grad"(%dy) <{kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>}> : (tensor<1x3x4x4xf32>) -> tensor<1x3x8x8xf32>
+// CHECK-LABEL: func.func @select(%x: tensor<3x5xf32>, %s: tensor<4x3xf32>, %i: tensor<2x3xi32>, %v: tensor<2x3xf32>, %d: tensor<5x2xf32>, %j: tensor<5xi32>, %init: tensor<3x2xf32>, %dy: tensor<3x2xf32>, %h: tensor<10xf32>) {
+// CHECK-NEXT:    %tv, %ti = popxl.topk %x {k = 2 : i64, axis = 1 : i64} : (tensor<3x5xf32>) -> (tensor<3x2xf32>, tensor<3x2xi32>)
+// CHECK-NEXT:    %bv, %bi = popxl.topk %x {k = 3 : i64, axis = 0 : i64, largest = false, sorted = false} : (tensor<3x5xf32>) -> (tensor<3x5xf32>, tensor<3x5xi32>)
+// CHECK-NEXT:    %sc = popxl.scatter %s, %i, %v {axis = 0 : i64} : (tensor<4x3xf32>, tensor<2x3xi32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+// CHECK-NEXT:    %ta = popxl.take_along_axis %s, %i {axis = 0 : i64} : (tensor<4x3xf32>, tensor<2x3xi32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    %sr = popxl.scatter_reduce %d, %j {axis = 0 : i64, axis_size = 3 : i64, reduction = "max"} : (tensor<5x2xf32>, tensor<5xi32>) -> tensor<3x2xf32>
+// CHECK-NEXT:    %si = popxl.scatter_reduce %d, %j, %init {axis = 0 : i64, axis_size = 3 : i64, reduction = "sum"} : (tensor<5x2xf32>, tensor<5xi32>, tensor<3x2xf32>) -> tensor<3x2xf32>
+// CHECK-NEXT:    %sg = popxl.scatter_reduce_grad %dy, %d, %j, %si, %init {axis = 0 : i64, axis_size = 3 : i64, reduction = "min", wrt = "initial"} : (tensor<3x2xf32>, tensor<5x2xf32>, tensor<5xi32>, tensor<3x2xf32>, tensor<3x2xf32>) -> tensor<3x2xf32>
+// CHECK-NEXT:    %p = popxl.reduce_prod %x {axis = array<i64: 1>} : (tensor<3x5xf32>) -> tensor<3xf32>
+// CHECK-NEXT:    %pg = popxl.reduce_prod_grad %x, %p {axis = array<i64: 1>} : (tensor<3x5xf32>, tensor<3xf32>) -> tensor<3x5xf32>
+// CHECK-NEXT:    %ls = popxl.log_softmax %x {axis = -1 : i64} : (tensor<3x5xf32>) -> tensor<3x5xf32>
+// CHECK-NEXT:    %hg = popxl.histogram %h {levels = array<f64: 1.000000e-01, 3.100000e+00, 7.000000e+00>, absolute_of_input = true} : (tensor<10xf32>) -> tensor<4xui32>
+// CHECK-NEXT:    func.return
+// CHECK-NEXT:    }
+// CHECK-NEXT:    }
