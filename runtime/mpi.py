@@ -1,0 +1,144 @@
+"""Replicas as MPI processes: `MpiComm`, the communicator of a program run by `mpirun -n P`.
+
+A program with `replication_factor = R` launched as P processes (instances) runs R / P
+replicas in each (instance i runs the replicas `i*R/P .. (i+1)*R/P - 1`, `split_replicas`).
+A collective gathers every replica's contribution in global replica order with one MPI
+all-gather, then each instance computes the reduction itself, in the same order as a
+single process simulating all R replicas: the numbers are bit for bit the simulated ones.
+
+```python
+from xl.compiler import compile_module
+from xl.runtime.mpi import MpiComm
+
+comm = MpiComm()                  # MPI.COMM_WORLD: P instances, this one's index
+exe = compile_module(module, comm=comm)   # builds only this instance's replicas
+exe.run(inputs)                   # inputs: [num_host_transfers, R / P, *shape]
+```
+
+mpi4py (the `[mpi]` extra: `pip install 'xl-popxl[mpi]'`, which also installs MPICH and its
+`mpirun`) is imported only when an `MpiComm` is made. `instance_comm()` is what
+`popxl.Session` uses for an `Ir(replication="popdist")`: an `MpiComm` when the launch has
+several instances (`popdist.getNumInstances() > 1`), else None (one process, `LocalComm`).
+
+Every instance must reach the same exchanges in the same order. Each exchange first
+all-gathers a small header (a sequence number, the count, size, shape and dtype of the
+arrays), so instances that disagree (an instance-dependent branch around a collective, different input shapes) get a
+`CommMismatchError` naming both sides on every instance instead of wrong numbers.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+
+from xl.runtime.comm import Comm, split_replicas
+
+__all__ = ["CommMismatchError", "MpiComm", "instance_comm", "import_mpi"]
+
+# the header of every exchange: sequence number, arrays, bytes per array, shape/dtype fingerprint
+_HEADER = 4
+
+
+class CommMismatchError(RuntimeError):
+    """The instances of a multi-process run reached different exchanges (a collective under
+    an instance-dependent condition, or arrays of different shapes)."""
+
+
+def import_mpi() -> Any:
+    """`mpi4py.MPI`, or an ImportError saying how to install it."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise ImportError(
+            "running replicas as several processes needs mpi4py and an MPI implementation: "
+            "pip install 'xl-popxl[mpi]' (or, in a source checkout, pip install -e '.[mpi]')"
+        ) from e
+    return MPI
+
+
+def _fingerprint(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    return zlib.crc32(f"{shape}|{dtype.str}|{dtype.descr}".encode())
+
+
+class MpiComm:
+    """`xl.runtime.comm.Comm` over an mpi4py communicator (default `MPI.COMM_WORLD`): this
+    process is instance `rank` of `size`; `gather` is one `Allgather` of the local arrays."""
+
+    def __init__(self, comm: Any = None) -> None:
+        self._MPI = import_mpi()
+        self.comm = self._MPI.COMM_WORLD if comm is None else comm
+        self.num_instances: int = self.comm.Get_size()
+        self.instance_index: int = self.comm.Get_rank()
+        self._exchanges = 0
+
+    def local_replicas(self, replication_factor: int) -> range:
+        return split_replicas(replication_factor, self.num_instances, self.instance_index)
+
+    def gather(self, local: list[np.ndarray]) -> list[np.ndarray]:
+        """Every replica's array in global order: this instance's `local` arrays (all of one
+        shape and dtype) and those of the other instances, which pass as many arrays."""
+        if not local:
+            raise ValueError("MpiComm.gather: no local arrays (every instance runs at least one replica)")
+        first = np.asarray(local[0])
+        shape, dtype = first.shape, first.dtype
+        for a in local[1:]:
+            if a.shape != shape or a.dtype != dtype:
+                raise ValueError(
+                    f"MpiComm.gather: local arrays differ: {shape} {dtype} and {a.shape} {a.dtype}"
+                )
+        n, nbytes = len(local), first.nbytes
+        seq = self._exchanges
+        self._exchanges += 1
+        MPI = self._MPI
+        # the headers first: instances that disagree stop here, before any data moves
+        header = np.array([seq, n, nbytes, _fingerprint(shape, dtype)], dtype=np.int64)
+        headers = np.empty((self.num_instances, _HEADER), dtype=np.int64)
+        self.comm.Allgather([header, MPI.INT64_T], [headers, MPI.INT64_T])
+        if not (headers == header).all():
+            self._mismatch(headers, shape, dtype)
+        send = np.empty((n, *shape), dtype=dtype)
+        for i, a in enumerate(local):
+            send[i] = a
+        recv = np.empty((self.num_instances * n, *shape), dtype=dtype)
+        self.comm.Allgather(
+            [send.reshape(-1).view(np.uint8), MPI.BYTE], [recv.reshape(-1).view(np.uint8), MPI.BYTE]
+        )
+        return list(recv)
+
+    def _mismatch(self, headers: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        me = self.instance_index
+        other = next(i for i in range(self.num_instances) if not (headers[i] == headers[me]).all())
+
+        def side(i: int) -> str:
+            seq, n, nbytes, fp = (int(x) for x in headers[i])
+            what = f"{n} array(s) of {nbytes} bytes"
+            if i == me:
+                what += f" ({dtype} {shape})"
+            elif fp != headers[me][3]:
+                what += " (another shape or dtype)"
+            return f"instance {i} is at exchange #{seq} with {what}"
+
+        raise CommMismatchError(
+            f"the instances diverged: {side(me)}, but {side(other)}; every instance must run "
+            "the same collectives in the same order on arrays of the same shape (is a "
+            "collective under a condition that differs between instances?)"
+        )
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def __repr__(self) -> str:
+        return f"MpiComm(instance {self.instance_index} of {self.num_instances})"
+
+
+def instance_comm() -> Comm | None:
+    """The comm of a `popdist` program: an `MpiComm` when the launch has several instances
+    (`popdist.getNumInstances() > 1`), else None (one process runs every replica)."""
+    import popdist
+
+    popdist.init()
+    if popdist.getNumInstances() <= 1:
+        return None
+    return MpiComm()
