@@ -1405,18 +1405,25 @@ def format_tensor(x: np.ndarray, p: dict[str, Any]) -> str:
         "separator": sep,
     }
     if x.dtype.kind == "f" and digits > 0 and fmt != "none":
-        finite = np.abs(x[np.isfinite(x)]).astype(np.float64)
-        big = float(finite.max()) if finite.size else 0.0
-        small = float(finite[finite > 0].min()) if (finite > 0).any() else 0.0
+        finite = x[np.isfinite(x)].astype(np.float64)
+        mags = np.abs(finite)
+        big = float(mags.max()) if mags.size else 0.0
+        small = float(mags[mags > 0].min()) if (mags > 0).any() else 0.0
         sci = fmt == "scientific" or (
             fmt == "auto" and (big >= 10.0**digits or (small and small < 1e-4))
         )
         if sci:
-            kw["formatter"] = {"float_kind": lambda v: f"{v:.{digits - 1}e}"}
+            def sci_str(v: float) -> str:
+                return np.format_float_scientific(v, precision=digits - 1, unique=False)
+
+            probes = [float(v) for v in (finite.min(), finite.max(), big, small)] if finite.size else []
+            width = max([len(sci_str(v)) for v in probes] + [3 + (x < 0).any()])
+            kw["formatter"] = {"float_kind": lambda v: sci_str(v).rjust(width)}
         else:
             whole = len(str(int(big))) if big >= 1 else 1
             kw["precision"] = max(digits - whole, 0)
             kw["floatmode"] = "fixed"
+            kw["suppress_small"] = True
     text = np.array2string(x, **kw)
     if (opening, closing) != ("[", "]"):
         text = text.translate(str.maketrans({"[": opening, "]": closing}))
