@@ -457,3 +457,22 @@ def test_build_grad_inside_accumulation_and_training_step():
         b = s.get_tensor_data(accums.accum.fc.b)
     np.testing.assert_allclose(w, X.T @ DY, rtol=1e-5)
     np.testing.assert_allclose(b, DY.sum(0), rtol=1e-5)
+
+
+def test_module_without_super_init_builds():
+    class NoInit(Module):
+        def __init__(self):
+            self.k = 3.0
+
+        def build(self, x):
+            w = self.add_variable_input("w", lambda: np.full((3,), 2.0, np.float32))
+            return x * w * self.k
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(X, popxl.float32)
+        facts, fwd = NoInit().create_graph(x)
+        (y,) = fwd.bind(facts.init()).call(x)
+        s = addons.host_store(y)
+    with popxl.Session(ir, "cpu") as sess:
+        np.testing.assert_allclose(sess.run()[s], X * 6.0, rtol=1e-6)

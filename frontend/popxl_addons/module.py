@@ -414,6 +414,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Inline: run `build` in the current graph."""
+        self._init_state()
         if self.implements_grad_graph:
             msg = (
                 f"You are calling {type(self).__name__} directly but `build_grad` has been "
@@ -447,6 +448,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         Tensor / `TensorSpec` arguments become graph inputs (see `popxl.Ir.create_graph`).
         Returns the factories of the named inputs and the `GraphWithNamedArgs`.
         """
+        self._init_state()  # also for subclasses whose __init__ does not call Module.__init__
         if self._graph_cache is not None:
             return self._graph_cache._create_module_graph(self, *args, **kwargs)
         return self._create_graph(*args, **kwargs)
