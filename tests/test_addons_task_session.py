@@ -144,3 +144,20 @@ def test_load_from_session_and_max_checkpoints(tmp_path):
         build_session(max_checkpoints=0)
     with pytest.raises(TypeError, match="state must be a NamedTensors"):
         TaskSession([], [], {"a": 1}, ir=popxl.Ir())
+
+
+def test_wandb_paths_refused(tmp_path):
+    s, _ = build_session()
+    with pytest.raises(ValueError, match="wandb:// checkpoints"):
+        s.save_checkpoint("wandb://run/ckpt")
+    with pytest.raises(ValueError, match="wandb:// checkpoints"):
+        s.load_checkpoint("wandb://run/ckpt")
+
+
+def test_every_exported_name_resolves():
+    import popxl_addons.layers as layers
+    import popxl_addons.ops as aops
+
+    for mod in (addons, layers, aops, addons.array_munging, addons.performance_utils, addons.testing_utils):
+        for name in mod.__all__:
+            assert getattr(mod, name) is not None, (mod.__name__, name)
