@@ -212,3 +212,32 @@ def test_legacy_comm_group() -> None:
     assert "#replica.grouping<stride = 2, group_size = 2>" in text
     assert "#replica.grouping<stride = 1, group_size = 2>" in text
     assert y.shape == z.shape == (4,)
+
+
+def test_all_gather_meta_shape_restores_the_sharded_tensor() -> None:
+    """`output_shape='auto'` on a tensor with a meta shape (a replica-sharded graph input):
+    the gathered shards reshaped to the meta shape, i.e. the tensor before sharding."""
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph:
+        xs = popxl.h2d_stream((3, 2), popxl.float32, "x")
+        full = ops.host_load(xs)
+        shard = C.replica_sharded_slice(full)
+        assert shard.shape == (3,)
+
+        def gather(t: popxl.Tensor) -> popxl.Tensor:
+            return C.replicated_all_gather(t)
+
+        g = ir.create_graph(gather, popxl.TensorSpec((3,), popxl.float32, meta_shape=(3, 2)))
+        assert g.inputs[0].meta_shape == (3, 2)
+        (y,) = ops.call(g, shard)
+        assert y.shape == (3, 2)
+        ys = popxl.d2h_stream(y.shape, y.dtype, "y")
+        ops.host_store(ys, y)
+    same = np.broadcast_to(np.arange(6, dtype=np.float32).reshape(3, 2), (2, 3, 2)).copy()
+    data = np.arange(12, dtype=np.float32).reshape(2, 3, 2)  # different per replica
+    with popxl.Session(ir, "ipu_model") as session:
+        out_same = session.run({xs: same})[ys]
+        out = session.run({xs: data})[ys]
+    np.testing.assert_array_equal(out_same, same)  # a replicated tensor, sharded and reassembled
+    mixed = np.concatenate([data[0].reshape(-1)[:3], data[1].reshape(-1)[3:]]).reshape(3, 2)
+    np.testing.assert_array_equal(out, np.stack([mixed, mixed]))  # shard i comes from replica i
