@@ -19,6 +19,8 @@ class GeluOp(_UnaryFloatOp):
   dialect is in exactly one of the three cases.
 - `Internal()`: built by passes only (the `*_grad` ops, `reduce_to_shape`); every
   other `popxl` op has a `popxl.ops` function.
+- `CrossReplica()`: a collective between replicas (`xl.dialects.replica`); the lowering
+  and the runtime recognise collectives by it (`is_cross_replica`).
 - `PopartType("MatMul")`: the PopART op type `print_schedule` shows, when it is not the
   CamelCase of the op name (`popxl.reduce_sum` -> `ReduceSum`, `popxl.relu_` ->
   `ReluInplace`); see `popart_type`.
