@@ -20,6 +20,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects import rt
 from xl.passes import get_all_passes as xl_passes
+from xl.runtime.comm import Comm
 from xl.runtime.errors import PlanError
 from xl.runtime.executable import Executable, compile_program, gc_paused
 from xl.tools.context import xl_context
@@ -66,6 +67,7 @@ def compile_module(
     pipeline: str = DEFAULT_PIPELINE,
     optimize: bool = True,
     extra_passes: Sequence[ModulePass] = (),
+    comm: Comm | None = None,
 ) -> Executable:
     """Compile a high-level or already lowered module into an `Executable`.
 
@@ -73,7 +75,8 @@ def compile_module(
     and runs as a generated plan; `optimize=False` gives the straightforward plan of the
     lowered program as is (same results, used as the reference in tests).
     `extra_passes` (ModulePass instances) run first, on the high-level module
-    (`apply_extra_passes`). The input module is never modified.
+    (`apply_extra_passes`). The input module is never modified. `comm`: which replicas
+    run in this process (`compile_program`; default all).
     """
     with gc_paused():
         if extra_passes:
@@ -86,4 +89,4 @@ def compile_module(
         programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
         if len(programs) != 1:
             raise PlanError(f"runtime: expected one rt.program, found {len(programs)}")
-        return compile_program(programs[0], optimize=optimize)
+        return compile_program(programs[0], optimize=optimize, comm=comm)

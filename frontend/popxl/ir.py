@@ -48,8 +48,13 @@ class Ir:
     """A PopXL program: a main graph, subgraphs and host streams."""
 
     def __init__(self, replication: int | str = 1):
-        if replication == "popdist":
-            replication = 1
+        # 'popdist': the replicas of the launch (`popdist`), split over its instances
+        self._popdist = isinstance(replication, str) and replication == "popdist"
+        if self._popdist:
+            import popdist
+
+            popdist.init()
+            replication = popdist.getNumTotalReplicas()
         if not isinstance(replication, int) or replication < 1:
             raise ValueError(f"Ir: replication must be a positive int, got {replication!r}")
         self._id = next(_ir_ids)
@@ -120,6 +125,14 @@ class Ir:
 
     @property
     def instance_replication_factor(self) -> int:
+        """The replicas this process runs: all of them, or for `Ir(replication="popdist")`
+        its share of the launch's instances (`ValueError` if they do not divide evenly)."""
+        if self._popdist:
+            import popdist
+            from xl.runtime.comm import split_replicas
+
+            rf, n, i = self.replication_factor, popdist.getNumInstances(), popdist.getInstanceIndex()
+            return len(split_replicas(rf, n, i))
         return self.replication_factor
 
     # -- graphs ---------------------------------------------------------------------------

@@ -80,7 +80,12 @@ class Session:
             raise ValueError(f"Session: the program of {ir!r} is invalid: {str(e).split(chr(10) * 2)[0]}") from None
         from xl.compiler import compile_module
 
-        self._exe = compile_module(module, extra_passes=tuple(passes))
+        comm = None
+        if getattr(ir, "_popdist", False):  # Ir(replication="popdist"): this instance's replicas
+            from xl.runtime.mpi import instance_comm
+
+            comm = instance_comm()
+        self._exe = compile_module(module, extra_passes=tuple(passes), comm=comm)
         ir._sessions.append(self)
 
         self._num_host_transfers = ir.num_host_transfers

@@ -1,0 +1,286 @@
+"""Replicas as MPI processes: `mpirun -n 2` runs `tests/mpi_program.py` as two instances of 2
+replicas each (`POPDIST_NUM_TOTAL_REPLICAS=4`); every collective against NumPy, the same
+numbers as the simulated 4-replica run bit for bit, training equal to one replica on the
+whole batch, popdist values per instance, and clear errors (indivisible replica count,
+diverged instances) that stop every instance. Skipped without mpi4py / mpirun (the `[mpi]`
+extra). `popdist` in one process needs no MPI."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import mpi_program as prog  # noqa: E402
+
+import popdist  # noqa: E402
+import popxl  # noqa: E402
+
+
+def _mpirun() -> str | None:
+    """The `mpirun` of this environment (the `mpich` wheel puts it beside python), else PATH's."""
+    here = Path(sys.executable).parent / "mpirun"
+    if here.exists():
+        return str(here)
+    return shutil.which("mpirun")
+
+
+MPIRUN = _mpirun()
+needs_mpi = pytest.mark.skipif(
+    importlib.util.find_spec("mpi4py") is None or MPIRUN is None,
+    reason="needs mpi4py and mpirun: pip install -e '.[mpi]'",
+)
+TIMEOUT = 120  # s, for one mpirun (a few seconds normally)
+
+
+def _launch(args: list[str], total: int) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE")}
+    env["POPDIST_NUM_TOTAL_REPLICAS"] = str(total)
+    env["MPIEXEC_TIMEOUT"] = str(TIMEOUT)  # hydra kills the job after this
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    cmd = [MPIRUN, "-n", "2", sys.executable, str(HERE / "mpi_program.py"), *args]
+    # its own process group: the watchdog below can end mpirun and every instance
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def _finish(p: subprocess.Popen) -> tuple[int, str]:
+    try:
+        out, _ = p.communicate(timeout=TIMEOUT + 30)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        pytest.fail(f"mpirun did not finish in {TIMEOUT + 30} s:\n{out}")
+    return p.returncode, out
+
+
+@pytest.fixture(scope="module")
+def mpi_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The three launches, started together: the full program, an indivisible replica count,
+    instances that diverge."""
+    if importlib.util.find_spec("mpi4py") is None or MPIRUN is None:
+        pytest.skip("needs mpi4py and mpirun: pip install -e '.[mpi]'")
+    out = tmp_path_factory.mktemp("mpi")
+    procs = {
+        "all": _launch([str(out)], total=4),
+        "indivisible": _launch([str(out), "indivisible"], total=3),
+        "diverge": _launch([str(out), "diverge"], total=2),
+    }
+    runs = {name: _finish(p) for name, p in procs.items()}
+    code, log = runs["all"]
+    assert code == 0, log
+    runs["instances"] = [dict(np.load(out / f"instance{i}.npz")) for i in range(2)]
+    return runs
+
+
+@pytest.fixture(scope="module")
+def simulated() -> dict:
+    """The same programs with 4 replicas in this process."""
+    return {"collective": prog.run_collectives(4), "train": prog.run_training(4)}
+
+
+# ------------------------------------------------------------------------------------
+# NumPy references of the collectives program
+# ------------------------------------------------------------------------------------
+
+
+def _groups(assignment: list[int]) -> list[list[int]]:
+    return [[r for r, a in enumerate(assignment) if a == g] for g in range(max(assignment) + 1)]
+
+
+EVERY, STRIDED, PAIRS, EXPLICIT = [0, 0, 0, 0], [0, 1, 0, 1], [0, 0, 1, 1], [0, 1, 1, 0]
+
+
+def numpy_collectives() -> dict[str, np.ndarray]:
+    x, b = prog.collective_inputs()
+    x64 = x.astype(np.float64)
+
+    def per_group(assignment: list[int], f) -> np.ndarray:
+        out = [None] * 4
+        for members in _groups(assignment):
+            for i, r in enumerate(members):
+                out[r] = f(members, i, r)
+        return np.stack(out)
+
+    flat_sum = x64.reshape(4, -1).sum(axis=0)
+    return {
+        "add_all": per_group(EVERY, lambda m, i, r: x64[m].sum(0)),
+        "mean_strided": per_group(STRIDED, lambda m, i, r: x64[m].mean(0)),
+        "mul_pairs": per_group(PAIRS, lambda m, i, r: x64[m].prod(0)),
+        "min_explicit": per_group(EXPLICIT, lambda m, i, r: x64[m].min(0)),
+        "max_all": per_group(EVERY, lambda m, i, r: x64[m].max(0)),
+        "square_add_strided": per_group(STRIDED, lambda m, i, r: (x64[m] ** 2).sum(0)),
+        "and_all": per_group(EVERY, lambda m, i, r: b[m].all(0)),
+        "or_strided": per_group(STRIDED, lambda m, i, r: b[m].any(0)),
+        "gather_concat_all": per_group(EVERY, lambda m, i, r: np.concatenate(list(x64[m]), axis=1)),
+        "gather_new_axis_strided": per_group(STRIDED, lambda m, i, r: x64[m]),
+        "reduce_scatter_all": per_group(EVERY, lambda m, i, r: flat_sum[6 * i : 6 * i + 6]),
+        "sharded_slice_pairs": per_group(PAIRS, lambda m, i, r: x64[r].reshape(-1)[12 * i : 12 * i + 12]),
+        "slice_all": per_group(EVERY, lambda m, i, r: x64[r][i]),
+        "identical_inputs": x64,
+        "identical_grad_inputs": per_group(STRIDED, lambda m, i, r: x64[m].sum(0)),
+        "inplace_add_strided": per_group(STRIDED, lambda m, i, r: x64[m].sum(0)),
+    }
+
+
+# ------------------------------------------------------------------------------------
+# Under mpirun
+# ------------------------------------------------------------------------------------
+
+
+@needs_mpi
+def test_popdist_values_per_instance(mpi_runs: dict) -> None:
+    for i, got in enumerate(mpi_runs["instances"]):
+        values = {k.split(".", 1)[1]: got[k].item() for k in got if k.startswith("popdist.")}
+        assert values == {
+            "num_instances": 2,
+            "instance_index": i,
+            "total": 4,
+            "local": 2,
+            "offset": 2 * i,
+            "env_set": True,
+            "ir_replication_factor": 4,
+            "ir_instance_replication_factor": 2,
+        }
+
+
+@needs_mpi
+def test_every_collective_under_mpi(mpi_runs: dict, simulated: dict) -> None:
+    want = numpy_collectives()
+    assert set(want) == set(simulated["collective"])
+    for name, ref in want.items():
+        sim = simulated["collective"][name]
+        np.testing.assert_allclose(sim, ref, rtol=1e-6, atol=1e-6, err_msg=name)
+        for i, got in enumerate(mpi_runs["instances"]):
+            mine = got[f"collective.{name}"]
+            # the local replicas' rows only, bit for bit the simulated ones
+            assert mine.shape == sim[2 * i : 2 * i + 2].shape, name
+            assert mine.dtype == sim.dtype, name
+            np.testing.assert_array_equal(mine, sim[2 * i : 2 * i + 2], err_msg=name)
+
+
+@needs_mpi
+def test_training_under_mpi_equals_the_simulated_run(mpi_runs: dict, simulated: dict) -> None:
+    sim = simulated["train"]
+    one = prog.run_training(1, batch=4 * prog.BATCH)  # one replica on the whole batch
+    initial = prog.run_training(1, batch=4 * prog.BATCH, steps=0)
+    weights = [k for k in sim if k.startswith("weight.")]
+    assert len(weights) == 3
+    for i, got in enumerate(mpi_runs["instances"]):
+        # losses of the local replicas, [steps, local replicas]
+        np.testing.assert_array_equal(got["train.losses"], sim["losses"][:, 2 * i : 2 * i + 2])
+        for k in weights:  # every instance returns the full, same weights
+            np.testing.assert_array_equal(got[f"train.{k}"], sim[k], err_msg=k)
+    # and the data-parallel run is one replica on the whole batch (means of the losses too)
+    np.testing.assert_allclose(sim["losses"].mean(axis=1), one["losses"], rtol=1e-6)
+    for k in weights:
+        assert np.abs(one[k] - initial[k]).max() > 1e-3, k  # training moved every weight
+        np.testing.assert_allclose(sim[k], one[k], rtol=0, atol=1e-6, err_msg=k)
+
+
+@needs_mpi
+def test_grouped_variables_same_on_every_instance(mpi_runs: dict, simulated: dict) -> None:
+    data = prog.training_data()
+    sums = sum(x.reshape(4, prog.BATCH, 8).sum(axis=1) for x, _ in data)  # [replica, 8]
+    # stride 2, group size 2: groups {0, 2} and {1, 3}; a group reads its first replica
+    want_grouped = np.arange(16, dtype=np.float32).reshape(2, 8) + sums[[0, 1]]
+    for got in mpi_runs["instances"]:
+        np.testing.assert_allclose(got["train.grouped"], want_grouped, rtol=1e-5)
+        np.testing.assert_array_equal(got["train.grouped"], simulated["train"]["grouped"])
+        assert got["train.every"].shape == (4, 8)  # all_replicas: every replica, also remote ones
+        np.testing.assert_allclose(got["train.every"], sums, rtol=1e-5)
+        np.testing.assert_array_equal(got["train.every"], simulated["train"]["every"])
+
+
+@needs_mpi
+def test_indivisible_replica_count_stops_every_instance(mpi_runs: dict) -> None:
+    code, log = mpi_runs["indivisible"]
+    assert code != 0, log
+    assert (
+        "ValueError: popdist: POPDIST_NUM_TOTAL_REPLICAS=3 replicas cannot be split evenly over 2 "
+        "instances (use a multiple of 2)" in log
+    ), log
+    assert "accepted an indivisible" not in log
+
+
+@needs_mpi
+def test_diverged_instances_stop_with_an_error(mpi_runs: dict) -> None:
+    code, log = mpi_runs["diverge"]
+    assert code != 0, log
+    assert "CommMismatchError: the instances diverged" in log, log
+    assert "float32 (3,)" in log or "float32 (4,)" in log, log
+    assert "exchanged them" not in log
+
+
+# ------------------------------------------------------------------------------------
+# popdist in one process (no MPI launch)
+# ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def one_process(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for var in ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "POPDIST_NUM_TOTAL_REPLICAS",
+                "POPDIST_NUM_IPUS_PER_REPLICA"):  # fmt: skip
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(popdist, "_instances", None)
+    return monkeypatch
+
+
+def test_popdist_without_a_launch_is_one_instance(one_process: pytest.MonkeyPatch) -> None:
+    popdist.init()
+    assert not popdist.isPopdistEnvSet()
+    assert (popdist.getNumInstances(), popdist.getInstanceIndex()) == (1, 0)
+    assert (popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas(), popdist.getReplicaIndexOffset()) == (1, 1, 0)
+    assert popdist.getNumIpusPerReplica() == 1
+    ir = popxl.Ir(replication="popdist")
+    assert (ir.replication_factor, ir.instance_replication_factor) == (1, 1)
+
+
+def test_popdist_total_replicas_in_one_process(one_process: pytest.MonkeyPatch) -> None:
+    """POPDIST_NUM_TOTAL_REPLICAS without mpirun: one instance runs them all (LocalComm)."""
+    one_process.setenv("POPDIST_NUM_TOTAL_REPLICAS", "4")
+    assert popdist.isPopdistEnvSet()
+    assert (popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas()) == (4, 4)
+    got = prog.run_collectives("popdist")
+    for name, ref in numpy_collectives().items():
+        np.testing.assert_allclose(got[name], ref, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def test_popdist_bad_environment(one_process: pytest.MonkeyPatch) -> None:
+    one_process.setenv("POPDIST_NUM_TOTAL_REPLICAS", "two")
+    with pytest.raises(ValueError, match=r"popdist: POPDIST_NUM_TOTAL_REPLICAS='two' is not an integer"):
+        popxl.Ir(replication="popdist")
+    one_process.setenv("POPDIST_NUM_TOTAL_REPLICAS", "0")
+    with pytest.raises(ValueError, match=r"POPDIST_NUM_TOTAL_REPLICAS='0' must be a positive integer"):
+        popdist.getNumTotalReplicas()
+
+
+def test_popdist_launch_without_mpi4py(one_process: pytest.MonkeyPatch) -> None:
+    """Launched as 2 MPI processes but mpi4py missing: a clear error, not one instance."""
+    one_process.setenv("PMI_SIZE", "2")
+    one_process.setitem(sys.modules, "mpi4py", None)  # import fails
+    with pytest.raises(RuntimeError, match=r"launched as 2 MPI processes, but mpi4py is not installed: pip install"):
+        popxl.Ir(replication="popdist")
+    # a one-process launch without mpi4py is one instance
+    one_process.setattr(popdist, "_instances", None)
+    one_process.setenv("PMI_SIZE", "1")
+    assert popdist.isPopdistEnvSet() and popdist.getNumInstances() == 1
+
+
+def test_mpi_comm_import_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xl.runtime.mpi import MpiComm
+
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    with pytest.raises(ImportError, match=r"pip install 'xl-popxl\[mpi\]'"):
+        MpiComm()
