@@ -936,7 +936,8 @@ class Pow2ScaleCastToFp8Op(ResultTypedOp):
     """`cast(input * 2**log2_scale, float8)` (popxl.ops.pow2scale_cast_to_fp8): a float
     tensor to float8_143 (`f8E4M3FNUZ`) or float8_152 (`f8E5M2FNUZ`), rounding to
     nearest even; values too large for the format become NaN. `log2_scale` is a
-    scalar int32 in [-32, 32) (checked at run time).
+    scalar int32 in [-32, 32) (checked at run time). Float8 tensors carry no gradient
+    (as integer tensors), so none flows through the float8 ops.
 
     ```mlir
     %y = popxl.pow2scale_cast_to_fp8 %x, %s : (tensor<4xf32>, tensor<i32>) -> tensor<4xf8E4M3FNUZ>
@@ -947,7 +948,7 @@ class Pow2ScaleCastToFp8Op(ResultTypedOp):
     input = operand_def(TensorType)
     log2_scale = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(NotDifferentiable(), PopartType("Pow2ScaleThenCast"))
+    traits = traits_def(NoGradient(), PopartType("Pow2ScaleThenCast"))
 
     @classmethod
     def check(cls, types, props, result):
@@ -973,7 +974,7 @@ class Pow2ScaleCastFromFp8Op(ResultTypedOp):
     input = operand_def(TensorType)
     log2_scale = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(NotDifferentiable(), PopartType("CastThenPow2Scale"))
+    traits = traits_def(NoGradient(), PopartType("CastThenPow2Scale"))
 
     @classmethod
     def check(cls, types, props, result):
@@ -1054,7 +1055,7 @@ class MatmulPow2ScaledOp(PopxlOp):
     rhs = operand_def(TensorType)
     log2_scale = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(NotDifferentiable(), PopartType("MatMul"))
+    traits = traits_def(NoGradient(), PopartType("MatMul"))
 
     @classmethod
     def infer(cls, types, props):

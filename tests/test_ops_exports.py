@@ -139,6 +139,13 @@ OPS: R = {
     "matmul_pow2scaled": lambda e: ops.matmul_pow2scaled(
         ops.pow2scale_cast_to_fp8(e.x, 0, popxl.float8_143),
         ops.pow2scale_cast_to_fp8(e.w, 0, popxl.float8_152), popxl.constant(np.int32(2))),
+    "conv_pow2scaled": lambda e: ops.conv_pow2scaled(
+        ops.pow2scale_cast_to_fp8(ops.reshape(e.x, (1, 1, 2, 3)), 0, popxl.float8_143),
+        ops.pow2scale_cast_to_fp8(ops.reshape(e.y, (2, 1, 1, 3)), 0, popxl.float8_143), 1,
+        padding=(0, 1, 0, 1)),
+    "conv_transpose_pow2scaled": lambda e: ops.conv_transpose_pow2scaled(
+        ops.pow2scale_cast_to_fp8(ops.reshape(e.x, (1, 2, 3)), 0, popxl.float8_152),
+        ops.pow2scale_cast_to_fp8(ops.reshape(e.y, (2, 1, 3)), 0, popxl.float8_143), -1, stride=(2,)),
     # misc
     "cast": lambda e: ops.cast(e.x, popxl.int32),
     "init": lambda e: ops.init((2, 2), popxl.float32),
@@ -164,7 +171,7 @@ OPS: R = {
 # Exported names that raise NotImplementedError unconditionally (upstream features xl has
 # no equivalent of yet); each is called with no arguments.
 STUBS = (
-    "conv_pow2scaled", "conv_transpose_pow2scaled", "interpolate",
+    "interpolate",
     "roi_align", "remote_load", "remote_load_", "remote_store",
     "remote_code_load",
 )

@@ -973,22 +973,57 @@ def matmul_pow2scaled(
     return emit1(MatmulPow2ScaledOp, [lhs, rhs, log2_scale])
 
 
-@unimplemented
-def conv_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-    """`conv` of float8 operands scaled by `2 ** log2_scale` (other arguments as `conv`).
+def _float8_operands(what: str, *ts: Tensor) -> None:
+    for t in ts:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{current_op()}: expected a popxl Tensor, got {describe(t)}")
+        if t.dtype not in (dtypes.float8_143, dtypes.float8_152):
+            raise TypeError(f"{what} operands must be of dtype popxl.float8_143 or popxl.float8_152")
 
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+
+def conv_pow2scaled(
+    t: Tensor, weight: Tensor, log2_scale: Tensor, stride: tuple[int, ...] = (1, 1),
+    padding: tuple[int, ...] = (0, 0, 0, 0), dilation: tuple[int, ...] = (1, 1), groups: int = 1,
+    pad_type: Any = "not_set", available_memory_proportions: list[float] | None = None,
+    enable_conv_dithering: list[int] | None = None,
+) -> Tensor:
+    """`conv(t, weight, ...) * 2 ** log2_scale` of float8 `t` and `weight`
+    (`popxl.float8_143` / `float8_152`), returned as float16 as upstream; the other arguments
+    as `ops.conv`. Computed exactly: the float8 values widened to float32 (the scale, a
+    power of two, applied to `t`), a float32 convolution, rounded to float16.
+    `log2_scale`: a scalar int32 tensor in [-32, 32) (checked when the op runs). TypeError
+    for other dtypes. Float8 tensors carry no gradient (as integer tensors): autodiff
+    passes none through the float8 ops."""
+    from popxl.ops.conv import conv
+
+    _float8_operands("Scaled conv", t, weight)
+    log2_scale = _log2_scale(log2_scale)
+    x32 = pow2scale_cast_from_fp8(t, log2_scale, dtypes.float32)
+    w32 = pow2scale_cast_from_fp8(weight, constant(np.int32(0), dtypes.int32), dtypes.float32)
+    y = conv(x32, w32, stride, padding, dilation, groups, pad_type, available_memory_proportions,
+             None, enable_conv_dithering)
+    return cast(y, dtypes.float16)
 
 
-@unimplemented
-def conv_transpose_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-    """`conv_transpose` of float8 operands scaled by `2 ** log2_scale`.
+def conv_transpose_pow2scaled(
+    t: Tensor, weight: Tensor, log2_scale: Tensor, stride: tuple[int, ...] = (1, 1),
+    padding: tuple[int, ...] = (0, 0, 0, 0), dilation: tuple[int, ...] = (1, 1), groups: int = 1,
+    pad_type: Any = "not_set", output_padding: tuple[int, ...] = (),
+    output_shape: tuple[int, ...] = (), available_memory_proportions: list[float] | None = None,
+    enable_conv_dithering: list[int] | None = None,
+) -> Tensor:
+    """`conv_transpose(t, weight, ...) * 2 ** log2_scale` of float8 `t` and `weight`,
+    returned as float16 as upstream; the other arguments as `ops.conv_transpose`. Computed
+    exactly as `conv_pow2scaled` (float32 from the float8 values, rounded to float16)."""
+    from popxl.ops.conv import conv_transpose
 
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+    _float8_operands("Scaled conv_transpose", t, weight)
+    log2_scale = _log2_scale(log2_scale)
+    x32 = pow2scale_cast_from_fp8(t, log2_scale, dtypes.float32)
+    w32 = pow2scale_cast_from_fp8(weight, constant(np.int32(0), dtypes.int32), dtypes.float32)
+    y = conv_transpose(x32, w32, stride, padding, dilation, groups, pad_type, output_padding,
+                       output_shape, available_memory_proportions, None, enable_conv_dithering)
+    return cast(y, dtypes.float16)
 
 
 @unimplemented
