@@ -87,8 +87,8 @@ def test_help_shows_the_op() -> None:
 def test_unimplemented_ops_keep_signature_and_raise() -> None:
     assert list(inspect.signature(ops.conv).parameters)[:2] == ["t", "weight"]
     with pytest.raises(NotImplementedError) as info:
-        ops.topk(None, k=1, axis=0)  # type: ignore[arg-type]
-    assert str(info.value) == "popxl.ops.topk is not implemented in xl yet"
+        ops.remote_code_load(None, destination="executable")  # type: ignore[arg-type]
+    assert str(info.value) == "popxl.ops.remote_code_load is not implemented in xl yet"
     # the collectives are implemented: bad arguments name the public function
     with pytest.raises(TypeError, match=r"^ops\.collectives\.replicated_all_reduce: t must be a popxl Tensor"):
         collectives.replicated_all_reduce(None)  # type: ignore[arg-type]
