@@ -17,8 +17,15 @@ When the context closes, the `pipeline` pass turns it into ramp-up, a `call.repe
 and ramp-down; then each layer takes one Adam step on its accumulated gradients. The test
 program is seed 003's (the whole `Net`, unpipelined). `evaluate_throughput` times both
 sessions on synthetic data. Data: the bundled MNIST digits (`mnist_data.py`), or full MNIST
-with `--data-dir`. `--data-parallel 2` builds the tutorial's replicated program (it needs
-replica collectives).
+with `--data-dir`.
+
+`--data-parallel 2` is the tutorial's `data_parallel = 2`: two replicas, each on its own
+micro batches, whose accumulated gradients are averaged by `replicated_all_reduce_` (the
+`Graphs.replicated_all_reduce` step) before Adam. It runs in one process, or as one process
+per replica with the same numbers:
+
+    python examples/mnist_pipeline.py --data-parallel 2
+    mpirun -n 2 python examples/mnist_pipeline.py --data-parallel 2
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import popdist  # noqa: E402
 import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
 import popxl_addons as addons  # noqa: E402
@@ -45,14 +53,13 @@ from mnist_accumulate import (  # noqa: E402  (seed 003's helpers, verbatim)
     test_program,
 )
 from mnist_data import batches, load_mnist  # noqa: E402
+from mnist_data_parallel import local_share, replication, say  # noqa: E402
 from popxl_addons.named_tensors import NamedTensors  # noqa: E402
 
 
 def progress(iterable: Any, total: Optional[int] = None) -> Any:
-    try:
-        from progress_bar import progress as bar  # the examples' bounded progress bar
-    except ImportError:
-        from tqdm import tqdm as bar
+    from mnist_data_parallel import progress as bar  # instance 0's bar (all of them in one process)
+
     return bar(iterable, total=total)
 
 
@@ -76,14 +83,19 @@ def evaluate_throughput(session, samples_per_step, epochs: int = 5):
         f"Mean duration: {duration} s "
         f"Throughput: {samples_per_step/duration:6.1f} samples/s "
     )
-    print(result_str)
+    say(result_str)
     return samples_per_step / duration
 
 
 def train_program(opts):
     """Seed 003's pipelined training program."""
-    ir = popxl.Ir()
-    ir.replication_factor = opts.train.data_parallel
+    # under mpirun: the launch's replicas, split over its processes (`popdist`)
+    ir = popxl.Ir(replication=replication(opts.train.data_parallel))
+    if ir.replication_factor != opts.train.data_parallel:
+        raise SystemExit(
+            f"--data-parallel {opts.train.data_parallel} but the launch has {ir.replication_factor} "
+            "replicas (POPDIST_NUM_TOTAL_REPLICAS, default one per mpirun process)"
+        )
 
     with ir.main_graph:
         # -----  Define input and output streams -----
@@ -225,6 +237,7 @@ def parse_args(argv: Optional[list[str]] = None) -> Options:
     ap.add_argument("--no-throughput", action="store_true", help="skip evaluate_throughput")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--device", default="ipu_hw", help="ipu_hw, ipu_model or cpu: all run on NumPy")
+    ap.add_argument("--save-weights", help="write the trained weights to this .npz (instance 0)")
     args = ap.parse_args(argv)
     opts = Options()
     opts.train.micro_batch_size = args.micro_batch_size
@@ -238,11 +251,13 @@ def parse_args(argv: Optional[list[str]] = None) -> Options:
     opts.max_steps = args.max_steps
     opts.throughput = not args.no_throughput
     opts.seed = args.seed
+    opts.save_weights = args.save_weights
     return opts
 
 
 def main(argv: Optional[list[str]] = None) -> float:
     opts = parse_args(argv)
+    popdist.init()
     np.random.seed(opts.seed)
 
     global_batch_size = (
@@ -259,34 +274,28 @@ def main(argv: Optional[list[str]] = None) -> float:
         if opts.max_steps is not None:
             nr_batches = min(nr_batches, opts.max_steps)
         for epoch in range(1, opts.train.epochs + 1):
-            print("Epoch {0}/{1}".format(epoch, opts.train.epochs))
+            say("Epoch {0}/{1}".format(epoch, opts.train.epochs))
             bar = progress(training_data, total=nr_batches)
             for i, (data, labels) in enumerate(bar):
                 if i >= nr_batches:
                     break
-                # reshape data accounting for replication and num hosts transfers
-                data = data.reshape(
-                    train_session.ir.num_host_transfers,
-                    train_session.ir.replication_factor,
-                    opts.train.micro_batch_size,
-                    28 * 28,
-                ).squeeze()
-                labels = labels.reshape(
-                    train_session.ir.num_host_transfers,
-                    train_session.ir.replication_factor,
-                    opts.train.micro_batch_size,
-                ).squeeze()
+                # reshape data accounting for replication and num hosts transfers: this
+                # process's replicas' share, [num_host_transfers, instance replicas, micro batch, ...]
+                data = local_share(data.reshape(-1, 28 * 28), train_session.ir, opts.train.micro_batch_size)
+                labels = local_share(labels, train_session.ir, opts.train.micro_batch_size)
 
                 inputs: Mapping[popxl.HostToDeviceStream, np.ndarray] = dict(
                     zip(train_input_streams, [data.astype(np.float32), labels.astype(np.int32)])
                 )
                 loss = train_session.run(inputs)
-                losses_np = loss[loss_stream]  # shape(ir.num_host_transfers, ir.replication_factor, )
+                losses_np = loss[loss_stream]  # shape(ir.num_host_transfers, ir.instance_replication_factor, )
                 avg_loss = np.mean(losses_np)
                 bar.set_description("Loss:{:0.4f}".format(avg_loss))
 
     # get weights data : dictionary { train_session variables : tensor data (numpy) }
     train_vars_to_data = train_session.get_tensors_data(train_variables.tensors)
+    if opts.save_weights and popdist.getInstanceIndex() == 0:
+        np.savez(opts.save_weights, **{n: train_vars_to_data[t] for n, t in train_variables.named_tensors.items()})
 
     # Create test program and test session
     test_session, test_input_streams, test_variables, out_stream = test_program(
@@ -308,7 +317,7 @@ def main(argv: Optional[list[str]] = None) -> float:
 
     if opts.throughput:
         # evaluate the ratio samples per step / time for train session
-        print("train session")
+        say("train session")
         evaluate_throughput(train_session, global_batch_size)
 
     nr_batches = len(test_data)
@@ -319,12 +328,12 @@ def main(argv: Optional[list[str]] = None) -> float:
             output = test_session.run(inputs)
             sum_acc += accuracy(output[out_stream], labels)
     test_set_accuracy = sum_acc / len(test_data)
-    print("Accuracy on test set: {:0.2f}%".format(test_set_accuracy))
+    say("Accuracy on test set: {:0.2f}%".format(test_set_accuracy))
 
     if opts.throughput:
         samples_per_step = opts.test.micro_batch_size
         # no data parallelism or gradient accumulation for inference in this program
-        print("test session")
+        say("test session")
         evaluate_throughput(test_session, samples_per_step)
     return test_set_accuracy
 
