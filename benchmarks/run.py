@@ -12,6 +12,10 @@ Cases:
   compile_mnist         building the training IR (incl. autodiff), passes + lowering,
                         rt optimisations, plan creation (best of k runs)
   compile_scaling       the same pipeline on graphs of 100, 1,000, 10,000 ops (best of k)
+  replicas_b8,          data-parallel training step (gradients all-reduced, mean) with 4
+  replicas_b128         simulated replicas vs 1 replica at the same per-replica batch (8 / 128):
+                        ratio of step times (target <= 4.4x), the plain 1-replica step and
+                        the same ratio for a hand-written NumPy data-parallel step
 
 Every runtime figure is measured alternately with the other implementations in this
 process (chunks of steps, rotating order); the reported time is the median per step
@@ -40,6 +44,7 @@ sys.path.insert(0, str(HERE))
 import popxl
 from models import chain_ir, count_ops, infer_ir, module_of, train_ir
 from references import NumpyMLP, jax_mlp, torch_mlp
+from replicas import NumpyDataParallel, dp_train_ir
 
 LR = 0.05
 
@@ -283,6 +288,52 @@ def bench_infer(batch: int, rounds: int, target_s: float) -> dict:
     return {"batch": batch, "impls": res, "max_abs_output_diff": diff}
 
 
+def bench_replicas(batch: int, replicas: int, rounds: int, target_s: float) -> dict:
+    """Data-parallel step with `replicas` simulated replicas vs 1, same per-replica batch."""
+    impls: dict[str, Callable[[], object]] = {}
+    sessions = []
+    check = {}
+    weights = None
+    for r in (1, replicas):
+        np.random.seed(42)
+        ir, (img_s, lab_s), variables, loss_s = dp_train_ir(r, batch, LR)
+        session = popxl.Session(ir, "cpu")
+        if weights is None:
+            weights = weights_of(session, variables)
+        batches = [
+            (x.reshape(r, batch, 28, 28), y.reshape(r, batch)) if r > 1 else (x, y)
+            for x, y in mnist_batches(batch * r, 16)
+        ]
+        # correctness: the first steps against the hand-written data-parallel step
+        ref = NumpyDataParallel(weights, r, LR)
+        with session:
+            diffs = []
+            for x, y in batches[:3]:
+                got = np.asarray(session.run({img_s: x, lab_s: y})[loss_s]).reshape(-1)
+                diffs.append(float(np.abs(got - np.asarray(ref.train_step(x, y))).max()))
+        check[f"r{r}_first_steps_max_abs_loss_diff"] = max(diffs)
+        session.__enter__()
+        sessions.append(session)
+        c = Cycle([{img_s: x, lab_s: y} for x, y in batches])
+        impls[f"xl_r{r}"] = lambda s=session, c=c: s.run(c.next())
+        np_dp, cn = NumpyDataParallel(weights, r, LR), Cycle(batches)
+        impls[f"numpy_r{r}"] = lambda m=np_dp, cn=cn: m.train_step(*cn.next())
+    # the plain training step (no collective), as in train_b{batch}
+    np.random.seed(42)
+    ir, (img_s, lab_s), _, _ = train_ir(batch, LR)
+    plain = popxl.Session(ir, "cpu")
+    plain.__enter__()
+    sessions.append(plain)
+    cp = Cycle([{img_s: x, lab_s: y} for x, y in mnist_batches(batch, 16)])
+    impls["xl_plain"] = lambda: plain.run(cp.next())
+    try:
+        res = alternate(impls, rounds, target_s)
+    finally:
+        for s in sessions:
+            s.__exit__(None, None, None)
+    return {"batch": batch, "replicas": replicas, "impls": res, **check}
+
+
 def compile_phases(build: Callable[[], object]) -> dict[str, float]:
     """Seconds for: build IR, passes + lowering, rt optimisations, plan creation.
 
@@ -371,6 +422,24 @@ def report(results: dict) -> str:
                 f"| {k} | {fmt_ms(xl)} | {1 / xl:.0f} | {fmt_ms(g('numpy'))} | **{g('numpy') / xl:.2f}x** | "
                 f"{fmt_ms(g('numpy_xxx'))} | {g('numpy_xxx') / xl:.2f}x | {fmt_ms(g('torch'))} | {fmt_ms(g('jax'))} |"
             )
+    rep_cases = [k for k in results if k.startswith("replicas_b")]
+    if rep_cases:
+        lines.append("")
+        lines.append(
+            "| case | xl 1 replica ms | xl R replicas ms | **ratio** | xl plain step ms | ratio to plain | "
+            "NumPy 1 replica ms | NumPy R replicas ms | NumPy ratio |"
+        )
+        lines.append("|---|---|---|---|---|---|---|---|---|")
+        for k in rep_cases:
+            r = results[k]["impls"]
+            n = results[k]["replicas"]
+            g = lambda name: r[name]["median_s"]
+            lines.append(
+                f"| data-parallel step, batch {results[k]['batch']} per replica, R={n} | {fmt_ms(g('xl_r1'))} | "
+                f"{fmt_ms(g(f'xl_r{n}'))} | **{g(f'xl_r{n}') / g('xl_r1'):.2f}x** | {fmt_ms(g('xl_plain'))} | "
+                f"{g(f'xl_r{n}') / g('xl_plain'):.2f}x | {fmt_ms(g('numpy_r1'))} | {fmt_ms(g(f'numpy_r{n}'))} | "
+                f"{g(f'numpy_r{n}') / g('numpy_r1'):.2f}x |"
+            )
     if "compile_mnist" in results:
         c = results["compile_mnist"]
         lines.append("")
@@ -406,7 +475,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     if args.threads:
         set_blas_threads(args.threads)
-    cases = ["train_b8", "train_b128", "infer_b80", "compile_mnist", "compile_scaling"]
+    cases = ["train_b8", "train_b128", "infer_b80", "replicas_b8", "replicas_b128", "compile_mnist", "compile_scaling"]
     if args.only:
         cases = [c for c in args.only.split(",") if c]
     rounds = 5 if args.quick else 15
@@ -420,6 +489,10 @@ def main(argv: list[str] | None = None) -> dict:
             results[case] = bench_train(128, rounds, target)
         elif case == "infer_b80":
             results[case] = bench_infer(80, rounds, target)
+        elif case == "replicas_b8":
+            results[case] = bench_replicas(8, 4, rounds, target)
+        elif case == "replicas_b128":
+            results[case] = bench_replicas(128, 4, rounds, target)
         elif case == "compile_mnist":
             results[case] = bench_compile_mnist(3 if args.quick else 7)
         elif case == "compile_scaling":

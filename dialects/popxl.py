@@ -3115,6 +3115,177 @@ class HistogramOp(PopxlOp):
         return [tensor_type((len(levels) + 1,), np.uint32)]
 
 
+INTERPOLATE_MODES = ("nearest", "linear", "cubic")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize")
+
+
+def _interpolate_props(cls: type[PopxlOp], t: TensorType, props: dict[str, Any]) -> tuple[int, ...]:
+    """The output shape `floor(input * scales)`, checking the props of an interpolation."""
+    shape = shape_of(t)
+    require_float(cls, t)
+    scales = tuple(float(s) for s in props["scales"])
+    if len(scales) != len(shape):
+        raise cls.fail(f"scales {scales} must have one entry per dim of {fmt_type(t)}")
+    for name, allowed in (("mode", INTERPOLATE_MODES), ("nearest_mode", NEAREST_MODES),
+                          ("coordinate_transformation_mode", COORDINATE_MODES)):
+        if name in props and props[name] not in allowed:
+            raise cls.fail(f"{name} {props[name]!r} must be one of {', '.join(allowed)}")
+    out = tuple(int(math.floor(d * s)) for d, s in zip(shape, scales))
+    if any(s <= 0 for s in scales) or any(o < 1 for o in out):
+        raise cls.fail(f"scales {scales} give an empty output for {fmt_type(t)}")
+    return out
+
+
+@irdl_op_definition
+class InterpolateOp(PopxlOp):
+    """`input` resized to `floor(shape * scales)` (ONNX Resize; popxl.ops.interpolate):
+    `mode` "nearest" (`nearest_mode` rounding), "linear" or "cubic" (a = -0.75), the output
+    coordinate mapped to the input by `coordinate_transformation_mode` (default
+    half_pixel; tf_crop_and_resize with the whole input as region), edges replicated.
+
+    ```mlir
+    %y = popxl.interpolate %x {scales = array<f64: 1.0, 1.0, 2.0, 2.0>, mode = "linear"} : (tensor<1x2x3x4xf32>) -> tensor<1x2x6x8xf32>
+    ```
+    """
+
+    name = "popxl.interpolate"
+    traits = traits_def(PopartType("Resize"))
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    scales = prop_def(DenseArrayBase)
+    mode = opt_prop_def(StringAttr)
+    nearest_mode = opt_prop_def(StringAttr)
+    coordinate_transformation_mode = opt_prop_def(StringAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 1)
+        return [tensor_type(_interpolate_props(cls, types[0], props), dtype_of(types[0]))]
+
+
+@irdl_op_definition
+class InterpolateGradOp(PopxlOp):
+    """Gradient of `popxl.interpolate`: `dy` spread back with the transposed interpolation
+    weights; the result type is the forward input's (props as `interpolate`).
+
+    ```mlir
+    %dx = popxl.interpolate_grad %dy {scales = array<f64: 1.0, 1.0, 2.0, 2.0>, mode = "linear"} : (tensor<1x2x6x8xf32>) -> tensor<1x2x3x4xf32>
+    ```
+    """
+
+    name = "popxl.interpolate_grad"
+    traits = traits_def(NotDifferentiable(), Internal())
+    dy = operand_def(TensorType)
+    result = result_def(TensorType)
+    scales = prop_def(DenseArrayBase)
+    mode = opt_prop_def(StringAttr)
+    nearest_mode = opt_prop_def(StringAttr)
+    coordinate_transformation_mode = opt_prop_def(StringAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        raise cls.fail("the result type cannot be inferred; pass result_types")
+
+    @classmethod
+    def check_results(cls, types, props, results):
+        arity(cls, types, 1)
+        if len(results) != 1 or not isinstance(results[0], TensorType):
+            raise cls.fail(f"expects one tensor result, got ({_types_str(results)})")
+        expected = tensor_type(_interpolate_props(cls, results[0], props), dtype_of(results[0]))
+        if types[0] != expected:
+            raise cls.fail(f"dy {fmt_type(types[0])} must be {fmt_type(expected)} for input {fmt_type(results[0])}")
+        return list(results)
+
+
+def _roi_operands(cls: type[PopxlOp], t: TensorType, rois: TensorType, bidx: TensorType) -> int:
+    if len(shape_of(t)) != 4:
+        raise cls.fail(f"input must be (N, C, H, W), got {fmt_type(t)}")
+    require_float(cls, t)
+    rs = shape_of(rois)
+    if len(rs) != 2 or rs[1] != 4 or dtype_of(rois) != dtype_of(t):
+        raise cls.fail(f"rois must be (num_rois, 4) of the input's dtype, got {fmt_type(rois)}")
+    require_int(cls, bidx, "batch_index")
+    if shape_of(bidx) != (rs[0],):
+        raise cls.fail(f"batch_index must be ({rs[0]},), one per RoI, got {fmt_type(bidx)}")
+    return rs[0]
+
+
+class _RoiBase(PopxlOp):
+    output_size = prop_def(DenseArrayBase)
+    spatial_scale = prop_def(FloatAttr)
+    sampling_ratio = prop_def(IntegerAttr)
+    aligned = opt_prop_def(IntegerAttr)
+
+    @classmethod
+    def roi_shape(cls, t: TensorType, rois: TensorType, bidx: TensorType, props: dict[str, Any]) -> tuple[int, ...]:
+        n = _roi_operands(cls, t, rois, bidx)
+        out = tuple(props["output_size"])
+        if len(out) != 2 or min(out) < 1:
+            raise cls.fail(f"output_size {out} must be (height, width) >= 1")
+        if int(props["sampling_ratio"]) < 0:
+            raise cls.fail(f"sampling_ratio must be >= 0 (0: adaptive), got {props['sampling_ratio']}")
+        return (n, shape_of(t)[1], *out)
+
+
+@irdl_op_definition
+class RoiAlignOp(_RoiBase):
+    """Average RoI Align (ONNX RoiAlign, torchvision `roi_align`; popxl.ops.roi_align): each
+    RoI `[x1, y1, x2, y2]` of image `batch_index[r]` (scaled by `spatial_scale`) split in
+    `output_size` bins, each the mean of `sampling_ratio`^2 bilinear samples (0: adaptive,
+    `ceil(roi size / output size)` per dim); `aligned` shifts by half a pixel.
+
+    ```mlir
+    %y = popxl.roi_align %x, %r, %b {output_size = array<i64: 2, 2>, spatial_scale = 0.5 : f64, sampling_ratio = 2 : i64} : (tensor<2x3x8x8xf32>, tensor<4x4xf32>, tensor<4xi32>) -> tensor<4x3x2x2xf32>
+    ```
+    """
+
+    name = "popxl.roi_align"
+    input = operand_def(TensorType)
+    rois = operand_def(TensorType)
+    batch_index = operand_def(TensorType)
+    result = result_def(TensorType)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 3)
+        t, rois, bidx = types
+        return [tensor_type(cls.roi_shape(t, rois, bidx, props), dtype_of(t))]
+
+
+@irdl_op_definition
+class RoiAlignGradOp(_RoiBase):
+    """Gradient of `popxl.roi_align` with respect to its input: `dy` spread back to the
+    bilinear sample points; the result type is the forward input's.
+
+    ```mlir
+    %dx = popxl.roi_align_grad %dy, %r, %b {output_size = array<i64: 2, 2>, spatial_scale = 0.5 : f64, sampling_ratio = 2 : i64} : (tensor<4x3x2x2xf32>, tensor<4x4xf32>, tensor<4xi32>) -> tensor<2x3x8x8xf32>
+    ```
+    """
+
+    name = "popxl.roi_align_grad"
+    traits = traits_def(NotDifferentiable(), Internal())
+    dy = operand_def(TensorType)
+    rois = operand_def(TensorType)
+    batch_index = operand_def(TensorType)
+    result = result_def(TensorType)
+
+    @classmethod
+    def infer(cls, types, props):
+        raise cls.fail("the result type cannot be inferred; pass result_types")
+
+    @classmethod
+    def check_results(cls, types, props, results):
+        arity(cls, types, 3)
+        if len(results) != 1 or not isinstance(results[0], TensorType):
+            raise cls.fail(f"expects one tensor result, got ({_types_str(results)})")
+        dy, rois, bidx = types
+        expected = tensor_type(cls.roi_shape(results[0], rois, bidx, props), dtype_of(results[0]))
+        if dy != expected:
+            raise cls.fail(f"dy {fmt_type(dy)} must be {fmt_type(expected)}")
+        return list(results)
+
+
 # (op classes above this list; each new class appended to it)
 NN_OPS: list[type[IRDLOperation]] = [
     ConvOp,
@@ -3133,6 +3304,10 @@ NN_OPS: list[type[IRDLOperation]] = [
     ReduceProdGradOp,
     LogSoftmaxOp,
     HistogramOp,
+    InterpolateOp,
+    InterpolateGradOp,
+    RoiAlignOp,
+    RoiAlignGradOp,
 ]
 
 

@@ -75,6 +75,11 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return RtFuseElementwisePass
 
+    def get_rt_trivial_collectives() -> type[ModulePass]:
+        from xl.passes.rt_trivial_collectives import RtTrivialCollectivesPass
+
+        return RtTrivialCollectivesPass
+
     def get_rt_views() -> type[ModulePass]:
         from xl.passes.rt_views import RtViewsPass
 
@@ -101,6 +106,7 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "lower-to-rt": get_lower_to_rt,
         "rt-fold-update": get_rt_fold_update,
         "rt-fuse-elementwise": get_rt_fuse_elementwise,
+        "rt-trivial-collectives": get_rt_trivial_collectives,
         "rt-views": get_rt_views,
         "rt-reuse-buffers": get_rt_reuse_buffers,
         "rt-optimize": get_rt_optimize,

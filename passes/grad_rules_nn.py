@@ -11,6 +11,8 @@ from xl.dialects.popxl import (
     ConvTransposeOp,
     ConvWeightGradOp,
     ExpOp,
+    InterpolateGradOp,
+    InterpolateOp,
     LogSoftmaxOp,
     MaxPoolGradOp,
     MaxPoolOp,
@@ -18,6 +20,8 @@ from xl.dialects.popxl import (
     ReduceProdGradOp,
     ReduceProdOp,
     ReduceSumOp,
+    RoiAlignGradOp,
+    RoiAlignOp,
     ScatterOp,
     ScatterReduceGradOp,
     ScatterReduceOp,
@@ -181,3 +185,24 @@ def _log_softmax(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> G
     total = b.v(ReduceSumOp, dy, axis=(axis,), keepdims=True)
     soft = b.v(ExpOp, b.fwd(op.results[0]))
     return [b.v(SubOp, dy, b.v(MulOp, soft, total))]
+
+
+@grad_rule(InterpolateOp)
+def _interpolate(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    (dy,) = dys
+    assert dy is not None
+    x = op.operands[0]
+    if not b.needs(x):
+        return [None]
+    return [b.v(InterpolateGradOp, dy, result_type=x.type, **op_props(op))]
+
+
+@grad_rule(RoiAlignOp)
+def _roi_align(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    """The input's gradient; none for the RoI boxes and the batch indices (as upstream)."""
+    (dy,) = dys
+    assert dy is not None
+    x, rois, bidx = op.operands
+    if not b.needs(x):
+        return [None, None, None]
+    return [b.v(RoiAlignGradOp, dy, b.fwd(rois), b.fwd(bidx), result_type=x.type, **op_props(op)), None, None]

@@ -23,11 +23,15 @@ from xl.dialects.popxl import (
     ConvTransposeOp,
     ConvWeightGradOp,
     HistogramOp,
+    InterpolateGradOp,
+    InterpolateOp,
     LogSoftmaxOp,
     MaxPoolGradOp,
     MaxPoolOp,
     ReduceProdGradOp,
     ReduceProdOp,
+    RoiAlignGradOp,
+    RoiAlignOp,
     ScatterOp,
     ScatterReduceGradOp,
     ScatterReduceOp,
@@ -602,5 +606,181 @@ def _histogram(p: dict[str, Any]) -> Kernel:
         v = np.abs(x) if absolute else x
         bins = np.searchsorted(levels, v.reshape(-1), side="right")
         np.copyto(out, np.bincount(bins, minlength=levels.size + 1), casting="unsafe")
+
+    return k
+
+
+# ------------------------------------------------------------------------------------
+# Resampling: interpolate, RoI Align (separable weight matrices)
+# ------------------------------------------------------------------------------------
+
+_CUBIC_A = -0.75
+
+
+def _source_coords(out_len: int, in_len: int, scale: float, mode: str) -> np.ndarray:
+    x = np.arange(out_len, dtype=np.float64)
+    if mode == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (x + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)
+    if mode == "asymmetric":
+        return x / scale
+    # align_corners, tf_crop_and_resize with the whole input as region
+    if out_len > 1:
+        return x * (in_len - 1) / (out_len - 1)
+    return np.zeros(out_len) if mode == "align_corners" else np.full(out_len, 0.5 * (in_len - 1))
+
+
+def _cubic_weights(t: np.ndarray) -> np.ndarray:
+    """Weights of the neighbours at offsets -1, 0, 1, 2 for fractional positions `t`."""
+    a = _CUBIC_A
+
+    def near(d: np.ndarray) -> np.ndarray:  # |d| <= 1
+        return ((a + 2) * d - (a + 3)) * d * d + 1
+
+    def far(d: np.ndarray) -> np.ndarray:  # 1 < |d| < 2
+        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+
+    return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=-1)
+
+
+def interpolation_matrix(
+    in_len: int, out_len: int, scale: float, mode: str, nearest_mode: str, coord_mode: str
+) -> np.ndarray:
+    """`(out_len, in_len)` weights: output i = sum_j W[i, j] * input j along one axis."""
+    src = _source_coords(out_len, in_len, scale, coord_mode)
+    w = np.zeros((out_len, in_len))
+    rows = np.arange(out_len)
+    if mode == "nearest":
+        frac = src - np.floor(src)
+        if nearest_mode == "floor":
+            idx = np.floor(src)
+        elif nearest_mode == "ceil":
+            idx = np.ceil(src)
+        elif nearest_mode == "round_prefer_ceil":
+            idx = np.where(frac == 0.5, np.ceil(src), np.round(src))
+        else:  # round_prefer_floor
+            idx = np.where(frac == 0.5, np.floor(src), np.round(src))
+        w[rows, np.clip(idx, 0, in_len - 1).astype(np.int64)] = 1.0
+        return w
+    base = np.floor(src)
+    t = src - base
+    if mode == "linear":
+        offsets, weights = (0, 1), np.stack([1 - t, t], axis=-1)
+    else:
+        offsets, weights = (-1, 0, 1, 2), _cubic_weights(t)
+    for k, off in enumerate(offsets):
+        cols = np.clip(base + off, 0, in_len - 1).astype(np.int64)
+        np.add.at(w, (rows, cols), weights[:, k])
+    return w
+
+
+def _interp_mats(p: dict[str, Any], in_shape: tuple[int, ...]) -> list[np.ndarray | None]:
+    mode = str(p.get("mode", "nearest"))
+    nearest = str(p.get("nearest_mode", "round_prefer_floor"))
+    coord = str(p.get("coordinate_transformation_mode", "half_pixel"))
+    mats: list[np.ndarray | None] = []
+    for n, s in zip(in_shape, p["scales"]):
+        out = int(math.floor(n * float(s)))
+        m = interpolation_matrix(n, out, float(s), mode, nearest, coord)
+        mats.append(None if out == n and np.array_equal(m, np.eye(n)) else m)
+    return mats
+
+
+def _apply_along(x: np.ndarray, mats: list[np.ndarray | None], transpose: bool) -> np.ndarray:
+    for axis, m in enumerate(mats):
+        if m is None:
+            continue
+        mm = (m.T if transpose else m).astype(x.dtype, copy=False)
+        x = np.moveaxis(np.tensordot(mm, x, axes=([1], [axis])), 0, axis)
+    return x
+
+
+@kernel(InterpolateOp)
+def _interpolate(p: dict[str, Any]) -> Kernel:
+    """One matrix product per resized axis with its interpolation weights."""
+    state: dict[str, Any] = {}
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        if not state:
+            state["mats"] = _interp_mats(p, x.shape)
+        np.copyto(out, _apply_along(x, state["mats"], False), casting="unsafe")
+
+    return k
+
+
+@kernel(InterpolateGradOp)
+def _interpolate_grad(p: dict[str, Any]) -> Kernel:
+    state: dict[str, Any] = {}
+
+    def k(dy: np.ndarray, out: np.ndarray) -> None:
+        if not state:
+            state["mats"] = _interp_mats(p, out.shape)
+        np.copyto(out, _apply_along(dy, state["mats"], True), casting="unsafe")
+
+    return k
+
+
+def _roi_axis_weights(
+    start: float, length: float, bins: int, grid: int, size: int
+) -> np.ndarray:
+    """`(bins, size)`: each bin the mean over its `grid` samples of the bilinear weights
+    along one axis (samples beyond [-1, size] contribute nothing)."""
+    bin_len = length / bins
+    pos = start + np.arange(bins)[:, None] * bin_len + (np.arange(grid)[None, :] + 0.5) * bin_len / grid
+    pos = pos.reshape(-1)
+    valid = (pos >= -1.0) & (pos <= size)
+    y = np.maximum(pos, 0.0)
+    low = np.floor(y).astype(np.int64)
+    at_end = low >= size - 1
+    low = np.where(at_end, size - 1, low)
+    high = np.where(at_end, size - 1, low + 1)
+    y = np.where(at_end, low, y)
+    frac = y - low
+    w = np.zeros((bins * grid, size))
+    rows = np.arange(bins * grid)
+    np.add.at(w, (rows, low), np.where(valid, 1 - frac, 0))
+    np.add.at(w, (rows, high), np.where(valid, frac, 0))
+    return w.reshape(bins, grid, size).mean(axis=1)
+
+
+def _roi_matrices(
+    rois: np.ndarray, p: dict[str, Any], h: int, w: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    ph, pw = (int(v) for v in p["output_size"])
+    scale = float(p["spatial_scale"])
+    ratio = int(p["sampling_ratio"])
+    offset = 0.5 if p.get("aligned", False) else 0.0
+    out = []
+    for x1, y1, x2, y2 in rois.astype(np.float64):
+        sx, sy = x1 * scale - offset, y1 * scale - offset
+        rw, rh = x2 * scale - offset - sx, y2 * scale - offset - sy
+        if not p.get("aligned", False):
+            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        gh = ratio if ratio > 0 else max(int(math.ceil(rh / ph)), 1)
+        gw = ratio if ratio > 0 else max(int(math.ceil(rw / pw)), 1)
+        out.append((_roi_axis_weights(sy, rh, ph, gh, h), _roi_axis_weights(sx, rw, pw, gw, w)))
+    return out
+
+
+@kernel(RoiAlignOp)
+def _roi_align(p: dict[str, Any]) -> Kernel:
+    """Per RoI, `Wy @ t[b] @ Wx^T` with separable bilinear-and-average weights."""
+
+    def k(t: np.ndarray, rois: np.ndarray, bidx: np.ndarray, out: np.ndarray) -> None:
+        check_range(bidx, 0, t.shape[0], p, 2, "popxl.roi_align", "batch index", f"the batch has {t.shape[0]} images")
+        for r, (wy, wx) in enumerate(_roi_matrices(rois, p, t.shape[2], t.shape[3])):
+            out[r] = np.einsum("ph,chw,qw->cpq", wy, t[int(bidx[r])], wx)
+
+    return k
+
+
+@kernel(RoiAlignGradOp)
+def _roi_align_grad(p: dict[str, Any]) -> Kernel:
+    def k(dy: np.ndarray, rois: np.ndarray, bidx: np.ndarray, out: np.ndarray) -> None:
+        check_range(bidx, 0, out.shape[0], p, 2, "popxl.roi_align_grad", "batch index", f"the batch has {out.shape[0]} images")
+        out.fill(0)
+        for r, (wy, wx) in enumerate(_roi_matrices(rois, p, out.shape[2], out.shape[3])):
+            out[int(bidx[r])] += np.einsum("ph,cpq,qw->chw", wy, dy[r], wx)
 
     return k

@@ -112,6 +112,9 @@ OPS: R = {
     "matmul": lambda e: ops.matmul(e.x, e.w),
     "softmax": lambda e: ops.softmax(e.x, axis=1),
     "log_softmax": lambda e: ops.log_softmax(e.x, axis=1),
+    "interpolate": lambda e: ops.interpolate(e.x, (1.0, 2.0), mode="linear"),
+    "roi_align": lambda e: ops.roi_align(ops.reshape(e.x, (1, 1, 2, 3)), np.array([[0.0, 0.0, 2.0, 1.0]], np.float32),
+                                         np.array([0], np.int32), (2, 2), 1.0, 2),
     "histogram": lambda e: ops.histogram(e.x, [0.5, 1.0], absolute_of_input=True),
     "layer_norm": lambda e: ops.layer_norm(e.x, popxl.constant(np.ones(3, np.float32)), popxl.constant(np.zeros(3, np.float32))),
     "group_norm": lambda e: ops.group_norm(ops.reshape(e.x, (1, 2, 3)), popxl.constant(np.ones(2, np.float32)),
@@ -171,8 +174,7 @@ OPS: R = {
 # Exported names that raise NotImplementedError unconditionally (upstream features xl has
 # no equivalent of yet); each is called with no arguments.
 STUBS = (
-    "interpolate",
-    "roi_align", "remote_load", "remote_load_", "remote_store",
+    "remote_load", "remote_load_", "remote_store",
     "remote_code_load",
 )
 

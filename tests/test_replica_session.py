@@ -308,3 +308,25 @@ def test_simulated_split_program_against_numpy() -> None:
     np.testing.assert_allclose(out["y"], np.stack(ys), rtol=1e-5)
     np.testing.assert_allclose(out["g"], np.stack([np.stack([g] * 4)] * 2), rtol=1e-5)
     np.testing.assert_allclose(out["s"], np.stack([np.stack(s)] * 2), rtol=1e-5)
+
+
+def test_one_replica_data_parallel_program_drops_its_all_reduces() -> None:
+    """With one replica the all-reduces are the identity: rt-optimize removes them, so the
+    SGD updates fold into their gemms as in the program without collectives; same numbers
+    as the straightforward plan, which keeps them."""
+    ir, img_s, lab_s, loss_s, variables = dp_program(1, 4)
+    low = lower(module_of(ir))
+    (program,) = low.ops
+    optimize_program(program)
+    text = str(low)
+    assert '"replica.' not in text and text.count('"xl.gemm_acc"') >= 4
+    rng = np.random.default_rng(1)
+    feed = {"image": rng.normal(size=(4, 28, 28)).astype(np.float32), "labels": rng.integers(0, 10, 4).astype(np.int32)}
+    opt = compile_program(program, optimize=True)
+    plain = compile_module(module_of(ir), optimize=False)
+    assert plain.sites  # the straightforward plan runs the (trivial) collectives
+    for _ in range(2):
+        a, b = opt.run(feed), plain.run(feed)
+        np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-6)
+    for t in variables.tensors:
+        np.testing.assert_allclose(opt.get_state(t._var_name), plain.get_state(t._var_name), rtol=1e-5, atol=1e-7)

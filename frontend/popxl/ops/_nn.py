@@ -12,10 +12,15 @@ import numpy as np
 from xl.dialects.popxl import (
     SCATTER_REDUCTIONS,
     AveragePoolOp,
+    COORDINATE_MODES,
+    INTERPOLATE_MODES,
+    NEAREST_MODES,
     HistogramOp,
+    InterpolateOp,
     LogSoftmaxOp,
     MaxPoolOp,
     ReduceProdOp,
+    RoiAlignOp,
     ScatterOp,
     ScatterReduceOp,
     TopkOp,
@@ -271,7 +276,64 @@ def groupedgather(
     return _ops.transpose(out, perm) if perm != list(range(out.rank)) else out
 
 
+def interpolate(
+    t: Tensor,
+    scale_factor: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0),
+    mode: str = "nearest",
+    nearest_mode: str = "round_prefer_floor",
+    coordinate_transformation_mode: str = "half_pixel",
+) -> Tensor:
+    """`t` resized to `floor(t.shape * scale_factor)` (ONNX Resize): `scale_factor` has one
+    entry per dim of `t`; `mode` is `"nearest"`, `"linear"` (multilinear) or `"cubic"`
+    (a = -0.75, as PyTorch bicubic); `nearest_mode` (`"round_prefer_floor"`,
+    `"round_prefer_ceil"`, `"floor"`, `"ceil"`) rounds the source coordinate of the
+    nearest mode; `coordinate_transformation_mode` (`"half_pixel"`,
+    `"pytorch_half_pixel"`, `"align_corners"`, `"asymmetric"`, `"tf_crop_and_resize"`
+    with the whole input as region) maps an output coordinate to the input. Edges are
+    replicated. Differentiable (the transposed weights).
+
+    PyTorch equivalents: `F.interpolate(mode="bilinear")` is linear + pytorch_half_pixel,
+    `align_corners=True` is align_corners, `mode="nearest"` is nearest + asymmetric + floor.
+    """
+    t = _tensor(t, "t")
+    for name, value, allowed in (
+        ("mode", mode, INTERPOLATE_MODES), ("nearest_mode", nearest_mode, NEAREST_MODES),
+        ("coordinate_transformation_mode", coordinate_transformation_mode, COORDINATE_MODES),
+    ):
+        if value not in allowed:
+            raise ValueError(f"{current_op()}: {name} {value!r} is not valid, must be one of {', '.join(allowed)}")
+    scales = tuple(as_float(s, "scale_factor") for s in scale_factor)
+    if len(scales) != t.rank:
+        raise ValueError(f"{current_op()}: scale_factor {scales} must have {t.rank} entries (one per dim of {t.shape})")
+    return emit1(
+        InterpolateOp, [t], scales=scales, mode=str(mode), nearest_mode=str(nearest_mode),
+        coordinate_transformation_mode=str(coordinate_transformation_mode),
+    )
+
+
+def roi_align(
+    t: Tensor, rois: Tensor, batch_index: Tensor, output_size: tuple[int, int],
+    spatial_scale: float, sampling_ratio: int, aligned: bool = False,
+) -> Tensor:
+    """Average RoI Align of the feature map `t` `(N, C, H, W)`: RoI `r` (`rois[r]` =
+    `[x1, y1, x2, y2]` in input-image coordinates, scaled by `spatial_scale`, of image
+    `batch_index[r]`) is split into `output_size` (height, width) bins, each the mean of
+    `sampling_ratio` x `sampling_ratio` bilinear samples (0: `ceil(roi size / output
+    size)` per dim). The result is `(num_rois, C, *output_size)`. As ONNX RoiAlign-10
+    (PyTorch `torchvision.ops.roi_align(aligned=False)`); `aligned=True` shifts the boxes
+    by half a pixel (torchvision's `aligned=True`). Differentiable in `t` (not in `rois`).
+    """
+    t = _tensor(t, "t")
+    return emit1(
+        RoiAlignOp, [t, to_tensor(rois, t.dtype), to_tensor(batch_index, dtypes.int32)],
+        output_size=tuple(as_int(v, "output_size") for v in output_size),
+        spatial_scale=as_float(spatial_scale, "spatial_scale"),
+        sampling_ratio=as_int(sampling_ratio, "sampling_ratio"), aligned=True if aligned else None,
+    )
+
+
 __all__ = [
+    "interpolate", "roi_align",
     "average_pool", "max_pool", "topk", "median", "prod", "log_softmax", "scatter", "scatter_reduce",
     "histogram", "groupedgather",
 ]

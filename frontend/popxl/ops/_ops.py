@@ -1026,29 +1026,6 @@ def conv_transpose_pow2scaled(
     return cast(y, dtypes.float16)
 
 
-@unimplemented
-def interpolate(
-    t: Tensor, scale_factor: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0),
-    output_size: tuple[int, ...] | None = None, mode: str = "nearest",
-    nearest_mode: str = "round_prefer_floor", align_corners: bool = False,
-) -> Tensor:
-    """`t` resized by `scale_factor` (or to `output_size`) with nearest/linear/cubic `mode`.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
-
-
-@unimplemented
-def roi_align(
-    t: Tensor, rois: Tensor, batch_index: Tensor, output_size: tuple[int, int],
-    spatial_scale: float, sampling_ratio: int, aligned: bool = True,
-) -> Tensor:
-    """Regions of interest `rois` of `t` pooled to `output_size` by bilinear sampling.
-
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
 
 
 def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: Iterable[int], ratio: float) -> Tensor:

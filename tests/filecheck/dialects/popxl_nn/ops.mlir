@@ -35,6 +35,15 @@ func.func @select(%x: tensor<3x5xf32>, %s: tensor<4x3xf32>, %i: tensor<2x3xi32>,
   func.return
 }
 
+func.func @resample(%x: tensor<1x2x3x4xf32>, %dy: tensor<1x2x6x8xf32>, %t: tensor<2x3x8x8xf32>, %r: tensor<4x4xf32>, %b: tensor<4xi32>, %g: tensor<4x3x2x2xf32>) {
+  %y = popxl.interpolate %x {scales = array<f64: 1.0, 1.0, 2.0, 2.0>, mode = "linear"} : (tensor<1x2x3x4xf32>) -> tensor<1x2x6x8xf32>
+  %n = popxl.interpolate %x {scales = array<f64: 1.0, 1.0, 1.5, 0.5>, mode = "nearest", nearest_mode = "floor", coordinate_transformation_mode = "asymmetric"} : (tensor<1x2x3x4xf32>) -> tensor<1x2x4x2xf32>
+  %dx = popxl.interpolate_grad %dy {scales = array<f64: 1.0, 1.0, 2.0, 2.0>, mode = "cubic"} : (tensor<1x2x6x8xf32>) -> tensor<1x2x3x4xf32>
+  %ra = popxl.roi_align %t, %r, %b {output_size = array<i64: 2, 2>, spatial_scale = 5.000000e-01 : f64, sampling_ratio = 2 : i64} : (tensor<2x3x8x8xf32>, tensor<4x4xf32>, tensor<4xi32>) -> tensor<4x3x2x2xf32>
+  %rg = popxl.roi_align_grad %g, %r, %b {output_size = array<i64: 2, 2>, spatial_scale = 1.000000e+00 : f64, sampling_ratio = 0 : i64, aligned = true} : (tensor<4x3x2x2xf32>, tensor<4x4xf32>, tensor<4xi32>) -> tensor<2x3x8x8xf32>
+  func.return
+}
+
 // CHECK-LABEL: func.func @conv(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %x1: tensor<2x4x9xf32>, %w1: tensor<6x2x3xf32>, %t: tensor<2x4x4x4xf32>, %dy: tensor<2x4x8x8xf32>) {
 // CHECK-NEXT:    %y = popxl.conv %x, %w {stride = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>} : (tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
 // CHECK-NEXT:    %y1 = popxl.conv %x1, %w1 {dilation = array<i64: 2>, groups = 2 : i64} : (tensor<2x4x9xf32>, tensor<6x2x3xf32>) -> tensor<2x6x5xf32>
@@ -67,4 +76,11 @@ func.func @select(%x: tensor<3x5xf32>, %s: tensor<4x3xf32>, %i: tensor<2x3xi32>,
 // CHECK-NEXT:    %hg = popxl.histogram %h {levels = array<f64: 1.000000e-01, 3.100000e+00, 7.000000e+00>, absolute_of_input = true} : (tensor<10xf32>) -> tensor<4xui32>
 // CHECK-NEXT:    func.return
 // CHECK-NEXT:    }
+// CHECK-LABEL: func.func @resample(%x: tensor<1x2x3x4xf32>, %dy: tensor<1x2x6x8xf32>, %t: tensor<2x3x8x8xf32>, %r: tensor<4x4xf32>, %b: tensor<4xi32>, %g: tensor<4x3x2x2xf32>) {
+// CHECK-NEXT:    %y = popxl.interpolate %x {scales = array<f64: 1.000000e+00, 1.000000e+00, 2.000000e+00, 2.000000e+00>, mode = "linear"} : (tensor<1x2x3x4xf32>) -> tensor<1x2x6x8xf32>
+// CHECK-NEXT:    %n = popxl.interpolate %x {scales = array<f64: 1.000000e+00, 1.000000e+00, 1.500000e+00, 5.000000e-01>, mode = "nearest", nearest_mode = "floor", coordinate_transformation_mode = "asymmetric"} : (tensor<1x2x3x4xf32>) -> tensor<1x2x4x2xf32>
+// CHECK-NEXT:    %dx = popxl.interpolate_grad %dy {scales = array<f64: 1.000000e+00, 1.000000e+00, 2.000000e+00, 2.000000e+00>, mode = "cubic"} : (tensor<1x2x6x8xf32>) -> tensor<1x2x3x4xf32>
+// CHECK-NEXT:    %ra = popxl.roi_align %t, %r, %b {output_size = array<i64: 2, 2>, spatial_scale = 5.000000e-01 : f64, sampling_ratio = 2 : i64} : (tensor<2x3x8x8xf32>, tensor<4x4xf32>, tensor<4xi32>) -> tensor<4x3x2x2xf32>
+// CHECK-NEXT:    %rg = popxl.roi_align_grad %g, %r, %b {output_size = array<i64: 2, 2>, spatial_scale = 1.000000e+00 : f64, sampling_ratio = 0 : i64, aligned = true} : (tensor<4x3x2x2xf32>, tensor<4x4xf32>, tensor<4xi32>) -> tensor<2x3x8x8xf32>
+// CHECK-NEXT:    func.return
 // CHECK-NEXT:    }
