@@ -7,11 +7,6 @@ extra). `popdist` in one process needs no MPI."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,62 +17,26 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import mpi_program as prog  # noqa: E402
+from mpi_launch import HAVE_MPI, SKIP_REASON, finish, launch, needs_mpi  # noqa: E402
 
 import popdist  # noqa: E402
 import popxl  # noqa: E402
-
-
-def _mpirun() -> str | None:
-    """The `mpirun` of this environment (the `mpich` wheel puts it beside python), else PATH's."""
-    here = Path(sys.executable).parent / "mpirun"
-    if here.exists():
-        return str(here)
-    return shutil.which("mpirun")
-
-
-MPIRUN = _mpirun()
-needs_mpi = pytest.mark.skipif(
-    importlib.util.find_spec("mpi4py") is None or MPIRUN is None,
-    reason="needs mpi4py and mpirun: pip install -e '.[mpi]'",
-)
-TIMEOUT = 120  # s, for one mpirun (a few seconds normally)
-
-
-def _launch(args: list[str], total: int) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE")}
-    env["POPDIST_NUM_TOTAL_REPLICAS"] = str(total)
-    env["MPIEXEC_TIMEOUT"] = str(TIMEOUT)  # hydra kills the job after this
-    env["OPENBLAS_NUM_THREADS"] = "1"
-    cmd = [MPIRUN, "-n", "2", sys.executable, str(HERE / "mpi_program.py"), *args]
-    # its own process group: the watchdog below can end mpirun and every instance
-    return subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-
-
-def _finish(p: subprocess.Popen) -> tuple[int, str]:
-    try:
-        out, _ = p.communicate(timeout=TIMEOUT + 30)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-        pytest.fail(f"mpirun did not finish in {TIMEOUT + 30} s:\n{out}")
-    return p.returncode, out
 
 
 @pytest.fixture(scope="module")
 def mpi_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The three launches, started together: the full program, an indivisible replica count,
     instances that diverge."""
-    if importlib.util.find_spec("mpi4py") is None or MPIRUN is None:
-        pytest.skip("needs mpi4py and mpirun: pip install -e '.[mpi]'")
+    if not HAVE_MPI:
+        pytest.skip(SKIP_REASON)
     out = tmp_path_factory.mktemp("mpi")
+    script = str(HERE / "mpi_program.py")
     procs = {
-        "all": _launch([str(out)], total=4),
-        "indivisible": _launch([str(out), "indivisible"], total=3),
-        "diverge": _launch([str(out), "diverge"], total=2),
+        "all": launch([script, str(out)], env={"POPDIST_NUM_TOTAL_REPLICAS": "4"}),
+        "indivisible": launch([script, str(out), "indivisible"], env={"POPDIST_NUM_TOTAL_REPLICAS": "3"}),
+        "diverge": launch([script, str(out), "diverge"]),
     }
-    runs = {name: _finish(p) for name, p in procs.items()}
+    runs = {name: finish(p) for name, p in procs.items()}
     code, log = runs["all"]
     assert code == 0, log
     runs["instances"] = [dict(np.load(out / f"instance{i}.npz")) for i in range(2)]

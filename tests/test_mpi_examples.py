@@ -1,0 +1,52 @@
+"""The data-parallel examples give the same trained weights (bit for bit) and test accuracy in one
+process (2 simulated replicas) and under `mpirun -n 2` (one replica per process): the
+tutorial's data-parallel MNIST and seed 003's pipelined program with `--data-parallel 2`,
+a few steps each. Skipped without mpi4py / mpirun (the `[mpi]` extra)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+EXAMPLES = HERE.parent / "examples"
+sys.path.insert(0, str(HERE))
+
+from mpi_launch import finish, launch, needs_mpi  # noqa: E402
+
+CASES = {
+    "mnist_data_parallel": ["--max-steps", "3", "--device", "cpu"],
+    "mnist_pipeline": ["--data-parallel", "2", "--max-steps", "2", "--no-throughput", "--device", "cpu"],
+}
+
+
+def _accuracy(log: str) -> str:
+    found = re.findall(r"^Accuracy on test set: ([0-9.]+)%$", log, re.M)
+    assert len(found) == 1, log  # printed by instance 0 only
+    return found[0]
+
+
+@needs_mpi
+@pytest.mark.parametrize("example", sorted(CASES))
+def test_example_under_mpirun_equals_one_process(example: str, tmp_path: Path) -> None:
+    # both runs with one BLAS thread (a different thread count may round matmuls differently)
+    args = [str(EXAMPLES / f"{example}.py"), *CASES[example], "--save-weights"]
+    mpi_run = launch([*args, str(tmp_path / "mpi.npz")], n=2)
+    one_run = launch([*args, str(tmp_path / "one.npz")], n=None)  # 2 simulated replicas, 1 process
+    code, log = finish(mpi_run)
+    assert code == 0, log
+    one_code, one_log = finish(one_run)
+    assert one_code == 0, one_log
+    if example == "mnist_data_parallel":
+        assert "train session: 2 replicas, 2 instance(s) of 1; global batch 64" in log, log
+        assert "train session: 2 replicas, 1 instance(s) of 2; global batch 64" in one_log, one_log
+    one = np.load(tmp_path / "one.npz")
+    mpi = np.load(tmp_path / "mpi.npz")
+    assert sorted(one) == sorted(mpi) and len(one) == 8
+    for name in one:
+        np.testing.assert_array_equal(mpi[name], one[name], err_msg=name)
+    assert _accuracy(log) == _accuracy(one_log)
