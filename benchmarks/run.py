@@ -12,6 +12,9 @@ Cases:
   compile_mnist         building the training IR (incl. autodiff), passes + lowering,
                         rt optimisations, plan creation (best of k runs)
   compile_scaling       the same pipeline on graphs of 100, 1,000, 10,000 ops (best of k)
+  data_parallel_mpi     data-parallel MNIST training (examples/mnist_data_parallel.py), 2 MPI
+                        processes vs 2 simulated replicas in one process, 1 BLAS thread each
+                        (benchmarks/dp_mpi.py; target >= 1.7x)
   replicas_b8,          data-parallel training step (gradients all-reduced, mean) with 4
   replicas_b128         simulated replicas vs 1 replica at the same per-replica batch (8 / 128):
                         ratio of step times (target <= 4.4x), the plain 1-replica step and
@@ -45,6 +48,7 @@ import popxl
 from models import chain_ir, count_ops, infer_ir, module_of, train_ir
 from references import NumpyMLP, jax_mlp, torch_mlp
 from replicas import NumpyDataParallel, dp_train_ir
+from dp_mpi import bench_data_parallel_mpi, report_lines as dp_mpi_report
 
 LR = 0.05
 
@@ -440,6 +444,8 @@ def report(results: dict) -> str:
                 f"{g(f'xl_r{n}') / g('xl_plain'):.2f}x | {fmt_ms(g('numpy_r1'))} | {fmt_ms(g(f'numpy_r{n}'))} | "
                 f"{g(f'numpy_r{n}') / g('numpy_r1'):.2f}x |"
             )
+    if "data_parallel_mpi" in results:
+        lines += dp_mpi_report(results["data_parallel_mpi"])
     if "compile_mnist" in results:
         c = results["compile_mnist"]
         lines.append("")
@@ -475,7 +481,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     if args.threads:
         set_blas_threads(args.threads)
-    cases = ["train_b8", "train_b128", "infer_b80", "replicas_b8", "replicas_b128", "compile_mnist", "compile_scaling"]
+    cases = ["train_b8", "train_b128", "infer_b80", "replicas_b8", "replicas_b128", "data_parallel_mpi", "compile_mnist", "compile_scaling"]
     if args.only:
         cases = [c for c in args.only.split(",") if c]
     rounds = 5 if args.quick else 15
@@ -493,6 +499,8 @@ def main(argv: list[str] | None = None) -> dict:
             results[case] = bench_replicas(8, 4, rounds, target)
         elif case == "replicas_b128":
             results[case] = bench_replicas(128, 4, rounds, target)
+        elif case == "data_parallel_mpi":  # 2 MPI processes vs 2 simulated replicas (dp_mpi.py)
+            results[case] = bench_data_parallel_mpi(rounds=1 if args.quick else 2)
         elif case == "compile_mnist":
             results[case] = bench_compile_mnist(3 if args.quick else 7)
         elif case == "compile_scaling":
