@@ -2,7 +2,7 @@
 
     python examples/mnist_data_parallel.py                  # 2 replicas simulated in one process
     mpirun -n 2 python examples/mnist_data_parallel.py      # 2 processes, one replica each
-    POPDIST_NUM_TOTAL_REPLICAS=4 mpirun -n 2 python examples/mnist_data_parallel.py --data-parallel 4
+    mpirun -n 2 python examples/mnist_data_parallel.py --data-parallel 4   # 2 replicas per process
 
 Each replica takes `gradient_accumulation` (4) micro batches of 8 images per step, the
 backward graph (`addons.autodiff_with_accumulation`) averages their gradients, then
@@ -10,7 +10,8 @@ backward graph (`addons.autodiff_with_accumulation`) averages their gradients, t
 all replicas and every replica takes the same Adam step: the global batch is
 8 x 4 x 2 = 64 images. The model, the `Adam` module and `optimizer_step` are the tutorial's.
 
-Under `mpirun` (the `[mpi]` extra) the program is built with `popxl.Ir(replication="popdist")`:
+Under `mpirun` (the `[mpi]` extra) the program is built with `popxl.Ir(replication="popdist")`
+and `--data-parallel` replicas in total (`POPDIST_NUM_TOTAL_REPLICAS`, unless set already):
 each of the P processes runs `data_parallel / P` of the replicas and feeds them its share of
 every global batch (`[gradient_accumulation, instance_replication_factor, 8, 28, 28]`); the
 collectives exchange the gradients with MPI and the result is bit for bit the one-process
@@ -21,6 +22,7 @@ MNIST digits (`mnist_data.py`), or full MNIST with `--data-dir`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from functools import partial
 from pathlib import Path
@@ -164,9 +166,11 @@ def optimizer_step(
 
 
 def replication(data_parallel: int) -> Union[int, str]:
-    """`Ir(replication=...)`: 'popdist' when launched by mpirun (the launch's replicas,
-    `data_parallel` unless POPDIST_NUM_TOTAL_REPLICAS says otherwise), else the int."""
+    """`Ir(replication=...)`: 'popdist' when launched by mpirun, with `data_parallel` replicas
+    in total (POPDIST_NUM_TOTAL_REPLICAS, unless already set) split over the processes;
+    else the int (every replica in this process)."""
     if popdist.isPopdistEnvSet():
+        os.environ.setdefault(popdist.TOTAL_REPLICAS_VAR, str(data_parallel))
         return "popdist"
     return data_parallel
 
@@ -176,7 +180,7 @@ def train_program(opts):
     if ir.replication_factor != opts.data_parallel:
         raise SystemExit(
             f"--data-parallel {opts.data_parallel} but the launch has {ir.replication_factor} replicas "
-            f"(POPDIST_NUM_TOTAL_REPLICAS, default one per mpirun process)"
+            f"(POPDIST_NUM_TOTAL_REPLICAS={os.environ.get(popdist.TOTAL_REPLICAS_VAR)})"
         )
 
     with ir.main_graph:

@@ -31,6 +31,7 @@ per replica with the same numbers:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from time import time
@@ -94,7 +95,7 @@ def train_program(opts):
     if ir.replication_factor != opts.train.data_parallel:
         raise SystemExit(
             f"--data-parallel {opts.train.data_parallel} but the launch has {ir.replication_factor} "
-            "replicas (POPDIST_NUM_TOTAL_REPLICAS, default one per mpirun process)"
+            f"replicas (POPDIST_NUM_TOTAL_REPLICAS={os.environ.get(popdist.TOTAL_REPLICAS_VAR)})"
         )
 
     with ir.main_graph:
