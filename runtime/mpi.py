@@ -98,9 +98,12 @@ class MpiComm:
         self.comm.Allgather([header, MPI.INT64_T], [headers, MPI.INT64_T])
         if not (headers == header).all():
             self._mismatch(headers, shape, dtype)
-        send = np.empty((n, *shape), dtype=dtype)
-        for i, a in enumerate(local):
-            send[i] = a
+        if n == 1 and first.flags.c_contiguous:
+            send = first  # sent as it is: no copy
+        else:
+            send = np.empty((n, *shape), dtype=dtype)
+            for i, a in enumerate(local):
+                send[i] = a
         recv = np.empty((self.num_instances * n, *shape), dtype=dtype)
         self.comm.Allgather(
             [send.reshape(-1).view(np.uint8), MPI.BYTE], [recv.reshape(-1).view(np.uint8), MPI.BYTE]
