@@ -433,3 +433,29 @@ def test_max_pool_grad_kernel_routes_to_the_first_maximum() -> None:
     # overlapping windows (stride 1) accumulate
     dx = run1(P.MaxPoolGradOp, [np.ones((1, 1, 1, 3), np.float32), x], kernel=(2, 2), stride=(1, 1))
     np.testing.assert_array_equal(dx, [[[[0, 2, 1, 0], [0, 0, 0, 0]]]])
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_small_cnn_in_both_plans(optimize) -> None:
+    """conv -> relu -> max_pool -> conv_transpose -> average_pool, compiled with and without
+    the runtime optimisations, against the loop references."""
+    import popxl
+
+    from xl.compiler import compile_module
+
+    x, w1, w2 = _f32(2, 3, 8, 8), _f32(4, 3, 3, 3), _f32(4, 2, 2, 2)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xs = popxl.h2d_stream(x.shape, popxl.float32, "x")
+        t = ops.host_load(xs)
+        a = ops.relu(ops.conv(t, popxl.variable(w1), padding=(1, 1, 1, 1)))
+        b = ops.max_pool(a, (2, 2), stride=(2, 2))
+        c = ops.conv_transpose(b, popxl.variable(w2), stride=(2, 2))
+        y = ops.average_pool(c, (3, 3), stride=(2, 2), padding=(1, 1, 1, 1), ceil_mode=True)
+        ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
+    out = compile_module(ir._module, optimize=optimize).run({"x": x})["y"]
+    a = np.maximum(ref_conv(x, w1, (1, 1), (1, 1, 1, 1), (1, 1), 1), 0)
+    b = ref_pool(a, (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), False, "max")
+    c = ref_conv_transpose(b, w2, (2, 2), (0, 0, 0, 0), (1, 1), 1, (0, 0))
+    ref = ref_pool(c, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), True, "avg")
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)

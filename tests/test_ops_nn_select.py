@@ -357,3 +357,12 @@ def test_select_errors_name_the_op() -> None:
             ops.histogram(x, [1.0, 0.0], False)
         with pytest.raises(ValueError, match=r"popxl.log_softmax: input must be a floating point tensor"):
             ops.log_softmax(popxl.variable(np.zeros(3, np.int32)), 0)
+
+
+def test_ops_subsample_forward_and_gradient() -> None:
+    x = _f32(5, 6)
+    y, (dx,), dy = run_fwd_bwd(lambda a: ops.subsample(a, [2, 3]), [x])
+    np.testing.assert_array_equal(y, x[::2, ::3])
+    ref = np.zeros_like(x)
+    ref[::2, ::3] = dy
+    np.testing.assert_array_equal(dx, ref)
