@@ -1,10 +1,11 @@
 """NumPy kernels of the popxl neural-network ops, registered by op class (see `xl.runtime.kernels`).
 
-Convolutions and pooling are vectorised: the windows of the padded input are a strided
-view (`sliding_window_view`), copied once into columns (im2col) and contracted with
-one batched `matmul` per call; the adjoint direction (transposed convolution, pooling
-gradients) accumulates the columns back with one strided add per kernel position
-(col2im), never a Python loop over pixels.
+Convolutions and pooling are vectorised: each kernel position reads a strided slice of
+the padded input for every output position at once (one copy per kernel position into
+the im2col columns, contracted with one batched `matmul`; pooling reduces the slices
+with one `maximum` / `add` each); the adjoint direction (transposed convolution,
+pooling gradients) adds the columns back with one strided add per kernel position
+(col2im). No Python loop runs over pixels.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import math
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from xl.dialects.popxl import (
     AveragePoolGradOp,
@@ -42,7 +42,7 @@ from xl.runtime.kernels import Kernel, check_range, kernel
 
 
 # ------------------------------------------------------------------------------------
-# Windows (compile-time parameters, run-time views)
+# Windows (compile-time geometry)
 # ------------------------------------------------------------------------------------
 
 
@@ -53,6 +53,7 @@ class _Geometry:
         nd = len(kernel_shape)
         self.nd = nd
         self.kernel = tuple(int(k) for k in kernel_shape)
+        self.ksize = math.prod(self.kernel)
         self.stride = tuple(p.get("stride") or (1,) * nd)
         pads = tuple(p.get("pads") or (0,) * (2 * nd))
         self.begin, self.end = pads[:nd], pads[nd:]
@@ -74,22 +75,13 @@ class _Geometry:
             slice(b, b + n) for b, n in zip(self.begin, x_shape[2:])
         )
 
-    def windows(self, xp: np.ndarray, out_sp: tuple[int, ...]) -> np.ndarray:
-        """View `(N, C, *out, *kernel)` of the windows of the padded input `xp`."""
-        nd = self.nd
-        v = sliding_window_view(xp, self.extent, axis=tuple(range(2, 2 + nd)))
-        idx = (slice(None), slice(None))
-        idx += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out_sp, self.stride))
-        idx += tuple(slice(None, None, d) for d in self.dilation)
-        return v[idx]
-
-    def kernel_positions(self, out_sp: tuple[int, ...]) -> list[tuple[slice, ...]]:
-        """For each kernel position (row-major), the strided slice of the padded input its
-        column reads: the col2im targets."""
+    def taps(self, out_sp: tuple[int, ...]) -> list[tuple[slice, ...]]:
+        """For each kernel position (row-major), the strided slice `(:, :, ...)` of the
+        padded input it reads for every output position: the im2col / col2im views."""
         out = []
         for pos in itertools.product(*(range(k) for k in self.kernel)):
             out.append(
-                tuple(
+                (slice(None), slice(None)) + tuple(
                     slice(j * d, j * d + (o - 1) * s + 1, s)
                     for j, d, o, s in zip(pos, self.dilation, out_sp, self.stride)
                 )
@@ -97,38 +89,43 @@ class _Geometry:
         return out
 
 
-def _col2im(
-    cols: np.ndarray, geo: _Geometry, out_sp: tuple[int, ...], target: np.ndarray
-) -> None:
-    """`target` (padded, `(N, C, *padded)`) += the columns `cols` `(N, C, *kernel, *out)`
-    at their windows."""
-    ksize = math.prod(geo.kernel)
-    flat = cols.reshape(cols.shape[:2] + (ksize,) + tuple(out_sp))
-    for kidx, sl in enumerate(geo.kernel_positions(out_sp)):
-        target[(slice(None), slice(None)) + sl] += flat[:, :, kidx]
-
-
 class _Padded:
-    """A zero-filled (or `fill`-filled) padded copy of the input, allocated on first use."""
+    """A padded copy of the input (`fill` around it), allocated on first use; the input
+    itself when no padding is needed."""
 
-    def __init__(self, geo: _Geometry, fill: float = 0.0) -> None:
-        self.geo = geo
+    def __init__(self, geo: _Geometry, x_shape: tuple[int, ...], out_sp: tuple[int, ...], fill: float = 0.0) -> None:
+        shape = geo.padded_shape(x_shape, out_sp)
+        self.direct = shape == tuple(x_shape)
+        self.shape = shape
         self.fill = fill
+        self.inner = geo.interior(x_shape)
         self.buf: np.ndarray | None = None
-        self.inner: tuple[slice, ...] = ()
 
-    def of(self, x: np.ndarray, out_sp: tuple[int, ...]) -> np.ndarray:
-        geo = self.geo
-        if not any(geo.begin) and not any(geo.end) and self.padded_same(x.shape, out_sp):
+    def of(self, x: np.ndarray) -> np.ndarray:
+        if self.direct:
             return x
         if self.buf is None:
-            self.buf = np.full(geo.padded_shape(x.shape, out_sp), self.fill, x.dtype)
-            self.inner = geo.interior(x.shape)
+            self.buf = np.full(self.shape, self.fill, x.dtype)
         self.buf[self.inner] = x
         return self.buf
 
-    def padded_same(self, shape: tuple[int, ...], out_sp: tuple[int, ...]) -> bool:
-        return self.geo.padded_shape(shape, out_sp) == tuple(shape)
+
+class _Columns:
+    """im2col: the taps of the padded input copied into `(N, C, K, *out)` (one strided copy
+    per kernel position), viewed as `(N, groups, C/groups * K, prod(out))`."""
+
+    def __init__(self, geo: _Geometry, x_shape: tuple[int, ...], out_sp: tuple[int, ...], groups: int, dtype: np.dtype) -> None:
+        n, c = x_shape[:2]
+        self.pad = _Padded(geo, x_shape, out_sp)
+        self.taps = geo.taps(out_sp)
+        self.buf = np.empty((n, c, geo.ksize, *out_sp), dtype)
+        self.mat = self.buf.reshape(n, groups, (c // groups) * geo.ksize, math.prod(out_sp))
+
+    def of(self, x: np.ndarray) -> np.ndarray:
+        xp = self.pad.of(x)
+        for kidx, sl in enumerate(self.taps):
+            self.buf[:, :, kidx] = xp[sl]
+        return self.mat
 
 
 # ------------------------------------------------------------------------------------
@@ -136,82 +133,44 @@ class _Padded:
 # ------------------------------------------------------------------------------------
 
 
-def _im2col(win: np.ndarray, groups: int) -> np.ndarray:
-    """Windows `(N, C, *out, *kernel)` -> columns `(groups, N * prod(out), C/groups * prod(kernel))`."""
-    n, c = win.shape[:2]
-    nd = (win.ndim - 2) // 2
-    out_sp = win.shape[2 : 2 + nd]
-    k_sp = win.shape[2 + nd :]
-    g = groups
-    # (N, g, C/g, *out, *k) -> (g, N, *out, C/g, *k)
-    w = win.reshape((n, g, c // g) + tuple(out_sp) + tuple(k_sp))
-    perm = (1, 0) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd))
-    cols = np.ascontiguousarray(w.transpose(perm))
-    return cols.reshape(g, n * math.prod(out_sp), (c // g) * math.prod(k_sp))
-
-
 @kernel(ConvOp)
 def _conv(p: dict[str, Any]) -> Kernel:
-    """im2col of the padded input, one batched matmul per group with the weight."""
-    groups = int(p.get("groups", 1))
-    state: dict[str, Any] = {}
-
-    def k(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
-        if not state:
-            state["geo"] = geo = _Geometry(p, w.shape[2:])
-            state["pad"] = _Padded(geo)
-            state["out_sp"] = out.shape[2:]
-            m = w.shape[0]
-            state["wshape"] = (groups, m // groups, -1)
-        geo, out_sp = state["geo"], state["out_sp"]
-        xp = state["pad"].of(x, out_sp)
-        cols = _im2col(geo.windows(xp, out_sp), groups)  # (g, N*O, C/g*K)
-        wm = w.reshape(state["wshape"])  # (g, M/g, C/g*K)
-        y = np.matmul(cols, wm.transpose(0, 2, 1))  # (g, N*O, M/g)
-        n = x.shape[0]
-        y = y.reshape((groups, n) + tuple(out_sp) + (w.shape[0] // groups,))
-        # (g, N, *out, M/g) -> (N, g, M/g, *out)
-        nd = len(out_sp)
-        perm = (1, 0, 2 + nd) + tuple(range(2, 2 + nd))
-        np.copyto(out, y.transpose(perm).reshape(out.shape), casting="unsafe")
-
-    return k
-
-
-def _conv_adjoint(
-    x: np.ndarray, w: np.ndarray, geo: _Geometry, groups: int, full: np.ndarray
-) -> None:
-    """`full` (the padded result, zeroed) += the transposed convolution of `x`
-    `(N, C, *in)` with `w` `(C, M/g, *kernel)`, before cropping."""
-    n, c = x.shape[:2]
-    g = groups
-    in_sp = x.shape[2:]
-    nd = len(in_sp)
-    mg = w.shape[1]
-    ksize = math.prod(geo.kernel)
-    # x as (g, N*in, C/g); w as (g, C/g, M/g*K)
-    xm = x.reshape((n, g, c // g, math.prod(in_sp))).transpose(1, 0, 3, 2).reshape(g, -1, c // g)
-    wm = w.reshape(g, c // g, mg * ksize)
-    cols = np.matmul(xm, wm)  # (g, N*in, M/g*K)
-    cols = cols.reshape((g, n) + tuple(in_sp) + (mg, ksize))
-    # -> (N, g*M/g, K, *in)
-    perm = (1, 0, 2 + nd, 3 + nd) + tuple(range(2, 2 + nd))
-    cols = cols.transpose(perm).reshape((n, g * mg, ksize) + tuple(in_sp))
-    for kidx, sl in enumerate(geo.kernel_positions(tuple(in_sp))):
-        full[(slice(None), slice(None)) + sl] += cols[:, :, kidx]
-
-
-@kernel(ConvTransposeOp)
-def _conv_transpose(p: dict[str, Any]) -> Kernel:
-    """Columns `x @ w` scattered back to their windows (col2im), then cropped by the pads."""
+    """im2col of the padded input, then one batched matmul `W (g, M/g, C/g*K) @ cols
+    (N, g, C/g*K, O)`, which is already the NCHW result."""
     groups = int(p.get("groups", 1))
     state: dict[str, Any] = {}
 
     def k(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
         if not state:
             geo = _Geometry(p, w.shape[2:])
-            state["geo"] = geo
+            state["cols"] = _Columns(geo, x.shape, out.shape[2:], groups, out.dtype)
+            state["wshape"] = (groups, w.shape[0] // groups, -1)
+            state["oshape"] = (x.shape[0], groups, w.shape[0] // groups, -1)
+        cols = state["cols"].of(x)
+        np.matmul(w.reshape(state["wshape"]), cols, out=out.reshape(state["oshape"]))
+
+    return k
+
+
+def _col2im(cols: np.ndarray, taps: list[tuple[slice, ...]], full: np.ndarray) -> None:
+    """`full` += the columns `(N, C, K, *out)` at their taps."""
+    for kidx, sl in enumerate(taps):
+        full[sl] += cols[:, :, kidx]
+
+
+@kernel(ConvTransposeOp)
+def _conv_transpose(p: dict[str, Any]) -> Kernel:
+    """Columns `W^T @ x` (one batched matmul) scattered back to their windows (col2im),
+    then cropped by the pads."""
+    groups = int(p.get("groups", 1))
+    state: dict[str, Any] = {}
+
+    def k(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+        if not state:
+            geo = _Geometry(p, w.shape[2:])
+            n, c = x.shape[:2]
             in_sp = x.shape[2:]
+            mg = w.shape[1]
             # the full (uncropped) result, large enough for the output padding too
             full_sp = tuple(
                 max((i - 1) * s + e, b + o)
@@ -221,38 +180,36 @@ def _conv_transpose(p: dict[str, Any]) -> Kernel:
             state["crop"] = (slice(None), slice(None)) + tuple(
                 slice(b, b + o) for b, o in zip(geo.begin, out.shape[2:])
             )
+            state["taps"] = geo.taps(in_sp)
+            state["xshape"] = (n, groups, c // groups, -1)
+            state["wshape"] = (groups, c // groups, mg * geo.ksize)
+            state["cshape"] = (n, groups * mg, geo.ksize, *in_sp)
         full = state["full"]
         full.fill(0)
-        _conv_adjoint(x, w, state["geo"], groups, full)
+        wt = w.reshape(state["wshape"]).transpose(0, 2, 1)  # (g, M/g*K, C/g)
+        cols = np.matmul(wt, x.reshape(state["xshape"]))  # (N, g, M/g*K, I)
+        _col2im(cols.reshape(state["cshape"]), state["taps"], full)
         np.copyto(out, full[state["crop"]], casting="unsafe")
 
     return k
 
 
-
 @kernel(ConvWeightGradOp)
 def _conv_weight_grad(p: dict[str, Any]) -> Kernel:
     """`dw[m, c, k] = sum over n, o of dy[n, m, o] * x_padded[n, c, o * stride + k * dilation]`:
-    the im2col columns of the forward input contracted with `dy`."""
+    `dy (N, g, M/g, O) @ cols^T (N, g, O, C/g*K)` summed over the batch."""
     groups = int(p.get("groups", 1))
     state: dict[str, Any] = {}
 
     def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
         if not state:
-            state["geo"] = geo = _Geometry(p, tuple(p["kernel"]))
-            state["pad"] = _Padded(geo)
-            state["out_sp"] = dy.shape[2:]
-        geo, out_sp = state["geo"], state["out_sp"]
-        g = groups
-        xp = state["pad"].of(x, out_sp)
-        cols = _im2col(geo.windows(xp, out_sp), g)  # (g, N*O, C/g*K)
-        n, m = dy.shape[:2]
-        nd = len(out_sp)
-        # dy (N, g, M/g, *out) -> (g, M/g, N*O)
-        dym = dy.reshape((n, g, m // g) + tuple(out_sp))
-        dym = dym.transpose((1, 2, 0) + tuple(range(3, 3 + nd))).reshape(g, m // g, -1)
-        dw = np.matmul(dym, cols)  # (g, M/g, C/g*K)
-        np.copyto(out, dw.reshape(out.shape), casting="unsafe")
+            geo = _Geometry(p, tuple(p["kernel"]))
+            state["cols"] = _Columns(geo, x.shape, dy.shape[2:], groups, out.dtype)
+            n, m = dy.shape[:2]
+            state["dyshape"] = (n, groups, m // groups, -1)
+        cols = state["cols"].of(x)
+        per_image = np.matmul(dy.reshape(state["dyshape"]), cols.transpose(0, 1, 3, 2))
+        np.sum(per_image, axis=0, out=out.reshape(per_image.shape[1:]))
 
     return k
 
@@ -260,10 +217,6 @@ def _conv_weight_grad(p: dict[str, Any]) -> Kernel:
 # ------------------------------------------------------------------------------------
 # Pooling
 # ------------------------------------------------------------------------------------
-
-
-def _pool_setup(p: dict[str, Any], x_shape: tuple[int, ...], out_sp: tuple[int, ...]) -> _Geometry:
-    return _Geometry(p, tuple(p["kernel"]))
 
 
 def _window_counts(
@@ -282,18 +235,28 @@ def _window_counts(
     return counts
 
 
+class _Pool:
+    """Compile-time state of a pooling kernel: geometry, padded input, taps."""
+
+    def __init__(self, p: dict[str, Any], x_shape: tuple[int, ...], out_sp: tuple[int, ...], fill: float) -> None:
+        self.geo = _Geometry(p, tuple(p["kernel"]))
+        self.pad = _Padded(self.geo, x_shape, out_sp, fill)
+        self.taps = self.geo.taps(out_sp)
+
+
 @kernel(MaxPoolOp)
 def _max_pool(p: dict[str, Any]) -> Kernel:
-    state: dict[str, Any] = {}
+    """The running maximum over the kernel positions (one strided `maximum` each)."""
+    state: list[_Pool] = []
 
     def k(x: np.ndarray, out: np.ndarray) -> None:
         if not state:
-            state["geo"] = geo = _pool_setup(p, x.shape, out.shape[2:])
-            state["pad"] = _Padded(geo, -np.inf)
-            state["axes"] = tuple(range(2 + geo.nd, 2 + 2 * geo.nd))
-        out_sp = out.shape[2:]
-        win = state["geo"].windows(state["pad"].of(x, out_sp), out_sp)
-        np.max(win, axis=state["axes"], out=out)
+            state.append(_Pool(p, x.shape, out.shape[2:], -np.inf))
+        pool = state[0]
+        xp = pool.pad.of(x)
+        np.copyto(out, xp[pool.taps[0]])
+        for sl in pool.taps[1:]:
+            np.maximum(out, xp[sl], out=out)
 
     return k
 
@@ -306,13 +269,13 @@ def _average_pool(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
         if not state:
             out_sp = out.shape[2:]
-            state["geo"] = geo = _pool_setup(p, x.shape, out_sp)
-            state["pad"] = _Padded(geo, 0.0)
-            state["axes"] = tuple(range(2 + geo.nd, 2 + 2 * geo.nd))
-            state["counts"] = _window_counts(geo, x.shape, out_sp, include, out.dtype)
-        out_sp = out.shape[2:]
-        win = state["geo"].windows(state["pad"].of(x, out_sp), out_sp)
-        np.sum(win, axis=state["axes"], out=out)
+            state["pool"] = pool = _Pool(p, x.shape, out_sp, 0.0)
+            state["counts"] = _window_counts(pool.geo, x.shape, out_sp, include, out.dtype)
+        pool = state["pool"]
+        xp = pool.pad.of(x)
+        np.copyto(out, xp[pool.taps[0]])
+        for sl in pool.taps[1:]:
+            np.add(out, xp[sl], out=out)
         np.divide(out, state["counts"], out=out)
 
     return k
@@ -324,18 +287,17 @@ def _average_pool_grad(p: dict[str, Any]) -> Kernel:
     state: dict[str, Any] = {}
 
     def k(dy: np.ndarray, out: np.ndarray) -> None:
-        out_sp = dy.shape[2:]
         if not state:
-            state["geo"] = geo = _pool_setup(p, out.shape, out_sp)
-            state["counts"] = _window_counts(geo, out.shape, out_sp, include, out.dtype)
-            state["full"] = np.zeros(geo.padded_shape(out.shape, out_sp), out.dtype)
-            state["inner"] = geo.interior(out.shape)
-        geo, full = state["geo"], state["full"]
+            out_sp = dy.shape[2:]
+            state["pool"] = pool = _Pool(p, out.shape, out_sp, 0.0)
+            state["counts"] = _window_counts(pool.geo, out.shape, out_sp, include, out.dtype)
+            state["full"] = np.zeros(pool.pad.shape, out.dtype)
+        pool, full = state["pool"], state["full"]
         share = dy / state["counts"]
         full.fill(0)
-        for sl in geo.kernel_positions(out_sp):
-            full[(slice(None), slice(None)) + sl] += share
-        np.copyto(out, full[state["inner"]])
+        for sl in pool.taps:
+            full[sl] += share
+        np.copyto(out, full[pool.pad.inner])
 
     return k
 
@@ -346,23 +308,25 @@ def _max_pool_grad(p: dict[str, Any]) -> Kernel:
     state: dict[str, Any] = {}
 
     def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
-        out_sp = dy.shape[2:]
         if not state:
-            state["geo"] = geo = _pool_setup(p, x.shape, out_sp)
-            state["pad"] = _Padded(geo, -np.inf)
-            state["full"] = np.zeros(geo.padded_shape(x.shape, out_sp), out.dtype)
-            state["inner"] = geo.interior(x.shape)
-            state["ksize"] = math.prod(geo.kernel)
-        geo, full, ksize = state["geo"], state["full"], state["ksize"]
-        win = geo.windows(state["pad"].of(x, out_sp), out_sp)
-        nd = geo.nd
-        # (N, C, *out, K) -> argmax over K
-        flat = win.reshape(win.shape[: 2 + nd] + (ksize,))
-        arg = np.argmax(flat, axis=-1)
+            state["pool"] = pool = _Pool(p, x.shape, dy.shape[2:], -np.inf)
+            state["full"] = np.zeros(pool.pad.shape, out.dtype)
+            state["best"] = np.empty(dy.shape, x.dtype)
+            state["free"] = np.empty(dy.shape, bool)
+            state["hit"] = np.empty(dy.shape, bool)
+        pool, full, best, free, hit = state["pool"], state["full"], state["best"], state["free"], state["hit"]
+        xp = pool.pad.of(x)
+        np.copyto(best, xp[pool.taps[0]])
+        for sl in pool.taps[1:]:
+            np.maximum(best, xp[sl], out=best)
         full.fill(0)
-        for kidx, sl in enumerate(geo.kernel_positions(out_sp)):
-            full[(slice(None), slice(None)) + sl] += np.where(arg == kidx, dy, 0)
-        np.copyto(out, full[state["inner"]])
+        free.fill(True)
+        for sl in pool.taps:
+            np.equal(xp[sl], best, out=hit)
+            hit &= free
+            free &= ~hit
+            full[sl] += np.where(hit, dy, 0)
+        np.copyto(out, full[pool.pad.inner])
 
     return k
 
