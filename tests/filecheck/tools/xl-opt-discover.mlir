@@ -44,7 +44,7 @@
 
 // HELP:      -p PASSES, --passes PASSES
 // HELP:      xl passes: accumulate, autodiff,
-// HELP:      xDSL passes:
+// HELP:      {{xDSL passes:|xDSL$}}
 // HELP:      --mlir-elide-elementsattrs-if-larger N
 // HELP:      --list-passes
 // HELP:      --list-dialects
