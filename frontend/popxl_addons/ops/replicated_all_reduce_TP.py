@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from xl.dialects.replica import AllReduceIdenticalGradInputsOp, AllReduceIdenticalInputsOp
+from xl.dialects.replica import (
+    AllReduceIdenticalGradInputsOp,
+    AllReduceIdenticalInputsOp,
+    ReplicaGroupingAttr,
+)
 
 import popxl
 from popxl import bridge
@@ -23,9 +27,17 @@ def _emit(cls: Any, what: str, t: popxl.Tensor, op: str, group: Any) -> popxl.Te
     group = ir.replica_grouping() if group is None else group
     if not isinstance(group, popxl.ReplicaGrouping):
         raise TypeError(f"{what}: group must be a popxl.ReplicaGrouping, got {type(group).__name__}")
-    group._check_ir(ir, what)
+    if len(group.assignment) != ir.replication_factor:
+        raise ValueError(
+            f"{what}: {group!r} was made for {len(group.assignment)} replicas, but the "
+            f"replication factor is {ir.replication_factor}"
+        )
+    if group.is_const:
+        grouping = ReplicaGroupingAttr(group.stride, group.group_size)
+    else:
+        grouping = ReplicaGroupingAttr(assignment=group.assignment)
     try:
-        new = cls.make([bridge.value_of(t)], grouping=group._to_attr(), op=op)
+        new = cls.make([bridge.value_of(t)], grouping=grouping, op=op)
     except bridge.VerifyException as e:
         raise ValueError(f"{what}: {e}") from None
     (out,) = bridge.append_op(new)
