@@ -95,7 +95,7 @@ def test_wheel_name_python_and_dependencies(wheel: zipfile.ZipFile) -> None:
     requires = md.get_all("Requires-Dist")
     assert f"xdsl=={xdsl['Version']}" in requires
     assert {r.split(">")[0].split("=")[0] for r in requires if "extra ==" not in r} == {
-        "xdsl", "numpy", "tqdm"
+        "xdsl", "numpy", "ml_dtypes", "tqdm"
     }
     classifiers = md.get_all("Classifier")
     for version in ("3.11", "3.12"):

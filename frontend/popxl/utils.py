@@ -9,10 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from popxl.dtypes import _UPSTREAM_FLOAT8, float8_143, float8_152
+from popxl.dtypes import _UPSTREAM_FLOAT8, float8_143, float8_152, np_dtype_float8_143, np_dtype_float8_152
 from popxl.dtypes import dtype as _dtype
 
-__all__ = ["create_seeds", "downcast_np_dtypes", "table_to_string", "to_numpy"]
+__all__ = [
+    "create_seeds", "downcast_np_dtypes", "np_dtype_float8_143", "np_dtype_float8_152",
+    "table_to_string", "to_numpy",
+]
 
 downcast_np_dtypes: dict[np.dtype, np.dtype] = {
     np.dtype("int64"): np.dtype("int32"),
