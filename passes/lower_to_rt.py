@@ -61,6 +61,7 @@ from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.ipu import CopyOp as IpuCopyOp
 from xl.dialects.popxl import PopxlOp, is_written, op_props, to_attr
 from xl.dialects.traits import is_cross_replica
+from xl.passes.lower_remote import lowering_of
 
 
 _MEMREFS: dict[Attribute, MemRefType] = {}
@@ -171,6 +172,8 @@ class _Emitter:
             self.emit_conditional(op, env, block, fresh)
         elif isinstance(op, H2DStreamOp | D2HStreamOp):
             pass
+        elif (lower := lowering_of(op)) is not None:  # remote buffers (passes/lower_remote.py)
+            lower(self, op, env, block, fresh)
         else:
             raise LoweringError(f"lower-to-rt: cannot lower '{op.name}'")
 

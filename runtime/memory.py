@@ -6,8 +6,8 @@ report gives, in bytes per replica:
 - `variables`: the `rt.state` slots (weights, optimiser state, accumulators, counters);
 - `stashes`: the pipeline stash ring buffers and their counters (the `rt.state` slots the
   `pipeline` pass names `pipeline.stash<k>.*`);
-- `remote_staging`: buffers staged for remote (off-chip) memory; xl has no remote buffers
-  yet, so this is 0;
+- `remote_staging`: the remote buffers (`rt.state` marked `rt.remote`, `[entries, *shape]`
+  per replica): memory off the IPU, so not part of `total` (the resident bytes);
 - `constants`: the `rt.const` buffers;
 - `activations_peak`: the largest total size of the temporaries (`rt.alloc` buffers that
   own storage: not views) live at the same time, after buffer reuse. A temporary lives from
@@ -53,6 +53,8 @@ VIEW_ATTR = "rt.view"
 _STASH_SLOT = re.compile(r"^pipeline\.stash\d+\.")
 
 VARIABLE, STASH, CONSTANT, ACTIVATION = "variable", "stash", "constant", "activation"
+REMOTE = "remote"  # a remote buffer (`rt.state` marked `rt.remote`, xl.passes.lower_remote)
+_REMOTE_ATTR = "rt.remote"
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class BufferInfo:
     """One buffer with storage: its kind, IPU, size and (for activations) live range."""
 
     name: str
-    kind: str  # "variable", "stash", "constant" or "activation"
+    kind: str  # "variable", "stash", "remote", "constant" or "activation"
     ipu: int
     shape: tuple[int, ...]
     dtype: np.dtype
@@ -83,8 +85,9 @@ class IpuMemory:
 
     @property
     def total(self) -> int:
-        """Variables, stashes, remote staging, constants and the activation peak."""
-        return self.variables + self.stashes + self.remote_staging + self.constants + self.activations_peak
+        """The resident bytes: variables, stashes, constants and the activation peak (remote
+        buffers live off the IPU: `remote_staging`)."""
+        return self.variables + self.stashes + self.constants + self.activations_peak
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,8 @@ class MemoryReport:
         """The report as a text table (one row per virtual IPU, then the totals)."""
         cols = ("variables", "stashes", "remote_staging", "constants", "activations_peak",
                 "activations_allocated", "total")
-        heads = ("IPU", "variables", "stashes", "remote staging", "constants",
-                 "activations (peak)", "(allocated)", "total")
+        heads = ("IPU", "variables", "stashes", "remote (off-chip)", "constants",
+                 "activations (peak)", "(allocated)", "total (resident)")
         rows = [[str(m.ipu), *(format_bytes(getattr(m, c)) for c in cols)] for m in self.ipus]
         if len(self.ipus) > 1:
             rows.append(["all", *(format_bytes(sum(getattr(m, c) for m in self.ipus)) for c in cols)])
@@ -281,7 +284,9 @@ def memory_report(program: rt.ProgramOp) -> MemoryReport:
         owner = v.owner
         t = v.type
         assert isinstance(t, MemRefType)
-        if isinstance(owner, rt.StateOp):
+        if isinstance(owner, rt.StateOp) and _REMOTE_ATTR in owner.attributes:
+            kind = REMOTE
+        elif isinstance(owner, rt.StateOp):
             kind = STASH if _STASH_SLOT.match(owner.slot.data) else VARIABLE
         elif isinstance(owner, rt.ConstOp):
             kind = CONSTANT
@@ -305,7 +310,7 @@ def memory_report(program: rt.ProgramOp) -> MemoryReport:
                 ipu=i,
                 variables=sum(b.nbytes for b in mine if b.kind == VARIABLE),
                 stashes=sum(b.nbytes for b in mine if b.kind == STASH),
-                remote_staging=0,
+                remote_staging=sum(b.nbytes for b in mine if b.kind == REMOTE),
                 constants=sum(b.nbytes for b in mine if b.kind == CONSTANT),
                 activations_peak=peak,
                 activations_allocated=sum(b.nbytes for b in mine if b.kind == ACTIVATION),

@@ -195,7 +195,13 @@ def test_popxl_ops_have_kernels() -> None:
         assert kernel_class(cls.name) is cls
         assert kernel_factory(cls.name) is KERNELS[cls]
     # every registered key is a popxl op class or an rt-only kernel, nothing else
-    assert all(k in set(Popxl.operations) or issubclass(k, RtKernel) for k in KERNELS)
+    from xl.dialects.ipu import REMOTE_ACCESS_OPS
+
+    assert all(
+        k in set(Popxl.operations) or k in REMOTE_ACCESS_OPS or issubclass(k, RtKernel)
+        for k in KERNELS
+    )
+    assert all(c in KERNELS for c in REMOTE_ACCESS_OPS)  # remote copies (kernels_remote.py)
     assert kernel_factory("popxl.no_such_op") is None
 
 
