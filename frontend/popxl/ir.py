@@ -302,11 +302,17 @@ class Ir:
 
     # -- replica groupings ------------------------------------------------------------------
     def replica_grouping(self, stride: int = 1, group_size: int | None = None) -> Any:
+        """A `popxl.ReplicaGrouping` of this Ir's replicas: groups of `group_size` replicas
+        (default: `replication_factor // stride`) `stride` apart. Collectives and grouped
+        variables use it (`ops.collectives.*(group=...)`, `popxl.variable(replica_grouping=...)`)."""
         from popxl.replica_grouping import ReplicaGrouping
 
         return ReplicaGrouping._from_params(self, stride, group_size)
 
     def replica_grouping_from_assignments(self, assignment: Iterable[int]) -> Any:
+        """A `popxl.ReplicaGrouping` from the group of each replica (equal-sized groups;
+        labels renumbered in order of first appearance); a constant-stride assignment gives
+        the same grouping as `replica_grouping(stride, group_size)`."""
         from popxl.replica_grouping import ReplicaGrouping
 
         return ReplicaGrouping._from_assignments(self, list(assignment))
