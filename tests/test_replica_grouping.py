@@ -143,3 +143,20 @@ def test_attribute_syntax_and_errors() -> None:
         ReplicaGroupingAttr(assignment=[0, 0, 1])
     with pytest.raises(VerifyException, match="must be positive"):
         ReplicaGroupingAttr(0, 2)
+
+
+def test_const_rg_and_maps() -> None:
+    """Upstream's example: [0, 0, 1, 1, 0, 0, 1, 1] maps through the constant-stride grouping
+    [0, 0, 1, 1, 2, 2, 3, 3] with to_device_map [0, 1, 0, 1] and to_host_map [0, 1]."""
+    ir = popxl.Ir(replication=8)
+    rg = ir.replica_grouping_from_assignments([0, 0, 1, 1, 0, 0, 1, 1])
+    assert rg.const_rg.assignment == [0, 0, 1, 1, 2, 2, 3, 3] and rg.const_rg.is_const
+    assert rg.to_device_map == [0, 1, 0, 1] and rg.to_host_map == [0, 1]
+    const = ir.replica_grouping(2, 2)
+    assert const.const_rg is const and const.to_device_map is None and const.to_host_map is None
+    # every const_rg group lies inside one group of the original grouping
+    for a in ([0, 1, 1, 0, 2, 3, 3, 2], [0, 0, 1, 1, 0, 0, 1, 1], [0, 1, 0, 1, 1, 0, 1, 0]):
+        rg = ir.replica_grouping_from_assignments(a)
+        for members in rg.const_rg.groups:
+            assert len({rg.assignment[m] for m in members}) == 1
+        assert [rg.to_device_map[c] for c in rg.const_rg.assignment] == rg.assignment

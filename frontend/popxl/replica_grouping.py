@@ -19,6 +19,7 @@ In the IR a grouping is a `#replica.grouping<stride = S, group_size = G>` attrib
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -180,6 +181,53 @@ class ReplicaGrouping:
         for r, g in enumerate(self._assignment):
             out[g].append(r)
         return out
+
+    @property
+    def const_rg(self) -> ReplicaGrouping:
+        """A constant-stride grouping that splits the groups of this one as little as possible
+        (this grouping itself when it has a constant stride): for `[0, 0, 1, 1, 0, 0, 1, 1]`,
+        `[0, 0, 1, 1, 2, 2, 3, 3]`."""
+        if self._stride is not None:
+            return self
+        strides = _strides(self._assignment)
+        stride = min(strides)
+        split = list(self._assignment)
+        next_group = max(split)
+        for g in sorted(set(self._assignment)):
+            members = [r for r, a in enumerate(self._assignment) if a == g]
+            moved = False
+            for prev, r in zip(members, members[1:]):
+                if r - prev > stride:  # a gap wider than the stride starts a new group
+                    moved = True
+                    next_group += 1
+                if moved:
+                    split[r] = next_group
+        size = 0
+        for g in set(split):
+            size = math.gcd(size, split.count(g))
+        return ReplicaGrouping._from_params(self._ir, stride if size > 1 else 1, size)
+
+    @property
+    def to_device_map(self) -> list[int] | None:
+        """For a grouping without constant stride: the group of this grouping each group of
+        `const_rg` belongs to (None for a constant-stride grouping)."""
+        if self._stride is not None:
+            return None
+        out: dict[int, int] = {}
+        for c, g in zip(self.const_rg.assignment, self._assignment):
+            out.setdefault(c, g)
+        return [out[c] for c in sorted(out)]
+
+    @property
+    def to_host_map(self) -> list[int] | None:
+        """For a grouping without constant stride: a group of `const_rg` for each group of
+        this grouping (its first), None for a constant-stride grouping."""
+        if self._stride is not None:
+            return None
+        out: dict[int, int] = {}
+        for c, g in zip(self.const_rg.assignment, self._assignment):
+            out.setdefault(g, c)
+        return [out[g] for g in sorted(out)]
 
     def transpose(self) -> ReplicaGrouping:
         """The grouping whose `i`-th group holds the `i`-th member of every group:
