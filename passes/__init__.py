@@ -75,6 +75,11 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return RtFuseElementwisePass
 
+    def get_rt_fold_all_reduce() -> type[ModulePass]:
+        from xl.passes.rt_fold_all_reduce import RtFoldAllReducePass
+
+        return RtFoldAllReducePass
+
     def get_rt_trivial_collectives() -> type[ModulePass]:
         from xl.passes.rt_trivial_collectives import RtTrivialCollectivesPass
 
@@ -104,6 +109,7 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "outline": get_outline,
         "pipeline": get_pipeline,
         "lower-to-rt": get_lower_to_rt,
+        "rt-fold-all-reduce": get_rt_fold_all_reduce,
         "rt-fold-update": get_rt_fold_update,
         "rt-fuse-elementwise": get_rt_fuse_elementwise,
         "rt-trivial-collectives": get_rt_trivial_collectives,

@@ -1,7 +1,8 @@
 """`rt-optimize`: the runtime's optimisation pipeline on a lowered `rt.program`.
 
 Runs, in order: `rt-trivial-collectives` (replica collectives that are the identity
-removed), `rt-fold-update` (SGD update folded into the weight-gradient gemm),
+removed), `rt-fold-all-reduce` (an SGD update of a replica-averaged gradient as one
+collective), `rt-fold-update` (SGD update folded into the weight-gradient gemm),
 `rt-fuse-elementwise` (single-use elementwise chains become one kernel), `rt-views`
 (reshape/transpose as views) and `rt-reuse-buffers` (liveness-based storage sharing
 and in-place elementwise kernels). Each step is also a pass of its own.
@@ -19,6 +20,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xl.passes.rt_analysis import programs
+from xl.passes.rt_fold_all_reduce import fold_all_reduce_updates
 from xl.passes.rt_fold_update import fold_bias_adds, fold_updates
 from xl.passes.rt_fuse_elementwise import fuse_elementwise
 from xl.passes.rt_reuse_buffers import reuse_buffers
@@ -28,6 +30,7 @@ from xl.passes.rt_views import mark_views
 
 def optimize_program(program) -> None:  # type: ignore[no-untyped-def]
     drop_trivial_collectives(program)
+    fold_all_reduce_updates(program)
     fold_updates(program)
     fold_bias_adds(program)
     fuse_elementwise(program)

@@ -55,6 +55,7 @@ from xl.dialects.replica import (
 from xl.dialects.traits import CrossReplica
 from xl.runtime.comm import Comm, LocalComm
 from xl.runtime.errors import PlanError
+from xl.runtime.registry import AllReduceUpdateKernel
 
 Step = Callable[[], None]
 CollectiveFactory = Callable[["Site"], Step]
@@ -213,6 +214,44 @@ def all_reduce(site: Site) -> Step:
             reduce([xs[m] for m in members], acc, tmp)
             for o in rest:
                 np.copyto(o, acc)
+
+    return step
+
+
+def all_reduce_update(site: Site) -> Step:
+    """`w += scale * reduce(g)` on every local member (`xl.all_reduce_update`, from
+    `rt-fold-all-reduce`): the group's gradients summed once, scaled once (divided by the
+    group size for `mean`), added to each member's weight. Inputs (g, w), outputs (g, w)."""
+    op = site.reduce_op()
+    if op not in ("add", "mean"):
+        raise PlanError(f"{site.name}: the fused update supports add and mean, not '{op}'")
+    scale_prop = float(site.prop("scale", 1.0))
+    inputs = site.gathered(0)
+    plans: list[tuple[list[int], np.ndarray, list[np.ndarray], np.ndarray]] = []
+    for members in site.groups():
+        mine = [s for s in (site.slot(m) for m in members) if s is not None]
+        if not mine:
+            continue
+        acc = site.outs[mine[0]][0]  # this replica's gradient buffer (a partial sum after)
+        later = [site.ins[s][0] for s in (site.slot(m) for m in members[1:]) if s is not None]
+        if any(np.shares_memory(acc, x) for x in later):
+            acc = np.empty_like(acc)
+        scale = np.array(scale_prop / len(members) if op == "mean" else scale_prop, dtype=acc.dtype)
+        plans.append((members, acc, [site.outs[s][1] for s in mine], scale))
+
+    def step() -> None:
+        xs = inputs()
+        for members, acc, weights, scale in plans:
+            g = [xs[m] for m in members]
+            if len(g) == 1:
+                np.multiply(g[0], scale, out=acc)
+            else:
+                np.add(g[0], g[1], out=acc)
+                for x in g[2:]:
+                    np.add(acc, x, out=acc)
+                np.multiply(acc, scale, out=acc)
+            for w in weights:
+                np.add(w, acc, out=w)
 
     return step
 
@@ -405,6 +444,7 @@ def bind_site(factory: CollectiveFactory, site: Site) -> Step:
 
 collective(AllReduceOp, AllReduceInplaceOp, AllReduceIdenticalGradInputsOp)(all_reduce)
 collective(AllReduceIdenticalInputsOp)(identity)
+collective(AllReduceUpdateKernel)(all_reduce_update)
 collective(AllGatherOp)(all_gather)
 collective(ReduceScatterOp)(reduce_scatter)
 collective(ShardedSliceOp)(replica_sharded_slice)

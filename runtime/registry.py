@@ -63,6 +63,13 @@ class FusedKernel(RtKernel):
     rereads_inputs = True
 
 
+class AllReduceUpdateKernel(RtKernel):
+    """`w += scale * reduce(g over the group)` on every replica, a replica collective
+    (`rt-fold-all-reduce`; `g` is left holding a partial sum)."""
+
+    name = "xl.all_reduce_update"
+
+
 _OPS: dict[str, type[Operation]] | None = None
 
 

@@ -308,3 +308,47 @@ def test_diverged_replicas_are_an_error() -> None:
         # the executable still works afterwards
         out = exe.run({"c": np.array([True, True]), "x": x})
         np.testing.assert_allclose(out["y"], np.stack([x.sum(0), x.sum(0)]), rtol=1e-6)
+
+
+@pytest.mark.parametrize(("r", "stride", "size", "assign"), GROUPINGS, ids=GIDS)
+@pytest.mark.parametrize("op", ["add", "mean"])
+def test_folded_all_reduce_update(r: int, stride: int, size: int, assign: list[int] | None, op: str) -> None:
+    """`w += -0.1 * all_reduce(x^T @ d)`: rt-optimize folds the all-reduce and the update into
+    one `xl.all_reduce_update` collective (the generated plan); the straightforward plan runs
+    them apart. Both against NumPy, per group, over two runs."""
+    g = grouping_text(stride, size, assign)
+    text = f"""
+graph.h2d_stream @x : tensor<4x3xf32>
+graph.h2d_stream @d : tensor<4x2xf32>
+graph.d2h_stream @y : tensor<3x2xf32>
+graph.main attributes {{replication_factor = {r} : i64}} {{
+  %w = graph.variable "w" = dense<0.5> : tensor<3x2xf32>
+  %x = graph.host_load @x : tensor<4x3xf32>
+  %d = graph.host_load @d : tensor<4x2xf32>
+  %xt = popxl.transpose %x {{perm = array<i64: 1, 0>}} : (tensor<4x3xf32>) -> tensor<3x4xf32>
+  %gr = popxl.matmul %xt, %d : (tensor<3x4xf32>, tensor<4x2xf32>) -> tensor<3x2xf32>
+  replica.all_reduce_ %gr {{grouping = {g}, op = "{op}"}} : (tensor<3x2xf32>) -> ()
+  popxl.scaled_add_ %w, %gr {{a = 1.0 : f64, b = -0.1 : f64}} : (tensor<3x2xf32>, tensor<3x2xf32>) -> ()
+  %y = popxl.identity %w : (tensor<3x2xf32>) -> tensor<3x2xf32>
+  graph.host_store @y, %y : tensor<3x2xf32>
+}}
+"""
+    m = parse_source(xl_context(), text, "fold.mlir")
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(r, 4, 3)).astype(np.float32)
+    d = rng.normal(size=(r, 4, 2)).astype(np.float32)
+    grads = np.einsum("rij,rik->rjk", x.astype(np.float64), d.astype(np.float64))
+    w = np.full((r, 3, 2), 0.5)
+    want = []
+    for _ in range(2):
+        for members in groups_of(r, stride, size, assign):
+            total = grads[members].sum(axis=0) / (len(members) if op == "mean" else 1)
+            w[members] += -0.1 * total
+        want.append(w.copy())
+    opt, plain = compile_module(m, optimize=True), compile_module(m, optimize=False)
+    # groups of one: the all-reduce is dropped and the update folds into a gemm instead
+    assert all(("yield 0  # xl.all_reduce_update" in s) == (size > 1) for s in opt.sources)
+    for exe in (opt, plain):
+        for k in range(2):
+            out = exe.run({"x": x, "d": d})
+            np.testing.assert_allclose(out["y"].reshape(r, 3, 2), want[k], rtol=1e-5, atol=1e-6)
