@@ -16,7 +16,8 @@ graph.graph @g(%x: tensor<2xf32> {graph.name = "x"}) -> (tensor<2xf32>) {
 ```
 
 Every later use of the written value (in the graph, nested regions included) uses the
-new result. Handled: `<op>_` ops whose out-of-place `<op>` exists, `copy_var_update_`
+new result. Handled: `<op>_` ops whose out-of-place `<op>` exists in the same dialect
+(`popxl.relu_`, `replica.all_reduce_`), `copy_var_update_`
 (an identity of the new value) and `accumulate_` with a constant factor (a
 `scaled_add`). Ops without a functional form are kept, as are in-place updates of the
 graph's inputs (they are the graph's effect on its caller). `autodiff` runs this step
@@ -57,7 +58,11 @@ def functional_form(op: Operation) -> Operation | None:
     if not op.name.endswith("_"):
         return None
     base = op.name[:-1]
-    cls = next((c for c in Popxl.operations if c.name == base), None)
+    from xl.dialects import get_all_dialects
+
+    factory = get_all_dialects().get(op.name.split(".", 1)[0])  # e.g. replica.all_reduce_
+    candidates = factory().operations if factory is not None else Popxl.operations
+    cls = next((c for c in candidates if c.name == base), None)
     if cls is None:
         return None
     try:

@@ -212,3 +212,20 @@ def test_all_reduce_of_ipus_gradients() -> None:
         ref = (x0 + x1) / 2 if op == "mean" else np.maximum(x0, x1)
         np.testing.assert_allclose(loss, 2 * np.sum(ref * c0), rtol=1e-12)
         np.testing.assert_allclose(da, c0, rtol=1e-12)
+
+
+def test_in_place_all_reduce_on_an_intermediate_is_differentiated() -> None:
+    """`replicated_all_reduce_` on a forward intermediate: `functionalize` makes it the
+    out-of-place all-reduce, whose rule gives the gradient."""
+    def body(ir: popxl.Ir, x: popxl.Tensor, c: popxl.Tensor) -> popxl.Tensor:
+        u = x * 2.0
+        C.replicated_all_reduce_(u, "add", ir.replica_grouping(1, 2))
+        return ops.sum(u * c)
+
+    h = ReplicatedGrad(R, (3,), (3,), body)
+    rng = np.random.default_rng(5)
+    x, c = rng.normal(size=(R, 3)), rng.normal(size=(R, 3))
+    _, dx = h.run(x, c)
+    fd = finite_difference(lambda xx: h.losses(xx, c).sum(), x)
+    np.testing.assert_allclose(dx, fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(dx, 2 * (c + c[[1, 0, 3, 2]]), rtol=1e-12)
