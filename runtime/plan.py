@@ -20,6 +20,11 @@ Each kernel's lines end with a `# popxl.op` comment naming the kernel, and the s
 registered with `linecache` (one file name per plan, `<xl plan N>`): a traceback from a
 kernel, pdb and profilers show the generated line.
 
+Replica collectives (`xl.runtime.collectives`) are not called by the step: it stops there
+with `yield k` (k: the collective site), which makes the step (and each chunk holding a
+site) a generator; the executable runs site k over all replicas, then resumes every
+replica. A program without collectives keeps a plain step function.
+
 Code size: kernels of 4+ lines become calls to helper functions shared by all kernels
 with the same code, and long programs are split into chunk functions, so `compile()`
 stays linear and small. Scratch buffers are shared by all kernels of a replica: a step
