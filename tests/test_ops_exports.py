@@ -169,12 +169,21 @@ OPS: R = {
     "host_load": lambda e: ops.host_load(popxl.h2d_stream((2, 3), popxl.float32, "in")),
     "host_store": lambda e: ops.host_store(popxl.d2h_stream((2, 3), popxl.float32, "extra"), e.x),
     "ipu_copy": lambda e: ops.ipu_copy(e.x, 1, 0),
+    "remote_load": lambda e: ops.remote_load(_remote(e), 1),
+    "remote_load_": lambda e: ops.remote_load_(_remote(e), 0, e.y),
+    "remote_store": lambda e: ops.remote_store(_remote(e), 1, e.x),
 }
+
+
+def _remote(e: Env) -> popxl.RemoteBuffer:
+    """A buffer of two (2, 3) float32 entries, entry 1 holding a remote variable."""
+    rb = popxl.remote_buffer((2, 3), popxl.float32, 2)
+    popxl.remote_variable(np.ones((2, 3), np.float32), rb, 1)
+    return rb
 
 # Exported names that raise NotImplementedError unconditionally (upstream features xl has
 # no equivalent of yet); each is called with no arguments.
 STUBS = (
-    "remote_load", "remote_load_", "remote_store",
     "remote_code_load",
 )
 

@@ -76,8 +76,13 @@ def _not_implemented(name: str):
     return f
 
 
-RemoteBuffer = _not_implemented("RemoteBuffer")
-remote_buffer = _not_implemented("remote_buffer")
+from popxl.remote_buffer import (
+    RemoteBuffer,
+    ReplicatedTensorSharding,
+    TensorLocation,
+    TensorStorage,
+    remote_buffer,
+)
 from popxl import fp8_utils, ops, transforms, utils
 
 __all__ = [
@@ -95,5 +100,6 @@ __all__ = [
     "Tensor", "Variable", "Constant", "TensorSpec", "TensorByRef", "variable", "constant",
     "graph_input", "graph_output", "remote_variable", "remote_replica_sharded_variable",
     "replica_sharded_variable", "replica_sharded_buffer",
+    "TensorStorage", "TensorLocation", "ReplicatedTensorSharding",
     "ops", "transforms", "utils", "fp8_utils",
 ]

@@ -104,6 +104,9 @@ class Session:
                 v = main._tensor(op.result)
                 assert isinstance(v, Variable)
                 self._host[v] = self._initial_value(v, op)
+        from popxl.remote_buffer import SessionRemote
+
+        self._remote = SessionRemote(self)  # remote / replica-sharded variables: full values
 
     def _initial_value(self, v: Variable, op: VariableOp) -> np.ndarray:
         name = op.var_name.data
@@ -211,6 +214,9 @@ class Session:
         self._require_attached("weights_to_host")
         state = self._exe.state
         for v, host in self._host.items():
+            if v in self._remote:
+                np.copyto(host, self._remote.read(v), casting="no")
+                continue
             name = v._var_name
             if name not in state:
                 continue
@@ -230,6 +236,8 @@ class Session:
         self._device_dirty = False
 
     def _write_device(self, v: Variable, host: np.ndarray) -> None:
+        if v in self._remote:
+            return self._remote.write(v, host)
         name = v._var_name
         if name not in self._exe.state:
             return

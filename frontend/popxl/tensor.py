@@ -166,8 +166,9 @@ class Tensor:
         return out[::-1]
 
     @property
-    def location_info(self) -> None:
-        return None
+    def location_info(self) -> Any:
+        """Where a remote or replica-sharded variable lives (`popxl.remote_buffer.TensorLocationInfo`); None otherwise."""
+        return getattr(self, "_location_info", None)
 
     @property
     def in_sync_with_ipu(self) -> bool:
@@ -621,7 +622,10 @@ def _not_supported(what: str) -> Any:
     return f
 
 
-remote_variable = _not_supported("remote_variable")
-remote_replica_sharded_variable = _not_supported("remote_replica_sharded_variable")
-replica_sharded_variable = _not_supported("replica_sharded_variable")
-replica_sharded_buffer = _not_supported("replica_sharded_buffer")
+# Remote and replica-sharded variables live in popxl/remote_buffer.py (it imports this module).
+from popxl.remote_buffer import (  # noqa: E402
+    remote_replica_sharded_variable,
+    remote_variable,
+    replica_sharded_buffer,
+    replica_sharded_variable,
+)

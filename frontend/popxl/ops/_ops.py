@@ -1078,31 +1078,33 @@ def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor, data_type: dtype) -> 
     )
 
 
-@unimplemented
 def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = None) -> Tensor:
-    """Entry `offset` of `remote_buffer` loaded into a new tensor.
+    """Entry `offset` of `remote_buffer` loaded into a new tensor (`ipu.remote_load`).
 
-    Not implemented in xl yet: raises `NotImplementedError`.
+    `offset`: an int in `[0, entries)` or a scalar integer Tensor (checked when the op runs:
+    `DataRangeError` naming the buffer and the value). The result has the buffer's shape,
+    dtype and `meta_shape`. There is no data dependency between a store and a later load:
+    build them inside `popxl.in_sequence()`. Not differentiable (no gradient flows).
     """
-    ...
+    from popxl.remote_buffer import _remote_load
+
+    return _remote_load(remote_buffer, offset, name)
 
 
-@unimplemented
 def remote_load_(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> Tensor:
-    """Entry `offset` of `remote_buffer` loaded into `t` in place; returns `t`.
+    """Entry `offset` of `remote_buffer` loaded into `t` in place (`ipu.remote_load_`);
+    returns `t`, which must have the buffer's shape and dtype."""
+    from popxl.remote_buffer import _remote_load_
 
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+    return _remote_load_(remote_buffer, offset, t)
 
 
-@unimplemented
 def remote_store(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> None:
-    """`t` stored into entry `offset` of `remote_buffer`.
+    """`t` stored into entry `offset` of `remote_buffer` (`ipu.remote_store`); `t` must have
+    the buffer's shape and dtype; `offset` as in `remote_load`."""
+    from popxl.remote_buffer import _remote_store
 
-    Not implemented in xl yet: raises `NotImplementedError`.
-    """
-    ...
+    _remote_store(remote_buffer, offset, t)
 
 
 @unimplemented
