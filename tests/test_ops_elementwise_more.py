@@ -36,7 +36,7 @@ def test_forward_against_numpy(optimize: bool) -> None:
     out = run(
         lambda x, y: {
             "ceil": ops.ceil(x), "floor": ops.floor(x), "fmod": ops.fmod(x, y),
-            "fmod_c": ops.fmod(x, 2.0), "erf": ops.erf(x), "ge": ops.geluerf(x),
+            "fmod_c": ops.fmod(x, 2.0), "mod_op": x % 2.0, "erf": ops.erf(x), "ge": ops.geluerf(x),
             "clip": ops.clip(x, -1.0, 2.0), "clamp": ops.clamp(x, min=0.0),
             # a chain the optimised plan fuses into one kernel
             "chain": ops.geluerf(ops.fmod(ops.floor(x * 3.0), 4.0)),
@@ -49,6 +49,7 @@ def test_forward_against_numpy(optimize: bool) -> None:
     ref = np.array([[math.fmod(a, b) for a, b in zip(row, y)] for row in X.astype(np.float64)])
     np.testing.assert_allclose(out["fmod"], ref, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(out["fmod_c"], [[-0.5, -1, -0.3, 0], [0.4, 1, 0.7, 1.5]], rtol=1e-6)
+    np.testing.assert_array_equal(out["mod_op"], out["fmod_c"])  # Tensor.__mod__ is fmod, as upstream
     np.testing.assert_allclose(out["erf"], np.vectorize(math.erf)(X.astype(np.float64)), rtol=1e-6)
     ge = np.vectorize(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))))
     np.testing.assert_allclose(out["ge"], ge(X.astype(np.float64)), rtol=1e-6, atol=1e-7)
