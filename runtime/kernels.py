@@ -139,6 +139,7 @@ from xl.dialects.popxl import (
 
 )
 from xl.dialects.popxl_operands import greedy_segments, operand_names, operand_positions
+from xl.runtime.float8 import to_float8
 from xl.runtime.registry import KernelClass, kernel_class
 
 Kernel = Callable[..., None]
@@ -1458,11 +1459,12 @@ def _pow2(scale: np.ndarray, p: dict[str, Any], i: int, op: str) -> float:
 
 @kernel(Pow2ScaleCastToFp8Op)
 def _pow2scale_cast_to_fp8(p: dict[str, Any]) -> Kernel:
-    """cast(x * 2**s) in float64, rounded to nearest even by ml_dtypes; too large -> NaN."""
+    """cast(x * 2**s): x * 2**s in float64, rounded to nearest even (`to_float8`, no
+    double rounding); too large -> NaN."""
 
     def k(x: np.ndarray, s: np.ndarray, out: np.ndarray) -> None:
         f = _pow2(s, p, 1, "popxl.pow2scale_cast_to_fp8")
-        np.copyto(out, np.asarray(x, np.float64) * f, casting="unsafe")
+        out[...] = to_float8(np.asarray(x, np.float64) * f, out.dtype)
 
     return k
 

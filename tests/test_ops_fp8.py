@@ -75,6 +75,21 @@ def test_host_cast_rounds_to_nearest_even(dt: popxl.dtype) -> None:
             assert r in (lo, hi) and codes[r] % 2 == 0, (v, r)
 
 
+def test_float64_rounds_once() -> None:
+    """float64 data just above a halfway point rounds up (ml_dtypes alone goes through
+    float32, where the value becomes the halfway point and rounds to even)."""
+    x = np.array([1 + 2**-4 + 2**-30, 1 + 2**-4, 1 + 2**-4 - 2**-30, -(1 + 2**-4 + 2**-30), 2**-11 + 2**-40])
+    got = host_pow2scale_cast_from_fp8(host_pow2scale_cast_to_fp8(x, popxl.float8_143), popxl.float64)
+    np.testing.assert_array_equal(got, [1.125, 1.0, 1.0, -1.125, 2**-10])
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xs = popxl.h2d_stream((5,), popxl.float64, "x")
+        y = ops.pow2scale_cast_to_fp8(ops.host_load(xs), 0, popxl.float8_143)
+        ops.host_store(popxl.d2h_stream((5,), popxl.float8_143, "y"), y)
+    out = compile_module(ir._module).run({"x": x})["y"]
+    np.testing.assert_array_equal(out.astype(np.float64), [1.125, 1.0, 1.0, -1.125, 2**-10])
+
+
 def test_host_cast_scale_overflow_and_errors() -> None:
     x = np.array([1.0, 100.0, 300.0, -1000.0, np.nan], np.float32)
     y = host_pow2scale_cast_from_fp8(host_pow2scale_cast_to_fp8(x, popxl.float8_143), popxl.float32)

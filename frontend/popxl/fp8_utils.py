@@ -19,6 +19,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+from xl.runtime.float8 import to_float8
 
 from popxl.dtypes import _UPSTREAM_FLOAT8, dtype, float8_143, float8_152, float16, float32, float64
 
@@ -58,7 +59,7 @@ def host_pow2scale_cast_to_fp8(
 ) -> np.ndarray:
     """`cast(src * 2**log2_scale, dtype)` on the host: float16/32/64 data (NumPy or torch)
     to a float8 array (`dtype` `popxl.float8_143` or `popxl.float8_152`), rounding to
-    nearest even. Values too large for the format become NaN, or the largest finite value
+    nearest even (correctly also from float64, see `xl.runtime.float8`). Values too large for the format become NaN, or the largest finite value
     of their sign when `nan_on_overflow` is False; NaN stays NaN.
 
     RuntimeError when `dtype` is not a float8 dtype, `src` is not float16/32/64 or
@@ -74,7 +75,7 @@ def host_pow2scale_cast_to_fp8(
     if not nan_on_overflow:
         big = float(ml_dtypes.finfo(np_dt).max)
         np.clip(x, -big, big, out=x)  # NaN stays NaN
-    return x.astype(np_dt)
+    return to_float8(x, np_dt)
 
 
 def host_pow2scale_cast_from_fp8(
