@@ -74,12 +74,12 @@ def _remote_store(p: dict[str, Any]) -> Kernel:
         k0 = int(const)
 
         def store_(t: np.ndarray, store: np.ndarray) -> None:
-            np.copyto(store[k0], t)
+            np.copyto(store[k0, ...], t)
 
         return store_
     entry = _entry(p, "ipu.remote_store", 1)
 
     def store_at(t: np.ndarray, off: np.ndarray, store: np.ndarray) -> None:
-        np.copyto(store[entry(off, store.shape[0])], t)
+        np.copyto(store[entry(off, store.shape[0]), ...], t)
 
     return store_at

@@ -323,7 +323,7 @@ def _insert(g: Any, op: Any, what: str) -> None:
 
     insert(g, op, what, verify=False)
     try:
-        op.verify()
+        op.verify_()  # the op's own checks (the block may still lack its terminator)
     except VerifyException as e:
         op.detach()
         op.erase()
@@ -758,7 +758,7 @@ class SessionRemote:
             per_replica = op.replica_values(host)
         for r in exe.local_replicas:
             buf = exe.get_state(slot, r)
-            dst = buf[entry] if entry is not None else buf
+            dst = buf[entry, ...] if entry is not None else buf
             np.copyto(dst, per_replica[r].reshape(dst.shape))
 
     @staticmethod
