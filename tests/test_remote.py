@@ -483,3 +483,63 @@ def test_io_tile_exchange() -> None:
         assert [op.name for op in m.ops] == ["ipu.remote_load", "popxl.gelu"]
     with popxl.Session(ir) as s:
         np.testing.assert_array_equal(s.run()[out], [1.0, 2.0])
+
+
+# ---------------------------------------------------------------------------------------
+# Text and autodiff
+# ---------------------------------------------------------------------------------------
+
+
+def test_to_mlir_current_values_run_by_xl_run(tmp_path) -> None:
+    """`ir.to_mlir()` prints the current (full) values of remote and sharded variables; the
+    text runs with xl-run and gives the Session's next values."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph, popxl.in_sequence():
+        rb = popxl.remote_buffer((2,), popxl.float32, 2)
+        w = popxl.remote_variable(np.array([1.0, 5.0], np.float32), rb, 0, name="w")
+        v, shard = popxl.replica_sharded_variable(np.arange(4, dtype=np.float32), name="r")
+        ops.var_updates.accumulate_(shard, popxl.constant(1.0))
+        ops.remote_store(rb, 0, ops.remote_load(rb, 0) * 2.0)
+    with popxl.Session(ir) as s:
+        s.run()
+        text = ir.to_mlir()
+        s.run()
+        want_w, want_r = s.get_tensor_data(w), s.get_tensor_data(v)
+    assert "dense<[2.000000e+00, 1.000000e+01]>" in text and "dense<[1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00]>" in text
+    prog = tmp_path / "p.mlir"
+    prog.write_text(text)
+    out = tmp_path / "v.npz"
+    xl_run = Path(sys.executable).parent / "xl-run"
+    subprocess.run([str(xl_run), str(prog), "--save-vars", str(out)], check=True)
+    saved = np.load(out)
+    np.testing.assert_array_equal(saved["remote_buffer_1"][:, 0], [want_w, want_w])  # per replica, entry 0
+    np.testing.assert_array_equal(np.concatenate(list(saved["r"])), want_r)  # shards of replicas 0, 1
+
+
+def test_autodiff_through_remote_ops() -> None:
+    """A loaded weight carries no gradient (NoGradient): d(x * w)/dx = w, and the graph's
+    store still runs in the forward call."""
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        rb = popxl.remote_buffer((3,), popxl.float32, 1)
+        wv = popxl.remote_variable(np.array([1.0, 2.0, 3.0], np.float32), rb, 0)
+
+        def f(x: popxl.Tensor) -> popxl.Tensor:
+            w = ops.remote_load(rb, 0)
+            ops.remote_store(rb, 0, w + 1.0)
+            return x * w
+
+        g = ir.create_graph(f, popxl.TensorSpec((3,), popxl.float32))
+        info = popxl.transforms.autodiff(g)
+        x = popxl.variable(np.ones(3, np.float32), name="x")
+        call = ops.call_with_info(g, x)
+        (dx,) = ops.call(info.graph, popxl.constant(np.ones(3, np.float32)), inputs_dict=info.inputs_dict(call))
+        o = popxl.d2h_stream((3,), popxl.float32, "dx")
+        ops.host_store(o, dx)
+    with popxl.Session(ir) as s:
+        np.testing.assert_array_equal(s.run()[o], [1.0, 2.0, 3.0])
+        np.testing.assert_array_equal(s.get_tensor_data(wv), [2.0, 3.0, 4.0])

@@ -365,9 +365,11 @@ class Ir:
         variable takes the values of all its groups (`[num_groups, *shape]`)."""
         from xl.dialects.utils import dense_attr
 
+        from xl.dialects.ipu import RemoteVariableOp, ReplicaShardedVariableOp
+
         module = self._module.clone()
         for op in module.walk():
-            if isinstance(op, VariableOp) and op.var_name.data in current:
+            if isinstance(op, VariableOp | RemoteVariableOp | ReplicaShardedVariableOp) and op.var_name.data in current:
                 op.init = dense_attr(np.asarray(current[op.var_name.data]))
         return module
 
