@@ -237,7 +237,10 @@ def all_reduce_update(site: Site) -> Step:
         if any(np.shares_memory(acc, x) for x in later):
             acc = np.empty_like(acc)
         scale = np.array(scale_prop / len(members) if op == "mean" else scale_prop, dtype=acc.dtype)
-        plans.append((members, acc, [site.outs[s][1] for s in mine], scale))
+        weights: dict[int, np.ndarray] = {}  # a replica-invariant weight is one array: update it once
+        for s in mine:
+            weights.setdefault(id(site.outs[s][1]), site.outs[s][1])
+        plans.append((members, acc, list(weights.values()), scale))
 
     def step() -> None:
         xs = inputs()

@@ -145,6 +145,16 @@ class Executable:
                 f"variable \"{name}\": expected dtype {buf.dtype}, got {value.dtype}"
             )
         targets = self.replicas if replicas is None else [self._replica(r) for r in replicas]
+        others = [r for r in self.replicas if all(r is not t for t in targets)]
+        for t in targets:
+            if any(o.state[name] is t.state[name] for o in others) and not np.array_equal(
+                t.state[name], value
+            ):
+                raise ValueError(
+                    f"variable \"{name}\" is replica-invariant (one buffer for every replica: "
+                    "each update is the same all-reduced one); it cannot take a value on "
+                    "some replicas only"
+                )
         for r in targets:
             np.copyto(r.state[name], value)
 
@@ -309,8 +319,13 @@ def _stops(steps: list[Any]) -> bool:
 class _Compiler(ProgramWalk[list[Step]]):
     """The straightforward plan: one closure per op, appended to the list `at`."""
 
-    def __init__(self, replica: int = 0, replication_factor: int = 1) -> None:
-        super().__init__(StreamIn, StreamOut, replica, replication_factor)
+    def __init__(
+        self,
+        replica: int = 0,
+        replication_factor: int = 1,
+        shared_state: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        super().__init__(StreamIn, StreamOut, replica, replication_factor, shared_state)
         self.buffers: dict[SSAValue, np.ndarray] = {}
 
     def bind(self, v: SSAValue, arr: np.ndarray, hint: str) -> None:
@@ -416,15 +431,16 @@ def _compile_program(program: rt.ProgramOp, optimize: bool, comm: Comm) -> Execu
     replicas: list[_Replica] = []
     sources: list[str] = []
     walks: list[Any] = []
+    shared: dict[str, np.ndarray] = {}  # replica-invariant variables: one buffer for all
     for r in local:
         if optimize:
-            b, marks = build_replica(program, StreamIn, StreamOut, r)
+            b, marks = build_replica(program, StreamIn, StreamOut, r, shared)
             fn, src = b.finish(marks)
             sources.append(src)
             replicas.append(_Replica(r, fn, b.state, b.inputs, b.outputs))
             walks.append(b)
         else:
-            c = _Compiler(r, reps)
+            c = _Compiler(r, reps, shared)
             steps = c.compile_block(program.body.block)
             if c.sites:
                 step: Callable[[], Any] = partial(_run_block, steps)

@@ -66,9 +66,14 @@ class PlanBuilder(ProgramWalk[int]):
     indentation depth of the emitted lines)."""
 
     def __init__(
-        self, stream_in: type, stream_out: type, replica: int = 0, replication_factor: int = 1
+        self,
+        stream_in: type,
+        stream_out: type,
+        replica: int = 0,
+        replication_factor: int = 1,
+        shared_state: dict[str, np.ndarray] | None = None,
     ) -> None:
-        super().__init__(stream_in, stream_out, replica, replication_factor)
+        super().__init__(stream_in, stream_out, replica, replication_factor, shared_state)
         self.g = Gen()
         self.fallbacks: list[str] = []
         self.snapshots: list[str] = []  # kernels whose overlapping inputs are copied first
@@ -268,11 +273,12 @@ def build_replica(
     stream_in: type,
     stream_out: type,
     replica: int = 0,
+    shared_state: dict[str, np.ndarray] | None = None,
 ) -> tuple[PlanBuilder, list[int]]:
     """The builder of one replica (step source generated) and its top-level op boundaries.
     With collective sites (`b.sites`), the step function is a generator yielding the
     index of each site it reaches."""
-    b = PlanBuilder(stream_in, stream_out, replica, program.replication_factor)
+    b = PlanBuilder(stream_in, stream_out, replica, program.replication_factor, shared_state)
     marks = []
     for op in program.body.block.ops:
         marks.append(len(b.g.lines))

@@ -10,7 +10,8 @@ writes into constants. What an op *does* each step is the plan's: `kernel`, `cop
 closures or an indentation depth.
 
 One walk builds one replica (`replica`, a global index): a grouped `rt.state` starts from
-its group's value. A kernel of a replica collective (`xl.runtime.collectives`) becomes a
+its group's value; an `rt.state` marked `rt.replica_invariant` (`rt-fold-all-reduce`) is
+one buffer shared by every replica of the process (`shared_state`). A kernel of a replica collective (`xl.runtime.collectives`) becomes a
 *site*: the walk records its arrays (`sites`, in walk order, the same for every replica)
 and the plan makes the step stop there (`yield k`) so that the executable can run the
 collective over all replicas at once.
@@ -34,6 +35,9 @@ from xl.runtime.streams import StreamIn, StreamOut, stream_entry
 
 At = TypeVar("At")
 
+# an rt.state holding the same value on every replica (`xl.passes.rt_fold_all_reduce`)
+REPLICA_INVARIANT = "rt.replica_invariant"
+
 
 class ProgramWalk(ABC, Generic[At]):
     """Buffers, state and streams of one replica, and the dispatch over `rt` ops."""
@@ -44,8 +48,10 @@ class ProgramWalk(ABC, Generic[At]):
         stream_out: type = StreamOut,
         replica: int = 0,
         replication_factor: int = 1,
+        shared_state: dict[str, np.ndarray] | None = None,
     ) -> None:
         self.replica = replica
+        self.shared_state = shared_state
         self.replication_factor = replication_factor
         # collective sites in walk order: (op, input arrays, output arrays)
         self.sites: list[tuple[rt.KernelOp, tuple[np.ndarray, ...], tuple[np.ndarray, ...]]] = []
@@ -102,6 +108,8 @@ class ProgramWalk(ABC, Generic[At]):
             init = op.replica_init(self.replica, self.replication_factor)
             arr = init if init is not None else np.zeros(shape_of(t), dtype=dtype_of(t))
             arr = np.array(arr, dtype=dtype_of(t), order="C").reshape(shape_of(t))
+            if self.shared_state is not None and REPLICA_INVARIANT in op.attributes:
+                arr = self.shared_state.setdefault(op.slot.data, arr)
             self.bind(op.result, arr, "w")
             self.state[op.slot.data] = arr
         elif isinstance(op, rt.ConstOp):

@@ -372,7 +372,15 @@ def test_two_instances_data_parallel_training_bit_for_bit() -> None:
         for _ in range(2)
     ]
     names = [t._var_name for t in variables.tensors]
+    assert str(low).count("rt.replica_invariant") == 8
     whole = compile_program(program, optimize=True)
+    # replica-invariant weights: one buffer for the replicas of a process
+    for n in names:
+        assert all(whole.get_state(n, r) is whole.get_state(n, 0) for r in range(4))
+    w0 = names[0]
+    with pytest.raises(ValueError, match=f'variable "{w0}" is replica-invariant'):
+        whole.set_state(w0, whole.get_state(w0) + 1, replicas=[1])
+    whole.set_state(w0, whole.get_state(w0).copy(), replicas=[1])  # the same value: fine
     want = [whole.run(f) for f in feeds]
     want_state = {n: whole.gather_state(n) for n in names}
     results = _run_split(program, feeds, True, names)

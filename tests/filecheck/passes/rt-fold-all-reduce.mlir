@@ -31,6 +31,9 @@ rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 4 : i6
   rt.kernel "popxl.scaled_add_"(%t, %m) -> (%t) {a = 1.0 : f64, b = -0.05 : f64} : (memref<4x3xf32>, memref<4x3xf32>) -> memref<4x3xf32>
 }
 
+// Only written by the fused update over all 4 replicas: the same value on every replica.
+// CHECK:      %w = rt.state "w" : memref<4x3xf32> {rt.replica_invariant}
+// CHECK-NEXT: %v = rt.state "v" : memref<4x3xf32>{{$}}
 // CHECK:      rt.kernel "popxl.matmul"(%x, %dy) -> (%g)
 // CHECK-NEXT: rt.kernel "xl.all_reduce_update"(%g, %w) -> (%g, %w) {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "mean", scale = -5.000000e-02 : f64} : (memref<4x3xf32>, memref<4x3xf32>) -> (memref<4x3xf32>, memref<4x3xf32>)
 // CHECK-NEXT: %h = rt.alloc
