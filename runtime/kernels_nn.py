@@ -46,6 +46,14 @@ from xl.runtime.kernels import Kernel, check_range, kernel
 # ------------------------------------------------------------------------------------
 
 
+def _view(out: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """`out` reshaped without a copy (a preallocated result may be a strided view), or
+    None when that is impossible (the caller then computes into a new array)."""
+    if not out.flags.c_contiguous:
+        return None
+    return out.reshape(shape)
+
+
 class _Geometry:
     """Stride, pads, dilation and kernel of a windowed op over `nd` spatial dims."""
 
@@ -147,7 +155,11 @@ def _conv(p: dict[str, Any]) -> Kernel:
             state["wshape"] = (groups, w.shape[0] // groups, -1)
             state["oshape"] = (x.shape[0], groups, w.shape[0] // groups, -1)
         cols = state["cols"].of(x)
-        np.matmul(w.reshape(state["wshape"]), cols, out=out.reshape(state["oshape"]))
+        view = _view(out, state["oshape"])
+        if view is not None:
+            np.matmul(w.reshape(state["wshape"]), cols, out=view)
+        else:
+            np.copyto(out, np.matmul(w.reshape(state["wshape"]), cols).reshape(out.shape))
 
     return k
 
@@ -209,7 +221,7 @@ def _conv_weight_grad(p: dict[str, Any]) -> Kernel:
             state["dyshape"] = (n, groups, m // groups, -1)
         cols = state["cols"].of(x)
         per_image = np.matmul(dy.reshape(state["dyshape"]), cols.transpose(0, 1, 3, 2))
-        np.sum(per_image, axis=0, out=out.reshape(per_image.shape[1:]))
+        np.copyto(out, np.sum(per_image, axis=0).reshape(out.shape), casting="unsafe")
 
     return k
 
@@ -418,7 +430,7 @@ def _scatter_reduce_forward(
     data: np.ndarray, tgt: np.ndarray, out: np.ndarray, reduction: str, init: np.ndarray | None
 ) -> np.ndarray:
     """Fills `out`; returns which result elements received data (flat bool)."""
-    flat = out.reshape(-1)
+    flat = np.empty(out.size, out.dtype)
     hit = np.zeros(flat.size, bool)
     hit[tgt] = True
     vals = data.reshape(-1)
@@ -442,6 +454,7 @@ def _scatter_reduce_forward(
     else:  # none: the last write wins (NumPy assignment order)
         flat[...] = 0 if init is None else init.reshape(-1)
         flat[tgt] = vals
+    np.copyto(out, flat.reshape(out.shape))
     return hit
 
 
@@ -501,7 +514,7 @@ def _scatter_reduce_grad(p: dict[str, Any]) -> Kernel:
             np.maximum.at(last, tgt, np.arange(tgt.size))
             g_data = np.where(last[tgt] == np.arange(tgt.size), dyf[tgt], 0)
             g_init = np.where(last < 0, dyf, 0)
-        np.copyto(res.reshape(-1), g_data if wrt == "data" else g_init, casting="unsafe")
+        np.copyto(res, np.reshape(g_data if wrt == "data" else g_init, res.shape), casting="unsafe")
 
     return k
 

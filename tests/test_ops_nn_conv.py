@@ -459,3 +459,27 @@ def test_small_cnn_in_both_plans(optimize) -> None:
     c = ref_conv_transpose(b, w2, (2, 2), (0, 0, 0, 0), (1, 1), 1, (0, 0))
     ref = ref_pool(c, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), True, "avg")
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_kernels_fill_a_strided_result_buffer() -> None:
+    """A preallocated result may be a view with strides (the runtime's buffer reuse): the
+    kernels write into it, not into a reshaped copy."""
+    from xl.runtime.kernels import KERNELS
+
+    x, w = _f32(2, 4, 6, 6), _f32(6, 2, 3, 3)
+    props = dict(stride=(1, 1), pads=(1, 1, 1, 1), groups=2)
+    ref = ref_conv(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 2)
+    big = np.full((2, 6, 6, 12), np.nan, np.float32)
+    out = big[..., ::2]  # (2, 6, 6, 6), not contiguous
+    KERNELS[P.ConvOp](props)(x, w, out)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    dy = _f32(*ref.shape)
+    big = np.full((6, 2, 3, 6), np.nan, np.float32)
+    dw = big[..., ::2]
+    KERNELS[P.ConvWeightGradOp](dict(props, kernel=(3, 3)))(dy, x, dw)
+    np.testing.assert_allclose(dw, run1(P.ConvWeightGradOp, [dy, x], kernel=(3, 3), **props), rtol=1e-5, atol=1e-5)
+    data, idx = _f32(5, 2), np.array([0, 2, 0, 1, 2], np.int32)
+    big = np.full((3, 4), np.nan, np.float32)
+    res = big[:, ::2]
+    KERNELS[P.ScatterReduceOp](dict(axis=0, axis_size=3, reduction="sum"))(data, idx, res)
+    np.testing.assert_allclose(res, [data[0] + data[2], data[3], data[1] + data[4]], rtol=1e-6)
