@@ -226,8 +226,8 @@ def _frontend_source() -> str:
 
 
 @pytest.mark.parametrize(
-    ("dialect", "cls"), [(d, c) for d, c in ALL_OPS if d in ("popxl", "call", "ipu")],
-    ids=[c.name for d, c in ALL_OPS if d in ("popxl", "call", "ipu")],
+    ("dialect", "cls"), [(d, c) for d, c in ALL_OPS if d in ("popxl", "call", "ipu", "replica")],
+    ids=[c.name for d, c in ALL_OPS if d in ("popxl", "call", "ipu", "replica")],
 )
 def test_frontend_emits_op(dialect: str, cls: type[Operation]) -> None:
     """Every user-facing op is emitted by the frontend (its class is named in `frontend/`:
