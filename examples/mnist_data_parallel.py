@@ -294,13 +294,13 @@ def is_printing_instance() -> bool:
 
 def progress(iterable: Any, total: Optional[int] = None) -> Any:
     if not is_printing_instance():
-        return _Quiet(iterable)
+        return QuietBar(iterable)
     from progress_bar import progress as bar
 
     return bar(iterable, total=total)
 
 
-class _Quiet:
+class QuietBar:
     """The progress bar of the instances that do not print."""
 
     def __init__(self, iterable: Any) -> None:

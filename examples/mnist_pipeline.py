@@ -54,12 +54,14 @@ from mnist_accumulate import (  # noqa: E402  (seed 003's helpers, verbatim)
     test_program,
 )
 from mnist_data import batches, load_mnist  # noqa: E402
-from mnist_data_parallel import local_share, replication, say  # noqa: E402
+from mnist_data_parallel import QuietBar, local_share, replication, say  # noqa: E402
 from popxl_addons.named_tensors import NamedTensors  # noqa: E402
 
 
 def progress(iterable: Any, total: Optional[int] = None) -> Any:
-    from mnist_data_parallel import progress as bar  # instance 0's bar (all of them in one process)
+    if popdist.getInstanceIndex() != 0:  # under mpirun, instance 0 shows the bar
+        return QuietBar(iterable)
+    from progress_bar import progress as bar  # the examples' bounded progress bar
 
     return bar(iterable, total=total)
 
