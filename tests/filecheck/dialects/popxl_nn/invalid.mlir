@@ -57,3 +57,63 @@ func.func @f(%x: tensor<4x4xf32>) {
   %y = popxl.average_pool %x {kernel = array<i64: 2>} : (tensor<4x4xf32>) -> tensor<4x2xf32>
   func.return
 }
+
+// -----
+
+// topk: k at most the size of the axis
+
+func.func @f(%x: tensor<3x4xf32>) {
+  // expected-error @+1 {{popxl.topk: k = 5 must be in [1, 4] (the size of axis 1 of (3, 4) float32)}}
+  %v, %i = popxl.topk %x {k = 5 : i64, axis = 1 : i64} : (tensor<3x4xf32>) -> (tensor<3x5xf32>, tensor<3x5xi32>)
+  func.return
+}
+
+// -----
+
+// scatter_reduce: indices of data's shape or 1-D along the axis
+
+func.func @f(%x: tensor<5x2xf32>, %i: tensor<2xi32>) {
+  // expected-error @+1 {{popxl.scatter_reduce: indices (2,) must have the shape of data (5, 2) or be 1-D of size 5 (broadcast along axis 0)}}
+  %y = popxl.scatter_reduce %x, %i {axis = 0 : i64, axis_size = 3 : i64, reduction = "sum"} : (tensor<5x2xf32>, tensor<2xi32>) -> tensor<3x2xf32>
+  func.return
+}
+
+// -----
+
+// scatter_reduce: a known reduction
+
+func.func @f(%x: tensor<5xf32>, %i: tensor<5xi32>) {
+  // expected-error @+1 {{popxl.scatter_reduce: reduction 'mean' must be one of sum, max, min, none}}
+  %y = popxl.scatter_reduce %x, %i {axis = 0 : i64, axis_size = 3 : i64, reduction = "mean"} : (tensor<5xf32>, tensor<5xi32>) -> tensor<3xf32>
+  func.return
+}
+
+// -----
+
+// interpolate: one scale per dim
+
+func.func @f(%x: tensor<1x2x3x4xf32>) {
+  // expected-error @+1 {{popxl.interpolate: scales (2.0, 2.0) must have one entry per dim of (1, 2, 3, 4) float32}}
+  %y = popxl.interpolate %x {scales = array<f64: 2.0, 2.0>} : (tensor<1x2x3x4xf32>) -> tensor<1x2x6x8xf32>
+  func.return
+}
+
+// -----
+
+// roi_align: one batch index per RoI
+
+func.func @f(%x: tensor<2x3x8x8xf32>, %r: tensor<4x4xf32>, %b: tensor<3xi32>) {
+  // expected-error @+1 {{popxl.roi_align: batch_index must be (4,), one per RoI, got (3,) int32}}
+  %y = popxl.roi_align %x, %r, %b {output_size = array<i64: 2, 2>, spatial_scale = 1.0 : f64, sampling_ratio = 1 : i64} : (tensor<2x3x8x8xf32>, tensor<4x4xf32>, tensor<3xi32>) -> tensor<4x3x2x2xf32>
+  func.return
+}
+
+// -----
+
+// histogram: ascending levels
+
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error @+1 {{popxl.histogram: levels (2.0, 1.0) must be in ascending order}}
+  %y = popxl.histogram %x {levels = array<f64: 2.0, 1.0>} : (tensor<4xf32>) -> tensor<3xui32>
+  func.return
+}
