@@ -543,3 +543,27 @@ def test_autodiff_through_remote_ops() -> None:
     with popxl.Session(ir) as s:
         np.testing.assert_array_equal(s.run()[o], [1.0, 2.0, 3.0])
         np.testing.assert_array_equal(s.get_tensor_data(wv), [2.0, 3.0, 4.0])
+
+
+def test_remote_kernels() -> None:
+    """The copy kernels directly: constant and run-time entries, 0-d entries, the range error."""
+    from xl.dialects.ipu import RemoteLoadInplaceOp, RemoteLoadOp, RemoteStoreOp
+    from xl.runtime.kernels import KERNELS
+
+    store = np.arange(6.0, dtype=np.float32).reshape(3, 2)
+    out = np.empty(2, np.float32)
+    KERNELS[RemoteLoadOp]({"buffer": "rb", "offset": 2})(store, out)
+    assert out.tolist() == [4.0, 5.0]
+    KERNELS[RemoteLoadInplaceOp]({"buffer": "rb"})(store, np.array(1, np.uint32), out)
+    assert out.tolist() == [2.0, 3.0]
+    KERNELS[RemoteStoreOp]({"buffer": "rb"})(np.array([9.0, 8.0], np.float32), np.array(0, np.int32), store)
+    assert store.tolist() == [[9.0, 8.0], [2.0, 3.0], [4.0, 5.0]]
+    scalars = np.zeros(2, np.int32)
+    KERNELS[RemoteStoreOp]({"buffer": "s", "offset": 1})(np.array(7, np.int32), scalars)
+    assert scalars.tolist() == [0, 7]
+    p = {"buffer": "rb", "_kernel": "ipu.remote_store", "_operands": ('tensor "x"', 'tensor "i"')}
+    with pytest.raises(DataRangeError) as e:
+        KERNELS[RemoteStoreOp](p)(out, np.array(-1, np.int32), store)
+    assert str(e.value) == (
+        'ipu.remote_store: offset -1 of tensor "i" is out of range [0, 3) for remote buffer "rb" (3 entries)'
+    )
