@@ -9,7 +9,6 @@ can never hang the test suite.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import signal
@@ -27,8 +26,16 @@ def _mpirun() -> str | None:
     return shutil.which("mpirun")
 
 
+def _have_mpi4py() -> bool:
+    try:
+        import mpi4py  # noqa: F401  (the package only: MPI is not initialised)
+    except ImportError:
+        return False
+    return True
+
+
 MPIRUN = _mpirun()
-HAVE_MPI = importlib.util.find_spec("mpi4py") is not None and MPIRUN is not None
+HAVE_MPI = _have_mpi4py() and MPIRUN is not None
 SKIP_REASON = "needs mpi4py and mpirun: pip install -e '.[mpi]'"
 needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason=SKIP_REASON)
 TIMEOUT = 180  # s, for one mpirun (seconds normally)
