@@ -161,3 +161,15 @@ def test_every_exported_name_resolves():
     for mod in (addons, layers, aops, addons.array_munging, addons.performance_utils, addons.testing_utils):
         for name in mod.__all__:
             assert getattr(mod, name) is not None, (mod.__name__, name)
+
+
+def test_write_variables_pb_timer_weights_dict(caplog):
+    s, _ = build_session()
+    w = addons.WeightsDict({s.state.l1.bias: np.arange(30, dtype=np.float32)})
+    assert isinstance(w, dict)
+    addons.write_variables_pb(s, w)
+    np.testing.assert_array_equal(s.get_tensor_data(s.state.l1.bias), np.arange(30))
+    with caplog.at_level("INFO", logger="popxl_addons"):
+        with addons.timer("compile") as t:
+            sum(range(1000))
+    assert t["seconds"] >= 0 and "compile duration:" in caplog.text

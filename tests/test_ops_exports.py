@@ -298,6 +298,17 @@ ADDONS: R = {
 # Names whose behaviour is pinned by their own test module instead of a recipe here.
 TESTED_ELSEWHERE = {
     "pipelined_execution": "tests/test_pipeline*.py (the pipelining transform)",
+    # popxl_addons names pinned by their own test modules
+    **{n: "tests/test_addons_utils.py (array_munging against upstream's documented examples)"
+       for n in addons.array_munging.__all__},
+    **{n: "tests/test_addons_utils.py (FLOPs of a hand-counted MLP)" for n in (
+        "total_FLOPs", "evaluate_ir_FLOPs", "evaluate_FLOPs", "print_FLOPs", "format_flops_scientific")},
+    **{n: "tests/test_addons_utils.py" for n in (
+        "seed_variable", "route_tensor_into_graph", "is_subgraph", "print_tensor", "print_text",
+        "set_available_memory_proportion_by_ipu", "set_graph_available_memory_proportion_by_ipu",
+        "enable_fc_pass", "disable_fc_pass")},
+    **{n: "tests/test_addons_task_session.py" for n in ("TaskSession", "write_variables_pb", "WeightsDict", "timer")},
+    **{n: "tests/test_addons_ops.py (against torch F.layer_norm)" for n in ("layer_norm", "layer_norm_no_affine")},
 }
 
 

@@ -37,7 +37,7 @@ def seed_variable(seed: int, replica_grouping: Optional[Any] = None) -> tuple[po
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"addons.seed_variable: seed must be an int, got {type(seed).__name__}")
     g = popxl.gcg()
-    if not g._is_main:
+    if g != g.ir.main_graph:
         raise ValueError(
             f"addons.seed_variable: seed variables live in the main graph, not in graph {g.name!r}"
         )
