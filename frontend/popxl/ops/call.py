@@ -195,9 +195,11 @@ def _bind_inputs(
 def _name_outputs(parent: Graph, op: Operation, graph: Graph) -> None:
     for r, gt in zip(op.results, graph.outputs):
         if gt._value.name_hint is not None:  # user-named output: reuse its name
-            parent._tensor(r, parent._unique_name(gt.name))
+            t = parent._tensor(r, parent._unique_name(gt.name))
         else:
-            parent._tensor(r)
+            t = parent._tensor(r)
+        if gt.meta_shape:  # a replica-sharded output stays sharded in the caller
+            t._meta_shape = gt.meta_shape
 
 
 def call_with_info(
