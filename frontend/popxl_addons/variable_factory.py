@@ -15,6 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from popxl_addons.dot_tree import DotTree
+from popxl_addons.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.named_tensors import NamedTensors
 
 __all__ = [
@@ -245,14 +246,6 @@ class VariableFactory:
         return ops.init(self.shape, self.dtype, name, init_type)
 
 
-class NamedReplicaGrouping(DotTree[Any]):
-    """A DotTree of `popxl.ReplicaGrouping`s."""
-
-    @classmethod
-    def build_groups(cls, names: Iterable[str], value: Any) -> "NamedReplicaGrouping":
-        return cls.from_dict({n: value for n in names})
-
-
 class NamedVariableFactories(DotTree[VariableFactory]):
     """A DotTree of `VariableFactory`s."""
 
@@ -283,6 +276,9 @@ class NamedVariableFactories(DotTree[VariableFactory]):
         """Create remote variables in `buffers` (a DotTree with the same keys) at `entry`."""
         p = self._prefix(prefix)
         bufs = buffers.to_dict()
+        missing = sorted(set(self.to_dict()) - set(bufs))
+        if missing:
+            raise KeyError(f"NamedVariableFactories.init_remote: no buffer for the factories {missing}")
         out = {}
         for k, f in self._sorted():
             out[k] = f.create_remote_tensor(bufs[k], entry, p + k, empty)

@@ -1,0 +1,211 @@
+"""popxl_addons.remote and named_replica_grouping: buffers for named variables, load / store
+graphs for phased execution, replica-sharded buffers (against NumPy: after one pass over the
+phases every layer holds `replicas * before + sum of the replicas' data`, which is `before +
+data` on one replica and upstream's `(before + data) * 4` with equal data on 4 replicas)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+
+import popxl
+import popxl.ops as ops
+import popxl_addons as addons
+from popxl_addons.named_replica_grouping import (
+    NamedReplicaGrouping,
+    get_ild_replica_grouping,
+    get_instance_replica_grouping,
+    is_cross_ild,
+    is_cross_instance,
+)
+from popxl_addons.remote import (
+    NamedRemoteBuffers,
+    create_remote_buffer,
+    load_remote,
+    load_remote_graph,
+    named_buffers,
+    named_variable_buffers,
+    store_remote,
+    store_remote_graph,
+)
+from popxl_addons.rts import all_gather_replica_sharded_graph, reduce_replica_sharded_graph
+
+W_SHAPE, B_SHAPE = (4, 8), (3,)
+
+
+class AddData(addons.Module):
+    """w += x, b += y (one layer of the phased test)."""
+
+    def build(self, x: popxl.Tensor, y: popxl.Tensor) -> None:
+        w = self.add_variable_input("w", partial(np.zeros, W_SHAPE), popxl.float32, by_ref=True)
+        b = self.add_variable_input("b", partial(np.zeros, B_SHAPE), popxl.float32, by_ref=True)
+        ops.var_updates.accumulate_(w, x)
+        ops.var_updates.accumulate_(b, y)
+
+
+def _phased(replicas: int, threshold: int, layers: int = 3):
+    rng = np.random.default_rng(0)
+    before = [{"w": rng.standard_normal(W_SHAPE).astype(np.float32),
+               "b": rng.standard_normal(B_SHAPE).astype(np.float32)} for _ in range(layers)]  # fmt: skip
+    ir = popxl.Ir(replication=replicas)
+    with ir.main_graph, popxl.in_sequence():
+        facts, layer = AddData().create_graph(
+            popxl.TensorSpec(W_SHAPE, popxl.float32), popxl.TensorSpec(B_SHAPE, popxl.float32)
+        )
+        for k in ("w", "b"):  # layer i's initial values, in init_remote's (alphabetical) order
+            it = iter([before[i][k] for i in range(layers)])
+            facts.insert(k, addons.VariableFactory(it, popxl.float32, k), overwrite=True)
+        buffers = named_variable_buffers(facts, entries=layers, sharded_threshold=threshold)
+        variables = [facts.init_remote(buffers, i, f"layer{i}") for i in range(layers)]
+        load, names = load_remote_graph(buffers)
+        store = store_remote_graph(buffers)
+        xs = popxl.h2d_stream(W_SHAPE, popxl.float32, "x")
+        ys = popxl.h2d_stream(B_SHAPE, popxl.float32, "y")
+        x, y = ops.host_load(xs), ops.host_load(ys)
+        for i in range(layers):
+            loaded = addons.NamedTensors.pack(names, load.call(i))
+            gather, gnames = all_gather_replica_sharded_graph(loaded)
+            full = addons.NamedTensors.pack(gnames, gather.bind(loaded).call())
+            layer.bind(full).call(x, y)
+            # shard the reduction like the buffers: all replicas for sharded buffers, none else
+            shard_groups = NamedReplicaGrouping.from_dict(
+                {k: ir.replica_grouping(group_size=replicas if b.meta_shape else 1)
+                 for k, b in buffers.to_dict().items()}  # fmt: skip
+            )
+            reduce, rnames = reduce_replica_sharded_graph(full, shard_groups=shard_groups)
+            reduced = addons.NamedTensors.pack(rnames, reduce.bind(full).call())
+            store.bind(reduced).call(i)
+    return ir, buffers, variables, before, xs, ys
+
+
+@pytest.mark.parametrize("replicas,threshold", [(1, 16), (4, 16), (4, 10**6)])
+def test_phased_round_trip(replicas: int, threshold: int) -> None:
+    ir, buffers, variables, before, xs, ys = _phased(replicas, threshold)
+    sharded = replicas > 1 and threshold <= 32
+    assert buffers.w.meta_shape == (W_SHAPE if sharded else ())
+    assert buffers.w.tensor_shape == ((32 // replicas,) if sharded else W_SHAPE)
+    assert buffers.b.meta_shape == () and buffers.b.entries == 3
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((replicas, *W_SHAPE)).astype(np.float32)
+    y = rng.standard_normal((replicas, *B_SHAPE)).astype(np.float32)
+    feed = {xs: x, ys: y} if replicas > 1 else {xs: x[0], ys: y[0]}
+    with popxl.Session(ir) as s:
+        s.run(feed)
+        got = [s.get_tensors_data(v.tensors) for v in variables]
+        if sharded:  # each replica's entry holds its shard of the new value
+            want = replicas * before[1]["w"] + x.sum(0)
+            for r in range(replicas):
+                np.testing.assert_allclose(
+                    s._exe.get_state(buffers.w._name, r)[1], want.reshape(-1)[r * 8 : (r + 1) * 8], rtol=1e-6, atol=1e-6
+                )
+    for i, v in enumerate(variables):
+        for k, data in (("w", x), ("b", y)):
+            want = replicas * before[i][k] + data.sum(0)
+            np.testing.assert_allclose(got[i][v.get(k)], want, rtol=1e-5, atol=1e-6)
+    if replicas == 4 and sharded:  # upstream's check: equal data on every replica -> (before + data) * 4
+        ir, buffers, variables, before, xs, ys = _phased(replicas, threshold, layers=2)
+        with popxl.Session(ir) as s:
+            s.run({xs: np.stack([x[0]] * 4), ys: np.stack([y[0]] * 4)})
+            w1 = s.get_tensor_data(variables[1].w)
+        np.testing.assert_allclose(w1, (before[1]["w"] + x[0]) * 4, rtol=1e-5, atol=1e-6)
+
+
+def test_named_buffers_and_load_store_in_main() -> None:
+    """`named_buffers` (upstream's fails with a TypeError): buffers keyed like the tensors,
+    sharded at the threshold; `store_remote` then `load_remote` in the main graph returns the
+    stored values (doubled in between)."""
+    ir = popxl.Ir(replication=2)
+    a0 = np.arange(8, dtype=np.float32).reshape(2, 4)
+    c0 = np.arange(3, dtype=np.float32)
+    with ir.main_graph, popxl.in_sequence():
+        ts = addons.NamedTensors.from_dict(
+            {"l.a": popxl.variable(a0, name="a"), "l.c": popxl.variable(c0, name="c")}
+        )
+        bufs = named_buffers(ts, entries=2, sharded_threshold=8)
+        assert isinstance(bufs, NamedRemoteBuffers)
+        assert bufs.l.a.meta_shape == (2, 4) and bufs.l.a.tensor_shape == (4,)
+        assert bufs.l.c.meta_shape == () and bufs.l.c.tensor_shape == (3,)
+        with pytest.raises(KeyError, match="no tensor for the buffers"):
+            store_remote(bufs, addons.NamedTensors.from_dict({"l.a": ts.l.a}))
+        plain = named_buffers(ts, entries=2, sharded_threshold=100)
+        store_remote(plain, ts, entry=1)
+        back = load_remote(plain, 1)
+        outs = {}
+        for k, t in back.to_dict().items():
+            outs[k] = popxl.d2h_stream(t.shape, t.dtype, k)
+            ops.host_store(outs[k], t * 2)
+    with popxl.Session(ir) as s:
+        res = s.run()
+    np.testing.assert_array_equal(res[outs["l.a"]], np.stack([a0 * 2] * 2))
+    np.testing.assert_array_equal(res[outs["l.c"]], np.stack([c0 * 2] * 2))
+
+
+def test_create_remote_buffer_cases_and_errors() -> None:
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        spec = popxl.TensorSpec((4, 4), popxl.float32)
+        assert create_remote_buffer(spec, 2, 16).meta_shape == (4, 4)
+        assert create_remote_buffer(spec, 2, 17).meta_shape == ()
+        assert create_remote_buffer(popxl.TensorSpec((5, 3), popxl.float32), 1, 1).meta_shape == ()  # 15 % 4
+        already = create_remote_buffer(popxl.TensorSpec((8,), popxl.float32, (4, 4)), 3)
+        assert already.tensor_shape == (8,) and already.meta_shape == (4, 4) and already.entries == 3
+        pairs = ir.replica_grouping(stride=2, group_size=2)  # 2 groups of 2
+        b = create_remote_buffer(spec, 1, 1, replica_group=pairs)
+        assert b.tensor_shape == (8,) and b.meta_shape == (4, 4)
+        with pytest.raises(ValueError, match="does not split the replica group"):
+            create_remote_buffer(spec, 1, 1, replica_group=pairs, shard_group=ir.replica_grouping(1, 2))
+        with pytest.raises(ValueError, match="entries must be a positive int"):
+            create_remote_buffer(spec, 0)
+        with pytest.raises(TypeError, match="not a popxl.RemoteBuffer"):
+            load_remote_graph(NamedRemoteBuffers.from_dict({"a": 1}))
+        facts = addons.NamedVariableFactories.from_dict(
+            {"a": addons.VariableFactory(np.zeros((2, 2), np.float32), name="a")}
+        )
+        with pytest.raises(KeyError, match="no buffer for the factories"):
+            facts.init_remote(NamedRemoteBuffers(), 0)
+
+
+def test_grouped_sharded_remote_variable_round_trip() -> None:
+    """A variable grouped in 2 groups (stride 2) with its buffer sharded in each group:
+    the Session reads back each group's full value, and the loaded shards gathered over the
+    group equal it."""
+    ir = popxl.Ir(replication=4)
+    data = np.arange(2 * 16, dtype=np.float32).reshape(2, 4, 4)
+    with ir.main_graph:
+        rg = ir.replica_grouping(stride=2, group_size=2)
+        facts = addons.NamedVariableFactories.from_dict(
+            {"w": addons.VariableFactory(iter(data), popxl.float32, "w", replica_grouping=rg)}
+        )
+        bufs = named_variable_buffers(facts, entries=1, sharded_threshold=16)
+        assert bufs.w.meta_shape == (4, 4) and bufs.w.tensor_shape == (8,)
+        v = facts.init_remote(bufs, 0)
+        loaded = load_remote(bufs, 0)
+        full = ops.collectives.replicated_all_gather(loaded.w, group=rg)
+        out = popxl.d2h_stream(full.shape, full.dtype, "full")
+        ops.host_store(out, full)
+    with popxl.Session(ir) as s:
+        np.testing.assert_array_equal(s.get_tensor_data(v.w), data)
+        res = s.run()[out]
+    for r in range(4):  # replica r is in group r % 2
+        np.testing.assert_array_equal(res[r], data[r % 2])
+
+
+def test_replica_grouping_helpers(monkeypatch) -> None:
+    ir = popxl.Ir(replication=8)
+    with ir.main_graph:
+        rg = ir.replica_grouping(stride=2, group_size=4)
+        assert not is_cross_instance(rg) and get_instance_replica_grouping(rg) == rg
+        assert get_instance_replica_grouping() == ir.replica_grouping()
+        names = NamedReplicaGrouping.build_groups(["a", "b.c"])
+        assert names.b.c == ir.replica_grouping() and names.a.group_size == 8
+        with pytest.raises(TypeError, match="expected a popxl.ReplicaGrouping"):
+            is_cross_instance(3)
+        monkeypatch.setenv("POPLAR_TARGET_OPTIONS", '{"ipuLinkDomainSize": 4}')
+        assert is_cross_ild(rg) and not is_cross_ild(ir.replica_grouping(1, 4))
+        assert get_ild_replica_grouping(rg) == ir.replica_grouping(stride=2, group_size=2)
+        assert get_ild_replica_grouping() == ir.replica_grouping(1, 4)
+        monkeypatch.setenv("POPLAR_TARGET_OPTIONS", '{"ipuLinkDomainSize": 1}')
+        with pytest.raises(ValueError, match="stride \\(2\\) must be at most"):
+            get_ild_replica_grouping(rg)
