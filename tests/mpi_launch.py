@@ -58,8 +58,9 @@ def launch(args: list[str], n: int | None = 2, env: dict[str, str] | None = None
         assert MPIRUN is not None
         cmd = [MPIRUN, "-n", str(n), *cmd]
     return subprocess.Popen(
-        cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
+        cmd, env=full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
 
 
 def finish(p: subprocess.Popen) -> tuple[int, str]:
