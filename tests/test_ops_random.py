@@ -275,3 +275,34 @@ def test_errors_name_the_op() -> None:
             ops.split_random_seed(seed, 0)
         with pytest.raises(ValueError, match="popxl.dropout: input must be a floating point tensor"):
             ops.dropout(seed, seed, 0.5)
+
+
+def test_replicas_draw_from_their_own_seed() -> None:
+    """With 2 replicas each replica's numbers are those of a one-replica run with its seed
+    (`create_seeds(replicas=2)` gives one seed per replica): swapping the seeds swaps the
+    outputs, whatever order the replicas run in."""
+
+    def program(replication: int) -> tuple[popxl.Ir, popxl.HostToDeviceStream, popxl.DeviceToHostStream]:
+        ir = popxl.Ir(replication=replication)
+        with ir.main_graph:
+            ss = popxl.h2d_stream((2,), popxl.uint32, "seed")
+            seed = ops.host_load(ss)
+            x = popxl.variable(np.ones((4, 5), np.float32), name="x")
+            y = ops.dropout(x, seed, 0.5) + ops.random_normal(seed, (4, 5))
+            ys = popxl.d2h_stream((4, 5), popxl.float32, "y")
+            ops.host_store(ys, y)
+        return ir, ss, ys
+
+    seeds = popxl.create_seeds(7, replicas=2)
+    assert seeds.shape == (2, 2)
+    ir, ss, ys = program(2)
+    with popxl.Session(ir, "cpu") as s:
+        both = s.run({ss: seeds})[ys]
+        swapped = s.run({ss: seeds[::-1].copy()})[ys]
+    assert both.shape == (2, 4, 5)
+    for r in range(2):
+        ir1, ss1, ys1 = program(1)
+        with popxl.Session(ir1, "cpu") as s1:
+            np.testing.assert_array_equal(both[r], s1.run({ss1: seeds[r]})[ys1])
+    np.testing.assert_array_equal(swapped, both[::-1])
+    assert not np.array_equal(both[0], both[1])
