@@ -174,13 +174,17 @@ def replicated_reduce_scatter(
 ) -> Tensor:
     """`t` (flattened) reduced with `op` over the replicas of each group; the `i`-th member of
     a group gets the `i`-th of `group_size` equal 1-D shards of the result (the element count
-    must divide by the group size). `configure_output_for_replicated_tensor_sharding` only
-    affects the device layout upstream; the shards are in element order either way."""
+    must divide by the group size). With `configure_output_for_replicated_tensor_sharding`
+    the result is an RTS shard: its `meta_shape` is `t.shape` (the shards are in element
+    order either way)."""
     t = _tensor(t)
     op = _check_op(op)
     grouping = _grouping(group)
     _check_shards(t, grouping)
-    return emit1(ReduceScatterOp, [t], grouping=grouping, op=op)
+    out = emit1(ReduceScatterOp, [t], grouping=grouping, op=op)
+    if configure_output_for_replicated_tensor_sharding:  # an RTS shard of `t`
+        out._meta_shape = tuple(t.shape)
+    return out
 
 
 def replicated_all_gather(
@@ -233,12 +237,14 @@ def replicated_all_gather(
 
 def replica_sharded_slice(t: Tensor, group: Any = None) -> Tensor:
     """This replica's 1-D shard of `t` (flattened) for replicated tensor sharding: the `i`-th
-    member of each group takes the `i`-th of `group_size` equal shards. Differentiable: the
-    gradient is the all-gather of the gradients."""
+    member of each group takes the `i`-th of `group_size` equal shards; its `meta_shape` is
+    `t.shape`. Differentiable: the gradient is the all-gather of the gradients."""
     t = _tensor(t)
     grouping = _grouping(group)
     _check_shards(t, grouping)
-    return emit1(ShardedSliceOp, [t], grouping=grouping)
+    out = emit1(ShardedSliceOp, [t], grouping=grouping)
+    out._meta_shape = tuple(t.shape)  # an RTS shard of `t`
+    return out
 
 
 def replicated_slice(t: Tensor, axis: int = 0, group: Any = None) -> Tensor:
