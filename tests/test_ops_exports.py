@@ -298,6 +298,11 @@ ADDONS: R = {
 # Names whose behaviour is pinned by their own test module instead of a recipe here.
 TESTED_ELSEWHERE = {
     "pipelined_execution": "tests/test_pipeline*.py (the pipelining transform)",
+    **{n: "tests/test_addons_remote.py (phased load/store round trips)" for n in (
+        "load_remote_graph", "store_remote_graph", "named_buffers", "named_variable_buffers",
+        "create_remote_buffer")},
+    **{n: "tests/test_batch_serialise.py (every io mode against NumPy and the plain program)" for n in (
+        "batch_serialise", "batch_serialise_fwd_and_grad", "batch_serial_buffer", "RemoteHandle")},
     # popxl_addons names pinned by their own test modules
     **{n: "tests/test_addons_utils.py (array_munging against upstream's documented examples)"
        for n in addons.array_munging.__all__},

@@ -15,6 +15,14 @@ from popxl_addons.graph import BoundGraph, GraphWithNamedArgs
 from popxl_addons.graph_cache import GraphCache, function
 from popxl_addons.module import Module
 from popxl_addons.streams import InputStreams, OutputStreams
+from popxl_addons.remote import (
+    create_remote_buffer,
+    load_remote_graph,
+    named_buffers,
+    named_variable_buffers,
+    store_remote_graph,
+)
+from popxl_addons import remote, rts, named_replica_grouping  # noqa: F401
 from popxl_addons import ops, transforms
 from popxl_addons import optimizers  # noqa: F401  (addons.optimizers.adam.AdamOptimizerStep)
 from popxl_addons.ops import cross_entropy, cross_entropy_with_grad, host_load, host_store
@@ -69,6 +77,11 @@ __all__ = [
     "Module",
     "InputStreams",
     "OutputStreams",
+    "load_remote_graph",
+    "store_remote_graph",
+    "named_buffers",
+    "named_variable_buffers",
+    "create_remote_buffer",
     "ops",
     "transforms",
     "cross_entropy",

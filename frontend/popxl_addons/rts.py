@@ -114,11 +114,6 @@ def all_gather_replica_sharded_graph(
     return GraphWithNamedArgs(graph, NamedTensors.from_dict(args)), names
 
 
-def _sharded(t: popxl.Tensor, full_shape: tuple[int, ...]) -> popxl.Tensor:
-    t._meta_shape = tuple(full_shape)
-    return t
-
-
 def reduce_replica_sharded_tensor(
     t: popxl.Tensor,
     op: str = "add",
@@ -138,7 +133,6 @@ def reduce_replica_sharded_tensor(
     what = "reduce_replica_sharded_tensor"
     replica_group = _grouping(replica_group, what)
     shard_group = _grouping(shard_group, what) if shard_group is not None else replica_group
-    full_shape = tuple(t.shape)
     if shard_group.group_size > 1 and t.nelms % shard_group.group_size == 0:
         ir = popxl.gcg().ir
         second = ir.replica_grouping(stride=get_ild_size_from_popdist()) if is_cross_ild(replica_group) else None
@@ -151,9 +145,9 @@ def reduce_replica_sharded_tensor(
             if reduce_group.group_size > 1:
                 t = ops.collectives.replicated_all_reduce(t, op, reduce_group)
             t = ops.collectives.replica_sharded_slice(t, shard_group)
-        if second is not None:
-            t = ops.collectives.replicated_all_reduce(t, op, second)
-        return _sharded(t, full_shape)
+        if second is not None:  # in place: the result stays the shard (keeps its meta_shape)
+            t = ops.collectives.replicated_all_reduce_(t, op, second)
+        return t
     return ops.collectives.replicated_all_reduce(t, op, replica_group)
 
 

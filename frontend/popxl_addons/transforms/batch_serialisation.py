@@ -35,6 +35,7 @@ from typing import Any, Optional, Union
 
 import popxl
 import popxl.ops as ops
+from popxl import bridge
 from popxl.transforms.autodiff import ExpectedConnectionType
 
 from popxl_addons.graph import GraphWithNamedArgs
@@ -162,7 +163,7 @@ class _Plan:
 
         self.stored = [t for t in inputs + outputs if stored(t)]
         self.passed = [t for t in inputs if t is not seed_input and t not in load]
-        self.by_ref = [g._input_by_ref(inputs.index(t)) for t in self.passed]
+        self.by_ref = [bridge.graph_op(g).input_is_by_ref(inputs.index(t)) for t in self.passed]
 
     # -- offsets ----------------------------------------------------------------------------
     def _entry(self, index: popxl.Tensor, h: RemoteHandle) -> popxl.Tensor:
