@@ -40,8 +40,11 @@ def test_replica_sharded_spec() -> None:
         odd = popxl.variable(np.zeros((5,), np.float32))
         assert replica_sharded_spec(odd, ir.replica_grouping()).meta_shape == ()  # 5 % 4
         assert replica_sharded_spec(popxl.TensorSpec((6,), popxl.float32, (4, 6)), ir.replica_grouping(1, 2)).shape == (6,)
+        # upstream's earlier signature: a threshold
+        assert replica_sharded_spec(t, threshold=24).shape == (6,)
+        assert replica_sharded_spec(t, 25) == t.spec
         with pytest.raises(TypeError, match="expected a popxl.ReplicaGrouping"):
-            replica_sharded_spec(t, 4)
+            replica_sharded_spec(t, "all")
 
 
 @pytest.mark.parametrize("group_size", [4, 2])
@@ -99,8 +102,13 @@ def test_reduce_replica_sharded_paths(monkeypatch) -> None:
         monkeypatch.delenv("POPLAR_TARGET_OPTIONS")
         mean_g, names = reduce_replica_sharded_graph(addons.NamedTensors.from_dict({"x": t}), "mean")
         (mean,) = mean_g.bind(addons.NamedTensors.from_dict({"x": t})).call()
+        both = addons.NamedTensors.from_dict({"x": t, "y": t[:2]})
+        thr_g, thr_names = reduce_replica_sharded_graph(both, "add", threshold=24)  # y: 12 < 24
+        thr_x, thr_y = thr_g.bind(both).call()
+        assert thr_names == ["x", "y"] and thr_x.shape == (6,) and thr_y.shape == (2, 6)
         outs = {n: _out(v, n) for n, v in
-                dict(scatter=scatter, sliced=sliced, odd=odd, plain=plain, two=two, mean=mean).items()}  # fmt: skip
+                dict(scatter=scatter, sliced=sliced, odd=odd, plain=plain, two=two, mean=mean, thr_x=thr_x,
+                      thr_y=thr_y).items()}  # fmt: skip
     with popxl.Session(ir) as s:
         res = s.run({xs: x})
     for r in range(R):
@@ -110,6 +118,8 @@ def test_reduce_replica_sharded_paths(monkeypatch) -> None:
         np.testing.assert_allclose(res[outs["plain"]][r], total[:1, :3], rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(res[outs["two"]][r], _shard(total, 2, r % 2), rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(res[outs["mean"]][r], _shard(total / R, 4, r), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(res[outs["thr_x"]][r], _shard(total, 4, r), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(res[outs["thr_y"]][r], total[:2], rtol=1e-6, atol=1e-6)
 
 
 def _adam_program(rts: bool, w0: np.ndarray, **kw):

@@ -57,17 +57,26 @@ def _grouping(rg: Any, what: str) -> Any:
     return rg
 
 
-def replica_sharded_spec(t: Any, shard_over: popxl.ReplicaGrouping) -> popxl.TensorSpec:
-    """The spec of `t` sharded over the groups of `shard_over`: `((nelms // size,), dtype,
-    meta_shape=t.shape)`. `t`'s own spec when it is already sharded (has a meta_shape), when
-    the group has one replica or when its element count does not divide by the group size."""
+def replica_sharded_spec(
+    t: Any, shard_over: Optional[Any] = None, threshold: Optional[int] = None
+) -> popxl.TensorSpec:
+    """The spec of `t` sharded over the groups of `shard_over` (a ReplicaGrouping, default
+    all replicas): `((nelms // size,), dtype, meta_shape=t.shape)`. `t`'s own spec when it
+    is already sharded (has a meta_shape), when the group has one replica, when its element
+    count does not divide by the group size, or when it has fewer than `threshold` elements.
+
+    Both upstream signatures work: `replica_sharded_spec(t, shard_over=group)` and the
+    earlier `replica_sharded_spec(t, threshold=512)` (an int second argument is a threshold).
+    """
+    if isinstance(shard_over, int | np.integer) and not isinstance(shard_over, bool):
+        shard_over, threshold = None, int(shard_over)
     shard_over = _grouping(shard_over, "replica_sharded_spec")
     spec = t.spec if isinstance(t, popxl.Tensor) else t
     if tuple(spec.meta_shape or ()):
         return spec
     nelms = int(np.prod(spec.shape))
     size = shard_over.group_size
-    if size == 1 or nelms % size:
+    if size == 1 or nelms % size or (threshold is not None and nelms < threshold):
         return spec
     return popxl.TensorSpec((nelms // size,), spec.dtype, tuple(spec.shape))
 
@@ -157,15 +166,21 @@ def reduce_replica_sharded_graph(
     use_io_tiles: bool = False,
     shard_groups: Optional[NamedReplicaGrouping] = None,
     replica_group: Optional[popxl.ReplicaGrouping] = None,
+    threshold: Optional[int] = None,
 ) -> tuple[GraphWithNamedArgs, list[str]]:
     """A graph reducing every tensor of `tensors` with `reduce_replica_sharded_tensor` (a
     named input each), outputs in sorted key order; returns the graph and those keys.
     `shard_groups` by name (default: all replicas of one IPU link domain); `replica_group`
-    the data-parallel group (default all replicas)."""
+    the data-parallel group (default all replicas). `threshold` (upstream's earlier
+    signature): tensors with fewer elements are all-reduced, not sharded."""
     ir = popxl.gcg().ir
     graph = ir.create_empty_graph("replica_reduce")
     keys = list(tensors.to_dict())
     groups = (shard_groups or NamedReplicaGrouping.build_groups(keys, get_ild_replica_grouping())).to_dict()
+    if threshold is not None:
+        single = ir.replica_grouping(group_size=1)
+        sizes = {k: t.nelms for k, t in tensors.to_dict().items()}
+        groups = {k: (g if sizes.get(k, threshold) >= threshold else single) for k, g in groups.items()}
     missing = sorted(set(keys) - set(groups))
     if missing:
         raise KeyError(f"reduce_replica_sharded_graph: no shard grouping for {missing}")
