@@ -23,11 +23,15 @@ several instances (`popdist.getNumInstances() > 1`), else None (one process, `Lo
 Every instance must reach the same exchanges in the same order. Each exchange first
 all-gathers a small header (a sequence number, the count, size, shape and dtype of the
 arrays), so instances that disagree (an instance-dependent branch around a collective, different input shapes) get a
-`CommMismatchError` naming both sides on every instance instead of wrong numbers.
+`CommMismatchError` naming both sides on every instance instead of wrong numbers; at exit
+an instance makes one last header exchange, so an instance left waiting in an exchange the
+others never make fails the same way instead of hanging.
 """
 
 from __future__ import annotations
 
+import atexit
+import sys
 import zlib
 from typing import Any
 
@@ -39,6 +43,9 @@ __all__ = ["CommMismatchError", "MpiComm", "instance_comm", "import_mpi"]
 
 # the header of every exchange: sequence number, arrays, bytes per array, shape/dtype fingerprint
 _HEADER = 4
+# the header an instance sends when its program ends (`_say_goodbye`)
+_GOODBYE = np.full(_HEADER, -1, dtype=np.int64)
+_goodbye_registered = False
 
 
 class CommMismatchError(RuntimeError):
@@ -72,6 +79,11 @@ class MpiComm:
         self.num_instances: int = self.comm.Get_size()
         self.instance_index: int = self.comm.Get_rank()
         self._exchanges = 0
+        global _goodbye_registered
+        if not _goodbye_registered and self.num_instances > 1 and self.comm == self._MPI.COMM_WORLD:
+            # at exit, before mpi4py finalises MPI (atexit runs in reverse order)
+            _goodbye_registered = True
+            atexit.register(_say_goodbye, self._MPI)
 
     def local_replicas(self, replication_factor: int) -> range:
         return split_replicas(replication_factor, self.num_instances, self.instance_index)
@@ -115,6 +127,8 @@ class MpiComm:
         other = next(i for i in range(self.num_instances) if not (headers[i] == headers[me]).all())
 
         def side(i: int) -> str:
+            if (headers[i] == _GOODBYE).all():
+                return f"instance {i} has finished its program"
             seq, n, nbytes, fp = (int(x) for x in headers[i])
             what = f"{n} array(s) of {nbytes} bytes"
             if i == me:
@@ -134,6 +148,24 @@ class MpiComm:
 
     def __repr__(self) -> str:
         return f"MpiComm(instance {self.instance_index} of {self.num_instances})"
+
+
+def _say_goodbye(MPI: Any) -> None:
+    """At exit: one last header exchange, so an instance still waiting in a collective (one
+    the others never reach) fails with `CommMismatchError` instead of waiting forever; this
+    instance then aborts the job too."""
+    comm = MPI.COMM_WORLD
+    headers = np.empty((comm.Get_size(), _HEADER), dtype=np.int64)
+    comm.Allgather([_GOODBYE, MPI.INT64_T], [headers, MPI.INT64_T])
+    if not (headers == _GOODBYE).all():
+        waiting = [i for i in range(len(headers)) if not (headers[i] == _GOODBYE).all()]
+        print(
+            f"xl.runtime.mpi: instance {comm.Get_rank()} has finished, but instance(s) {waiting} "
+            "still wait in a collective exchange; aborting the job",
+            file=sys.stderr,
+            flush=True,
+        )
+        comm.Abort(1)
 
 
 def instance_comm() -> Comm | None:

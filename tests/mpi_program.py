@@ -216,6 +216,19 @@ def main(argv: list[str]) -> None:
         comm = MpiComm()
         comm.gather([np.zeros(3 if comm.instance_index == 0 else 4, np.float32)])
         raise SystemExit("instances with different arrays exchanged them")
+    if case == "early_exit":
+        # instance 0 waits in an exchange instance 1 never makes: both must stop, no hang
+        import popdist
+
+        popdist.init()
+        from xl.runtime.mpi import MpiComm
+
+        comm = MpiComm()
+        comm.gather([np.zeros(3, np.float32)])
+        if comm.instance_index == 0:
+            comm.gather([np.zeros(3, np.float32)])
+            raise SystemExit("instance 0 got an exchange nobody else made")
+        return
     values = popdist_values()
     results: dict[str, Any] = {f"popdist.{k}": v for k, v in values.items()}
     results.update({f"collective.{k}": v for k, v in run_collectives("popdist").items()})

@@ -35,6 +35,7 @@ def mpi_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "all": launch([script, str(out)], env={"POPDIST_NUM_TOTAL_REPLICAS": "4"}),
         "indivisible": launch([script, str(out), "indivisible"], env={"POPDIST_NUM_TOTAL_REPLICAS": "3"}),
         "diverge": launch([script, str(out), "diverge"]),
+        "early_exit": launch([script, str(out), "early_exit"]),
     }
     runs = {name: finish(p) for name, p in procs.items()}
     code, log = runs["all"]
@@ -180,6 +181,16 @@ def test_diverged_instances_stop_with_an_error(mpi_runs: dict) -> None:
     assert "CommMismatchError: the instances diverged" in log, log
     assert "float32 (3,)" in log or "float32 (4,)" in log, log
     assert "exchanged them" not in log
+
+
+@needs_mpi
+def test_instance_left_waiting_stops_with_an_error(mpi_runs: dict) -> None:
+    """Instance 1 ends while instance 0 waits in an exchange: an error, not a hang."""
+    code, log = mpi_runs["early_exit"]
+    assert code != 0, log
+    assert "CommMismatchError: the instances diverged: instance 0 is at exchange #1" in log, log
+    assert "but instance 1 has finished its program" in log, log
+    assert "nobody else made" not in log
 
 
 # ------------------------------------------------------------------------------------
