@@ -711,9 +711,13 @@ class SessionRemote:
         """The full value each replica sees (its shard group's shards joined)."""
         exe = self._s._exe
         slot, entry = self._where(op)
-        every = np.asarray(exe.gather_state(slot))
-        if entry is not None:
-            every = every[:, entry]
+        if exe.comm.num_instances > 1:  # other instances' replicas through the comm
+            every = np.asarray(exe.gather_state(slot))
+            if entry is not None:
+                every = every[:, entry]
+        else:  # only this variable's entry of each replica's buffer
+            at = (entry, ...) if entry is not None else (...,)
+            every = np.stack([exe.get_state(slot, r)[at] for r in exe.local_replicas])
         full = op.full_type()
         shape = tuple(full.get_shape())
         shards = op.num_shards()
