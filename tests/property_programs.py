@@ -43,11 +43,16 @@ REDUCE = ("sum", "mean", "max")
 INPLACE = ("add_", "iadd", "scaled_add_", "accumulate_", "accumulate_square_", "accumulate_mean_",
            "accumulate_moving_average_", "accumulate_moving_average_square_",
            "accumulator_scale_", "accumulator_zero_", "copy_var_update_")  # fmt: skip
+# Ops of the NN/elementwise extensions (each resolved to an "nn" step; reference below).
+ROUNDING = ("ceil", "floor")
+SMOOTH = ("erf", "geluerf")
+NN_KINDS = (*ROUNDING, *SMOOTH, "clip", "fmod", "fmod_c", "prod", "log_softmax", "topk", "conv",
+            "max_pool", "average_pool", "scatter_reduce", "layer_norm", "group_norm")  # fmt: skip
 # Simple kinds first: Hypothesis shrinks a kind towards the start of the list. Views, matmul
 # and the in-place ops the runtime plans around are repeated, so they are drawn more often.
 KINDS = (*UNARY[:1], *BINARY[:1], *VIEWS * 4, *("view_chain",) * 8, "matmul", "matmul", *REDUCE, "softmax",
          *INPLACE[:3] * 3, *INPLACE[3:], "store", "store", "load", "const", *UNARY[1:],
-         *BINARY[1:], *SCALAR)  # fmt: skip
+         *BINARY[1:], *SCALAR, *NN_KINDS, "conv", "max_pool", "average_pool")  # fmt: skip
 
 # Exactly representable constants (scales, factors), nonzero.
 CONSTS = (0.5, -1.0, 2.0, 0.25, -0.5, 1.5, -2.0, 0.75, 1.0, -0.25)
@@ -347,6 +352,8 @@ def resolve(recipe: Recipe) -> Program:
                 emit("unary", "neg", (a,), sa)
                 continue
             load(sa if k % 2 else recipe.streams[k % len(recipe.streams)])
+        elif kind in NN_KINDS:
+            _resolve_nn(kind, a, j, k, c, c2, shapes, first, emit, rng)
         elif kind == "const":
             data = rng.integers(-4, 5, size=sa).astype(np.float32) / 4
             out = emit("const", "const", (), sa)
@@ -475,6 +482,8 @@ def popxl_source(p: Program) -> str:
                 "copy_var_update_": f"{vu}.copy_var_update_({a}, {b})",
             }[op]
             w(line)
+        elif s.kind == "nn":
+            w(f"{t} = {_nn_source(s, args)}")
         elif s.kind == "store":
             n = q["stream"]
             w(f"o{n} = popxl.d2h_stream({a}.shape, {a}.dtype, 'o{n}')")
@@ -686,6 +695,8 @@ def reference(p: Program) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]
                     var_errs[var_slot[d]] = ne
                 _check_range(val[d], ne, s)
                 continue
+            elif s.kind == "nn":
+                r, re = _nn_reference(s, x, e)
             elif s.kind == "store":
                 stored[q["stream"]] = (val[s.args[0]].copy(), err[s.args[0]])
                 continue
@@ -711,3 +722,302 @@ def _check_range(r: np.ndarray, e: float, s: Step) -> None:
 def tolerance(ref: np.ndarray, err: float) -> float:
     """Absolute tolerance for a float32 result whose float64 reference is `ref`."""
     return 4 * err + 8 * U * (1.0 + _mx(ref)) + 1e-6
+
+
+# --- NN and extra elementwise ops ------------------------------------------------------------
+# Resolved into "nn" steps; the operand of conv and the pools may first be reshaped to
+# (N, C, *spatial) and transposed (views the runtime must see through). Constant operands
+# (weights, scatter indices, norm parameters) are inline popxl.constant arguments, not slots.
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _pool_windows(size: int, kern: int, stride: int, dil: int, p0: int, p1: int, ceil: bool) -> list[list[int]]:
+    """Per output position, the input positions of its window that lie inside the input
+    (ONNX / PyTorch sizes; in ceil mode the last window must start before the end padding)."""
+    span = size + p0 + p1 - dil * (kern - 1) - 1
+    if span < 0:
+        return []
+    n = (-(-span // stride) if ceil else span // stride) + 1
+    if ceil and (n - 1) * stride >= size + p0:
+        n -= 1
+    return [[o * stride - p0 + t * dil for t in range(kern) if 0 <= o * stride - p0 + t * dil < size] for o in range(n)]
+
+
+def _spatial_operand(a: int, j: int, k: int, shapes: list[tuple[int, ...]], emit: Any) -> int | None:
+    """`a` as (N, C, *spatial) with 1 or 2 spatial dims, through reshape / transpose views."""
+    sa = shapes[a]
+    if len(sa) == 0:
+        return None
+    if len(sa) != 3:
+        target = (1, *sa) if len(sa) == 2 else (1, 1, *sa) if len(sa) == 1 else None
+        if target is None:  # never: shapes have rank <= 3
+            return None
+        a = emit("reshape", "reshape", (a,), target, style=j % 3)  # type: ignore[assignment]
+        sa = shapes[a]
+    if (k >> 1) & 1:  # channels and length swapped: conv / pool of a transposed view
+        a = emit("transpose", "transpose", (a,), (sa[0], sa[2], sa[1]), style=2, perm=(0, 2, 1))
+        sa = shapes[a]
+    if (k >> 2) & 1:  # 2 spatial dims when the length factors
+        length = sa[2]
+        fs = [d for d in _divisors(length) if 1 < d < length] or [1]
+        h = fs[(k >> 3) % len(fs)]
+        a = emit("reshape", "reshape", (a,), (sa[0], sa[1], h, length // h), style=j % 3)
+    return a
+
+
+def _resolve_nn(kind: str, a: int, j: int, k: int, c: float, c2: float, shapes: list[tuple[int, ...]],
+                first: Any, emit: Any, rng: np.random.Generator) -> None:  # fmt: skip
+    sa = shapes[a]
+    ra = len(sa)
+    if kind in ROUNDING or kind in SMOOTH:
+        emit("nn", kind, (a,), sa, style=k % 2)
+    elif kind == "clip":
+        lo, hi = sorted((c, c2))
+        if lo == hi:
+            hi = lo + 0.5
+        emit("nn", "clip", (a,), sa, style=k % 3, lo=lo, hi=hi)
+    elif kind == "fmod_c":
+        emit("nn", "fmod_c", (a,), sa, style=k % 2, c=c)
+    elif kind == "fmod":
+        b = first(j, lambda s: (r := _broadcastable(sa, s)) is not None and _size(r) <= MAX_ELEMS)
+        emit("nn", "fmod", (a, b), _broadcastable(sa, shapes[b]), style=k % 2)
+    elif kind in ("prod", "log_softmax", "topk") and ra == 0:
+        emit("unary", "sigmoid", (a,), sa)
+    elif kind == "prod":
+        mask = k % (2**ra + 1)
+        axes = None if mask == 2**ra else tuple(d for d in range(ra) if (mask >> d) & 1) or None
+        keep = bool(j % 2)
+        red = set(range(ra)) if axes is None else set(axes)
+        shape = tuple(1 if d in red else s for d, s in enumerate(sa)) if keep else tuple(
+            s for d, s in enumerate(sa) if d not in red
+        )
+        emit("nn", "prod", (a,), shape, axes=axes, keepdims=keep)
+    elif kind == "log_softmax":
+        axis = k % ra
+        emit("nn", "log_softmax", (a,), sa, axis=axis - ra if j % 2 else axis)
+    elif kind == "topk":
+        axis = k % ra
+        kk = 1 + (k // 4) % sa[axis]
+        shape = tuple(kk if d == axis else s for d, s in enumerate(sa))
+        emit("nn", "topk", (a,), shape, axis=axis, k=kk, largest=bool((k // 2) % 2))
+    elif kind == "scatter_reduce":
+        if ra == 0:
+            emit("unary", "relu", (a,), sa)
+            return
+        axis = k % ra
+        size = 1 + (k // 4) % 4
+        full = bool((k // 16) % 2)
+        ishape = sa if full else (sa[axis],)
+        idx = rng.integers(0, size, size=ishape).astype(np.int32)
+        shape = tuple(size if d == axis else s for d, s in enumerate(sa))
+        red = ("sum", "max", "min")[(k // 32) % 3]
+        emit("nn", "scatter_reduce", (a,), shape, axis=axis, axis_size=size, indices=idx, reduction=red)
+    elif kind in ("layer_norm", "group_norm"):
+        if ra < 2:
+            x = emit("reshape", "reshape", (a,), (1, *sa) if ra else (1, 1), style=j % 3)
+            sa = shapes[x]
+            a = x
+        ch = sa[1]
+        groups = 1 if kind == "layer_norm" else _divisors(ch)[k % len(_divisors(ch))]
+        w = rng.integers(-4, 5, size=(ch,)).astype(np.float32) / 4
+        b = rng.integers(-4, 5, size=(ch,)).astype(np.float32) / 4
+        emit("nn", kind, (a,), sa, groups=groups, weight=w, bias=b)
+    else:  # conv, max_pool, average_pool
+        x = _spatial_operand(a, j, k, shapes, emit)
+        if x is None:
+            emit("unary", "tanh", (a,), sa)
+            return
+        sx = shapes[x]
+        nd = len(sx) - 2
+        r = np.random.default_rng([k, j, len(shapes)])
+        kern = tuple(int(r.integers(1, 4)) for _ in range(nd))
+        dil = tuple(int(r.integers(1, 3)) for _ in range(nd))
+        stride = tuple(int(r.integers(1, 3)) for _ in range(nd))
+        if kind == "conv":
+            pads = tuple(int(r.integers(0, 2)) for _ in range(2 * nd))
+        else:
+            pads = tuple(int(r.integers(0, kern[d % nd] // 2 + 1)) for d in range(2 * nd))
+        ceil = kind != "conv" and bool(r.integers(0, 2))
+        wins = [_pool_windows(sx[2 + d], kern[d], stride[d], dil[d], pads[d], pads[nd + d], ceil) for d in range(nd)]
+        if any(not w or (kind != "conv" and any(not v for v in w)) for w in wins):  # empty, or a pool window of padding only
+            kern, dil, stride, pads, ceil = (1,) * nd, (1,) * nd, (1,) * nd, (0,) * (2 * nd), False
+            wins = [[[i] for i in range(sx[2 + d])] for d in range(nd)]
+        out_sp = tuple(len(w) for w in wins)
+        if kind == "conv":
+            ch = sx[1]
+            groups = _divisors(ch)[(k >> 4) % len(_divisors(ch))]
+            m = groups * int(r.integers(1, 3))
+            shape = (sx[0], m, *out_sp)
+            if _size(shape) > MAX_ELEMS:
+                m = groups
+                shape = (sx[0], m, *out_sp)
+            weight = (r.integers(-4, 5, size=(m, ch // groups, *kern)) / 4).astype(np.float32)
+            emit("nn", "conv", (x,), shape, style=k % 2, weight=weight, stride=stride, pads=pads, dilation=dil,
+                 groups=groups)  # fmt: skip
+        else:
+            emit("nn", kind, (x,), (*sx[:2], *out_sp), style=k % 2, kernel=kern, stride=stride, pads=pads,
+                 dilation=dil, ceil_mode=ceil, windows=wins)  # fmt: skip
+
+
+def _nn_source(s: Step, args: list[str]) -> str:
+    a = args[0]
+    q = s.params
+    op = s.op
+    if op in ROUNDING or op in SMOOTH:
+        return f"ops.{op}({a})"
+    if op == "clip":
+        return [f"ops.clip({a}, {q['lo']}, {q['hi']})", f"ops.clamp({a}, min={q['lo']}, max={q['hi']})",
+                f"ops.clip({a}, max={q['hi']})" if q["lo"] < -100 else f"ops.clip({a}, min={q['lo']}, max={q['hi']})"][s.style]  # fmt: skip
+    if op == "fmod_c":
+        return f"{a} % {q['c']}" if s.style else f"ops.fmod({a}, {q['c']})"
+    if op == "fmod":
+        d = f"(ops.abs({args[1]}) + 0.5)"
+        return f"{a} % {d}" if s.style else f"ops.fmod({a}, {d})"
+    if op == "prod":
+        return f"ops.prod({a}, axis={q['axes']!r}, keepdims={q['keepdims']})"
+    if op == "log_softmax":
+        return f"ops.log_softmax({a}, axis={q['axis']})"
+    if op == "topk":
+        return f"ops.topk({a}, {q['k']}, axis={q['axis']}, largest={q['largest']})[0]"
+    if op == "scatter_reduce":
+        idx = f"popxl.constant(np.array({q['indices'].tolist()!r}, np.int32))"
+        return (f"ops.scatter_reduce({a}, {idx}, {q['reduction']!r}, axis={q['axis']}, "
+                f"axis_size={q['axis_size']})")  # fmt: skip
+    if op in ("layer_norm", "group_norm"):
+        wb = f"popxl.constant({_lit(q['weight'])}), popxl.constant({_lit(q['bias'])})"
+        return f"ops.layer_norm({a}, {wb})" if op == "layer_norm" else f"ops.group_norm({a}, {wb}, {q['groups']})"
+    if op == "conv":
+        return (f"ops.conv({a}, popxl.constant({_lit(q['weight'])}), stride={q['stride']!r}, "
+                f"padding={q['pads']!r}, dilation={q['dilation']!r}, groups={q['groups']})")  # fmt: skip
+    # pools
+    return (f"ops.{op}({a}, {q['kernel']!r}, stride={q['stride']!r}, padding={q['pads']!r}, "
+            f"dilation={q['dilation']!r}, ceil_mode={q['ceil_mode']})")  # fmt: skip
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _near_jumps(x: np.ndarray, jumps_of: Any, e: float, s: Step) -> None:
+    """Rejected when an element lies within the error bound of a jump of a discontinuous op."""
+    if e > 0 and x.size and np.any(jumps_of(x) <= e + 4 * U * (1.0 + np.abs(x))):
+        raise Rejected(f"{s.op}: a value within its error bound {e:.3g} of a jump")
+
+
+def _nn_reference(s: Step, x: list[np.ndarray], e: list[float]) -> tuple[np.ndarray, float]:
+    q = s.params
+    op = s.op
+    A = x[0]
+    m = _mx(A)
+    if op in ROUNDING:
+        _near_jumps(A, lambda v: np.abs(v - np.round(v)), e[0], s)
+        return (np.ceil(A) if op == "ceil" else np.floor(A)), 0.0  # exact away from the jumps
+    if op == "erf":
+        r = _erf(A)
+        return r, 1.13 * e[0] + 16 * U * (1.0 + m)
+    if op == "geluerf":
+        r = 0.5 * A * (1.0 + _erf(A / math.sqrt(2.0)))
+        return r, 1.13 * e[0] + 16 * U * (1.0 + m)
+    if op == "clip":
+        return np.clip(A, q["lo"], q["hi"]), e[0]
+    if op in ("fmod", "fmod_c"):
+        if op == "fmod":
+            D = np.abs(x[1]) + 0.5
+            eD = e[1] + U * (_mx(x[1]) + 0.5)
+        else:
+            D, eD = np.full_like(A, abs(q["c"])), 0.0
+        D = np.broadcast_to(D, np.broadcast_shapes(A.shape, D.shape))
+        Q = np.abs(A) / D
+        n = np.floor(Q)
+        # jumps where |A| crosses a nonzero multiple of D
+        dist = np.where(Q >= 0.5, np.abs(Q - np.round(Q)) * D, np.inf)
+        slack = e[0] + (n + 1) * eD
+        if np.any(dist <= np.max(slack, initial=0.0) + 8 * U * (1.0 + np.abs(A))) and (e[0] > 0 or eD > 0):
+            raise Rejected(f"{op}: a value within its error bound of a jump")
+        r = np.fmod(A, D)
+        return r, e[0] + float(np.max(n, initial=0.0)) * eD
+    if op == "prod":
+        r = np.prod(A, axis=q["axes"], keepdims=q["keepdims"])
+        n = A.size // max(1, r.size) if A.size else 1
+        mm = m + e[0]
+        return r, (mm**n - m**n) + 2 * n * U * mm**n
+    if op == "log_softmax":
+        ax = q["axis"]
+        sh = A - np.max(A, axis=ax, keepdims=True)
+        r = sh - np.log(np.sum(np.exp(sh), axis=ax, keepdims=True))
+        return r, 2 * e[0] + 16 * U * (A.shape[ax] + m + _mx(r))
+    if op == "topk":
+        srt = np.sort(A, axis=q["axis"])
+        if q["largest"]:
+            srt = np.flip(srt, axis=q["axis"])
+        return np.take(srt, range(q["k"]), axis=q["axis"]), e[0]
+    if op == "scatter_reduce":
+        ax, size = q["axis"], q["axis_size"]
+        idx = np.broadcast_to(
+            q["indices"].reshape([-1 if d == ax else 1 for d in range(A.ndim)]) if q["indices"].ndim == 1 else q["indices"],
+            A.shape,
+        )
+        out_shape = tuple(size if d == ax else n for d, n in enumerate(A.shape))
+        r = np.zeros(out_shape)
+        seen = np.zeros(out_shape, bool)
+        for pos in np.ndindex(A.shape):
+            o = tuple(idx[pos] if d == ax else p for d, p in enumerate(pos))
+            v = A[pos]
+            if q["reduction"] == "sum":
+                r[o] += v
+            elif not seen[o]:
+                r[o] = v
+            else:
+                r[o] = max(r[o], v) if q["reduction"] == "max" else min(r[o], v)
+            seen[o] = True
+        n = A.shape[ax]
+        return r, (n * (e[0] + U * m) if q["reduction"] == "sum" else e[0])
+    if op in ("layer_norm", "group_norm"):
+        G = q["groups"]
+        N, C = A.shape[:2]
+        g = A.reshape(N, G, -1)
+        mu = g.mean(axis=2, keepdims=True)
+        var = ((g - mu) ** 2).mean(axis=2, keepdims=True)
+        sd = np.sqrt(var + 1e-5)
+        xh = ((g - mu) / sd).reshape(A.shape)
+        bshape = (1, C) + (1,) * (A.ndim - 2)
+        w, b = q["weight"].astype(np.float64), q["bias"].astype(np.float64)
+        r = xh * w.reshape(bshape) + b.reshape(bshape)
+        n = g.shape[2]
+        de = 2 * (e[0] + 4 * n * U * (1.0 + m))
+        re = de / float(sd.min()) * (1.0 + _mx(xh)) * _mx(w) + 8 * U * (_mx(r) + 1.0)
+        return r, re
+    if op == "conv":
+        return _conv_ref(A, q["weight"].astype(np.float64), q["stride"], q["pads"], q["dilation"], q["groups"]), (
+            math.prod(q["weight"].shape[1:]) * (_mx(q["weight"]) * e[0] + 2 * U * m * _mx(q["weight"]))
+        )
+    # pools: separable windows (lists of input positions inside the input)
+    wins = q["windows"]
+    out = np.zeros((*A.shape[:2], *(len(w) for w in wins)))
+    for o in itertools.product(*(range(len(w)) for w in wins)):
+        sel = A[(slice(None), slice(None), *np.ix_(*(wins[d][o[d]] for d in range(len(wins)))))]
+        flat = sel.reshape(*A.shape[:2], -1)
+        out[(slice(None), slice(None), *o)] = flat.max(axis=2) if op == "max_pool" else flat.mean(axis=2)
+    return out, (e[0] if op == "max_pool" else e[0] + 8 * U * m)
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, stride: tuple[int, ...], pads: tuple[int, ...],
+              dil: tuple[int, ...], groups: int) -> np.ndarray:  # fmt: skip
+    """Cross-correlation by summing shifted, strided slices of the zero-padded input (float64)."""
+    nd = x.ndim - 2
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[d], pads[nd + d]) for d in range(nd)])
+    M, cg = w.shape[:2]
+    kern = w.shape[2:]
+    out_sp = tuple((xp.shape[2 + d] - dil[d] * (kern[d] - 1) - 1) // stride[d] + 1 for d in range(nd))
+    out = np.zeros((x.shape[0], M, *out_sp))
+    mg = M // groups
+    for g in range(groups):
+        xs = xp[:, g * cg : (g + 1) * cg]
+        for t in itertools.product(*(range(kk) for kk in kern)):
+            sl = tuple(slice(t[d] * dil[d], t[d] * dil[d] + (out_sp[d] - 1) * stride[d] + 1, stride[d]) for d in range(nd))
+            patch = xs[(slice(None), slice(None), *sl)]  # (N, cg, *out)
+            wt = w[(slice(g * mg, (g + 1) * mg), slice(None), *t)]  # (mg, cg)
+            out[:, g * mg : (g + 1) * mg] += np.einsum("nc...,mc->nm...", patch, wt)
+    return out
