@@ -131,8 +131,7 @@ def fold_all_reduce_updates(program: rt.ProgramOp) -> int:
             op.detach()
             op.erase()
         n += 1
-    if n:
-        mark_replica_invariant(program)
+    mark_replica_invariant(program)
     return n
 
 
@@ -140,6 +139,9 @@ def mark_replica_invariant(program: rt.ProgramOp) -> int:
     """Mark the states written only by fused updates over all replicas (see the module
     docstring); returns how many."""
     r = program.replication_factor
+    for op in program.body.block.ops:  # marks already present are recomputed
+        if isinstance(op, rt.StateOp) and REPLICA_INVARIANT in op.attributes:
+            del op.attributes[REPLICA_INVARIANT]
     if r < 2:
         return 0
     mem = Memory(program)

@@ -39,6 +39,58 @@ At = TypeVar("At")
 REPLICA_INVARIANT = "rt.replica_invariant"
 
 
+def only_updated_by_all_replicas(v: SSAValue, replication_factor: int) -> bool:
+    """Whether buffer `v` (an `rt.state` marked `rt.replica_invariant`) is written only by
+    fused updates over one group of every replica, so one buffer may serve all replicas.
+    The runtime checks the mark itself: a hand-written or stale one is ignored."""
+    from xl.runtime.registry import AllReduceUpdateKernel
+
+    for use in v.uses:
+        user = use.operation
+        if _reads_only(user, use.index):
+            continue
+        if not isinstance(user, rt.KernelOp):
+            return False
+        ins, outs = user.io()
+        if user.kernel.data == AllReduceUpdateKernel.name:
+            grouping = user.params.get("grouping")
+            size = grouping.size() if grouping is not None else replication_factor
+            if size == replication_factor and len(outs) == 2 and outs[1] is v and ins[1] is v:
+                continue
+            return False
+        if v in outs:
+            return False
+        if "rt.view" in user.attributes:
+            # a view of the weight: its users must not write it either
+            if not all(only_read(o, user) for o in outs):
+                return False
+    return True
+
+
+def _reads_only(user: Operation, index: int) -> bool:
+    """The use (operand `index` of `user`) only reads: a stored value, a copy's source, a
+    branch condition."""
+    return (
+        isinstance(user, rt.D2HOp | rt.IfOp) or (isinstance(user, rt.CopyOp) and index == 0)
+    )
+
+
+def only_read(v: SSAValue, producer: Operation) -> bool:
+    """No op but its `producer` writes `v` or a view of it."""
+    for use in v.uses:
+        user = use.operation
+        if user is producer or _reads_only(user, use.index):
+            continue
+        if not isinstance(user, rt.KernelOp):
+            return False
+        _, outs = user.io()
+        if v in outs:
+            return False
+        if "rt.view" in user.attributes and not all(only_read(o, user) for o in outs):
+            return False
+    return True
+
+
 class ProgramWalk(ABC, Generic[At]):
     """Buffers, state and streams of one replica, and the dispatch over `rt` ops."""
 
@@ -108,7 +160,11 @@ class ProgramWalk(ABC, Generic[At]):
             init = op.replica_init(self.replica, self.replication_factor)
             arr = init if init is not None else np.zeros(shape_of(t), dtype=dtype_of(t))
             arr = np.array(arr, dtype=dtype_of(t), order="C").reshape(shape_of(t))
-            if self.shared_state is not None and REPLICA_INVARIANT in op.attributes:
+            if (
+                self.shared_state is not None
+                and REPLICA_INVARIANT in op.attributes
+                and only_updated_by_all_replicas(op.result, self.replication_factor)
+            ):
                 arr = self.shared_state.setdefault(op.slot.data, arr)
             self.bind(op.result, arr, "w")
             self.state[op.slot.data] = arr

@@ -1,4 +1,5 @@
 // RUN: xl-opt %s -p rt-fold-all-reduce | filecheck %s
+// RUN: xl-opt %s -p rt-fold-all-reduce | xl-opt | filecheck %s
 
 // A gradient written by one kernel, averaged over the replicas in place and only then
 // added to a weight: one xl.all_reduce_update collective where the update was.
