@@ -23,13 +23,26 @@ program as popxl source, ready to paste as a reproducer.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-import popxl
 from hypothesis import currently_in_test_context, example, given, note, reject
 
+import popxl
 from xl.runtime import compile_module
 
-from .property_programs import Program, Recipe, Rejected, build, popxl_source, recipes, reference, resolve, run_inputs, tolerance
+from .property_programs import (
+    Program,
+    Recipe,
+    Rejected,
+    build,
+    popxl_source,
+    recipes,
+    reference,
+    resolve,
+    run_inputs,
+    tolerance,
+)
 
 
 def _check(plan: str, what: str, run: int, got: np.ndarray, want: np.ndarray, err: float) -> None:
@@ -82,3 +95,346 @@ def check_program(p: Program) -> None:
 @given(recipes())
 def test_random_programs_match_numpy(recipe):
     check_program(resolve(recipe))
+
+
+# --- gradients of random chains of the NN ops against central differences -------------------
+
+from hypothesis import settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from .property_programs import Step, _conv_ref, _divisors, _nn_reference, _pool_windows  # noqa: E402
+
+GRAD_OPS = ("erf", "geluerf", "clip", "fmod_c", "prod", "log_softmax", "topk", "conv", "max_pool",
+            "average_pool", "scatter_reduce", "layer_norm", "group_norm")  # fmt: skip
+# CI: a quarter of the profile's programs (50); the long profile: 750.
+_GRAD_EXAMPLES = max(10, settings.default.max_examples // 4)
+
+
+@st.composite
+def grad_chains(draw):
+    shape = (draw(st.integers(1, 2)), draw(st.sampled_from((2, 3, 4))), draw(st.integers(3, 6)))
+    n = draw(st.integers(1, 3))
+    return shape, [(draw(st.sampled_from(GRAD_OPS)), draw(st.integers(0, 2**16))) for _ in range(n)], draw(
+        st.integers(0, 2**16)
+    )
+
+
+def _grad_step(kind: str, k: int, shape: tuple[int, ...]) -> tuple[Step, tuple[int, ...], list[np.ndarray]]:
+    """One op of a chain on a rank-3 (N, C, L) value: the step, its result shape and the
+    initial values of its extra differentiable inputs (conv weight, norm weight and bias)."""
+    r = np.random.default_rng(k)
+    N, C, L = shape
+    if kind == "clip":
+        lo = float(r.uniform(-1.5, 0.0))
+        return Step("nn", "clip", (0,), 0, dict(lo=lo, hi=lo + float(r.uniform(0.5, 2.0)))), shape, []
+    if kind == "fmod_c":
+        return Step("nn", "fmod_c", (0,), 0, dict(c=0.75)), shape, []
+    if kind == "prod":
+        ax = int(r.integers(0, 3))
+        return Step("nn", "prod", (0,), 0, dict(axes=(ax,), keepdims=True)), tuple(
+            1 if d == ax else s for d, s in enumerate(shape)), []  # fmt: skip
+    if kind == "log_softmax":
+        return Step("nn", "log_softmax", (0,), 0, dict(axis=int(r.integers(-3, 3)))), shape, []
+    if kind == "topk":
+        ax = int(r.integers(0, 3))
+        kk = int(r.integers(1, shape[ax] + 1))
+        return Step("nn", "topk", (0,), 0, dict(axis=ax, k=kk, largest=bool(r.integers(0, 2)))), tuple(
+            kk if d == ax else s for d, s in enumerate(shape)), []  # fmt: skip
+    if kind == "scatter_reduce":
+        ax = int(r.integers(0, 3))
+        size = int(r.integers(1, 4))
+        idx = r.integers(0, size, size=(shape[ax],)).astype(np.int32)
+        return Step("nn", "scatter_reduce", (0,), 0, dict(axis=ax, axis_size=size, indices=idx, reduction="sum")), tuple(
+            size if d == ax else s for d, s in enumerate(shape)), []  # fmt: skip
+    if kind in ("layer_norm", "group_norm"):
+        groups = 1 if kind == "layer_norm" else int(r.choice(_divisors(C)))
+        return Step("nn", kind, (0,), 0, dict(groups=groups)), shape, [r.uniform(-1, 1, C), r.uniform(-1, 1, C)]
+    if kind in ("conv", "max_pool", "average_pool"):
+        while True:
+            kern, dil, stride = int(r.integers(1, 4)), int(r.integers(1, 3)), int(r.integers(1, 3))
+            pads = (int(r.integers(0, kern // 2 + 1)), int(r.integers(0, kern // 2 + 1)))
+            ceil = kind != "conv" and bool(r.integers(0, 2))
+            wins = _pool_windows(L, kern, stride, dil, *pads, ceil)
+            if wins and all(wins):
+                break
+        if kind == "conv":
+            groups = int(r.choice(_divisors(C)))
+            m = groups * int(r.integers(1, 3))
+            q = dict(stride=(stride,), pads=pads, dilation=(dil,), groups=groups)
+            return Step("nn", "conv", (0,), 0, q), (N, m, len(wins)), [r.uniform(-1, 1, (m, C // groups, kern))]
+        q = dict(kernel=(kern,), stride=(stride,), pads=pads, dilation=(dil,), ceil_mode=ceil, windows=[wins])
+        return Step("nn", kind, (0,), 0, q), (N, C, len(wins)), []
+    return Step("nn", kind, (0,), 0, {}), shape, []  # erf, geluerf
+
+
+def _grad_apply(s: Step, x: Any, extra: list[Any]) -> Any:
+    """The step through the popxl frontend (Tensors) or the NumPy reference (arrays)."""
+    q = s.params
+    if isinstance(x, np.ndarray):
+        if s.op == "conv":
+            return _conv_ref(x, extra[0], q["stride"], q["pads"], q["dilation"], q["groups"])
+        if s.op in ("layer_norm", "group_norm"):
+            return _nn_reference(Step("nn", s.op, (0,), 0, dict(q, weight=extra[0], bias=extra[1])), [x], [0.0])[0]
+        return _nn_reference(s, [x], [0.0])[0]
+    import popxl.ops as ops
+
+    if s.op == "conv":
+        return ops.conv(x, extra[0], stride=q["stride"], padding=q["pads"], dilation=q["dilation"], groups=q["groups"])
+    if s.op == "layer_norm":
+        return ops.layer_norm(x, extra[0], extra[1])
+    if s.op == "group_norm":
+        return ops.group_norm(x, extra[0], extra[1], q["groups"])
+    if s.op in ("max_pool", "average_pool"):
+        return getattr(ops, s.op)(x, q["kernel"], stride=q["stride"], padding=q["pads"], dilation=q["dilation"],
+                                  ceil_mode=q["ceil_mode"])  # fmt: skip
+    if s.op == "scatter_reduce":
+        return ops.scatter_reduce(x, popxl.constant(q["indices"]), "sum", axis=q["axis"], axis_size=q["axis_size"])
+    if s.op == "topk":
+        return ops.topk(x, q["k"], axis=q["axis"], largest=q["largest"])[0]
+    if s.op == "prod":
+        return ops.prod(x, axis=q["axes"], keepdims=True)
+    if s.op == "log_softmax":
+        return ops.log_softmax(x, axis=q["axis"])
+    if s.op == "clip":
+        return ops.clip(x, q["lo"], q["hi"])
+    if s.op == "fmod_c":
+        return ops.fmod(x, q["c"])
+    return getattr(ops, s.op)(x)
+
+
+def _grad_kinks(s: Step, x: np.ndarray) -> bool:
+    """Whether `x` is within 1e-4 of a point where the step is not differentiable."""
+    q = s.params
+    if s.op == "clip":
+        return bool(np.any(np.minimum(np.abs(x - q["lo"]), np.abs(x - q["hi"])) < 1e-4))
+    if s.op == "fmod_c":
+        f = x / q["c"]
+        return bool(np.any(np.abs(f - np.round(f)) * q["c"] < 1e-4))
+    if s.op in ("topk", "max_pool"):  # near-ties decide which element is taken
+        ax = q["axis"] if s.op == "topk" else 2
+        srt = np.sort(x, axis=ax)
+        return bool(np.any(np.diff(srt, axis=ax) < 1e-4))
+    return False
+
+
+def _fwd_bwd64(fn: Any, inputs: list[np.ndarray], seed: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """`fn(*inputs)` in float64 in a called subgraph, and the gradients of sum(fn * dy)
+    (popxl.transforms.autodiff of the subgraph) for every input."""
+    from popxl import ops, transforms
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        vs = [popxl.variable(a, dtype=popxl.float64, name=f"in{i}") for i, a in enumerate(inputs)]
+        graph = ir.create_graph(fn, *[v.spec for v in vs])
+        info = ops.call_with_info(graph, *vs)
+        (y,) = info.outputs
+        dy = np.random.default_rng(seed).standard_normal(y.shape)
+        grad_info = transforms.autodiff(graph)
+        grads = ops.call(grad_info.graph, popxl.constant(dy, dtype=popxl.float64),
+                         inputs_dict=grad_info.inputs_dict(info))  # fmt: skip
+        streams = []
+        for t in (y, *grads):
+            streams.append(popxl.d2h_stream(t.shape, t.dtype))
+            ops.host_store(streams[-1], t)
+    with popxl.Session(ir, "cpu") as session:
+        out = session.run()
+    return out[streams[0]], [out[s] for s in streams[1:]], dy
+
+
+@settings(max_examples=_GRAD_EXAMPLES)
+@given(grad_chains())
+def test_random_nn_chains_gradients_match_finite_differences(chain):
+    shape, ops_, seed = chain
+    rng = np.random.default_rng(seed)
+    steps, extras, sh = [], [], shape
+    for kind, k in ops_:
+        s, sh, ex = _grad_step(kind, k, sh)
+        if np.prod(sh) > 200:
+            reject()
+        steps.append((s, len(extras), len(ex)))
+        extras += ex
+    x0 = rng.uniform(-1.5, 1.5, shape)
+    inputs = [x0, *extras]
+
+    def ref(xs: list[np.ndarray]) -> np.ndarray:
+        v = xs[0]
+        for s, at, n in steps:
+            if _grad_kinks(s, v):
+                raise Rejected(s.op)
+            v = _grad_apply(s, v, xs[1 + at : 1 + at + n])
+        return v
+
+    try:
+        want = ref(inputs)
+    except Rejected:
+        reject()
+    if not np.all(np.isfinite(want)) or np.max(np.abs(want)) > 1e3:
+        reject()
+    note(f"chain: {[(s.op, s.params) for s, _, _ in steps]}; input shape {shape}, seed {seed}")
+
+    def fn(x, *ws):
+        v = x
+        for s, at, n in steps:
+            v = _grad_apply(s, v, list(ws[at : at + n]))
+        return v
+
+    y, grads, dy = _fwd_bwd64(fn, inputs, seed)
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, want, rtol=1e-9, atol=1e-9, err_msg="forward")
+    eps = 1e-6
+    for i, (g, a) in enumerate(zip(grads, inputs, strict=True)):
+        num = np.zeros(a.shape)
+        for idx in np.ndindex(a.shape):
+            xp = [b.copy() for b in inputs]
+            xm = [b.copy() for b in inputs]
+            xp[i][idx] += eps
+            xm[i][idx] -= eps
+            try:
+                num[idx] = (np.sum(ref(xp) * dy) - np.sum(ref(xm) * dy)) / (2 * eps)
+            except Rejected:
+                reject()
+        np.testing.assert_allclose(g, num, rtol=1e-5, atol=1e-6, err_msg=f"gradient of input {i} (0: x)")
+
+
+# --- replicas ------------------------------------------------------------------------------------
+
+from .property_programs import recipes as _recipes  # noqa: E402
+
+C_KINDS = ("all_reduce", "all_reduce_", "all_gather", "all_gather_new_axis", "reduce_scatter", "sharded_slice")
+REDUCE_OPS = ("add", "mean", "max", "min", "mul", "square_add")
+_COLLECTIVE_EXAMPLES = max(8, settings.default.max_examples // 4)  # CI 50, long 750
+_REPLICA_EXAMPLES = max(8, settings.default.max_examples // 10)  # CI 20, long 300
+
+
+def _groupings(r: int) -> list[tuple[int, int]]:
+    """(stride, group_size) with stride * group_size dividing the replica count."""
+    return [(s, g) for s in (1, 2, 4) for g in (1, 2, 4) if s * g <= r and r % (s * g) == 0]
+
+
+def _members(r: int, stride: int, size: int) -> list[int]:
+    """Replica r's group, ascending: replicas in blocks of stride*size, every stride-th."""
+    block = stride * size
+    base = (r // block) * block + r % stride
+    return [base + i * stride for i in range(size)]
+
+
+_NP_RED = {"add": lambda a: a.sum(0), "mean": lambda a: a.mean(0), "max": lambda a: a.max(0),
+           "min": lambda a: a.min(0), "mul": lambda a: a.prod(0), "square_add": lambda a: (a * a).sum(0)}  # fmt: skip
+
+
+@st.composite
+def collective_programs(draw):
+    R = draw(st.sampled_from((2, 4)))
+    shape = draw(st.sampled_from(((4,), (2, 4), (2, 2), (3, 4), (1, 4), (2, 2, 2), (6,))))
+    stages = draw(st.lists(st.tuples(st.sampled_from(("none", "tanh", "mul_c", "add_input")), st.sampled_from(C_KINDS),
+                                     st.sampled_from(REDUCE_OPS), st.integers(0, 15), st.integers(0, 3)),
+                           min_size=1, max_size=3))  # fmt: skip
+    return R, shape, stages, draw(st.integers(0, 2**16))
+
+
+@settings(max_examples=_COLLECTIVE_EXAMPLES)
+@given(collective_programs())
+def test_random_collective_programs_match_numpy_per_replica(prog):
+    import popxl.ops as ops
+
+    R, shape, stages, seed = prog
+    Cl = ops.collectives
+    data = (np.random.default_rng(seed).integers(-8, 9, size=(R, *shape)) / 8).astype(np.float32)
+    ir = popxl.Ir(replication=R)
+    vals = [data[r].astype(np.float64) for r in range(R)]  # the reference, per replica
+    stores: list[tuple[Any, list[np.ndarray]]] = []
+    lines = []
+
+    def store(t: Any, ref: list[np.ndarray]) -> None:
+        s = popxl.d2h_stream(t.shape, t.dtype, f"o{len(stores)}")
+        ops.host_store(s, t)
+        stores.append((s, [v.copy() for v in ref]))
+
+    with ir.main_graph:
+        xs = popxl.h2d_stream(shape, popxl.float32, "x")
+        x = ops.host_load(xs)
+        t = x
+        for pre, kind, red, gk, axk in stages:
+            if pre == "tanh":
+                t, vals = ops.tanh(t), [np.tanh(v) for v in vals]
+            elif pre == "mul_c":
+                t, vals = t * 0.5, [v * 0.5 for v in vals]
+            elif pre == "add_input" and t.shape == x.shape:
+                t, vals = t + x, [v + data[r] for r, v in enumerate(vals)]
+            gs = _groupings(R)
+            stride, size = gs[gk % len(gs)]
+            group = ir.replica_grouping(stride, size)
+            members = [_members(r, stride, size) for r in range(R)]
+            n = int(np.prod(t.shape))
+            if kind in ("reduce_scatter", "sharded_slice") and n % size:
+                kind = "all_reduce"
+            lines.append(f"{pre}; {kind}({red}) group=(stride {stride}, size {size}) on {t.shape}")
+            if kind in ("all_reduce", "all_reduce_"):
+                new = [_NP_RED[red](np.stack([vals[m] for m in members[r]])) for r in range(R)]
+                if kind == "all_reduce_":
+                    store(t, vals)  # the value before the in-place collective
+                    Cl.replicated_all_reduce_(t, red, group)
+                else:
+                    t = Cl.replicated_all_reduce(t, red, group)
+                vals = new
+            elif kind == "all_gather":
+                ax = axk % len(t.shape)
+                t = Cl.replicated_all_gather(t, ax, group)
+                vals = [np.concatenate([vals[m] for m in members[r]], axis=ax) for r in range(R)]
+            elif kind == "all_gather_new_axis":
+                t = Cl.replicated_all_gather(t, 0, group, "new_axis")
+                vals = [np.stack([vals[m] for m in members[r]]) for r in range(R)]
+            elif kind == "reduce_scatter":
+                t = Cl.replicated_reduce_scatter(t, red, group)
+                vals = [np.split(_NP_RED[red](np.stack([vals[m] for m in members[r]])).reshape(-1), size)[
+                    members[r].index(r)] for r in range(R)]  # fmt: skip
+            else:
+                t = Cl.replica_sharded_slice(t, group)
+                vals = [np.split(vals[r].reshape(-1), size)[members[r].index(r)] for r in range(R)]
+            store(t, vals)
+    note("\n".join(lines) + f"\nreplicas {R}, input shape {shape}, seed {seed}")
+    with popxl.Session(ir, "cpu") as session:
+        out = session.run({xs: data})
+    for n, (s, ref) in enumerate(stores):
+        want = np.stack(ref)
+        got = out[s]
+        assert got.shape == want.shape, (n, got.shape, want.shape)
+        tol = 1e-5 * (1.0 + np.max(np.abs(want)))
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"o{n}: {lines}")
+
+
+@settings(max_examples=_REPLICA_EXAMPLES)
+@given(_recipes(max_ops=12), st.sampled_from((2, 4)))
+def test_replicas_equal_one_replica_runs(recipe, R):
+    """A program without collectives on R replicas gives each replica what the program gives
+    alone with that replica's inputs: outputs and variables after each run, bit for bit."""
+    p = resolve(recipe)
+    try:
+        reference(p)
+    except Rejected:
+        reject()
+    source = popxl_source(p)
+    note(f"program:\n{source}")
+    ins = [[[(x + r / 32).astype(np.float32) for x in run_inputs(p, run)] for run in range(recipe.runs)] for r in range(R)]
+    rep_src = source.replace("ir = popxl.Ir()", f"ir = popxl.Ir(replication={R})", 1)
+    for n in range(len(p.variables)):
+        rep_src = rep_src.replace(f"name='w{n}')", f"name='w{n}', retrieval_mode='all_replicas')", 1)
+    built = build(p, rep_src)
+    got_outs, got_vars = [], []
+    with popxl.Session(built.ir, "cpu") as session:
+        for run in range(recipe.runs):
+            feed = {h: np.stack([ins[r][run][n] for r in range(R)]) for n, h in enumerate(built.h2d)}
+            got_outs.append(session.run(feed))
+            # copies: the Session's array is updated by later runs (bugs.md P3)
+            got_vars.append([session.get_tensor_data(v).copy() for v in built.variables])
+    for r in range(R):
+        one = build(p, source)
+        with popxl.Session(one.ir, "cpu") as session:
+            for run in range(recipe.runs):
+                outs = session.run(dict(zip(one.h2d, ins[r][run], strict=True)))
+                for n, (s1, sR) in enumerate(zip(one.d2h, built.d2h, strict=True)):
+                    np.testing.assert_array_equal(got_outs[run][sR][r], outs[s1], err_msg=f"o{n}, replica {r}, run {run}")
+                for n, v in enumerate(one.variables):
+                    np.testing.assert_array_equal(
+                        got_vars[run][n][r], session.get_tensor_data(v), err_msg=f"w{n}, replica {r}, run {run}"
+                    )
