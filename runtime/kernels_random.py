@@ -53,7 +53,18 @@ def random_bits(seed: np.ndarray, n: int, stream: int, counter: int = 0) -> np.n
 
 
 def uniform(seed: np.ndarray, n: int, stream: int = UNIFORM_STREAM) -> np.ndarray:
-    """`n` float64 samples of U[0, 1)."""
+    """`n` float64 samples of U[0, 1): the top 53 bits of each word times 2**-53.
+
+    `Generator(Philox).random` computes exactly that from the same words (NumPy's
+    `next_double`), about 5x faster than converting `random_raw` words here;
+    tests/test_ops_random.py checks both agree bit for bit.
+    """
+    bg = np.random.Philox(key=[seed_value(seed), stream], counter=0)
+    return np.random.Generator(bg).random(n)
+
+
+def uniform_from_bits(seed: np.ndarray, n: int, stream: int = UNIFORM_STREAM) -> np.ndarray:
+    """`uniform` written out from the raw 64-bit words (the definition)."""
     bits = random_bits(seed, n, stream)
     bits >>= np.uint64(11)
     return bits.astype(np.float64) * _U53

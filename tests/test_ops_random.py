@@ -11,11 +11,11 @@ differences and against `mask / (1 - p)`.
 from __future__ import annotations
 
 import numpy as np
-import popxl
 import pytest
+
+import popxl
 from popxl import ops
 from tests.test_grad_rules import check_grads, rand
-
 from xl.compiler import compile_module
 
 
@@ -306,3 +306,15 @@ def test_replicas_draw_from_their_own_seed() -> None:
             np.testing.assert_array_equal(both[r], s1.run({ss1: seeds[r]})[ys1])
     np.testing.assert_array_equal(swapped, both[::-1])
     assert not np.array_equal(both[0], both[1])
+
+
+@pytest.mark.parametrize("seed", [(0, 0), (1, 2), (2**32 - 1, 7)])
+@pytest.mark.parametrize("n", [1, 3, 1000, 65537])
+def test_fast_uniform_equals_the_raw_word_definition(seed: tuple[int, int], n: int) -> None:
+    """The kernels draw through `Generator(Philox).random`; it must give exactly the top
+    53 bits of the raw Philox words times 2**-53, for every stream."""
+    from xl.runtime.kernels_random import uniform, uniform_from_bits
+
+    s = np.array(seed, np.uint32)
+    for stream in (0, 1):
+        assert np.array_equal(uniform(s, n, stream), uniform_from_bits(s, n, stream))
