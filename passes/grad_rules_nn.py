@@ -25,6 +25,7 @@ from xl.dialects.popxl import (
     ScatterOp,
     ScatterReduceGradOp,
     ScatterReduceOp,
+    SliceOp,
     SubOp,
     TakeAlongAxisOp,
     TopkOp,
@@ -84,12 +85,41 @@ def _conv_transpose(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -
     assert dy is not None
     x, w = op.operands
     props = _props(op, _CONV_PROPS)
+    dy, props = _without_extra_outputs(b, x, dy, props, op_props(op).get("output_padding"))
     out: list[SSAValue | None] = [None, None]
     if b.needs(x):
         out[0] = b.v(ConvOp, dy, b.fwd(w), **props)
     if b.needs(w):
         out[1] = b.v(ConvWeightGradOp, b.fwd(x), dy, kernel=shape_of(w.type)[2:], **props)
     return out
+
+
+def _without_extra_outputs(
+    b: GradBuilder, x: SSAValue, dy: SSAValue, props: dict[str, object], output_padding: object
+) -> tuple[SSAValue, dict[str, object]]:
+    """An `output_padding` of a stride or more (allowed when smaller than the dilation)
+    adds `floor(op / stride)` whole strides of outputs no input position reaches; a conv of
+    `dy` would have that many extra positions. They are taken off the end padding, and
+    what the end padding cannot absorb is sliced off the end of `dy` (only zero-weight
+    positions: beyond the last one any window of `x` reads)."""
+    xs = shape_of(x.type)
+    nd = len(xs) - 2
+    opad = tuple(output_padding or (0,) * nd)  # type: ignore[arg-type]
+    stride = tuple(props.get("stride") or (1,) * nd)  # type: ignore[arg-type]
+    pads = list(props.get("pads") or (0,) * (2 * nd))  # type: ignore[arg-type]
+    crop: dict[int, int] = {}
+    for i in range(nd):
+        extra = opad[i] // stride[i] * stride[i]
+        if extra:
+            cut = min(extra, pads[nd + i])
+            pads[nd + i] -= cut
+            if extra > cut:
+                crop[2 + i] = shape_of(dy.type)[2 + i] - (extra - cut)
+    if not crop and tuple(pads) == tuple(props.get("pads") or (0,) * (2 * nd)):  # type: ignore[arg-type]
+        return dy, props
+    if crop:
+        dy = b.v(SliceOp, dy, start=(0,) * len(crop), stop=tuple(crop.values()), axes=tuple(crop))
+    return dy, {**props, "pads": tuple(pads)}
 
 
 @grad_rule(MaxPoolOp)

@@ -46,7 +46,7 @@ INPLACE = ("add_", "iadd", "scaled_add_", "accumulate_", "accumulate_square_", "
 # Ops of the NN/elementwise extensions (each resolved to an "nn" step; reference below).
 ROUNDING = ("ceil", "floor")
 SMOOTH = ("erf", "geluerf")
-NN_KINDS = (*ROUNDING, *SMOOTH, "clip", "fmod", "fmod_c", "prod", "log_softmax", "topk", "conv",
+NN_KINDS = (*ROUNDING, *SMOOTH, "clip", "fmod", "fmod_c", "prod", "log_softmax", "topk", "conv", "conv_transpose",
             "max_pool", "average_pool", "scatter_reduce", "layer_norm", "group_norm")  # fmt: skip
 # Simple kinds first: Hypothesis shrinks a kind towards the start of the list. Views, matmul
 # and the in-place ops the runtime plans around are repeated, so they are drawn more often.
@@ -222,13 +222,13 @@ def resolve(recipe: Recipe) -> Program:
         if kind in UNARY:
             emit("unary", kind, (a,), sa, style=k % 2)
         elif kind in BINARY:
-            b = first(j, lambda s: (r := _broadcastable(sa, s)) is not None and _size(r) <= MAX_ELEMS)
+            b = first(j, lambda s: (r := _broadcastable(sa, s)) is not None and _size(r) <= MAX_ELEMS)  # noqa: B023 (called within this iteration)
             assert b is not None  # a itself always fits
             emit("binary", kind, (a, b), _broadcastable(sa, shapes[b]), style=k % 2, alpha=c, beta=c2)
         elif kind in SCALAR:
             emit("scalar", kind, (a,), sa, style=k % 2, c=c)
         elif kind == "matmul":
-            b = first(j, lambda s: (r := _matmul_shape(sa, s)) is not None and _size(r) <= MAX_ELEMS)
+            b = first(j, lambda s: (r := _matmul_shape(sa, s)) is not None and _size(r) <= MAX_ELEMS)  # noqa: B023 (called within this iteration)
             if b is None:
                 if ra >= 2 and _size((*sa[:-1], sa[-2])) <= MAX_ELEMS:  # a @ a^T
                     perm = (*range(ra - 2), ra - 1, ra - 2)
@@ -284,7 +284,7 @@ def resolve(recipe: Recipe) -> Program:
                 emit("reshape", "reshape", (a,), (1,))
                 continue
             axis = k % ra
-            b = first(j, lambda s: len(s) == ra and all(x == y for d, (x, y) in enumerate(zip(s, sa)) if d != axis))
+            b = first(j, lambda s: len(s) == ra and all(x == y for d, (x, y) in enumerate(zip(s, sa)) if d != axis))  # noqa: B023 (called within this iteration)
             assert b is not None
             parts = (a, b, a) if (k // 3) % 3 == 2 else (a, b)
             n = sum(shapes[p][axis] for p in parts)
@@ -334,7 +334,7 @@ def resolve(recipe: Recipe) -> Program:
                 vk, vshape, vparams = views[(k // 6) % len(views)]
                 b = emit(vk, vk, (a,), vshape, style=j % 2 if vk == "slice" else 0, **vparams)
             else:
-                b = first(j, lambda s: _broadcastable(sa, s) == sa)
+                b = first(j, lambda s: _broadcastable(sa, s) == sa)  # noqa: B023 (called within this iteration)
                 assert b is not None
                 if b == a and "aliased-inplace" in DISABLED:
                     emit("unary", "tanh", (a,), sa)
@@ -825,7 +825,7 @@ def _resolve_nn(kind: str, a: int, j: int, k: int, c: float, c2: float, shapes: 
         w = rng.integers(-4, 5, size=(ch,)).astype(np.float32) / 4
         b = rng.integers(-4, 5, size=(ch,)).astype(np.float32) / 4
         emit("nn", kind, (a,), sa, groups=groups, weight=w, bias=b)
-    else:  # conv, max_pool, average_pool
+    else:  # conv, conv_transpose, max_pool, average_pool
         x = _spatial_operand(a, j, k, shapes, emit)
         if x is None:
             emit("unary", "tanh", (a,), sa)
@@ -846,7 +846,20 @@ def _resolve_nn(kind: str, a: int, j: int, k: int, c: float, c2: float, shapes: 
             kern, dil, stride, pads, ceil = (1,) * nd, (1,) * nd, (1,) * nd, (0,) * (2 * nd), False
             wins = [[[i] for i in range(sx[2 + d])] for d in range(nd)]
         out_sp = tuple(len(w) for w in wins)
-        if kind == "conv":
+        if kind == "conv_transpose":
+            ch = sx[1]
+            groups = _divisors(ch)[(k >> 4) % len(_divisors(ch))]
+            m = groups * int(r.integers(1, 3))
+            outp = tuple(int(r.integers(0, max(stride[d], dil[d]))) for d in range(nd))
+            out_sp = tuple((sx[2 + d] - 1) * stride[d] - pads[d] - pads[nd + d] + dil[d] * (kern[d] - 1) + 1 + outp[d]
+                           for d in range(nd))  # fmt: skip
+            if min(out_sp) < 1 or _size((sx[0], m, *out_sp)) > 2 * MAX_ELEMS:
+                emit("unary", "tanh", (x,), sx)
+                return
+            weight = (r.integers(-4, 5, size=(ch, m // groups, *kern)) / 4).astype(np.float32)
+            emit("nn", "conv_transpose", (x,), (sx[0], m, *out_sp), weight=weight, stride=stride, pads=pads,
+                 dilation=dil, groups=groups, output_padding=outp)  # fmt: skip
+        elif kind == "conv":
             ch = sx[1]
             groups = _divisors(ch)[(k >> 4) % len(_divisors(ch))]
             m = groups * int(r.integers(1, 3))
@@ -889,6 +902,10 @@ def _nn_source(s: Step, args: list[str]) -> str:
     if op in ("layer_norm", "group_norm"):
         wb = f"popxl.constant({_lit(q['weight'])}), popxl.constant({_lit(q['bias'])})"
         return f"ops.layer_norm({a}, {wb})" if op == "layer_norm" else f"ops.group_norm({a}, {wb}, {q['groups']})"
+    if op == "conv_transpose":
+        outp = f", output_padding={q['output_padding']!r}" if any(q["output_padding"]) else ""
+        return (f"ops.conv_transpose({a}, popxl.constant({_lit(q['weight'])}), stride={q['stride']!r}, "
+                f"padding={q['pads']!r}, dilation={q['dilation']!r}, groups={q['groups']}{outp})")  # fmt: skip
     if op == "conv":
         return (f"ops.conv({a}, popxl.constant({_lit(q['weight'])}), stride={q['stride']!r}, "
                 f"padding={q['pads']!r}, dilation={q['dilation']!r}, groups={q['groups']})")  # fmt: skip
@@ -993,6 +1010,12 @@ def _nn_reference(s: Step, x: list[np.ndarray], e: list[float]) -> tuple[np.ndar
         return _conv_ref(A, q["weight"].astype(np.float64), q["stride"], q["pads"], q["dilation"], q["groups"]), (
             math.prod(q["weight"].shape[1:]) * (_mx(q["weight"]) * e[0] + 2 * U * m * _mx(q["weight"]))
         )
+    if op == "conv_transpose":
+        w = q["weight"]
+        return _conv_transpose_ref(A, w.astype(np.float64), q["stride"], q["pads"], q["dilation"], q["groups"],
+                                   q["output_padding"]), (
+            A.shape[1] // q["groups"] * math.prod(w.shape[2:]) * (_mx(w) * e[0] + 2 * U * m * _mx(w))
+        )  # fmt: skip
     # pools: separable windows (lists of input positions inside the input)
     wins = q["windows"]
     out = np.zeros((*A.shape[:2], *(len(w) for w in wins)))
@@ -1021,3 +1044,24 @@ def _conv_ref(x: np.ndarray, w: np.ndarray, stride: tuple[int, ...], pads: tuple
             wt = w[(slice(g * mg, (g + 1) * mg), slice(None), *t)]  # (mg, cg)
             out[:, g * mg : (g + 1) * mg] += np.einsum("nc...,mc->nm...", patch, wt)
     return out
+
+
+def _conv_transpose_ref(x: np.ndarray, w: np.ndarray, stride: tuple[int, ...], pads: tuple[int, ...],
+                        dil: tuple[int, ...], groups: int, outp: tuple[int, ...]) -> np.ndarray:  # fmt: skip
+    """Transposed convolution by scattering each input position's contribution into the
+    full (unpadded) output, then cropping pads (ONNX ConvTranspose), float64."""
+    nd = x.ndim - 2
+    N, C = x.shape[:2]
+    cg, mg = C // groups, w.shape[1]
+    kern = w.shape[2:]
+    full = tuple((x.shape[2 + d] - 1) * stride[d] + dil[d] * (kern[d] - 1) + 1 + outp[d] for d in range(nd))
+    out = np.zeros((N, mg * groups, *full))
+    for g in range(groups):
+        for pos in itertools.product(*(range(n) for n in x.shape[2:])):
+            xv = x[(slice(None), slice(g * cg, (g + 1) * cg), *pos)]  # (N, cg)
+            for t in itertools.product(*(range(kk) for kk in kern)):
+                o = tuple(pos[d] * stride[d] + t[d] * dil[d] for d in range(nd))
+                wt = w[(slice(g * cg, (g + 1) * cg), slice(None), *t)]  # (cg, mg)
+                out[(slice(None), slice(g * mg, (g + 1) * mg), *o)] += xv @ wt
+    crop = tuple(slice(pads[d], full[d] - pads[nd + d]) for d in range(nd))
+    return out[(slice(None), slice(None), *crop)]

@@ -102,9 +102,9 @@ def test_random_programs_match_numpy(recipe):
 from hypothesis import settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from .property_programs import Step, _conv_ref, _divisors, _nn_reference, _pool_windows  # noqa: E402
+from .property_programs import Step, _conv_ref, _conv_transpose_ref, _divisors, _nn_reference, _pool_windows  # noqa: E402
 
-GRAD_OPS = ("erf", "geluerf", "clip", "fmod_c", "prod", "log_softmax", "topk", "conv", "max_pool",
+GRAD_OPS = ("erf", "geluerf", "clip", "fmod_c", "prod", "log_softmax", "topk", "conv", "conv_transpose", "max_pool",
             "average_pool", "scatter_reduce", "layer_norm", "group_norm")  # fmt: skip
 # CI: a quarter of the profile's programs (50); the long profile: 750.
 _GRAD_EXAMPLES = max(10, settings.default.max_examples // 4)
@@ -149,6 +149,19 @@ def _grad_step(kind: str, k: int, shape: tuple[int, ...]) -> tuple[Step, tuple[i
     if kind in ("layer_norm", "group_norm"):
         groups = 1 if kind == "layer_norm" else int(r.choice(_divisors(C)))
         return Step("nn", kind, (0,), 0, dict(groups=groups)), shape, [r.uniform(-1, 1, C), r.uniform(-1, 1, C)]
+    if kind == "conv_transpose":
+        kern, dil, stride = int(r.integers(1, 4)), int(r.integers(1, 3)), int(r.integers(1, 3))
+        pads = (int(r.integers(0, 2)), int(r.integers(0, 2)))
+        outp = (int(r.integers(0, max(stride, dil))),)
+        groups = int(r.choice(_divisors(C)))
+        m = groups * int(r.integers(1, 3))
+        out = (L - 1) * stride - sum(pads) + dil * (kern - 1) + 1 + outp[0]
+        if out < 1:
+            pads = (0, 0)
+            out += sum(pads)
+        out = (L - 1) * stride - sum(pads) + dil * (kern - 1) + 1 + outp[0]
+        q = dict(stride=(stride,), pads=pads, dilation=(dil,), groups=groups, output_padding=outp)
+        return Step("nn", "conv_transpose", (0,), 0, q), (N, m, out), [r.uniform(-1, 1, (C, m // groups, kern))]
     if kind in ("conv", "max_pool", "average_pool"):
         while True:
             kern, dil, stride = int(r.integers(1, 4)), int(r.integers(1, 3)), int(r.integers(1, 3))
@@ -173,6 +186,8 @@ def _grad_apply(s: Step, x: Any, extra: list[Any]) -> Any:
     if isinstance(x, np.ndarray):
         if s.op == "conv":
             return _conv_ref(x, extra[0], q["stride"], q["pads"], q["dilation"], q["groups"])
+        if s.op == "conv_transpose":
+            return _conv_transpose_ref(x, extra[0], q["stride"], q["pads"], q["dilation"], q["groups"], q["output_padding"])
         if s.op in ("layer_norm", "group_norm"):
             return _nn_reference(Step("nn", s.op, (0,), 0, dict(q, weight=extra[0], bias=extra[1])), [x], [0.0])[0]
         return _nn_reference(s, [x], [0.0])[0]
@@ -180,6 +195,9 @@ def _grad_apply(s: Step, x: Any, extra: list[Any]) -> Any:
 
     if s.op == "conv":
         return ops.conv(x, extra[0], stride=q["stride"], padding=q["pads"], dilation=q["dilation"], groups=q["groups"])
+    if s.op == "conv_transpose":
+        return ops.conv_transpose(x, extra[0], stride=q["stride"], padding=q["pads"], dilation=q["dilation"],
+                                  groups=q["groups"], output_padding=q["output_padding"])  # fmt: skip
     if s.op == "layer_norm":
         return ops.layer_norm(x, extra[0], extra[1])
     if s.op == "group_norm":
@@ -242,6 +260,7 @@ def _fwd_bwd64(fn: Any, inputs: list[np.ndarray], seed: int) -> tuple[np.ndarray
 
 
 @settings(max_examples=_GRAD_EXAMPLES)
+@example(((2, 2, 4), [("conv_transpose", 5)], 5))  # bugs.md P4: output_padding 1 >= stride 1
 @given(grad_chains())
 def test_random_nn_chains_gradients_match_finite_differences(chain):
     shape, ops_, seed = chain
@@ -326,29 +345,37 @@ _NP_RED = {"add": lambda a: a.sum(0), "mean": lambda a: a.mean(0), "max": lambda
 def collective_programs(draw):
     R = draw(st.sampled_from((2, 4)))
     shape = draw(st.sampled_from(((4,), (2, 4), (2, 2), (3, 4), (1, 4), (2, 2, 2), (6,))))
-    stages = draw(st.lists(st.tuples(st.sampled_from(("none", "tanh", "mul_c", "add_input")), st.sampled_from(C_KINDS),
+    stages = draw(st.lists(st.tuples(st.sampled_from(("none", "tanh", "mul_c", "add_input")),
+                                     st.sampled_from((*C_KINDS, "sgd_update", "sgd_update")),
                                      st.sampled_from(REDUCE_OPS), st.integers(0, 15), st.integers(0, 3)),
                            min_size=1, max_size=3))  # fmt: skip
-    return R, shape, stages, draw(st.integers(0, 2**16))
+    return R, shape, stages, draw(st.integers(1, 2)), draw(st.integers(0, 2**16))
 
 
 @settings(max_examples=_COLLECTIVE_EXAMPLES)
 @given(collective_programs())
 def test_random_collective_programs_match_numpy_per_replica(prog):
+    """Stages of an elementwise op and a collective; `sgd_update` is a weight update
+    `w += b * all_reduce_(g)` (the pattern rt-fold-all-reduce fuses) of a replicated
+    variable, checked per replica after every run."""
     import popxl.ops as ops
 
-    R, shape, stages, seed = prog
+    R, shape, stages, runs, seed = prog
     Cl = ops.collectives
-    data = (np.random.default_rng(seed).integers(-8, 9, size=(R, *shape)) / 8).astype(np.float32)
+    data = [(np.random.default_rng([seed, run]).integers(-8, 9, size=(R, *shape)) / 8).astype(np.float32)
+            for run in range(runs)]  # fmt: skip
     ir = popxl.Ir(replication=R)
-    vals = [data[r].astype(np.float64) for r in range(R)]  # the reference, per replica
-    stores: list[tuple[Any, list[np.ndarray]]] = []
+    # The reference: functions of (per-replica values, this run's data), run in program order.
+    ref_steps: list[Any] = []
+    stores: list[Any] = []
+    variables: list[tuple[Any, np.ndarray]] = []  # (Variable, initial value)
     lines = []
 
-    def store(t: Any, ref: list[np.ndarray]) -> None:
+    def store(t: Any) -> None:
         s = popxl.d2h_stream(t.shape, t.dtype, f"o{len(stores)}")
         ops.host_store(s, t)
-        stores.append((s, [v.copy() for v in ref]))
+        stores.append(s)
+        ref_steps.append(("store", None))
 
     with ir.main_graph:
         xs = popxl.h2d_stream(shape, popxl.float32, "x")
@@ -356,11 +383,14 @@ def test_random_collective_programs_match_numpy_per_replica(prog):
         t = x
         for pre, kind, red, gk, axk in stages:
             if pre == "tanh":
-                t, vals = ops.tanh(t), [np.tanh(v) for v in vals]
+                t = ops.tanh(t)
+                ref_steps.append(("map", lambda vs, d: [np.tanh(v) for v in vs]))
             elif pre == "mul_c":
-                t, vals = t * 0.5, [v * 0.5 for v in vals]
+                t = t * 0.5
+                ref_steps.append(("map", lambda vs, d: [v * 0.5 for v in vs]))
             elif pre == "add_input" and t.shape == x.shape:
-                t, vals = t + x, [v + data[r] for r, v in enumerate(vals)]
+                t = t + x
+                ref_steps.append(("map", lambda vs, d: [v + d[r] for r, v in enumerate(vs)]))
             gs = _groupings(R)
             stride, size = gs[gk % len(gs)]
             group = ir.replica_grouping(stride, size)
@@ -368,39 +398,75 @@ def test_random_collective_programs_match_numpy_per_replica(prog):
             n = int(np.prod(t.shape))
             if kind in ("reduce_scatter", "sharded_slice") and n % size:
                 kind = "all_reduce"
+            if kind == "sgd_update":
+                red = ("add", "mean")[axk % 2]
             lines.append(f"{pre}; {kind}({red}) group=(stride {stride}, size {size}) on {t.shape}")
+
+            def reduced(vs: list[np.ndarray], red: str = red, members: list[list[int]] = members) -> list[np.ndarray]:
+                return [_NP_RED[red](np.stack([vs[m] for m in members[r]])) for r in range(R)]
+
+            if kind == "sgd_update":
+                init = (np.arange(n).reshape(t.shape) % 5 / 4 - 0.5).astype(np.float32)
+                w = popxl.variable(init, name=f"w{len(variables)}", retrieval_mode="all_replicas")
+                g = t * 1.0
+                Cl.replicated_all_reduce_(g, red, group)
+                ops.scaled_add_(w, g, b=-0.5)
+                k = len(variables)
+                variables.append((w, init))
+                ref_steps.append(("sgd", (k, reduced)))
+                continue  # t unchanged
             if kind in ("all_reduce", "all_reduce_"):
-                new = [_NP_RED[red](np.stack([vals[m] for m in members[r]])) for r in range(R)]
                 if kind == "all_reduce_":
-                    store(t, vals)  # the value before the in-place collective
+                    store(t)  # the value before the in-place collective
                     Cl.replicated_all_reduce_(t, red, group)
                 else:
                     t = Cl.replicated_all_reduce(t, red, group)
-                vals = new
+                ref_steps.append(("map", lambda vs, d, f=reduced: f(vs)))
             elif kind == "all_gather":
                 ax = axk % len(t.shape)
                 t = Cl.replicated_all_gather(t, ax, group)
-                vals = [np.concatenate([vals[m] for m in members[r]], axis=ax) for r in range(R)]
+                ref_steps.append(("map", lambda vs, d, ax=ax, mb=members: [
+                    np.concatenate([vs[m] for m in mb[r]], axis=ax) for r in range(R)]))  # fmt: skip
             elif kind == "all_gather_new_axis":
                 t = Cl.replicated_all_gather(t, 0, group, "new_axis")
-                vals = [np.stack([vals[m] for m in members[r]]) for r in range(R)]
+                ref_steps.append(("map", lambda vs, d, mb=members: [np.stack([vs[m] for m in mb[r]]) for r in range(R)]))
             elif kind == "reduce_scatter":
                 t = Cl.replicated_reduce_scatter(t, red, group)
-                vals = [np.split(_NP_RED[red](np.stack([vals[m] for m in members[r]])).reshape(-1), size)[
-                    members[r].index(r)] for r in range(R)]  # fmt: skip
+                ref_steps.append(("map", lambda vs, d, f=reduced, mb=members, size=size: [
+                    np.split(v.reshape(-1), size)[mb[r].index(r)] for r, v in enumerate(f(vs))]))  # fmt: skip
             else:
                 t = Cl.replica_sharded_slice(t, group)
-                vals = [np.split(vals[r].reshape(-1), size)[members[r].index(r)] for r in range(R)]
-            store(t, vals)
-    note("\n".join(lines) + f"\nreplicas {R}, input shape {shape}, seed {seed}")
+                ref_steps.append(("map", lambda vs, d, mb=members, size=size: [
+                    np.split(v.reshape(-1), size)[mb[r].index(r)] for r, v in enumerate(vs)]))  # fmt: skip
+            store(t)
+        if not stores:
+            store(t)
+    note("\n".join(lines) + f"\nreplicas {R}, input shape {shape}, runs {runs}, seed {seed}")
+    wvals = [[init.astype(np.float64) for _ in range(R)] for _, init in variables]
     with popxl.Session(ir, "cpu") as session:
-        out = session.run({xs: data})
-    for n, (s, ref) in enumerate(stores):
-        want = np.stack(ref)
-        got = out[s]
-        assert got.shape == want.shape, (n, got.shape, want.shape)
-        tol = 1e-5 * (1.0 + np.max(np.abs(want)))
-        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"o{n}: {lines}")
+        for run in range(runs):
+            out = session.run({xs: data[run]})
+            vals = [data[run][r].astype(np.float64) for r in range(R)]
+            want_outs = []
+            for kind, f in ref_steps:
+                if kind == "map":
+                    vals = f(vals, data[run])
+                elif kind == "store":
+                    want_outs.append(np.stack(vals))
+                else:
+                    k, reduce_ = f
+                    gsum = reduce_(vals)
+                    wvals[k] = [wvals[k][r] - 0.5 * gsum[r] for r in range(R)]
+            for n, (s, want) in enumerate(zip(stores, want_outs, strict=True)):
+                got = out[s]
+                assert got.shape == want.shape, (n, got.shape, want.shape)
+                tol = 1e-5 * (1.0 + np.max(np.abs(want)))
+                np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"o{n} in run {run}: {lines}")
+            for k, (w, _) in enumerate(variables):
+                want = np.stack(wvals[k])
+                got = session.get_tensor_data(w)
+                np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * (1.0 + np.max(np.abs(want))),
+                                           err_msg=f"w{k} after run {run}: {lines}")  # fmt: skip
 
 
 @settings(max_examples=_REPLICA_EXAMPLES)
@@ -438,3 +504,19 @@ def test_replicas_equal_one_replica_runs(recipe, R):
                     np.testing.assert_array_equal(
                         got_vars[run][n][r], session.get_tensor_data(v), err_msg=f"w{n}, replica {r}, run {run}"
                     )
+
+
+def test_conv_transpose_gradient_with_output_padding_of_a_stride_or_more() -> None:
+    """Found by the gradient property test (bugs.md P4): output_padding >= stride (allowed
+    when below the dilation) used to give a dx of the wrong size (VerifyException in
+    conv_weight_grad). Central differences at the IR level, float64."""
+    from .test_grad_rules import check_grads, rand
+
+    for pads, stride, dil, opad in (((1, 0), (1,), (2,), (1,)), ((0, 1), (1,), (2,), (1,)),
+                                    ((0, 0, 1, 0), (2, 1), (3, 2), (2, 1))):  # fmt: skip
+        nd = len(stride)
+        check_grads(
+            lambda e, c, x, w: [e("popxl.conv_transpose", x, w, stride=stride, pads=pads, dilation=dil,
+                                  groups=2, output_padding=opad)],  # fmt: skip
+            [rand((2, 2, *(4,) * nd)), rand((2, 1, *(3,) * nd))],
+        )
