@@ -353,6 +353,8 @@ def collective_programs(draw):
 
 
 @settings(max_examples=_COLLECTIVE_EXAMPLES)
+# x reduced in place, then added to a later value (x is the reduced value from then on)
+@example((2, (4,), [("none", "all_reduce_", "add", 1, 0), ("add_input", "all_reduce", "add", 0, 0)], 1, 0))
 @given(collective_programs())
 def test_random_collective_programs_match_numpy_per_replica(prog):
     """Stages of an elementwise op and a collective; `sgd_update` is a weight update
@@ -381,6 +383,7 @@ def test_random_collective_programs_match_numpy_per_replica(prog):
         xs = popxl.h2d_stream(shape, popxl.float32, "x")
         x = ops.host_load(xs)
         t = x
+        sharded: tuple[Any, ...] | None = None  # (meta shape, grouping, members) of a sharded t
         for pre, kind, red, gk, axk in stages:
             if pre == "tanh":
                 t = ops.tanh(t)
@@ -389,8 +392,8 @@ def test_random_collective_programs_match_numpy_per_replica(prog):
                 t = t * 0.5
                 ref_steps.append(("map", lambda vs, d: [v * 0.5 for v in vs]))
             elif pre == "add_input" and t.shape == x.shape:
-                t = t + x
-                ref_steps.append(("map", lambda vs, d: [v + d[r] for r, v in enumerate(vs)]))
+                t = t + x  # x's current value: an in-place collective on x changed it
+                ref_steps.append(("map", lambda vs, d: [v + xv for v, xv in zip(vs, d, strict=True)]))
             gs = _groupings(R)
             stride, size = gs[gk % len(gs)]
             group = ir.replica_grouping(stride, size)
@@ -419,12 +422,21 @@ def test_random_collective_programs_match_numpy_per_replica(prog):
                 if kind == "all_reduce_":
                     store(t)  # the value before the in-place collective
                     Cl.replicated_all_reduce_(t, red, group)
+                    if t is x:
+                        ref_steps.append(("x", reduced))
                 else:
                     t = Cl.replicated_all_reduce(t, red, group)
                 ref_steps.append(("map", lambda vs, d, f=reduced: f(vs)))
+            elif kind == "all_gather" and sharded is not None and getattr(t, "meta_shape", None) and axk % 2 == 0:
+                # a replica-sharded tensor gathered back over its own grouping: the meta shape
+                meta, group, members = sharded
+                t = Cl.replicated_all_gather(t, 0, group)
+                lines[-1] += f" (gathered to its meta shape {meta} over its sharding group)"
+                ref_steps.append(("map", lambda vs, d, mb=members, meta=meta: [
+                    np.concatenate([vs[m] for m in mb[r]]).reshape(meta) for r in range(R)]))  # fmt: skip
             elif kind == "all_gather":
                 ax = axk % len(t.shape)
-                t = Cl.replicated_all_gather(t, ax, group)
+                t = Cl.replicated_all_gather(t, ax, group, "concat")
                 ref_steps.append(("map", lambda vs, d, ax=ax, mb=members: [
                     np.concatenate([vs[m] for m in mb[r]], axis=ax) for r in range(R)]))  # fmt: skip
             elif kind == "all_gather_new_axis":
@@ -435,9 +447,11 @@ def test_random_collective_programs_match_numpy_per_replica(prog):
                 ref_steps.append(("map", lambda vs, d, f=reduced, mb=members, size=size: [
                     np.split(v.reshape(-1), size)[mb[r].index(r)] for r, v in enumerate(f(vs))]))  # fmt: skip
             else:
+                meta = t.shape
                 t = Cl.replica_sharded_slice(t, group)
                 ref_steps.append(("map", lambda vs, d, mb=members, size=size: [
                     np.split(v.reshape(-1), size)[mb[r].index(r)] for r, v in enumerate(vs)]))  # fmt: skip
+            sharded = (meta, group, members) if kind == "sharded_slice" else None
             store(t)
         if not stores:
             store(t)
@@ -447,10 +461,13 @@ def test_random_collective_programs_match_numpy_per_replica(prog):
         for run in range(runs):
             out = session.run({xs: data[run]})
             vals = [data[run][r].astype(np.float64) for r in range(R)]
+            xvals = list(vals)  # x's value, per replica
             want_outs = []
             for kind, f in ref_steps:
                 if kind == "map":
-                    vals = f(vals, data[run])
+                    vals = f(vals, xvals)
+                elif kind == "x":
+                    xvals = f(xvals)
                 elif kind == "store":
                     want_outs.append(np.stack(vals))
                 else:
