@@ -46,13 +46,16 @@ INPLACE = ("add_", "iadd", "scaled_add_", "accumulate_", "accumulate_square_", "
 # Ops of the NN/elementwise extensions (each resolved to an "nn" step; reference below).
 ROUNDING = ("ceil", "floor")
 SMOOTH = ("erf", "geluerf")
+# All-reduces over groups of one replica (each replica alone): the identity, out of place
+# and in place (the runtime erases or copies them), on any value of the program.
+TRIVIAL_COLLECTIVES = ("all_reduce_1", "all_reduce_1_")
 NN_KINDS = (*ROUNDING, *SMOOTH, "clip", "fmod", "fmod_c", "prod", "log_softmax", "topk", "conv", "conv_transpose",
             "max_pool", "average_pool", "scatter_reduce", "layer_norm", "group_norm")  # fmt: skip
 # Simple kinds first: Hypothesis shrinks a kind towards the start of the list. Views, matmul
 # and the in-place ops the runtime plans around are repeated, so they are drawn more often.
 KINDS = (*UNARY[:1], *BINARY[:1], *VIEWS * 4, *("view_chain",) * 8, "matmul", "matmul", *REDUCE, "softmax",
          *INPLACE[:3] * 3, *INPLACE[3:], "store", "store", "load", "const", *UNARY[1:],
-         *BINARY[1:], *SCALAR, *NN_KINDS, "conv", "max_pool", "average_pool")  # fmt: skip
+         *BINARY[1:], *SCALAR, *NN_KINDS, "conv", "max_pool", "average_pool", *TRIVIAL_COLLECTIVES)  # fmt: skip
 
 # Exactly representable constants (scales, factors), nonzero.
 CONSTS = (0.5, -1.0, 2.0, 0.25, -0.5, 1.5, -2.0, 0.75, 1.0, -0.25)
@@ -352,6 +355,10 @@ def resolve(recipe: Recipe) -> Program:
                 emit("unary", "neg", (a,), sa)
                 continue
             load(sa if k % 2 else recipe.streams[k % len(recipe.streams)])
+        elif kind == "all_reduce_1":
+            emit("nn", kind, (a,), sa, red=("add", "mean", "max", "min", "mul")[k % 5])
+        elif kind == "all_reduce_1_":
+            emit("inplace", kind, (a, a), None, red=("add", "mean", "max", "min", "mul")[k % 5], a=c, b=c2, f=c, step=0.0)
         elif kind in NN_KINDS:
             _resolve_nn(kind, a, j, k, c, c2, shapes, first, emit, rng)
         elif kind == "const":
@@ -480,6 +487,7 @@ def popxl_source(p: Program) -> str:
                 "accumulator_scale_": f"{vu}.accumulator_scale_({a}, {q['f']})",
                 "accumulator_zero_": f"{vu}.accumulator_zero_({a})",
                 "copy_var_update_": f"{vu}.copy_var_update_({a}, {b})",
+                "all_reduce_1_": f"ops.collectives.replicated_all_reduce_({a}, {q.get('red')!r}, {_ALONE})",
             }[op]
             w(line)
         elif s.kind == "nn":
@@ -684,6 +692,8 @@ def reference(p: Program) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]
                     ne = eT + 2 * mX * eX + eX * eX + 4 * U * (mT + mX * mX)
                 elif op == "accumulator_scale_":
                     new, ne = T * f, abs(f) * eT + U * abs(f) * mT
+                elif op == "all_reduce_1_":
+                    new, ne = T, eT
                 elif op == "accumulator_zero_":
                     new, ne = np.zeros_like(T), 0.0
                 else:  # copy_var_update_
@@ -875,10 +885,15 @@ def _resolve_nn(kind: str, a: int, j: int, k: int, c: float, c2: float, shapes: 
                  dilation=dil, ceil_mode=ceil, windows=wins)  # fmt: skip
 
 
+_ALONE = "ir.replica_grouping(ir.replication_factor, 1)"
+
+
 def _nn_source(s: Step, args: list[str]) -> str:
     a = args[0]
     q = s.params
     op = s.op
+    if op == "all_reduce_1":
+        return f"ops.collectives.replicated_all_reduce({a}, {q['red']!r}, {_ALONE})"
     if op in ROUNDING or op in SMOOTH:
         return f"ops.{op}({a})"
     if op == "clip":
@@ -928,6 +943,8 @@ def _nn_reference(s: Step, x: list[np.ndarray], e: list[float]) -> tuple[np.ndar
     op = s.op
     A = x[0]
     m = _mx(A)
+    if op == "all_reduce_1":
+        return A.copy(), e[0]
     if op in ROUNDING:
         _near_jumps(A, lambda v: np.abs(v - np.round(v)), e[0], s)
         return (np.ceil(A) if op == "ceil" else np.floor(A)), 0.0  # exact away from the jumps

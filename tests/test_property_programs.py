@@ -106,8 +106,8 @@ from .property_programs import Step, _conv_ref, _conv_transpose_ref, _divisors, 
 
 GRAD_OPS = ("erf", "geluerf", "clip", "fmod_c", "prod", "log_softmax", "topk", "conv", "conv_transpose", "max_pool",
             "average_pool", "scatter_reduce", "layer_norm", "group_norm")  # fmt: skip
-# CI: a quarter of the profile's programs (50); the long profile: 750.
-_GRAD_EXAMPLES = max(10, settings.default.max_examples // 4)
+# CI: half the profile's programs (100); the long profile: 1500.
+_GRAD_EXAMPLES = max(10, settings.default.max_examples // 2)
 
 
 @st.composite
@@ -321,7 +321,7 @@ from .property_programs import recipes as _recipes  # noqa: E402
 
 C_KINDS = ("all_reduce", "all_reduce_", "all_gather", "all_gather_new_axis", "reduce_scatter", "sharded_slice")
 REDUCE_OPS = ("add", "mean", "max", "min", "mul", "square_add")
-_COLLECTIVE_EXAMPLES = max(8, settings.default.max_examples // 4)  # CI 50, long 750
+_COLLECTIVE_EXAMPLES = max(8, settings.default.max_examples // 2)  # CI 100, long 1500
 _REPLICA_EXAMPLES = max(8, settings.default.max_examples // 10)  # CI 20, long 300
 
 
