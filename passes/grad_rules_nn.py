@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from xl.dialects.popxl import (
+    AddOp,
     AveragePoolGradOp,
     AveragePoolOp,
     ConvOp,
     ConvTransposeOp,
     ConvWeightGradOp,
+    CumsumOp,
+    EqualOp,
     ExpOp,
     InterpolateGradOp,
     InterpolateOp,
@@ -20,6 +26,7 @@ from xl.dialects.popxl import (
     ReduceProdGradOp,
     ReduceProdOp,
     ReduceSumOp,
+    ReshapeOp,
     RoiAlignGradOp,
     RoiAlignOp,
     ScatterOp,
@@ -29,21 +36,22 @@ from xl.dialects.popxl import (
     SubOp,
     TakeAlongAxisOp,
     TopkOp,
+    WhereOp,
     op_props,
 )
-from xl.dialects.utils import shape_of
+from xl.dialects.utils import shape_of, tensor_type
 from xl.passes.grad_rules import GradBuilder, Grads, grad_rule
 
 _CONV_PROPS = ("stride", "pads", "dilation", "groups")
 _POOL_PROPS = ("kernel", "stride", "pads", "dilation", "ceil_mode")
 
 
-def _props(op: Operation, names: tuple[str, ...]) -> dict[str, object]:
+def _props(op: Operation, names: tuple[str, ...]) -> dict[str, Any]:
     p = op_props(op)
     return {k: p[k] for k in names if k in p}
 
 
-def _conv_output_padding(x: SSAValue, dy: SSAValue, w: SSAValue, props: dict[str, object]) -> tuple[int, ...]:
+def _conv_output_padding(x: SSAValue, dy: SSAValue, w: SSAValue, props: dict[str, Any]) -> tuple[int, ...]:
     """The `output_padding` that makes the transposed convolution of `dy` as large as `x`
     (the input elements after the last full window of the forward conv)."""
     xs, ys, ws = shape_of(x.type), shape_of(dy.type), shape_of(w.type)
@@ -95,8 +103,8 @@ def _conv_transpose(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -
 
 
 def _without_extra_outputs(
-    b: GradBuilder, x: SSAValue, dy: SSAValue, props: dict[str, object], output_padding: object
-) -> tuple[SSAValue, dict[str, object]]:
+    b: GradBuilder, x: SSAValue, dy: SSAValue, props: dict[str, Any], output_padding: Any
+) -> tuple[SSAValue, dict[str, Any]]:
     """An `output_padding` of a stride or more (allowed when smaller than the dilation)
     adds `floor(op / stride)` whole strides of outputs no input position reaches; a conv of
     `dy` would have that many extra positions. They are taken off the end padding, and
@@ -104,9 +112,9 @@ def _without_extra_outputs(
     positions: beyond the last one any window of `x` reads)."""
     xs = shape_of(x.type)
     nd = len(xs) - 2
-    opad = tuple(output_padding or (0,) * nd)  # type: ignore[arg-type]
-    stride = tuple(props.get("stride") or (1,) * nd)  # type: ignore[arg-type]
-    pads = list(props.get("pads") or (0,) * (2 * nd))  # type: ignore[arg-type]
+    opad = tuple(output_padding or (0,) * nd)
+    stride = tuple(props.get("stride") or (1,) * nd)
+    pads: list[int] = list(props.get("pads") or (0,) * (2 * nd))
     crop: dict[int, int] = {}
     for i in range(nd):
         extra = opad[i] // stride[i] * stride[i]
@@ -115,7 +123,7 @@ def _without_extra_outputs(
             pads[nd + i] -= cut
             if extra > cut:
                 crop[2 + i] = shape_of(dy.type)[2 + i] - (extra - cut)
-    if not crop and tuple(pads) == tuple(props.get("pads") or (0,) * (2 * nd)):  # type: ignore[arg-type]
+    if not crop and tuple(pads) == tuple(props.get("pads") or (0,) * (2 * nd)):
         return dy, props
     if crop:
         dy = b.v(SliceOp, dy, start=(0,) * len(crop), stop=tuple(crop.values()), axes=tuple(crop))
@@ -170,8 +178,24 @@ def _scatter(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads
     if b.needs(data):
         out[0] = b.v(ScatterOp, dy, b.fwd(idx), b.zeros(vals.type), axis=axis)
     if b.needs(vals):
-        out[2] = b.v(TakeAlongAxisOp, dy, b.fwd(idx), axis=axis)
+        g = b.v(TakeAlongAxisOp, dy, b.fwd(idx), axis=axis)
+        out[2] = b.v(WhereOp, _scatter_winners(b, data, idx, vals, axis), g, b.zeros(vals.type))
     return out
+
+
+def _scatter_winners(b: GradBuilder, data: SSAValue, idx: SSAValue, vals: SSAValue, axis: object) -> SSAValue:
+    """True where a value of `scatter(data, idx, vals)` is the one left in the result (with
+    repeated indices the last write wins; the others get no gradient): every value's
+    number (1, 2, ... in C order) is scattered, read back at its index and compared."""
+    shape = shape_of(vals.type)
+    n = 1
+    for d in shape:
+        n *= d
+    i32 = tensor_type((n,), np.int32)
+    ids = b.v(CumsumOp, b.v(AddOp, b.zeros(i32), b.const(1, np.int32)), dim=0)
+    ids = b.v(ReshapeOp, ids, result_type=tensor_type(shape, np.int32))
+    written = b.v(ScatterOp, b.zeros(tensor_type(shape_of(data.type), np.int32)), b.fwd(idx), ids, axis=axis)
+    return b.v(EqualOp, b.v(TakeAlongAxisOp, written, b.fwd(idx), axis=axis), ids)
 
 
 @grad_rule(ScatterReduceOp)

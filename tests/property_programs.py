@@ -49,7 +49,7 @@ SMOOTH = ("erf", "geluerf")
 # All-reduces over groups of one replica (each replica alone): the identity, out of place
 # and in place (the runtime erases or copies them), on any value of the program.
 TRIVIAL_COLLECTIVES = ("all_reduce_1", "all_reduce_1_")
-NN_KINDS = (*ROUNDING, *SMOOTH, "clip", "fmod", "fmod_c", "prod", "log_softmax", "topk", "conv", "conv_transpose",
+NN_KINDS = (*ROUNDING, *SMOOTH, "clip", "fmod", "fmod_c", "prod", "log_softmax", "topk", "conv", "conv_transpose", "scatter",
             "max_pool", "average_pool", "scatter_reduce", "layer_norm", "group_norm")  # fmt: skip
 # Simple kinds first: Hypothesis shrinks a kind towards the start of the list. Views, matmul
 # and the in-place ops the runtime plans around are repeated, so they are drawn more often.
@@ -813,6 +813,21 @@ def _resolve_nn(kind: str, a: int, j: int, k: int, c: float, c2: float, shapes: 
         kk = 1 + (k // 4) % sa[axis]
         shape = tuple(kk if d == axis else s for d, s in enumerate(sa))
         emit("nn", "topk", (a,), shape, axis=axis, k=kk, largest=bool((k // 2) % 2))
+    elif kind == "scatter":
+        if ra == 0:
+            emit("unary", "relu", (a,), sa)
+            return
+        axis = k % ra
+        b = first(j, lambda s_: s_ == sa)
+        m = 1 + (k // 4) % sa[axis]
+        if m < sa[axis]:  # the values: a slice (view) of a tensor of t's shape
+            vshape = tuple(m if d == axis else x for d, x in enumerate(sa))
+            b = emit("slice", "slice", (b,), vshape, style=j % 2, axis=axis, start=0, stop=m, step=1)
+        else:
+            vshape = sa
+        n = sa[axis]
+        idx = rng.integers(-n, n, size=vshape).astype(np.int32)  # repeats: the last write wins
+        emit("nn", "scatter", (a, b), sa, axis=axis, indices=idx)
     elif kind == "scatter_reduce":
         if ra == 0:
             emit("unary", "relu", (a,), sa)
@@ -910,6 +925,9 @@ def _nn_source(s: Step, args: list[str]) -> str:
         return f"ops.log_softmax({a}, axis={q['axis']})"
     if op == "topk":
         return f"ops.topk({a}, {q['k']}, axis={q['axis']}, largest={q['largest']})[0]"
+    if op == "scatter":
+        idx = f"popxl.constant(np.array({q['indices'].tolist()!r}, np.int32))"
+        return f"ops.scatter({a}, {idx}, {args[1]}, axis={q['axis']})"
     if op == "scatter_reduce":
         idx = f"popxl.constant(np.array({q['indices'].tolist()!r}, np.int32))"
         return (f"ops.scatter_reduce({a}, {idx}, {q['reduction']!r}, axis={q['axis']}, "
@@ -987,6 +1005,12 @@ def _nn_reference(s: Step, x: list[np.ndarray], e: list[float]) -> tuple[np.ndar
         if q["largest"]:
             srt = np.flip(srt, axis=q["axis"])
         return np.take(srt, range(q["k"]), axis=q["axis"]), e[0]
+    if op == "scatter":
+        r = A.copy()
+        V, ax, idx = x[1], q["axis"], q["indices"]
+        for pos in np.ndindex(idx.shape):  # C order: the last write wins
+            r[tuple(idx[pos] % A.shape[ax] if d == ax else p for d, p in enumerate(pos))] = V[pos]
+        return r, max(e[0], e[1])
     if op == "scatter_reduce":
         ax, size = q["axis"], q["axis_size"]
         idx = np.broadcast_to(

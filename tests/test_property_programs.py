@@ -104,7 +104,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from .property_programs import Step, _conv_ref, _conv_transpose_ref, _divisors, _nn_reference, _pool_windows  # noqa: E402
 
-GRAD_OPS = ("erf", "geluerf", "clip", "fmod_c", "prod", "log_softmax", "topk", "conv", "conv_transpose", "max_pool",
+GRAD_OPS = ("erf", "geluerf", "clip", "fmod_c", "prod", "log_softmax", "topk", "conv", "conv_transpose", "max_pool", "scatter",
             "average_pool", "scatter_reduce", "layer_norm", "group_norm")  # fmt: skip
 # CI: half the profile's programs (100); the long profile: 1500.
 _GRAD_EXAMPLES = max(10, settings.default.max_examples // 2)
@@ -140,6 +140,11 @@ def _grad_step(kind: str, k: int, shape: tuple[int, ...]) -> tuple[Step, tuple[i
         kk = int(r.integers(1, shape[ax] + 1))
         return Step("nn", "topk", (0,), 0, dict(axis=ax, k=kk, largest=bool(r.integers(0, 2)))), tuple(
             kk if d == ax else s for d, s in enumerate(shape)), []  # fmt: skip
+    if kind == "scatter":  # repeated indices: the last write wins, the others get no gradient
+        ax = int(r.integers(0, 3))
+        vshape = tuple(int(r.integers(1, s + 1)) if d == ax else s for d, s in enumerate(shape))
+        idx = r.integers(-shape[ax], shape[ax], size=vshape).astype(np.int32)
+        return Step("nn", "scatter", (0, 1), 0, dict(axis=ax, indices=idx)), shape, [r.uniform(-1, 1, vshape)]
     if kind == "scatter_reduce":
         ax = int(r.integers(0, 3))
         size = int(r.integers(1, 4))
@@ -188,6 +193,8 @@ def _grad_apply(s: Step, x: Any, extra: list[Any]) -> Any:
             return _conv_ref(x, extra[0], q["stride"], q["pads"], q["dilation"], q["groups"])
         if s.op == "conv_transpose":
             return _conv_transpose_ref(x, extra[0], q["stride"], q["pads"], q["dilation"], q["groups"], q["output_padding"])
+        if s.op == "scatter":
+            return _nn_reference(s, [x, extra[0]], [0.0, 0.0])[0]
         if s.op in ("layer_norm", "group_norm"):
             return _nn_reference(Step("nn", s.op, (0,), 0, dict(q, weight=extra[0], bias=extra[1])), [x], [0.0])[0]
         return _nn_reference(s, [x], [0.0])[0]
@@ -205,6 +212,8 @@ def _grad_apply(s: Step, x: Any, extra: list[Any]) -> Any:
     if s.op in ("max_pool", "average_pool"):
         return getattr(ops, s.op)(x, q["kernel"], stride=q["stride"], padding=q["pads"], dilation=q["dilation"],
                                   ceil_mode=q["ceil_mode"])  # fmt: skip
+    if s.op == "scatter":
+        return ops.scatter(x, popxl.constant(q["indices"]), extra[0], axis=q["axis"])
     if s.op == "scatter_reduce":
         return ops.scatter_reduce(x, popxl.constant(q["indices"]), "sum", axis=q["axis"], axis_size=q["axis_size"])
     if s.op == "topk":
@@ -261,6 +270,7 @@ def _fwd_bwd64(fn: Any, inputs: list[np.ndarray], seed: int) -> tuple[np.ndarray
 
 @settings(max_examples=_GRAD_EXAMPLES)
 @example(((2, 2, 4), [("conv_transpose", 5)], 5))  # bugs.md P4: output_padding 1 >= stride 1
+@example(((1, 2, 3), [("scatter", 1)], 0))  # bugs.md P5: repeated scatter indices
 @given(grad_chains())
 def test_random_nn_chains_gradients_match_finite_differences(chain):
     shape, ops_, seed = chain
@@ -537,3 +547,18 @@ def test_conv_transpose_gradient_with_output_padding_of_a_stride_or_more() -> No
                                   groups=2, output_padding=opad)],  # fmt: skip
             [rand((2, 2, *(4,) * nd)), rand((2, 1, *(3,) * nd))],
         )
+
+
+def test_scatter_gradient_with_repeated_indices() -> None:
+    """Found by the gradient property test (bugs.md P5): with repeated indices only the
+    value written last reaches the result, so only it gets a gradient (the others used to
+    get dy at their index too). Central differences at the IR level, float64."""
+    from .test_grad_rules import check_grads, rand
+
+    idx = np.array([[1, 1, -2], [-2, 1, 1]], np.int32)  # column 1: rows 0 and 1 both write x[1, 1]
+    for axis in (0, 1):
+        check_grads(lambda e, c, x, v: [e("popxl.scatter", x, c(idx), v, axis=axis)], [rand((2, 3)), rand((2, 3))])
+    check_grads(
+        lambda e, c, x, v: [e("popxl.scatter", x, c(np.array([[0, 0, 0, 2]], np.int32)), v, axis=1)],
+        [rand((1, 4)), rand((1, 4))],
+    )
