@@ -56,7 +56,7 @@ def session_memory_report(session: object, print_table: bool = True) -> MemoryRe
     if isinstance(program, rt.ProgramOp):
         report = memory_report(program)
     else:
-        ir = session.ir  # type: ignore[attr-defined]
+        ir = session.ir  # pyright: ignore[reportAttributeAccessIssue]
         extra = tuple(getattr(session, "_extra_passes", ()))
         report = module_memory_report(ir._module, extra_passes=extra)
     if print_table:

@@ -1,4 +1,5 @@
-"""xl dialects: `graph`, `popxl` (tensor ops), `call`, `ipu`, `pipeline`, `replica` (collectives) and the lowered `rt`."""
+"""xl dialects: `graph`, `popxl` (tensor ops), `call`, `ipu`, `pipeline`, `replica` (collectives)
+and the lowered `rt`."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ class WritesByRefInputs(InPlaceInterface):
     (each op says which in `operand_is_by_ref`)."""
 
     def written_operands(self, op: Operation) -> tuple[int, ...]:
-        by_ref = op.operand_is_by_ref  # type: ignore[attr-defined]
+        by_ref = op.operand_is_by_ref  # pyright: ignore[reportAttributeAccessIssue]
         return tuple(i for i in range(len(op.operands)) if by_ref(i))
 
 
@@ -104,7 +104,7 @@ class _CalleeByRef:
     """`operand_is_by_ref(i)`: whether operand i is a by-reference callee input."""
 
     def callee_graph(self) -> GraphOp:
-        return lookup_graph(self, self.callee)  # type: ignore[attr-defined, arg-type]
+        return lookup_graph(self, self.callee)  # pyright: ignore[reportArgumentType, reportAttributeAccessIssue]
 
     def arg_offset(self) -> int:
         return 0

@@ -293,7 +293,7 @@ def graphs_by_name(module: Operation) -> dict[str, GraphOp]:
 def unique_graph_name(module: Operation, base: str) -> str:
     """`base`, or `base_1`, `base_2`, ... : the first name no symbol of `module` uses."""
     names = {
-        op.properties["sym_name"].data  # type: ignore[attr-defined]
+        op.properties["sym_name"].data  # pyright: ignore[reportAttributeAccessIssue]
         for op in module.regions[0].block.ops
         if "sym_name" in op.properties
     }
@@ -463,7 +463,9 @@ class VariableOp(IRDLOperation):
     how the host reads it back (`one_per_group`, the default, or `all_replicas`):
 
     ```mlir
-    %g = graph.variable "g" = dense<[[1.0, 2.0], [3.0, 4.0]]> : tensor<2x2xf32> -> tensor<2xf32> {grouping = #replica.grouping<stride = 2, group_size = 2>, retrieval_mode = "one_per_group"}
+    %g = graph.variable "g" = dense<[[1.0, 2.0], [3.0, 4.0]]>
+        : tensor<2x2xf32>
+        -> tensor<2xf32> {grouping = #replica.grouping<stride = 2, group_size = 2>, retrieval_mode = "one_per_group"}
     ```
     """
 
@@ -513,7 +515,7 @@ class VariableOp(IRDLOperation):
         attrs = dict(parser.parse_optional_attr_dict())
         grouping = attrs.pop("grouping", None)
         mode = attrs.pop("retrieval_mode", None)
-        op = cls(name, type, init)  # type: ignore[arg-type]
+        op = cls(name, type, init)  # pyright: ignore[reportArgumentType]
         if grouping is not None:
             op.properties["grouping"] = grouping
         if mode is not None:

@@ -145,7 +145,7 @@ def _main_of(op: Operation) -> Operation | None:
 
     top: Operation = op
     while top.parent_op() is not None:
-        top = top.parent_op()  # type: ignore[assignment]
+        top = top.parent_op()  # pyright: ignore[reportAssignmentType]
         if isinstance(top, MainGraphOp):
             return top
     for region in top.regions:
@@ -312,7 +312,7 @@ class _VariableHandle(IRDLOperation):
         rf = self.replication_factor()
         if self.grouping is None:
             return [0] * rf
-        return list(self.grouping.assignment(rf))  # type: ignore[attr-defined]
+        return list(self.grouping.assignment(rf))  # pyright: ignore[reportAttributeAccessIssue]
 
     def num_groups(self) -> int:
         return max(self.group_assignment(), default=0) + 1
@@ -322,7 +322,7 @@ class _VariableHandle(IRDLOperation):
         return self.shard_over.value.data if self.shard_over is not None else 1
 
     def full_type(self) -> TensorType:
-        return self.results[0].type  # type: ignore[return-value]
+        return self.results[0].type  # pyright: ignore[reportReturnType]
 
     def shard_size(self) -> int:
         """Elements per shard: the full value's elements over the shards, rounded up."""
@@ -393,7 +393,9 @@ class _VariableHandle(IRDLOperation):
         what = self._what()
         parent = self.parent_op()
         if parent is not None and not isinstance(parent, MainGraphOp):
-            raise VerifyException(f"{what}: variables can only be created in the main graph (graph.main), not in {parent.name}")
+            raise VerifyException(
+                f"{what}: variables can only be created in the main graph (graph.main), not in {parent.name}"
+            )
         full = self.results[0]
         for use in full.uses:
             raise VerifyException(
@@ -401,7 +403,9 @@ class _VariableHandle(IRDLOperation):
                 f"{use.operation.name} cannot use it: load it (ipu.remote_load) or use its shard"
             )
         if self.retrieval_mode is not None and self.retrieval_mode.data not in ("one_per_group", "all_replicas"):
-            raise VerifyException(f"{what}: retrieval_mode must be one_per_group or all_replicas, got {self.retrieval_mode.data!r}")
+            raise VerifyException(
+                f"{what}: retrieval_mode must be one_per_group or all_replicas, got {self.retrieval_mode.data!r}"
+            )
         rf = self.replication_factor()
         if self.grouping is not None:
             fit = getattr(self.grouping, "fit_error", None)
@@ -536,7 +540,11 @@ class RemoteVariableOp(_VariableHandle):
         for other in self.parent.ops if self.parent is not None else ():  # type: ignore[union-attr]
             if other is self:
                 break
-            if isinstance(other, RemoteVariableOp) and other.buffer_name == self.buffer_name and other.entry == self.entry:
+            if (
+                isinstance(other, RemoteVariableOp)
+                and other.buffer_name == self.buffer_name
+                and other.entry == self.entry
+            ):
                 raise VerifyException(
                     f"{what}: entry {self.entry} of @{self.buffer_name} already holds remote "
                     f"variable \"{other.var_name.data}\""
@@ -552,7 +560,8 @@ class ReplicaShardedVariableOp(_VariableHandle):
     which ops cannot use.
 
     ```mlir
-    %w, %w_shard = ipu.replica_sharded_variable "w" = dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32> -> (tensor<4xf32>, tensor<2xf32>) {shard_over = 2 : i64}
+    %w, %w_shard = ipu.replica_sharded_variable "w" = dense<[1.0, 2.0, 3.0, 4.0]>
+        : tensor<4xf32> -> (tensor<4xf32>, tensor<2xf32>) {shard_over = 2 : i64}
     ```
     """
 
@@ -602,7 +611,7 @@ class ReplicaShardedVariableOp(_VariableHandle):
         parser.parse_punctuation(")")
         attrs = dict(parser.parse_optional_attr_dict())
         shard_over = attrs.pop("shard_over", None)
-        op = cls(name, type, shard_type, init, shard_over=1)  # type: ignore[arg-type]
+        op = cls(name, type, shard_type, init, shard_over=1)  # pyright: ignore[reportArgumentType]
         if shard_over is not None:
             op.properties["shard_over"] = shard_over
         op._parse_tail(attrs)
@@ -627,7 +636,11 @@ class ReplicaShardedVariableOp(_VariableHandle):
         self._verify_handle()
         what = self._what()
         st = self.shard.type
-        if not isinstance(st, TensorType) or dtype_of(st) != dtype_of(self.full.type) or shape_of(st) != (self.shard_size(),):
+        if (
+            not isinstance(st, TensorType)
+            or dtype_of(st) != dtype_of(self.full.type)
+            or shape_of(st) != (self.shard_size(),)
+        ):
             raise VerifyException(
                 f"{what}: the shard of {fmt_type(self.full.type)} over {self.num_shards()} replicas "
                 f"is {(self.shard_size(),)} {dtype_of(self.full.type)}, not {fmt_type(st)}"
@@ -689,7 +702,12 @@ class _RemoteAccess(IRDLOperation):
             if self.offset is not None:
                 raise VerifyException(f"{where}: the offset is given both as an operand and as a constant")
             t = operand.type
-            if not isinstance(t, TensorType) or shape_of(t) != () or not isinstance(t.get_element_type(), IntegerType) or dtype_of(t) == np.bool_:
+            if (
+                not isinstance(t, TensorType)
+                or shape_of(t) != ()
+                or not isinstance(t.get_element_type(), IntegerType)
+                or dtype_of(t) == np.bool_
+            ):
                 raise VerifyException(f"{where}: the offset must be a scalar integer tensor, got {fmt_type(t)}")
         else:
             k = self.constant_offset()
@@ -739,7 +757,7 @@ class RemoteLoadOp(_RemoteAccess):
         ref, k, operand = _parse_entry(parser)
         parser.parse_punctuation(":")
         type = parser.parse_type()
-        op = cls(ref.root_reference.data, type, operand if operand is not None else k)  # type: ignore[arg-type]
+        op = cls(ref.root_reference.data, type, operand if operand is not None else k)  # pyright: ignore[reportArgumentType]
         op.attributes |= parser.parse_optional_attr_dict()
         return op
 

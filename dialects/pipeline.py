@@ -13,10 +13,12 @@ graph.main {
   pipeline.region steps 10 {
     %x = graph.host_load @x {ipu.id = 0 : i64, pipeline.stage = 0 : i64} : tensor<ui32>
     %a = popxl.add %x, %one {ipu.id = 0 : i64, pipeline.stage = 0 : i64} : (tensor<ui32>, tensor<ui32>) -> tensor<ui32>
-    %c = ipu.copy %a {source = 0 : i64, destination = 1 : i64, ipu.id = 1 : i64, pipeline.stage = 0 : i64} : (tensor<ui32>) -> tensor<ui32>
+    %c = ipu.copy %a {source = 0 : i64, destination = 1 : i64, ipu.id = 1 : i64, pipeline.stage = 0 : i64}
+        : (tensor<ui32>) -> tensor<ui32>
     %s = pipeline.stash %x {pipeline.stage = 0 : i64} : tensor<ui32> -> tensor<3xui32>
     %b = popxl.add %c, %one {ipu.id = 1 : i64, pipeline.stage = 1 : i64} : (tensor<ui32>, tensor<ui32>) -> tensor<ui32>
-    %d = ipu.copy %b {source = 1 : i64, destination = 0 : i64, pipeline.stage = 1 : i64} : (tensor<ui32>) -> tensor<ui32>
+    %d = ipu.copy %b {source = 1 : i64, destination = 0 : i64, pipeline.stage = 1 : i64}
+        : (tensor<ui32>) -> tensor<ui32>
     %r = pipeline.restore %s {pipeline.stage = 2 : i64} : tensor<3xui32> -> tensor<ui32>
     %e = popxl.add %d, %r {ipu.id = 0 : i64, pipeline.stage = 2 : i64} : (tensor<ui32>, tensor<ui32>) -> tensor<ui32>
     graph.host_store @y, %e {pipeline.stage = 2 : i64} : tensor<ui32>
@@ -77,7 +79,9 @@ def set_stage(op: Operation, stage: int) -> None:
 
 
 def _value_str(v: SSAValue) -> str:
-    return f"%{v.name_hint}" if v.name_hint else f"a result of '{v.owner.name}'"
+    if v.name_hint:
+        return f"%{v.name_hint}"
+    return f"a result of '{v.owner.name}'" if isinstance(v.owner, Operation) else "a block argument"
 
 
 @irdl_op_definition
@@ -87,7 +91,8 @@ class RegionOp(IRDLOperation):
     ```mlir
     pipeline.region steps 4 {
       %x = graph.host_load @x {pipeline.stage = 0 : i64} : tensor<ui32>
-      %c = ipu.copy %x {source = 0 : i64, destination = 1 : i64, pipeline.stage = 0 : i64} : (tensor<ui32>) -> tensor<ui32>
+      %c = ipu.copy %x {source = 0 : i64, destination = 1 : i64, pipeline.stage = 0 : i64}
+          : (tensor<ui32>) -> tensor<ui32>
       graph.host_store @y, %c {pipeline.stage = 1 : i64} : tensor<ui32>
     }
     ```

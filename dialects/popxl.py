@@ -37,9 +37,9 @@ unknown effects and `cse` leaves it alone. `popxl.init` allocates (`AllocEffect`
 Python API: `Op.make(operands, result_types=None, **props)` builds an op, inferring
 result types. For ops with optional operands `operands` is either one entry per
 leading operand definition (`None` when absent, missing trailing ones absent) or,
-without any `None`, the present operands in order (matched greedily); scalar-tensor factors may also be passed by keyword (`f=tensor`,
-`time_step=tensor`). `op_props(op)` gives the properties as Python values, plus
-`operand_segments` (operands per definition) for ops with optional operands; the
+without any `None`, the present operands in order (matched greedily); scalar-tensor
+factors may also be passed by keyword (`f=tensor`, `time_step=tensor`). `op_props(op)` gives
+the properties as Python values, plus `operand_segments` (operands per definition) for ops with optional operands; the
 NumPy kernels (`xl.runtime.kernels`) read that key.
 
 This file holds the op definitions; the shared machinery lives next to it:
@@ -63,9 +63,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     StringAttr,
     TensorType,
-    f64,
     i32,
-    i64,
 )
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
@@ -93,17 +91,9 @@ from xl.dialects.effects import (
     InPlaceInterface,
     TensorOpEffect,
     WritesOperands,
-    is_written,
     written_operands,
 )
-from xl.dialects.traits import (
-    Elementwise,
-    Internal,
-    NoGradient,
-    NotDifferentiable,
-    PopartType,
-    ViewLike,
-)
+from xl.dialects.effects import is_written as is_written  # re-exported (passes/lower_to_rt.py)
 from xl.dialects.popxl_operands import (
     greedy_segments,
     has_optional_operands,
@@ -113,6 +103,14 @@ from xl.dialects.popxl_operands import (
     operand_segments,
 )
 from xl.dialects.popxl_syntax import parse_popxl_op, print_popxl_op
+from xl.dialects.traits import (
+    Elementwise,
+    Internal,
+    NoGradient,
+    NotDifferentiable,
+    PopartType,
+    ViewLike,
+)
 from xl.dialects.utils import FLOAT8_DTYPES, dtype_of, fmt_type, shape_of, tensor_type
 
 # ------------------------------------------------------------------------------------
@@ -264,7 +262,9 @@ class PopxlOp(IRDLOperation):
         seg_attr = props.pop(SEGMENTS, None)
         if segs is None and seg_attr is not None:
             segs = from_attr(seg_attr)
-        flat_vals, types, seg_sizes = match_operands(cls, operands, segs, props)
+        # pyright checks this file as `dialects.popxl` but popxl_operands imports `xl.dialects.popxl`
+        # (see [tool.pyright] in pyproject.toml): the same class under two module names.
+        flat_vals, types, seg_sizes = match_operands(cls, operands, segs, props)  # pyright: ignore[reportArgumentType]
         for k, v in props.items():
             if isinstance(v, SSAValue | Operation):
                 raise cls.fail(f"property {k!r} cannot be a tensor")
@@ -1046,7 +1046,8 @@ class MatmulPow2ScaledOp(PopxlOp):
     time).
 
     ```mlir
-    %y = popxl.matmul_pow2scaled %a, %b, %s : (tensor<2x4xf8E4M3FNUZ>, tensor<4x3xf8E5M2FNUZ>, tensor<i32>) -> tensor<2x3xf16>
+    %y = popxl.matmul_pow2scaled %a, %b, %s
+        : (tensor<2x4xf8E4M3FNUZ>, tensor<4x3xf8E5M2FNUZ>, tensor<i32>) -> tensor<2x3xf16>
     ```
     """
 
@@ -1305,7 +1306,8 @@ class SliceOp(PopxlOp):
     negative step).
 
     ```mlir
-    %s = popxl.slice %x {start = array<i64: 1>, stop = array<i64: 3>, axes = array<i64: 1>} : (tensor<2x4xf32>) -> tensor<2x2xf32>
+    %s = popxl.slice %x {start = array<i64: 1>, stop = array<i64: 3>, axes = array<i64: 1>}
+        : (tensor<2x4xf32>) -> tensor<2x2xf32>
     ```
     """
 
@@ -1628,7 +1630,8 @@ class NllLossWithSoftmaxGradOp(PopxlOp):
     (popxl.ops.nll_loss_with_softmax_grad).
 
     ```mlir
-    %l, %dx = popxl.nll_loss_with_softmax_grad %p, %y {loss_grad = 1.0 : f64, reduction = "mean"} : (tensor<8x10xf32>, tensor<8xi32>) -> (tensor<f32>, tensor<8x10xf32>)
+    %l, %dx = popxl.nll_loss_with_softmax_grad %p, %y {loss_grad = 1.0 : f64, reduction = "mean"}
+        : (tensor<8x10xf32>, tensor<8xi32>) -> (tensor<f32>, tensor<8x10xf32>)
     ```
     """
 
@@ -1744,7 +1747,8 @@ class NllLossGradOp(PopxlOp):
     `log_prob`), divided by the number of non-ignored rows for "mean"; 0 elsewhere.
 
     ```mlir
-    %dp = popxl.nll_loss_grad %p, %y, %dl {reduction = "mean"} : (tensor<8x10xf32>, tensor<8xi32>, tensor<f32>) -> tensor<8x10xf32>
+    %dp = popxl.nll_loss_grad %p, %y, %dl {reduction = "mean"}
+        : (tensor<8x10xf32>, tensor<8xi32>, tensor<f32>) -> tensor<8x10xf32>
     ```
     """
 
@@ -1803,7 +1807,8 @@ class SliceGradOp(ResultTypedOp):
     Props as `popxl.slice`.
 
     ```mlir
-    %dx = popxl.slice_grad %dy {start = array<i64: 1>, stop = array<i64: 3>, axes = array<i64: 1>} : (tensor<2x2xf32>) -> tensor<2x4xf32>
+    %dx = popxl.slice_grad %dy {start = array<i64: 1>, stop = array<i64: 3>, axes = array<i64: 1>}
+        : (tensor<2x2xf32>) -> tensor<2x4xf32>
     ```
     """
 
@@ -1836,7 +1841,8 @@ class ReduceMaxGradOp(PopxlOp):
     `reduce_max`). On ties the gradient is split evenly among the maxima.
 
     ```mlir
-    %dx = popxl.reduce_max_grad %x, %y, %dy {axis = array<i64: 1>} : (tensor<2x3xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<2x3xf32>
+    %dx = popxl.reduce_max_grad %x, %y, %dy {axis = array<i64: 1>}
+        : (tensor<2x3xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<2x3xf32>
     ```
     """
 
@@ -2201,7 +2207,8 @@ class DynamicSliceOp(PopxlOp):
     accepted and ignored.
 
     ```mlir
-    %s = popxl.dynamic_slice %t, %i {axes = array<i64: 0>, sizes = array<i64: 1>} : (tensor<4x3xf32>, tensor<1xui32>) -> tensor<1x3xf32>
+    %s = popxl.dynamic_slice %t, %i {axes = array<i64: 0>, sizes = array<i64: 1>}
+        : (tensor<4x3xf32>, tensor<1xui32>) -> tensor<1x3xf32>
     ```
     """
 
@@ -2239,7 +2246,8 @@ class DynamicUpdateOp(PopxlOp):
     (popxl.ops.dynamic_update; offsets checked as in `dynamic_slice`.)
 
     ```mlir
-    %u = popxl.dynamic_update %t, %i, %x {axes = array<i64: 0>, sizes = array<i64: 1>} : (tensor<4x3xf32>, tensor<1xui32>, tensor<1x3xf32>) -> tensor<4x3xf32>
+    %u = popxl.dynamic_update %t, %i, %x {axes = array<i64: 0>, sizes = array<i64: 1>}
+        : (tensor<4x3xf32>, tensor<1xui32>, tensor<1x3xf32>) -> tensor<4x3xf32>
     ```
     """
 
@@ -2262,7 +2270,8 @@ class DynamicUpdateInplaceOp(PopxlOp):
     """`t[index : index + sizes on axes] = update` in place (popxl.ops.dynamic_update_).
 
     ```mlir
-    popxl.dynamic_update_ %t, %i, %x {axes = array<i64: 0>, sizes = array<i64: 1>} : (tensor<4x3xf32>, tensor<1xui32>, tensor<1x3xf32>) -> ()
+    popxl.dynamic_update_ %t, %i, %x {axes = array<i64: 0>, sizes = array<i64: 1>}
+        : (tensor<4x3xf32>, tensor<1xui32>, tensor<1x3xf32>) -> ()
     ```
     """
 
@@ -2291,9 +2300,10 @@ class _WritesTimeStep(InPlaceInterface):
     """The updaters increment their optional `time_step` operand in place."""
 
     def written_operands(self, op: Operation) -> tuple[int, ...]:
-        if getattr(op, "time_step") is None:
+        # the updater classes (subclasses of _UpdaterBase) define the optional operands
+        if op.time_step is None:  # pyright: ignore[reportAttributeAccessIssue]
             return ()
-        return (2 if getattr(op, "weight") is None else 3,)
+        return (2 if op.weight is None else 3,)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 class _UpdaterBase(PopxlOp):
@@ -2344,7 +2354,8 @@ class AdamUpdaterOp(_UpdaterBase):
     epsilon default 1e-7). Factors: f64 properties or `<name>_tensor` operands.
 
     ```mlir
-    %u = popxl.adam_updater %m, %v, %w, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, weight_decay = 0.01 : f64} : (tensor<4xf16>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+    %u = popxl.adam_updater %m, %v, %w, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, weight_decay = 0.01 : f64}
+        : (tensor<4xf16>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
     ```
     """
 
@@ -2375,7 +2386,8 @@ class LambUpdaterOp(_UpdaterBase):
     `adam_updater`; the trust ratio is applied by `adam_var_update` (r1, r2).
 
     ```mlir
-    %u = popxl.lamb_updater %m, %v, %w, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+    %u = popxl.lamb_updater %m, %v, %w, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64}
+        : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
     ```
     """
 
@@ -2407,7 +2419,8 @@ class AdamaxUpdaterOp(_UpdaterBase):
     `x = mc / (v + epsilon) + weight_decay * weight` (beta1 default 0.9).
 
     ```mlir
-    %u = popxl.adamax_updater %m, %v, %w, %t {beta1 = 0.9 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+    %u = popxl.adamax_updater %m, %v, %w, %t {beta1 = 0.9 : f64}
+        : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
     ```
     """
 
@@ -2438,7 +2451,8 @@ class AdamVarUpdateOp(PopxlOp):
     both factors are f64 properties or `<name>_tensor` operands.
 
     ```mlir
-    popxl.adam_var_update %w, %u, %r1, %r2 {learning_rate = 0.001 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<f32>) -> ()
+    popxl.adam_var_update %w, %u, %r1, %r2 {learning_rate = 0.001 : f64}
+        : (tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<f32>) -> ()
     ```
     """
 
@@ -2578,7 +2592,8 @@ class ConvOp(_ConvBase):
     Output spatial size `floor((x + pad_begin + pad_end - dilation * (k - 1) - 1) / stride) + 1`.
 
     ```mlir
-    %y = popxl.conv %x, %w {stride = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>} : (tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
+    %y = popxl.conv %x, %w {stride = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>}
+        : (tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
     ```
     """
 
@@ -2618,7 +2633,8 @@ class ConvTransposeOp(_ConvBase):
     Output spatial size `(x - 1) * stride - pad_begin - pad_end + dilation * (k - 1) + 1 + output_padding`.
 
     ```mlir
-    %y = popxl.conv_transpose %x, %w {stride = array<i64: 2, 2>, output_padding = array<i64: 1, 1>} : (tensor<2x4x4x4xf32>, tensor<4x3x3x3xf32>) -> tensor<2x3x10x10xf32>
+    %y = popxl.conv_transpose %x, %w {stride = array<i64: 2, 2>, output_padding = array<i64: 1, 1>}
+        : (tensor<2x4x4x4xf32>, tensor<4x3x3x3xf32>) -> tensor<2x3x10x10xf32>
     ```
     """
 
@@ -2669,7 +2685,8 @@ class ConvWeightGradOp(_ConvBase):
     `(M, C / groups, *kernel)` (the forward props plus `kernel`).
 
     ```mlir
-    %dw = popxl.conv_weight_grad %dy, %x {kernel = array<i64: 3, 3>, pads = array<i64: 1, 1, 1, 1>} : (tensor<2x4x8x8xf32>, tensor<2x3x8x8xf32>) -> tensor<4x3x3x3xf32>
+    %dw = popxl.conv_weight_grad %dy, %x {kernel = array<i64: 3, 3>, pads = array<i64: 1, 1, 1, 1>}
+        : (tensor<2x4x8x8xf32>, tensor<2x3x8x8xf32>) -> tensor<4x3x3x3xf32>
     ```
     """
 
@@ -2726,7 +2743,8 @@ class MaxPoolOp(_PoolBase):
     """Maximum over each window (padding never wins) (popxl.ops.max_pool).
 
     ```mlir
-    %y = popxl.max_pool %x {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>} : (tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32>
+    %y = popxl.max_pool %x {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>}
+        : (tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32>
     ```
     """
 
@@ -2748,7 +2766,8 @@ class AveragePoolOp(_PoolBase):
     explicit padding (never the part of a `ceil_mode` window beyond it).
 
     ```mlir
-    %y = popxl.average_pool %x {kernel = array<i64: 3, 3>, pads = array<i64: 1, 1, 1, 1>} : (tensor<1x3x8x8xf32>) -> tensor<1x3x8x8xf32>
+    %y = popxl.average_pool %x {kernel = array<i64: 3, 3>, pads = array<i64: 1, 1, 1, 1>}
+        : (tensor<1x3x8x8xf32>) -> tensor<1x3x8x8xf32>
     ```
     """
 
@@ -2769,7 +2788,8 @@ class MaxPoolGradOp(_PoolBase):
     window in the forward input `x` (props as `max_pool`).
 
     ```mlir
-    %dx = popxl.max_pool_grad %dy, %x {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>} : (tensor<1x3x4x4xf32>, tensor<1x3x8x8xf32>) -> tensor<1x3x8x8xf32>
+    %dx = popxl.max_pool_grad %dy, %x {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>}
+        : (tensor<1x3x4x4xf32>, tensor<1x3x8x8xf32>) -> tensor<1x3x8x8xf32>
     ```
     """
 
@@ -2795,7 +2815,8 @@ class AveragePoolGradOp(_PoolBase):
     elements of its window; the result type is the forward input's (props as `average_pool`).
 
     ```mlir
-    %dx = popxl.average_pool_grad %dy {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>} : (tensor<1x3x4x4xf32>) -> tensor<1x3x8x8xf32>
+    %dx = popxl.average_pool_grad %dy {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>}
+        : (tensor<1x3x4x4xf32>) -> tensor<1x3x8x8xf32>
     ```
     """
 
@@ -2879,7 +2900,8 @@ class ScatterOp(PopxlOp):
     negative indices count from the end; with repeated indices the last write wins.
 
     ```mlir
-    %y = popxl.scatter %x, %i, %v {axis = 0 : i64} : (tensor<4x3xf32>, tensor<2x3xi32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+    %y = popxl.scatter %x, %i, %v {axis = 0 : i64}
+        : (tensor<4x3xf32>, tensor<2x3xi32>, tensor<2x3xf32>) -> tensor<4x3xf32>
     ```
     """
 
@@ -2933,7 +2955,10 @@ class TakeAlongAxisOp(PopxlOp):
         ds, is_ = shape_of(data), shape_of(idx)
         axis = norm_axis(cls, props["axis"], len(ds))
         if len(is_) != len(ds) or any(i > d for k, (i, d) in enumerate(zip(is_, ds)) if k != axis):
-            raise cls.fail(f"indices {fmt_type(idx)} must have the rank of data {fmt_type(data)} and at most its size off axis {axis}")
+            raise cls.fail(
+                f"indices {fmt_type(idx)} must have the rank of data {fmt_type(data)} "
+                f"and at most its size off axis {axis}"
+            )
         return [tensor_type(is_, dtype_of(data))]
 
 
@@ -2950,7 +2975,8 @@ class ScatterReduceOp(PopxlOp):
     (the result's shape) the reduction starts from them; without, an empty slot is 0.
 
     ```mlir
-    %y = popxl.scatter_reduce %x, %i {axis = 0 : i64, axis_size = 3 : i64, reduction = "max"} : (tensor<5x2xf32>, tensor<5xi32>) -> tensor<3x2xf32>
+    %y = popxl.scatter_reduce %x, %i {axis = 0 : i64, axis_size = 3 : i64, reduction = "max"}
+        : (tensor<5x2xf32>, tensor<5xi32>) -> tensor<3x2xf32>
     ```
     """
 
@@ -2993,7 +3019,9 @@ class ScatterReduceGradOp(PopxlOp):
     (when the forward had them) initial values; props as `scatter_reduce`.
 
     ```mlir
-    %dx = popxl.scatter_reduce_grad %dy, %x, %i, %y {axis = 0 : i64, axis_size = 3 : i64, reduction = "max", wrt = "data"} : (tensor<3x2xf32>, tensor<5x2xf32>, tensor<5xi32>, tensor<3x2xf32>) -> tensor<5x2xf32>
+    %dx = popxl.scatter_reduce_grad %dy, %x, %i, %y {axis = 0 : i64, axis_size = 3 : i64, reduction = "max",
+        wrt = "data"}
+        : (tensor<3x2xf32>, tensor<5x2xf32>, tensor<5xi32>, tensor<3x2xf32>) -> tensor<5x2xf32>
     ```
     """
 
@@ -3145,7 +3173,8 @@ class InterpolateOp(PopxlOp):
     half_pixel; tf_crop_and_resize with the whole input as region), edges replicated.
 
     ```mlir
-    %y = popxl.interpolate %x {scales = array<f64: 1.0, 1.0, 2.0, 2.0>, mode = "linear"} : (tensor<1x2x3x4xf32>) -> tensor<1x2x6x8xf32>
+    %y = popxl.interpolate %x {scales = array<f64: 1.0, 1.0, 2.0, 2.0>, mode = "linear"}
+        : (tensor<1x2x3x4xf32>) -> tensor<1x2x6x8xf32>
     ```
     """
 
@@ -3170,7 +3199,8 @@ class InterpolateGradOp(PopxlOp):
     weights; the result type is the forward input's (props as `interpolate`).
 
     ```mlir
-    %dx = popxl.interpolate_grad %dy {scales = array<f64: 1.0, 1.0, 2.0, 2.0>, mode = "linear"} : (tensor<1x2x6x8xf32>) -> tensor<1x2x3x4xf32>
+    %dx = popxl.interpolate_grad %dy {scales = array<f64: 1.0, 1.0, 2.0, 2.0>, mode = "linear"}
+        : (tensor<1x2x6x8xf32>) -> tensor<1x2x3x4xf32>
     ```
     """
 
@@ -3236,7 +3266,9 @@ class RoiAlignOp(_RoiBase):
     `ceil(roi size / output size)` per dim); `aligned` shifts by half a pixel.
 
     ```mlir
-    %y = popxl.roi_align %x, %r, %b {output_size = array<i64: 2, 2>, spatial_scale = 0.5 : f64, sampling_ratio = 2 : i64} : (tensor<2x3x8x8xf32>, tensor<4x4xf32>, tensor<4xi32>) -> tensor<4x3x2x2xf32>
+    %y = popxl.roi_align %x, %r, %b {output_size = array<i64: 2, 2>, spatial_scale = 0.5 : f64,
+        sampling_ratio = 2 : i64}
+        : (tensor<2x3x8x8xf32>, tensor<4x4xf32>, tensor<4xi32>) -> tensor<4x3x2x2xf32>
     ```
     """
 
@@ -3259,7 +3291,9 @@ class RoiAlignGradOp(_RoiBase):
     bilinear sample points; the result type is the forward input's.
 
     ```mlir
-    %dx = popxl.roi_align_grad %dy, %r, %b {output_size = array<i64: 2, 2>, spatial_scale = 0.5 : f64, sampling_ratio = 2 : i64} : (tensor<4x3x2x2xf32>, tensor<4x4xf32>, tensor<4xi32>) -> tensor<2x3x8x8xf32>
+    %dx = popxl.roi_align_grad %dy, %r, %b {output_size = array<i64: 2, 2>, spatial_scale = 0.5 : f64,
+        sampling_ratio = 2 : i64}
+        : (tensor<4x3x2x2xf32>, tensor<4x4xf32>, tensor<4xi32>) -> tensor<2x3x8x8xf32>
     ```
     """
 
@@ -3442,7 +3476,8 @@ class ShapedDropoutOp(PopxlOp):
     `popxl.dropout` on a tensor of `shape`.
 
     ```mlir
-    %y = popxl.shaped_dropout %x, %seed {shape = array<i64: 4, 1>, ratio = 0.5 : f64} : (tensor<4x8xf32>, tensor<2xui32>) -> tensor<4x8xf32>
+    %y = popxl.shaped_dropout %x, %seed {shape = array<i64: 4, 1>, ratio = 0.5 : f64}
+        : (tensor<4x8xf32>, tensor<2xui32>) -> tensor<4x8xf32>
     ```
     """
 
@@ -3577,7 +3612,7 @@ OPS: list[type[IRDLOperation]] = [
     AdamVarUpdateOp,
 ] + NN_OPS + RANDOM_OPS
 
-Popxl = Dialect("popxl", OPS, [])
+Popxl = Dialect("popxl", [*OPS], [])
 
 
 # -- compatibility: `WRITES` (issue 10, phase 2 removes it) ---------------------------------
@@ -3586,11 +3621,16 @@ Popxl = Dialect("popxl", OPS, [])
 # here: a tuple for `WritesOperands`, a per-instance property for the other interfaces.
 # Declared a ClassVar so that op classes defined elsewhere (plugins) can derive from PopxlOp.
 PopxlOp.__annotations__["WRITES"] = ClassVar[tuple[int, ...]]
-PopxlOp.WRITES = ()  # type: ignore[attr-defined]
-for _cls in OPS:
-    _t = _cls.get_trait(InPlaceInterface)
-    if isinstance(_t, WritesOperands):
-        _cls.WRITES = _t.indices  # type: ignore[attr-defined]
-    elif _t is not None:
-        _cls.WRITES = property(written_operands)  # type: ignore[attr-defined]
-del _cls, _t
+PopxlOp.WRITES = ()  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def _derive_writes(ops: Sequence[type[IRDLOperation]]) -> None:
+    for cls in ops:
+        t = cls.get_trait(InPlaceInterface)
+        if isinstance(t, WritesOperands):
+            cls.WRITES = t.indices  # pyright: ignore[reportAttributeAccessIssue]
+        elif t is not None:
+            cls.WRITES = property(written_operands)  # pyright: ignore[reportAttributeAccessIssue]
+
+
+_derive_writes(OPS)

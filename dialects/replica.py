@@ -10,8 +10,11 @@ its assignment explicitly: `#replica.grouping<assignment = [0, 1, 1, 0]>`.
 ```mlir
 graph.main attributes {replication_factor = 4 : i64} {
   %w = graph.variable "w" = dense<1.0> : tensor<4xf32>
-  %s = replica.all_reduce %w {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "add"} : (tensor<4xf32>) -> tensor<4xf32>
-  %g = replica.all_gather %w {axis = 0 : i64, grouping = #replica.grouping<stride = 2, group_size = 2>, new_axis = false} : (tensor<4xf32>) -> tensor<8xf32>
+  %s = replica.all_reduce %w {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "add"}
+      : (tensor<4xf32>) -> tensor<4xf32>
+  %g = replica.all_gather %w {axis = 0 : i64, grouping = #replica.grouping<stride = 2, group_size = 2>,
+      new_axis = false}
+      : (tensor<4xf32>) -> tensor<8xf32>
   replica.all_reduce_ %w {grouping = #replica.grouping<stride = 1, group_size = 2>, op = "mean"} : (tensor<4xf32>) -> ()
 }
 ```
@@ -28,7 +31,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 from xdsl.dialects.builtin import ArrayAttr, IntAttr, IntegerAttr, StringAttr, TensorType
 from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute
 from xdsl.irdl import (
@@ -46,7 +48,7 @@ from xdsl.utils.exceptions import VerifyException
 from xl.dialects.effects import WritesOperands
 from xl.dialects.popxl import PopxlOp
 from xl.dialects.traits import CrossReplica, NotDifferentiable, PopartType
-from xl.dialects.utils import fmt_type, shape_of, tensor_type, dtype_of
+from xl.dialects.utils import dtype_of, fmt_type, shape_of, tensor_type
 
 COLLECTIVE_OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add")
 """The reductions a collective's `op` may name."""
@@ -279,7 +281,8 @@ class AllReduceOp(_ReduceOp):
     (`ops.collectives.replicated_all_reduce`).
 
     ```mlir
-    %y = replica.all_reduce %x {grouping = #replica.grouping<stride = 1, group_size = 2>, op = "mean"} : (tensor<3xf32>) -> tensor<3xf32>
+    %y = replica.all_reduce %x {grouping = #replica.grouping<stride = 1, group_size = 2>, op = "mean"}
+        : (tensor<3xf32>) -> tensor<3xf32>
     ```
     """
 
@@ -294,7 +297,8 @@ class AllReduceInplaceOp(_ReduceOp):
     (`ops.collectives.replicated_all_reduce_`).
 
     ```mlir
-    replica.all_reduce_ %x {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "add"} : (tensor<3xf32>) -> ()
+    replica.all_reduce_ %x {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "add"}
+        : (tensor<3xf32>) -> ()
     ```
     """
 
@@ -317,7 +321,8 @@ class AllReduceIdenticalInputsOp(_ReduceOp):
     (popxl.addons' `replicated_all_reduce_identical_inputs`, used in tensor parallelism).
 
     ```mlir
-    %y = replica.all_reduce_identical_inputs %x {grouping = #replica.grouping<stride = 1, group_size = 2>, op = "add"} : (tensor<3xf32>) -> tensor<3xf32>
+    %y = replica.all_reduce_identical_inputs %x {grouping = #replica.grouping<stride = 1, group_size = 2>, op = "add"}
+        : (tensor<3xf32>) -> tensor<3xf32>
     ```
     """
 
@@ -332,7 +337,9 @@ class AllReduceIdenticalGradInputsOp(_ReduceOp):
     the value is the all-reduce; the gradient is the incoming gradient (an identity).
 
     ```mlir
-    %y = replica.all_reduce_identical_grad_inputs %x {grouping = #replica.grouping<stride = 1, group_size = 2>, op = "add"} : (tensor<3xf32>) -> tensor<3xf32>
+    %y = replica.all_reduce_identical_grad_inputs %x {grouping = #replica.grouping<stride = 1, group_size = 2>,
+        op = "add"}
+        : (tensor<3xf32>) -> tensor<3xf32>
     ```
     """
 
@@ -354,8 +361,12 @@ class AllGatherOp(CollectiveOp):
     (`ops.collectives.replicated_all_gather`).
 
     ```mlir
-    %y = replica.all_gather %x {axis = 1 : i64, grouping = #replica.grouping<stride = 1, group_size = 2>, new_axis = false} : (tensor<2x3xf32>) -> tensor<2x6xf32>
-    %z = replica.all_gather %x {axis = 0 : i64, grouping = #replica.grouping<stride = 1, group_size = 2>, new_axis = true} : (tensor<2x3xf32>) -> tensor<2x2x3xf32>
+    %y = replica.all_gather %x {axis = 1 : i64, grouping = #replica.grouping<stride = 1, group_size = 2>,
+        new_axis = false}
+        : (tensor<2x3xf32>) -> tensor<2x6xf32>
+    %z = replica.all_gather %x {axis = 0 : i64, grouping = #replica.grouping<stride = 1, group_size = 2>,
+        new_axis = true}
+        : (tensor<2x3xf32>) -> tensor<2x2x3xf32>
     ```
     """
 
@@ -388,7 +399,8 @@ class ReduceScatterOp(_ReduceOp):
     (`ops.collectives.replicated_reduce_scatter`). The element count must divide evenly.
 
     ```mlir
-    %y = replica.reduce_scatter %x {grouping = #replica.grouping<stride = 1, group_size = 2>, op = "add"} : (tensor<2x3xf32>) -> tensor<3xf32>
+    %y = replica.reduce_scatter %x {grouping = #replica.grouping<stride = 1, group_size = 2>, op = "add"}
+        : (tensor<2x3xf32>) -> tensor<3xf32>
     ```
     """
 
@@ -421,7 +433,8 @@ class ShardedSliceOp(CollectiveOp):
     flattened (`ops.collectives.replica_sharded_slice`; no data moves between replicas).
 
     ```mlir
-    %y = replica.sharded_slice %x {grouping = #replica.grouping<stride = 1, group_size = 2>} : (tensor<2x3xf32>) -> tensor<3xf32>
+    %y = replica.sharded_slice %x {grouping = #replica.grouping<stride = 1, group_size = 2>}
+        : (tensor<2x3xf32>) -> tensor<3xf32>
     ```
     """
 
@@ -442,7 +455,8 @@ class SliceOp(CollectiveOp):
     axis.
 
     ```mlir
-    %y = replica.slice %x {axis = 0 : i64, grouping = #replica.grouping<stride = 1, group_size = 2>} : (tensor<4x3xf32>) -> tensor<2x3xf32>
+    %y = replica.slice %x {axis = 0 : i64, grouping = #replica.grouping<stride = 1, group_size = 2>}
+        : (tensor<4x3xf32>) -> tensor<2x3xf32>
     ```
     """
 

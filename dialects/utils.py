@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -66,13 +67,14 @@ def numpy_dtype(elem: Attribute) -> np.dtype:
         raise TypeError(f"element type {elem} has no NumPy dtype") from None
 
 
-def tensor_type(shape: Sequence[int], dtype: np.dtype | type | str) -> TensorType:
+def tensor_type(shape: Sequence[int], dtype: np.dtype | type | str) -> TensorType[Any]:
+    # TensorType[Any]: the element type follows `dtype` at run time (any int, float or bool type)
     """`tensor<shape x dtype>`; types are immutable, so they are cached."""
     return _tensor_type(tuple(int(d) for d in shape), np.dtype(dtype))
 
 
 @functools.lru_cache(maxsize=4096)
-def _tensor_type(shape: tuple[int, ...], dtype: np.dtype) -> TensorType:
+def _tensor_type(shape: tuple[int, ...], dtype: np.dtype) -> TensorType[Any]:
     return TensorType(element_type(dtype), list(shape))
 
 
@@ -91,7 +93,7 @@ def dtype_of(t: Attribute) -> np.dtype:
 
 
 def is_float(t: Attribute) -> bool:
-    return isinstance(t.get_element_type(), Float16Type | Float32Type | Float64Type)  # type: ignore[attr-defined]
+    return isinstance(t.get_element_type(), Float16Type | Float32Type | Float64Type)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def fmt_type(t: Attribute) -> str:

@@ -75,7 +75,8 @@ def module_section(module: ModuleType) -> list[str]:
         if inspect.ismodule(obj):
             lines += [f"### `{module.__name__}.{name}`", "", f"Submodule: see `{obj.__name__}`.", ""]
         elif inspect.isclass(obj) and not obj.__module__.startswith("popxl"):
-            lines += [f"### class `{module.__name__}.{name}`", "", f"`{obj.__module__}.{obj.__qualname__}`, re-exported.", ""]
+            origin = f"`{obj.__module__}.{obj.__qualname__}`, re-exported."
+            lines += [f"### class `{module.__name__}.{name}`", "", origin, ""]
         elif inspect.isclass(obj):
             lines += [f"### class `{module.__name__}.{name}`", "", _doc(obj), ""]
             for mname, attr in _members(obj):
@@ -105,7 +106,7 @@ def render(modules: tuple[str, ...] = MODULES) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("-o", "--output", default=str(OUT), help="file to write, or - for stdout")
     parser.add_argument("--check", action="store_true", help="fail if the output file differs")
     args = parser.parse_args(argv)

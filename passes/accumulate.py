@@ -56,15 +56,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, TensorType
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
+
 from xl.dialects.call import call_sites
 from xl.dialects.graph import ConstantOp, GraphOp
 from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.popxl import AccumulateMeanOp, AccumulateOp
-from xl.dialects.utils import element_type, fmt_type
+from xl.dialects.utils import fmt_type, tensor_type
 from xl.passes.autodiff_info import GradInfo
 from xl.passes.graph_utils import grad_and_forward, graph_placement, set_name_hint
 
@@ -149,7 +150,7 @@ def accumulate(
         raise AccumulateError(f"accumulate: accumulator names collide: {sorted(acc_names.values())}")
 
     # -- new by-reference inputs: the counter, then one accumulator per input -------------
-    f32_scalar = TensorType(element_type("float32"), [])
+    f32_scalar = tensor_type((), "float32")
     ipu = graph_placement(grad) or graph_placement(fwd)
     placed: dict[str, Attribute] | None = {IPU_ATTR: ipu} if ipu is not None else None
     fblock = fwd.body.block

@@ -66,6 +66,7 @@ from xl.dialects.call import (
     append_results,
     call_sites,
 )
+from xl.dialects.effects import written_operands
 from xl.dialects.graph import GraphOp, graphs_by_name, unique_graph_name
 from xl.dialects.popxl import AddOp
 from xl.dialects.utils import fmt_type
@@ -82,7 +83,6 @@ from xl.passes.autodiff_info import (
     GradInfo,
     is_grad_graph,
 )
-from xl.dialects.effects import written_operands
 from xl.passes.functionalize import functionalize
 from xl.passes.grad_rules import GradBuilder, Grads, grad_rule
 
@@ -218,7 +218,9 @@ class Autodiff:
             raise AutodiffError(f"autodiff: a graph named @{gname} already exists")
         self._active.add(name)
         try:
-            grad = GradGraphBuilder(self, fwd).build(provided, required, gname)
+            # the same class under two module names for pyright (passes.autodiff here, xl.passes.autodiff
+            # in the builder; see [tool.pyright] in pyproject.toml)
+            grad = GradGraphBuilder(self, fwd).build(provided, required, gname)  # pyright: ignore[reportArgumentType]
         finally:
             self._active.discard(name)
         Rewriter.insert_op(grad, InsertPoint.after(fwd))
@@ -274,7 +276,7 @@ class Autodiff:
             if dxs[i] is None:
                 dxs[i] = r
             else:
-                dxs[i] = b.v(AddOp, dxs[i], r)  # type: ignore[arg-type]
+                dxs[i] = b.v(AddOp, dxs[i], r)  # pyright: ignore[reportArgumentType]
         for i in needed:
             if dxs[i] is None:
                 raise AutodiffError(

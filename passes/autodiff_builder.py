@@ -22,7 +22,7 @@ from xl.dialects.graph import ConstantOp, GraphOp, OutputOp
 from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.popxl import AddOp, CastOp, InitOp, ReduceToShapeOp
 from xl.dialects.traits import has_no_gradient
-from xl.dialects.utils import dtype_of, element_type, fmt_type, shape_of
+from xl.dialects.utils import dtype_of, fmt_type, shape_of, tensor_type
 from xl.passes.autodiff_info import FWD_GRAD, FWD_INPUT, FWD_OUTPUT, AutodiffError, GradInfo
 from xl.passes.grad_rules import Grads, get_grad_rule
 
@@ -143,7 +143,7 @@ class GradGraphBuilder:
         key = (float(value), dt.str)
         got = self.const_cache.get(key)
         if got is None:
-            t = TensorType(element_type(dt), [])
+            t = tensor_type((), dt)
             v = int(value) if dt.kind in "iub" else float(value)
             c = ConstantOp(DenseIntOrFPElementsAttr.from_list(t, [v]))
             self.block.add_op(c)

@@ -66,7 +66,7 @@ def functional_form(op: Operation) -> Operation | None:
     if cls is None:
         return None
     try:
-        return cls.make(list(op.operands), **props)  # type: ignore[attr-defined]
+        return cls.make(list(op.operands), **props)  # pyright: ignore[reportAttributeAccessIssue]
     except Exception:
         return None
 

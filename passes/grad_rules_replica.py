@@ -5,13 +5,15 @@ As in PopXL, the gradient of a collective is again a collective over the same gr
 | forward | gradient of the operand |
 |---|---|
 | `all_reduce` (`add`, `mean`) | the same all-reduce of the gradients |
-| `all_reduce` (`square_add`, `mul`, `min`, `max`) | `2x * S`, `S * y / x`, `S * (x == y)` with `S` the all-reduce `add` of the gradients (upstream has no rule for these) |
+| `all_reduce` (`square_add`, `mul`, `min`, `max`) | `2x * S`, `S * y / x`, `S * (x == y)` (upstream: no rule) |
 | `all_reduce_identical_inputs` | the all-reduce (`op`) of the gradients |
 | `all_reduce_identical_grad_inputs` | the gradient itself |
 | `reduce_scatter` | the all-gather of the gradients (divided by the group size for `mean`), reshaped |
 | `all_gather` | the replicated slice of the gradient |
 | `slice` | the all-gather of the gradients |
 | `sharded_slice` | the all-gather of the gradients, reshaped |
+
+(`S` is the all-reduce `add` of the gradients.)
 
 The two conventions of PopXL meet here: an op whose inputs differ per replica and whose
 result is the same on every member of a group (`all_gather`) counts the loss downstream

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, SSAValue
+
 from xl.dialects.graph import GraphOp, graphs_by_name
 from xl.dialects.ipu import IPU_ATTR
 from xl.passes.autodiff_info import AutodiffError, GradInfo

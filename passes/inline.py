@@ -35,8 +35,9 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from xl.dialects.call import CallOp, call_sites
+from xl.dialects.effects import is_written
 from xl.dialects.graph import GraphOp, OutputOp, graphs_by_name
-from xl.dialects.popxl import IdentityOp, is_written
+from xl.dialects.popxl import IdentityOp
 
 
 def called_names(module: ModuleOp) -> set[str]:

@@ -101,14 +101,13 @@ from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from xl.dialects.call import CallOp
 from xl.dialects.graph import ConstantOp, GraphOp, MainGraphOp, OutputOp, VariableOp
 from xl.dialects.popxl import written_operands
-
 
 
 class OutlineError(ValueError):
@@ -174,9 +173,9 @@ def _build_sequence(
                 continue
             srcs: list[tuple[int, int] | int] = []
             for v in op.operands:
-                p = pos.get(v.owner)  # type: ignore[arg-type]
+                p = pos.get(v.owner)  # pyright: ignore[reportArgumentType]
                 # an op of the sequence: (position, result index); else the value's id
-                srcs.append((p, v.index) if p is not None else id(v))  # type: ignore[attr-defined]
+                srcs.append((p, v.index) if p is not None else id(v))  # pyright: ignore[reportAttributeAccessIssue]
             sig = sig_cache.get(op)
             if sig is None:
                 sig = sig_cache[op] = sig_ids.setdefault(_signature(op), len(sig_ids))
@@ -414,7 +413,7 @@ def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
                 if c >= 2 and (c - 1) * g.length - c > 0:
                     g = _Group(g.length, starts, g.n_inputs, _outputs(seq, starts, g.length), g.positions)
                     count += 1
-                    heapq.heappush(pending, (tuple(-x for x in g.rank()), count, g))  # type: ignore[misc]
+                    heapq.heappush(pending, (tuple(-x for x in g.rank()), count, g))  # pyright: ignore[reportArgumentType]
                 continue
             for p in starts:
                 cover(p, g.length)
@@ -440,7 +439,7 @@ def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
         for length in lengths:
             for g in _examine(seq, free(positions, length), length):
                 count += 1
-                heapq.heappush(pending, (tuple(-x for x in g.rank()), count, g))  # type: ignore[misc]
+                heapq.heappush(pending, (tuple(-x for x in g.rank()), count, g))  # pyright: ignore[reportArgumentType]
     return taken
 
 
@@ -449,7 +448,7 @@ def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
 
 def _unique_name(module: ModuleOp, base: str) -> str:
     names = {
-        op.properties["sym_name"].data  # type: ignore[attr-defined]
+        op.properties["sym_name"].data  # pyright: ignore[reportAttributeAccessIssue]
         for op in module.body.block.ops
         if "sym_name" in op.properties
     }
@@ -487,7 +486,7 @@ def outline_group(module: ModuleOp, seq: _Sequence, group: _Group) -> list[CallO
             if i in written:
                 by_ref[v] = True
     name = _unique_name(module, "outlined")
-    out_types = [first[k].results[r].type for k, r in group.outputs]  # type: ignore[union-attr]
+    out_types = [first[k].results[r].type for k, r in group.outputs]  # pyright: ignore[reportOptionalMemberAccess]
     names = [_hint(v, f"in{i}") for i, v in enumerate(inputs)]
     graph = GraphOp(
         name,
@@ -505,9 +504,9 @@ def outline_group(module: ModuleOp, seq: _Sequence, group: _Group) -> list[CallO
     for op in first:
         assert op is not None
         block.add_op(op.clone(vm))
-    block.add_op(OutputOp([vm[first[k].results[r]] for k, r in group.outputs]))  # type: ignore[union-attr]
+    block.add_op(OutputOp([vm[first[k].results[r]] for k, r in group.outputs]))  # pyright: ignore[reportOptionalMemberAccess]
     # the graph goes right before the graph (or main) holding the first run
-    holder = first[0].parent_op()  # type: ignore[union-attr]
+    holder = first[0].parent_op()  # pyright: ignore[reportOptionalMemberAccess]
     assert holder is not None
     Rewriter.insert_op(graph, InsertPoint.before(holder))
 
@@ -529,7 +528,7 @@ def outline_group(module: ModuleOp, seq: _Sequence, group: _Group) -> list[CallO
         call = CallOp(name, args, out_types)
         Rewriter.insert_op(call, InsertPoint.after(last))
         for (k, r), res in zip(group.outputs, call.res, strict=True):
-            old = run[k].results[r]  # type: ignore[union-attr]
+            old = run[k].results[r]  # pyright: ignore[reportOptionalMemberAccess]
             res.name_hint = old.name_hint
             old.replace_all_uses_with(res)
         for op in reversed(run):

@@ -28,7 +28,8 @@ then advances its own counter.
 graph.main {
   pipeline.region steps 4 {
     %x = graph.host_load @x {pipeline.stage = 0 : i64} : tensor<ui32>
-    %c = ipu.copy %x {source = 0 : i64, destination = 1 : i64, pipeline.stage = 0 : i64} : (tensor<ui32>) -> tensor<ui32>
+    %c = ipu.copy %x {source = 0 : i64, destination = 1 : i64, pipeline.stage = 0 : i64}
+        : (tensor<ui32>) -> tensor<ui32>
     graph.host_store @y, %c {pipeline.stage = 1 : i64} : tensor<ui32>
   }
 }
@@ -58,7 +59,6 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
-    IntegerAttr,
     ModuleOp,
     StringAttr,
     TensorType,
@@ -184,7 +184,7 @@ def _lower_stashes(region: RegionOp, variable_names: set[str]) -> list[VariableO
         zeros = np.zeros(type.get_shape(), numpy_dtype(type.get_element_type()))
         var = VariableOp(name, type, dense_attr(zeros))
         _set_hint(var.result, name.replace("/", "_"))
-        block.parent_op().parent_block().insert_op_before(var, region)  # type: ignore[union-attr]
+        block.parent_op().parent_block().insert_op_before(var, region)  # pyright: ignore[reportOptionalMemberAccess]
         made.append(var)
         return var.result
 
@@ -278,7 +278,7 @@ def _groups(region: RegionOp, num_stages: int) -> tuple[
         seen_in: set[SSAValue] = set()
         for op in g.ops:
             for v in op.operands:
-                if owner.get(v.owner) is not g and v not in seen_in:  # type: ignore[arg-type]
+                if owner.get(v.owner) is not g and v not in seen_in:  # pyright: ignore[reportArgumentType]
                     seen_in.add(v)
                     g.inputs.append(v)
             for r in op.results:
@@ -342,7 +342,7 @@ class _Scope:
         d = self.dummies.get(v)
         if d is None:
             init = InitOp.make([], [v.type], init_type="zero")
-            ipu = v.owner.attributes.get(IPU_ATTR)  # type: ignore[union-attr]
+            ipu = v.owner.attributes.get(IPU_ATTR)  # pyright: ignore[reportAttributeAccessIssue]
             if ipu is not None:
                 init.attributes[IPU_ATTR] = ipu
             _set_hint(init.results[0], f"dummy__{v.name_hint}" if v.name_hint else None)
@@ -370,7 +370,7 @@ class _Scope:
         return self.parent.get(v) if self.parent is not None else v
 
 
-def _arg_attrs(names: Sequence[str], by_ref: Sequence[bool]) -> ArrayAttr:
+def _arg_attrs(names: Sequence[str], by_ref: Sequence[bool]) -> ArrayAttr[DictionaryAttr]:
     out: list[DictionaryAttr] = []
     for n, r in zip(names, by_ref, strict=True):
         d: dict[str, Attribute] = {BY_REF_ATTR: UnitAttr()} if r else {}

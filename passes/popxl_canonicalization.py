@@ -52,8 +52,9 @@ class FoldTransposeChain(RewritePattern):
     def match_and_rewrite(self, op: TransposeOp, rewriter: PatternRewriter) -> None:
         inner = op.input.owner
         if isinstance(inner, TransposeOp) and _frozen(inner.input, inner.result, op.result):
-            p = tuple(inner.perm.get_values())
-            q = tuple(op.perm.get_values())
+            # perm is an i64 array (the op's property constraint); get_values is typed for int arrays
+            p = tuple(inner.perm.get_values())  # pyright: ignore[reportAttributeAccessIssue]
+            q = tuple(op.perm.get_values())  # pyright: ignore[reportAttributeAccessIssue]
             perm = tuple(p[i] for i in q)
             if perm == tuple(range(len(perm))):
                 rewriter.replace(op, [], [inner.input])

@@ -24,8 +24,10 @@ graph.graph @linear_grad_recomp(%dz: tensor<2x3xf32> {graph.name = "Gradient___z
     attributes {autodiff.forward = @linear, autodiff.expected_inputs = [["fwd_grad", 0 : i64],
       ["fwd_input", 1 : i64], ["fwd_input", 0 : i64], ["fwd_input", 2 : i64]],
       autodiff.expected_outputs = array<i64: 0, 1>} {
-  %z, %y = call.call @linear(%x, %w, %b) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>)
-  %dx, %dw = call.call @linear_grad(%dz, %y, %w, %x) : (tensor<2x3xf32>, tensor<2x3xf32>, tensor<4x3xf32>, tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<4x3xf32>)
+  %z, %y = call.call @linear(%x, %w, %b)
+      : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>)
+  %dx, %dw = call.call @linear_grad(%dz, %y, %w, %x)
+      : (tensor<2x3xf32>, tensor<2x3xf32>, tensor<4x3xf32>, tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<4x3xf32>)
   graph.output %dx, %dw : tensor<2x4xf32>, tensor<4x3xf32>
 }
 ```
@@ -55,6 +57,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
+
 from xl.dialects.call import CallOp
 from xl.dialects.graph import BY_REF_ATTR, NAME_ATTR, GraphOp, OutputOp, unique_graph_name
 from xl.dialects.ipu import IPU_ATTR
@@ -183,7 +186,7 @@ def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomput
         GradInfo(info.forward, tuple(conns), info.expected_outputs).to_attributes()
     )
     Rewriter.insert_op(new, InsertPoint.after(grad))
-    index = {a: j for j, a in enumerate(block.args)}
+    index: dict[SSAValue, int] = {a: j for j, a in enumerate(block.args)}
     input_map = {p: index[v] for p, v in enumerate(operands) if v in index}
     return Recomputed(new, input_map)
 

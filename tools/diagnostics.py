@@ -253,7 +253,7 @@ def _size(nbytes: int) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
         if nbytes < 1024 or unit == "EiB":
             return f"{nbytes:.4g} {unit}" if unit != "bytes" else f"{nbytes} bytes"
-        nbytes /= 1024  # type: ignore[assignment]
+        nbytes /= 1024  # pyright: ignore[reportAssignmentType]
     raise AssertionError("unreachable")
 
 

@@ -340,8 +340,6 @@ class DotWriter:
                 flow.add((src, dst, v))
                 order.append((src, dst, v))
 
-        Last = dict[SSAValue, frozenset[str]]
-
         def draw(block: Block, c: _Cluster) -> None:
             ipu_clusters: dict[int, _Cluster] = {}
 
@@ -381,7 +379,7 @@ class DotWriter:
                 else:
                     self.scene.node(where(op), nid, attrs)
 
-        def flow_block(block: Block, last: Last) -> Last:
+        def flow_block(block: Block, last: dict[SSAValue, frozenset[str]]) -> dict[SSAValue, frozenset[str]]:
             for op in block.ops:
                 if isinstance(op, rt.AllocOp):
                     continue
@@ -449,7 +447,8 @@ def module_dot(module: ModuleOp, op_ids: OpIds | None = None, name: str = "xl") 
         for call, callee, label in gr.calls:
             target = anchors.get(callee)
             if target is None:
-                stub = scene.node(scene.root, f"graph:{callee}", {"shape": "folder", "label": quote(f"Graph : {callee} (missing)")})
+                label = quote(f"Graph : {callee} (missing)")
+                stub = scene.node(scene.root, f"graph:{callee}", {"shape": "folder", "label": label})
                 anchors[callee] = (stub, "")
                 target = anchors[callee]
             attrs = {"label": quote(label), "style": "dashed", "color": '"blue"'}

@@ -37,7 +37,7 @@ MESSAGE_ELIDE_LIMIT = 16
 
 def _num_elements(attr: DenseIntOrFPElementsAttr) -> int:
     n = 1
-    for d in attr.get_type().get_shape():
+    for d in attr.type.get_shape():
         n *= max(int(d), 0)
     return n
 

@@ -66,7 +66,6 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 from xl.dialects import get_all_dialects
 from xl.passes import builtin_passes, get_all_passes
 from xl.passes.plugins import load_pass_plugin
-from xl.tools.elide import print_op, shorten_message
 from xl.tools.diagnostics import (
     LocatedError,
     SourceText,
@@ -75,6 +74,7 @@ from xl.tools.diagnostics import (
     locate,
     verify_located,
 )
+from xl.tools.elide import print_op, shorten_message
 from xl.tools.parse import as_parse_error, parse_source
 from xl.tools.verify_diagnostics import Diagnostic, check_diagnostics, parse_expectations
 
@@ -94,13 +94,14 @@ def _point_at_op_name(e: ParseError) -> Span[str] | Span[bytes]:
     name = m.group(1)
     needle: str | bytes = name.encode() if isinstance(content, bytes) else name
     line_start = span.input.get_start_of_line(span.start)
-    idx = content.rfind(needle, line_start, span.start)  # type: ignore[arg-type]
+    idx = content.rfind(needle, line_start, span.start)  # pyright: ignore[reportArgumentType]
     if idx < 0:
         return span
     # A plain Span: `span` may be a StringLiteral, which only holds quoted text.
+    # Span is generic in its input's content type (str or bytes); the new span reuses `span.input`
     if idx > 0 and content[idx - 1 : idx] in ('"', b'"'):
-        return Span(idx - 1, idx + len(name) + 1, span.input, span.line_offset)
-    return Span(idx, idx + len(name), span.input, span.line_offset)
+        return Span(idx - 1, idx + len(name) + 1, span.input, span.line_offset)  # pyright: ignore[reportArgumentType]
+    return Span(idx, idx + len(name), span.input, span.line_offset)  # pyright: ignore[reportArgumentType]
 
 
 def _parse_message(e: ParseError) -> str:
@@ -524,7 +525,7 @@ class XlOptMain(xDSLOptMain):
             text += f"\n{PROG}: note: {self._stage}"
         _eprint(text)
 
-    def run(self) -> int:  # type: ignore[override]
+    def run(self) -> int:  # pyright: ignore[reportIncompatibleMethodOverride]
         """Processes every chunk; returns the exit status (0 ok, 1 some chunk failed)."""
         if self.args.list_passes or self.args.list_dialects:
             if self.args.list_passes:
@@ -674,7 +675,7 @@ def describe_pass(cls: type[ModulePass]) -> str:
     usage = None
     if desc.startswith(f"`{cls.name}") or "module docstring" in desc:
         # A usage line or a pointer: the description is the module's first sentence.
-        m = re.match(r"`(%s\{[^`]*\})`" % re.escape(cls.name), desc)
+        m = re.match(r"`(" + re.escape(cls.name) + r"\{[^`]*\})`", desc)
         usage = m.group(1) if m else None
         module_doc = _first_line(getattr(sys.modules.get(cls.__module__), "__doc__", ""))
         module_doc = re.sub(r"^`[^`]*`:\s*", "", module_doc)

@@ -51,7 +51,8 @@ def externalize_variables(module: ModuleOp, path: str | os.PathLike[str]) -> Mod
         op.init = None
         op.attributes[EXTERNAL_ATTR] = StringAttr(file_name)
     with open(path, "wb") as f:  # np.savez would append '.npz' to other names
-        np.savez(f, **values)
+        # numpy's stub: a **kwargs dict could name its allow_pickle parameter
+        np.savez(f, **values)  # pyright: ignore[reportArgumentType]
     return module
 
 
