@@ -9,7 +9,7 @@
         s.run()
 """
 
-from popxl import dtypes
+from popxl import dtypes, fp8_utils, ops, transforms, utils
 from popxl.context import (
     gcg,
     get_current_graph,
@@ -47,6 +47,13 @@ from popxl.dtypes import (
 from popxl.graph import Graph
 from popxl.ir import Ir
 from popxl.module import Module
+from popxl.remote_buffer import (
+    RemoteBuffer,
+    ReplicatedTensorSharding,
+    TensorLocation,
+    TensorStorage,
+    remote_buffer,
+)
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.session import Session
 from popxl.streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
@@ -66,24 +73,6 @@ from popxl.tensor import (
     variable,
 )
 from popxl.utils import create_seeds
-
-
-def _not_implemented(name: str):
-    def f(*args, **kwargs):
-        raise NotImplementedError(f"popxl.{name} is not implemented in xl yet")
-
-    f.__name__ = name
-    return f
-
-
-from popxl.remote_buffer import (
-    RemoteBuffer,
-    ReplicatedTensorSharding,
-    TensorLocation,
-    TensorStorage,
-    remote_buffer,
-)
-from popxl import fp8_utils, ops, transforms, utils
 
 __all__ = [
     # context

@@ -28,10 +28,10 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import VerifyException
-from xl.dialects.graph import GraphOp, MainGraphOp
 
 from popxl.graph import Graph
 from popxl.tensor import Tensor
+from xl.dialects.graph import GraphOp, MainGraphOp
 
 if TYPE_CHECKING:
     from popxl.ir import Ir

@@ -13,6 +13,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 from xdsl.ir import Attribute
+
 from xl.dialects.utils import element_type as _np_to_elem
 from xl.dialects.utils import numpy_dtype as _elem_to_np
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from xl.runtime.float8 import to_float8
 
 from popxl.dtypes import _UPSTREAM_FLOAT8, dtype, float8_143, float8_152, float16, float32, float64
+from xl.runtime.float8 import to_float8
 
 __all__ = ["host_fp8_mse_scale", "host_pow2scale_cast_from_fp8", "host_pow2scale_cast_to_fp8"]
 
@@ -59,8 +59,9 @@ def host_pow2scale_cast_to_fp8(
 ) -> np.ndarray:
     """`cast(src * 2**log2_scale, dtype)` on the host: float16/32/64 data (NumPy or torch)
     to a float8 array (`dtype` `popxl.float8_143` or `popxl.float8_152`), rounding to
-    nearest even (correctly also from float64, see `xl.runtime.float8`). Values too large for the format become NaN, or the largest finite value
-    of their sign when `nan_on_overflow` is False; NaN stays NaN.
+    nearest even (correctly also from float64, see `xl.runtime.float8`). Values too large for
+    the format become NaN, or the largest finite value of their sign when `nan_on_overflow` is
+    False; NaN stays NaN.
 
     RuntimeError when `dtype` is not a float8 dtype, `src` is not float16/32/64 or
     `log2_scale` is not an int in [-32, 32)."""

@@ -17,6 +17,11 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+
+from popxl import context
+from popxl._checks import check_dtype, check_name, check_shape
+from popxl.dtypes import dtype as _dtype
+from popxl.tensor import Constant, Tensor, Variable
 from xl.dialects.graph import (
     BY_REF_ATTR,
     ConstantOp,
@@ -28,11 +33,6 @@ from xl.dialects.graph import (
 )
 from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
 from xl.dialects.utils import tensor_type
-
-from popxl import context
-from popxl._checks import check_dtype, check_name, check_shape
-from popxl.dtypes import dtype as _dtype
-from popxl.tensor import Constant, Tensor, Variable
 
 if TYPE_CHECKING:
     from popxl.ir import Ir

@@ -16,8 +16,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
-
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
+
+from popxl import context
+from popxl.graph import Graph
+from popxl.tensor import Tensor, TensorByRef, TensorSpec
 from xl.dialects.graph import (
     D2HStreamOp,
     GraphOp,
@@ -28,10 +31,6 @@ from xl.dialects.graph import (
     VariableOp,
     graphs_by_name,
 )
-
-from popxl import context
-from popxl.graph import Graph
-from popxl.tensor import Tensor, TensorByRef, TensorSpec
 
 __all__ = ["Ir"]
 
@@ -363,9 +362,8 @@ class Ir:
     def _module_with_values(self, current: Mapping[str, Any]) -> ModuleOp:
         """A copy of the module whose `graph.variable` values are `current[name]`; a grouped
         variable takes the values of all its groups (`[num_groups, *shape]`)."""
-        from xl.dialects.utils import dense_attr
-
         from xl.dialects.ipu import RemoteVariableOp, ReplicaShardedVariableOp
+        from xl.dialects.utils import dense_attr
 
         module = self._module.clone()
         for op in module.walk():

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from xdsl.ir import Operation, SSAValue
+
 from xl.dialects.call import called_graph_names
 from xl.dialects.graph import ConstantOp, OutputOp, VariableOp
 from xl.dialects.traits import popart_type

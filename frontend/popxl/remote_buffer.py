@@ -38,6 +38,11 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from popxl._checks import check_dtype, check_name, check_shape, describe
+from popxl.context import gcg
+from popxl.dtypes import dtype as _dtype
+from popxl.tensor import Tensor, Variable, _to_numpy
 from xl.dialects.ipu import (
     RemoteBufferOp,
     RemoteLoadInplaceOp,
@@ -48,13 +53,7 @@ from xl.dialects.ipu import (
 )
 from xl.dialects.utils import dense_attr, tensor_type
 
-from popxl._checks import check_dtype, check_name, check_shape, describe
-from popxl.context import gcg
-from popxl.dtypes import dtype as _dtype
-from popxl.tensor import Tensor, Variable, _to_numpy
-
 if TYPE_CHECKING:
-    from popxl.ir import Ir
     from popxl.replica_grouping import ReplicaGrouping
 
 __all__ = [

@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from xl.dialects.graph import D2HStreamOp, H2DStreamOp
-from xl.dialects.utils import tensor_type
-
 from popxl._checks import check_dtype, check_name, check_shape
 from popxl.context import gcg
 from popxl.dtypes import dtype as _dtype
 from popxl.tensor import TensorSpec
+from xl.dialects.graph import D2HStreamOp, H2DStreamOp
+from xl.dialects.utils import tensor_type
 
 if TYPE_CHECKING:
     from popxl.ir import Ir

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, TensorType
 from xdsl.ir import BlockArgument, OpResult, SSAValue
-from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
 
 from popxl import dtypes
 from popxl._checks import check_dtype, check_name, check_shape, describe
 from popxl.context import gcg
 from popxl.dtypes import dtype
+from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
 
 if TYPE_CHECKING:
     from popxl.graph import Graph
@@ -167,7 +167,8 @@ class Tensor:
 
     @property
     def location_info(self) -> Any:
-        """Where a remote or replica-sharded variable lives (`popxl.remote_buffer.TensorLocationInfo`); None otherwise."""
+        """Where a remote or replica-sharded variable lives (`popxl.remote_buffer.TensorLocationInfo`);
+        None otherwise."""
         return getattr(self, "_location_info", None)
 
     @property

@@ -26,7 +26,6 @@ from popxl.ops._nn import (
     scatter_reduce,
     topk,
 )
-from popxl.ops.conv import PadType, conv, conv_transpose
 from popxl.ops._ops import (
     abs,
     add,
@@ -34,6 +33,11 @@ from popxl.ops._ops import (
     argmax,
     argmin,
     batch_norm_inference,
+    bitwise_and,
+    bitwise_not,
+    bitwise_or,
+    bitwise_xnor,
+    bitwise_xor,
     cast,
     ceil,
     clamp,
@@ -51,11 +55,6 @@ from popxl.ops._ops import (
     dynamic_slice,
     dynamic_update,
     dynamic_update_,
-    bitwise_and,
-    bitwise_not,
-    bitwise_or,
-    bitwise_xnor,
-    bitwise_xor,
     equal,
     erf,
     exp,
@@ -157,6 +156,7 @@ from popxl.ops.call import (
     repeat,
     repeat_with_info,
 )
+from popxl.ops.conv import PadType, conv, conv_transpose
 
 __all__ = [
     # elementwise unary

@@ -10,6 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from popxl import context
+from popxl._checks import describe
+from popxl.context import gcg
+from popxl.ops._utils import as_int, check_in_graph, current_op, emit1, emit_inplace, wrap_public_ops
+from popxl.tensor import Tensor
 from xl.dialects.popxl import MinimumOp
 from xl.dialects.replica import (
     AllGatherOp,
@@ -19,12 +24,6 @@ from xl.dialects.replica import (
     ShardedSliceOp,
     SliceOp,
 )
-
-from popxl import context
-from popxl._checks import describe
-from popxl.context import gcg
-from popxl.ops._utils import as_int, check_in_graph, current_op, emit1, emit_inplace, wrap_public_ops
-from popxl.tensor import Tensor
 
 __all__ = [
     "CommGroup",

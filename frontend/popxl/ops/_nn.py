@@ -9,12 +9,18 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+
+from popxl import dtypes
+from popxl.ops import _ops
+from popxl.ops._utils import as_float, as_int, axes_tuple, current_op, emit, emit1, to_tensor, wrap_public_ops
+from popxl.ops.conv import PadType, _ints, check_pad_type, same_pads
+from popxl.tensor import Tensor, constant
 from xl.dialects.popxl import (
-    SCATTER_REDUCTIONS,
-    AveragePoolOp,
     COORDINATE_MODES,
     INTERPOLATE_MODES,
     NEAREST_MODES,
+    SCATTER_REDUCTIONS,
+    AveragePoolOp,
     HistogramOp,
     InterpolateOp,
     LogSoftmaxOp,
@@ -25,12 +31,6 @@ from xl.dialects.popxl import (
     ScatterReduceOp,
     TopkOp,
 )
-
-from popxl import dtypes
-from popxl.ops import _ops
-from popxl.ops._utils import as_float, as_int, axes_tuple, current_op, emit, emit1, to_tensor, wrap_public_ops
-from popxl.ops.conv import PadType, _ints, check_pad_type, same_pads
-from popxl.tensor import Tensor, constant
 
 
 def _pool_props(

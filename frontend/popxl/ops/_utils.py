@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.utils.exceptions import VerifyException
-from xl.dialects.popxl import PopxlOp
 
 from popxl import context, dtypes
 from popxl._checks import check_dtype, check_int, check_shape, describe
 from popxl.context import gcg
 from popxl.graph import Graph
 from popxl.tensor import Tensor, _to_numpy, constant
+from xl.dialects.popxl import PopxlOp
+
 
 def not_implemented(qualname: str) -> NotImplementedError:
     """`NotImplementedError("<qualname> is not implemented in xl yet")`, marked so that an

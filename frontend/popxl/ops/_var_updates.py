@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from popxl.ops._utils import emit1, emit_inplace, factor, to_tensor, wrap_public_ops
+from popxl.tensor import Tensor
 from xl.dialects.popxl import (
     AccumulateMeanOp,
     AccumulateMovingAverageOp,
@@ -20,9 +22,6 @@ from xl.dialects.popxl import (
     PopxlOp,
     SparseAccumulateOp,
 )
-
-from popxl.ops._utils import emit1, emit_inplace, factor, to_tensor, wrap_public_ops
-from popxl.tensor import Tensor
 
 __all__ = [
     "accumulate_",

@@ -6,12 +6,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from xdsl.ir import Operation
-from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
 
 from popxl.context import gcg
 from popxl.graph import Graph
 from popxl.ops._utils import check_graph_in_ir, check_in_graph, insert, to_tensor, wrap_public_ops
 from popxl.tensor import Tensor
+from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
 
 __all__ = [
     "CallSiteInfo",

@@ -10,15 +10,15 @@ spatial dims, `padding` is ONNX-ordered `[begin_1, ..., begin_n, end_1, ..., end
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import Enum
+from enum import StrEnum
 from typing import Any
-
-from xl.dialects.popxl import ConvOp, ConvTransposeOp
 
 from popxl.ops._utils import as_int, current_op, emit1, wrap_public_ops
 from popxl.tensor import Tensor
+from xl.dialects.popxl import ConvOp, ConvTransposeOp
 
-class PadType(str, Enum):
+
+class PadType(StrEnum):
     """How padding is chosen (upstream a `Literal` of these strings; the plain strings
     are accepted wherever a `PadType` is): `"not_set"` (the explicit `padding`),
     `"same_upper"` / `"same_lower"` (output size `ceil(input / stride)`; an odd total

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from xl.dialects.graph import GraphOp
 from xl.passes.autodiff import (
-    AutodiffError,
     FWD_GRAD,
     FWD_INPUT,
+    AutodiffError,
     GradInfo,
 )
 from xl.passes.autodiff import autodiff as _autodiff_pass
@@ -308,6 +308,37 @@ def _tensor_indices(
     return idx
 
 
+@overload
+def autodiff(
+    graph: Graph,
+    grads_provided: Iterable[Tensor] | None = None,
+    grads_required: Iterable[Tensor] | None = None,
+    called_graphs_grad_info: Mapping[Graph, GradGraphInfo] | None = None,
+    return_all_grad_graphs: Literal[False] = False,
+) -> GradGraphInfo: ...
+
+
+@overload
+def autodiff(
+    graph: Graph,
+    grads_provided: Iterable[Tensor] | None = None,
+    grads_required: Iterable[Tensor] | None = None,
+    called_graphs_grad_info: Mapping[Graph, GradGraphInfo] | None = None,
+    *,
+    return_all_grad_graphs: Literal[True],
+) -> dict[Graph, GradGraphInfo]: ...
+
+
+@overload
+def autodiff(
+    graph: Graph,
+    grads_provided: Iterable[Tensor] | None = None,
+    grads_required: Iterable[Tensor] | None = None,
+    called_graphs_grad_info: Mapping[Graph, GradGraphInfo] | None = None,
+    return_all_grad_graphs: bool = False,
+) -> GradGraphInfo | dict[Graph, GradGraphInfo]: ...
+
+
 def autodiff(
     graph: Graph,
     grads_provided: Iterable[Tensor] | None = None,
@@ -377,7 +408,7 @@ def autodiff(
     if not return_all_grad_graphs:
         return top
     out: dict[Graph, GradGraphInfo] = dict(given)
-    for fwd_name, g_op in created.items():
+    for g_op in created.values():
         info = GradGraphInfo.from_graph(_G._from_op(ir, g_op))
         out[info.forward_graph] = info
     out[graph] = top

@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from xdsl.ir import Operation
+
+from popxl.context import gcg, in_sequence, io_tiles
 from xl.dialects.graph import ConstantOp, HostLoadOp, HostStoreOp
 from xl.dialects.ipu import REMOTE_ACCESS_OPS
 from xl.dialects.popxl import InitOp
-
-from popxl.context import gcg, in_sequence, io_tiles
 
 __all__ = ["io_tile_exchange", "merge_exchange"]
 
