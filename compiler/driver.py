@@ -68,6 +68,7 @@ def compile_module(
     optimize: bool = True,
     extra_passes: Sequence[ModulePass] = (),
     comm: Comm | None = None,
+    profile: bool = False,
 ) -> Executable:
     """Compile a high-level or already lowered module into an `Executable`.
 
@@ -76,7 +77,8 @@ def compile_module(
     lowered program as is (same results, used as the reference in tests).
     `extra_passes` (ModulePass instances) run first, on the high-level module
     (`apply_extra_passes`). The input module is never modified. `comm`: which replicas
-    run in this process (`compile_program`; default all).
+    run in this process (`compile_program`; default all). `profile=True`: the plan records
+    kernel times (`xl.runtime.profile`).
     """
     with gc_paused():
         if extra_passes:
@@ -89,4 +91,4 @@ def compile_module(
         programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
         if len(programs) != 1:
             raise PlanError(f"runtime: expected one rt.program, found {len(programs)}")
-        return compile_program(programs[0], optimize=optimize, comm=comm)
+        return compile_program(programs[0], optimize=optimize, comm=comm, profile=profile)

@@ -62,6 +62,7 @@ from xl.dialects.ipu import CopyOp as IpuCopyOp
 from xl.dialects.popxl import PopxlOp, is_written, op_props, to_attr
 from xl.dialects.traits import is_cross_replica
 from xl.passes.lower_remote import lowering_of
+from xl.runtime.profile import GRAPH_ATTR, SOURCE_ATTR
 
 
 _MEMREFS: dict[Attribute, MemRefType] = {}
@@ -125,8 +126,9 @@ class _Emitter:
             # plain properties, with `operand_segments` telling which optional operands
             # are present (it survives printing, unlike operandSegmentSizes)
             attrs: dict[str, Attribute] = {k: to_attr(v) for k, v in op_props(op).items()}
-            if IPU_ATTR in op.attributes:
-                attrs[IPU_ATTR] = op.attributes[IPU_ATTR]
+            for key in (IPU_ATTR, SOURCE_ATTR, GRAPH_ATTR):  # placement, source op (profiles, errors)
+                if key in op.attributes:
+                    attrs[key] = op.attributes[key]
             block.add_op(rt.KernelOp(op.name, ins, outs, attrs))
         elif isinstance(op, VariableOp):
             name = op.var_name.data

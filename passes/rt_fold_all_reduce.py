@@ -64,6 +64,7 @@ from xl.passes.rt_analysis import (
     programs,
 )
 from xl.runtime.registry import AllReduceUpdateKernel
+from xl.runtime.profile import fused_source_attrs
 
 _FOLDABLE = ("add", "mean")
 
@@ -124,6 +125,7 @@ def fold_all_reduce_updates(program: rt.ProgramOp) -> int:
             k: v for k, v in red.attributes.items() if k in ("grouping", "op") or k.startswith("ipu.")
         }
         attrs["scale"] = FloatAttr(b, f64)
+        attrs.update(fused_source_attrs(red, upd))  # names for profiles and errors
         fused = rt.KernelOp(AllReduceUpdateKernel.name, [g, w], [g, w], attrs)
         block.insert_op_before(fused, upd)
         pos[fused] = pos[upd]

@@ -47,6 +47,7 @@ from xl.passes.rt_analysis import (
     written_between,
 )
 from xl.runtime.registry import GemmAccKernel
+from xl.runtime.profile import fused_source_attrs
 
 GEMM_ACC = GemmAccKernel.name
 
@@ -227,6 +228,7 @@ def fold_updates(program: rt.ProgramOp) -> int:
         for k, v in upd.attributes.items():
             if k.startswith("ipu."):
                 attrs[k] = v
+        attrs.update(fused_source_attrs(mm, upd))  # names for profiles and errors
         fused = rt.KernelOp(GEMM_ACC, [pa, pb, w], [w], attrs)
         block.insert_op_before(fused, upd)
         # Keep the position map valid for later matches in this block.
@@ -285,7 +287,8 @@ def fold_bias_adds(program: rt.ProgramOp) -> int:
             ):
                 continue
             attrs = {k2: v for k2, v in add.attributes.items() if k2.startswith("ipu.")}
-            fill = rt.KernelOp(ExpandOp.name, [c], [z], dict(attrs))
+            # names for profiles and errors: the fill is the add's, the gemm both ops'
+            fill = rt.KernelOp(ExpandOp.name, [c], [z], {**attrs, **fused_source_attrs(add)})
             gemm = rt.KernelOp(
                 GEMM_ACC,
                 [mm_ins[0], mm_ins[1], z],
@@ -296,6 +299,7 @@ def fold_bias_adds(program: rt.ProgramOp) -> int:
                     "trans_a": _bool(False),
                     "trans_b": _bool(False),
                     **attrs,
+                    **fused_source_attrs(mm, add),
                 },
             )
             block.insert_op_before(fill, add)

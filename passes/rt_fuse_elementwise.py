@@ -45,6 +45,7 @@ from xl.passes.rt_analysis import (
     written_between,
 )
 from xl.runtime.registry import FusedKernel
+from xl.runtime.profile import fused_source_attrs
 
 FUSED = FusedKernel.name
 
@@ -148,7 +149,7 @@ def _fuse_block(block: Block, mem: Memory) -> int:
         last = g.ops[-1]
         steps = _steps_attr(g.steps)
         assert g.result is not None
-        fused = rt.KernelOp(FUSED, g.inputs, [g.result], {"steps": steps})
+        fused = rt.KernelOp(FUSED, g.inputs, [g.result], {"steps": steps, **fused_source_attrs(*g.ops)})
         block.insert_op_before(fused, last)
         for op in reversed(g.ops):
             _, outs = kernel_io(op)

@@ -22,10 +22,20 @@ that all stopped at the same site (else `ReplicaDivergenceError`: e.g. a collect
 branch whose condition differs between replicas), runs the site's kernel once over all
 replicas' buffers, and resumes them. A comm (`xl.runtime.comm`) whose `local_replicas` is a
 subset builds and runs only those replicas; collectives see the others through it.
+
+Seeing a run (`xl.runtime.profile`): every executed op has a `KernelInfo` (the popxl op
+and its id, `MatMul.101`, its graph and IPU). An exception raised inside a kernel leaves
+`run` as the same exception type whose message starts with the op that failed
+(`Gather.104 (popxl.gather in graph main, on IPU 0) failed: ...`), found from the
+traceback after the fact (no cost per step). `compile_program(..., profile=True)` records
+every kernel execution and each run (`Executable.profile`, a `Recorder`; read it with
+`xl.runtime.profile.Profile`).
 """
 from __future__ import annotations
 
 import gc
+import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,6 +53,7 @@ from xl.runtime.comm import Comm, LocalComm
 from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.kernels import kernel_factory
 from xl.runtime.plan import build_replica
+from xl.runtime.profile import KernelInfo, Recorder, failure_message, kernel_info, renamed
 from xl.runtime.registry import kernel_class
 from xl.runtime.streams import StreamIn, StreamOut
 from xl.runtime.transfers import check_transfers
@@ -64,6 +75,14 @@ class _Replica:
     state: dict[str, np.ndarray]
     inputs: dict[str, StreamIn]
     outputs: dict[str, StreamOut]
+    # what each kernel is; the collective sites' entries
+    infos: list[KernelInfo] = field(default_factory=list)
+    site_kernels: list[int] = field(default_factory=list)
+    # generated plan: its file name and line number -> kernel; straightforward plan:
+    # id of the closure run by a block -> kernel
+    filename: str = ""
+    lines: dict[int, int] = field(default_factory=dict)
+    closures: dict[int, int] = field(default_factory=dict)
 
     @property
     def steps(self) -> list[Callable[[], Any]]:
@@ -86,6 +105,8 @@ class Executable:
     sites: list[Callable[[], None]] = field(default_factory=list, repr=False)
     site_names: list[str] = field(default_factory=list, repr=False)
     comm: Comm = field(default_factory=LocalComm, repr=False)
+    # the recorded kernel events when compiled with profile=True (`xl.runtime.profile`)
+    profile: Recorder | None = field(default=None, repr=False)
 
     # -- replicas -------------------------------------------------------------------------
     @property
@@ -207,15 +228,23 @@ class Executable:
             for name, o in rep.outputs.items():
                 o.data = outs[name][:, r]
                 o.index = 0
-        if self.sites:
-            self._run_lockstep()
-        else:
-            for rep in self.replicas:
-                rep.step()
+        rec = self.profile
+        t0 = time.perf_counter_ns() if rec is not None else 0
+        try:
+            if self.sites:
+                self._run_lockstep(rec)
+            else:
+                for rep in self.replicas:
+                    rep.step()
+        except Exception as e:
+            raise self._explain(e) from None
+        if rec is not None:
+            rec.steps.append((t0, time.perf_counter_ns()))
         return {name: a.reshape(self.full_shape(a.shape[2:])) for name, a in outs.items()}
 
-    def _run_lockstep(self) -> None:
-        """Advance every replica to its next collective site, run it, resume; until done."""
+    def _run_lockstep(self, rec: Recorder | None = None) -> None:
+        """Advance every replica to its next collective site, run it, resume; until done.
+        `rec`: record each site's time on every replica."""
         gens = [rep.step() for rep in self.replicas]
         sites = self.sites
         first, rest = gens[0], gens[1:]
@@ -228,10 +257,49 @@ class Executable:
                         self._diverged(k, i, kk)
                 if k is None:
                     return
-                sites[k]()
+                try:
+                    if rec is None:
+                        sites[k]()
+                    else:
+                        t = time.perf_counter_ns()
+                        sites[k]()
+                        t1 = time.perf_counter_ns()
+                        for r, rep in enumerate(self.replicas):
+                            rec.events[r].append((rep.site_kernels[k], t, t1))
+                except Exception as e:
+                    rep0 = self.replicas[0]
+                    raise self._named(e, rep0, rep0.site_kernels[k], all_replicas=True) from None
         finally:
             for g in gens:
                 g.close()
+
+    def _explain(self, e: Exception) -> Exception:
+        """`e` (raised by a step) naming the kernel it came from, when it came from one:
+        the innermost frame of a generated plan line, or of a block of the straightforward
+        plan running a kernel closure."""
+        if getattr(e, "_xl_kernel", False):
+            return e
+        by_file = {rep.filename: rep for rep in self.replicas if rep.filename}
+        for frame, lineno in reversed(list(traceback.walk_tb(e.__traceback__))):
+            code = frame.f_code
+            rep = by_file.get(code.co_filename)
+            if rep is not None:
+                k = rep.lines.get(lineno)
+                if k is not None:
+                    return self._named(e, rep, k)
+            elif code.co_filename == __file__ and code.co_name in _BLOCK_RUNNERS:
+                f = frame.f_locals.get("f")
+                for rep in self.replicas:
+                    k = rep.closures.get(id(f))
+                    if k is not None:
+                        return self._named(e, rep, k)
+        return e
+
+    def _named(self, e: Exception, rep: _Replica, k: int, all_replicas: bool = False) -> Exception:
+        reps = 1 if all_replicas else self.replication_factor
+        new = renamed(e, failure_message(rep.infos[k], rep.index, reps, e))
+        new._xl_kernel = True  # type: ignore[attr-defined]
+        return new  # type: ignore[return-value]
 
     def _where(self, k: int | None) -> str:
         return "the end of the step" if k is None else f"collective #{k} ({self.site_names[k]})"
@@ -262,6 +330,12 @@ def _d2h(buf: np.ndarray, s: StreamOut) -> None:
     assert data is not None
     np.copyto(data[s.index % data.shape[0], ...], buf)
     s.index += 1
+
+
+def _timed(record: Callable[[tuple[int, int, int]], None], k: int, step: Step) -> None:
+    t = time.perf_counter_ns()
+    step()
+    record((k, t, time.perf_counter_ns()))
 
 
 def _snapshot_then(copies: list[tuple[np.ndarray, np.ndarray]], step: Step) -> None:
@@ -312,6 +386,10 @@ def _if_stops(cond: np.ndarray, then: list[Any], other: list[Any]) -> Iterator[i
     yield from _run_block(then if bool(cond) else other)
 
 
+# the functions of this module that run the closures of a block (each as local `f`)
+_BLOCK_RUNNERS = frozenset({"_loop", "_if", "_run_block"})
+
+
 def _stops(steps: list[Any]) -> bool:
     return any(type(f) is _Stops for f in steps)
 
@@ -324,9 +402,23 @@ class _Compiler(ProgramWalk[list[Step]]):
         replica: int = 0,
         replication_factor: int = 1,
         shared_state: dict[str, np.ndarray] | None = None,
+        profile: list[tuple[int, int, int]] | None = None,
     ) -> None:
         super().__init__(StreamIn, StreamOut, replica, replication_factor, shared_state)
         self.buffers: dict[SSAValue, np.ndarray] = {}
+        self.profile = profile
+        self.infos: list[KernelInfo] = []
+        self.site_kernels: list[int] = []
+        self.closures: dict[int, int] = {}  # id(closure) -> `infos` index
+
+    def add(self, op: Any, step: Step, at: list[Step]) -> None:
+        """Append the closure running `op` (timed when profiling)."""
+        k = len(self.infos)
+        self.infos.append(kernel_info(op))
+        if self.profile is not None:
+            step = partial(_timed, self.profile.append, k, step)
+        self.closures[id(step)] = k
+        at.append(step)
 
     def bind(self, v: SSAValue, arr: np.ndarray, hint: str) -> None:
         self.buffers[v] = arr
@@ -353,22 +445,22 @@ class _Compiler(ProgramWalk[list[Step]]):
         check_writable(name, outs, lambda i: self.describe(op_outs[i]))
         snap = inputs_to_snapshot(name, ins, outs)
         if not snap:
-            at.append(partial(fn, *ins, *outs))
+            self.add(op, partial(fn, *ins, *outs), at)
             return
         # inputs overlapping an output are read (copied) before the kernel writes
         copies = [(np.empty_like(ins[j], order="C"), ins[j]) for j in snap]
         for j, (c, _) in zip(snap, copies):
             ins[j] = c
-        at.append(partial(_snapshot_then, copies, partial(fn, *ins, *outs)))
+        self.add(op, partial(_snapshot_then, copies, partial(fn, *ins, *outs)), at)
 
     def copy(self, op: rt.CopyOp, at: list[Step]) -> None:
-        at.append(partial(np.copyto, self.buffers[op.dest], self.buffers[op.source]))
+        self.add(op, partial(np.copyto, self.buffers[op.dest], self.buffers[op.source]), at)
 
     def h2d(self, op: rt.H2DOp, stream: StreamIn, at: list[Step]) -> None:
-        at.append(partial(_h2d, self.buffers[op.buffer], stream))
+        self.add(op, partial(_h2d, self.buffers[op.buffer], stream), at)
 
     def d2h(self, op: rt.D2HOp, stream: StreamOut, at: list[Step]) -> None:
-        at.append(partial(_d2h, self.buffers[op.buffer], stream))
+        self.add(op, partial(_d2h, self.buffers[op.buffer], stream), at)
 
     def loop(self, op: rt.LoopOp, at: list[Step]) -> None:
         body = self.compile_block(op.body.block)
@@ -387,6 +479,8 @@ class _Compiler(ProgramWalk[list[Step]]):
             at.append(partial(_if, cond, then, other))
 
     def collective(self, op: rt.KernelOp, site: int, at: list[Step]) -> None:
+        self.site_kernels.append(len(self.infos))
+        self.infos.append(kernel_info(op))
         at.append(_Stops(partial(_stop_at, site)))
 
 
@@ -404,7 +498,7 @@ def gc_paused() -> Iterator[None]:
 
 
 def compile_program(
-    program: rt.ProgramOp, optimize: bool = False, comm: Comm | None = None
+    program: rt.ProgramOp, optimize: bool = False, comm: Comm | None = None, profile: bool = False
 ) -> Executable:
     """Build the plan of a lowered program.
 
@@ -412,13 +506,18 @@ def compile_program(
     `optimize=True`: one generated function per replica (see `xl.runtime.plan`); the
     program should have been through `rt-optimize` (any `rt` program is accepted).
     `comm` (default `LocalComm()`): which replicas run here and how collectives reach the
-    others (`xl.runtime.comm`).
+    others (`xl.runtime.comm`). `profile=True`: the plan records each kernel's start and
+    end (`Executable.profile`, see `xl.runtime.profile`); off, the plan is unchanged.
     """
     with gc_paused():
-        return _compile_program(program, optimize, comm if comm is not None else LocalComm())
+        return _compile_program(
+            program, optimize, comm if comm is not None else LocalComm(), profile
+        )
 
 
-def _compile_program(program: rt.ProgramOp, optimize: bool, comm: Comm) -> Executable:
+def _compile_program(
+    program: rt.ProgramOp, optimize: bool, comm: Comm, profile: bool = False
+) -> Executable:
     check_transfers(program)
     n = program.num_host_transfers
     reps = program.replication_factor
@@ -432,23 +531,31 @@ def _compile_program(program: rt.ProgramOp, optimize: bool, comm: Comm) -> Execu
     sources: list[str] = []
     walks: list[Any] = []
     shared: dict[str, np.ndarray] = {}  # replica-invariant variables: one buffer for all
+    events: list[list[tuple[int, int, int]]] = []
     for r in local:
+        ev: list[tuple[int, int, int]] | None = [] if profile else None
+        if ev is not None:
+            events.append(ev)
         if optimize:
-            b, marks = build_replica(program, StreamIn, StreamOut, r, shared)
+            b, marks = build_replica(program, StreamIn, StreamOut, r, shared, ev)
             fn, src = b.finish(marks)
             sources.append(src)
-            replicas.append(_Replica(r, fn, b.state, b.inputs, b.outputs))
+            replicas.append(
+                _Replica(r, fn, b.state, b.inputs, b.outputs, b.infos, b.site_kernels,
+                         b.filename, b.line_kernels)
+            )
             walks.append(b)
         else:
-            c = _Compiler(r, reps, shared)
+            c = _Compiler(r, reps, shared, ev)
             steps = c.compile_block(program.body.block)
             if c.sites:
                 step: Callable[[], Any] = partial(_run_block, steps)
-            elif len(steps) == 1:
-                step = steps[0]
             else:
                 step = partial(_loop, 1, steps)
-            replicas.append(_Replica(r, step, c.state, c.inputs, c.outputs))
+            replicas.append(
+                _Replica(r, step, c.state, c.inputs, c.outputs, c.infos, c.site_kernels,
+                         closures=c.closures)
+            )
             walks.append(c)
     sites, names = _bind_sites(walks, local, reps, comm)
     first = replicas[0]
@@ -462,6 +569,11 @@ def _compile_program(program: rt.ProgramOp, optimize: bool, comm: Comm) -> Execu
         sites=sites,
         site_names=names,
         comm=comm,
+        profile=(
+            Recorder([rep.index for rep in replicas], [rep.infos for rep in replicas], events)
+            if profile
+            else None
+        ),
     )
 
 

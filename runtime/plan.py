@@ -25,6 +25,13 @@ with `yield k` (k: the collective site), which makes the step (and each chunk ho
 site) a generator; the executable runs site k over all replicas, then resumes every
 replica. A program without collectives keeps a plain step function.
 
+Profiling (`profile=` a list): each kernel's lines are framed by `_t = _pc()` and
+`_ev((k, _t, _pc()))` (k: its index in `infos`, `_pc`: `time.perf_counter_ns`, `_ev`: the
+list's `append`), h2d / d2h / copies too; without it the source is exactly the unprofiled
+one. Either way `infos` (`xl.runtime.profile.KernelInfo`) describes each kernel and
+`line_kernels` maps the generated file's line numbers to them, which is how a run-time
+error names the failing popxl op (`MatMul.101`) at no cost per step.
+
 Code size: kernels of 4+ lines become calls to helper functions shared by all kernels
 with the same code, and long programs are split into chunk functions, so `compile()`
 stays linear and small. Scratch buffers are shared by all kernels of a replica: a step
@@ -36,6 +43,7 @@ from __future__ import annotations
 import itertools
 import linecache
 import re
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,6 +57,7 @@ from xl.runtime.aliasing import check_writable, inputs_to_snapshot
 from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.kernels import KERNELS
 from xl.runtime.plan_templates import TEMPLATES, Gen, K
+from xl.runtime.profile import KernelInfo, kernel_info
 from xl.runtime.registry import kernel_class
 from xl.runtime.views import view_array
 from xl.runtime.walk import ProgramWalk
@@ -72,9 +81,19 @@ class PlanBuilder(ProgramWalk[int]):
         replica: int = 0,
         replication_factor: int = 1,
         shared_state: dict[str, np.ndarray] | None = None,
+        profile: list[tuple[int, int, int]] | None = None,
     ) -> None:
         super().__init__(stream_in, stream_out, replica, replication_factor, shared_state)
         self.g = Gen()
+        self.profile = profile
+        if profile is not None:
+            self.g.ns["_pc"] = time.perf_counter_ns
+            self.g.ns["_ev"] = profile.append
+        self.infos: list[KernelInfo] = []  # what each kernel is (profile, errors)
+        self.site_kernels: list[int] = []  # the `infos` index of each collective site
+        self._line_kernel: dict[int, int] = {}  # index in g.lines -> `infos` index
+        self.line_kernels: dict[int, int] = {}  # line number in `filename` -> `infos` index
+        self.filename = ""
         self.fallbacks: list[str] = []
         self.snapshots: list[str] = []  # kernels whose overlapping inputs are copied first
         self.helpers: dict[str, str] = {}  # outlined kernel body -> helper name
@@ -88,6 +107,17 @@ class PlanBuilder(ProgramWalk[int]):
     def emit(self, line: str, depth: int) -> None:
         self.g.lines.append("    " * depth + line)
 
+    def emit_kernel(self, op: Any, lines: list[str], depth: int, name: str) -> None:
+        """Emit the lines of one executed op (timed when profiling), remembering which
+        kernel each line belongs to."""
+        k = len(self.infos)
+        self.infos.append(kernel_info(op))
+        if self.profile is not None:
+            lines = [f"_t = _pc()  # {name}", *lines, f"_ev(({k}, _t, _pc()))  # {name}"]
+        for line in lines:
+            self._line_kernel[len(self.g.lines)] = k
+            self.emit(line, depth)
+
     def block(self, block: Block, depth: int) -> None:
         start = len(self.g.lines)
         self.walk(block, depth)
@@ -96,25 +126,25 @@ class PlanBuilder(ProgramWalk[int]):
 
     def copy(self, op: rt.CopyOp, depth: int) -> None:
         g = self.g
-        self.emit(f"{g.fn(np.copyto)}({g.buf(op.dest)}, {g.buf(op.source)})", depth)
+        self.emit_kernel(op, [f"{g.fn(np.copyto)}({g.buf(op.dest)}, {g.buf(op.source)})"], depth, op.name)
 
     def h2d(self, op: rt.H2DOp, stream: Any, depth: int) -> None:
         g = self.g
         sn, b = g.bind(stream, "s"), g.buf(op.buffer)
-        self.emit(
+        line = (
             f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}({b}, _d[_i % _d.shape[0]]); "
-            f"{sn}.index = _i + 1",
-            depth,
+            f"{sn}.index = _i + 1"
         )
+        self.emit_kernel(op, [line], depth, op.name)
 
     def d2h(self, op: rt.D2HOp, stream: Any, depth: int) -> None:
         g = self.g
         sn, b = g.bind(stream, "s"), g.buf(op.buffer)
-        self.emit(
+        line = (
             f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}(_d[_i % _d.shape[0], ...], {b}); "
-            f"{sn}.index = _i + 1",
-            depth,
+            f"{sn}.index = _i + 1"
         )
+        self.emit_kernel(op, [line], depth, op.name)
 
     def loop(self, op: rt.LoopOp, depth: int) -> None:
         self.emit(f"for _ in {self.g.fn(range)}({op.count.value.data}):", depth)
@@ -128,6 +158,8 @@ class PlanBuilder(ProgramWalk[int]):
 
     def collective(self, op: rt.KernelOp, site: int, depth: int) -> None:
         # the step is a generator: it stops here until every replica has arrived
+        self.site_kernels.append(len(self.infos))
+        self.infos.append(kernel_info(op))
         self.emit(f"yield {site}  # {op.kernel.data}", depth)
 
     def kernel(self, rop: rt.KernelOp, depth: int) -> None:
@@ -177,8 +209,7 @@ class PlanBuilder(ProgramWalk[int]):
         lines = [f"{line}  # {name}" for line in pre + lines]
         if len(lines) >= OUTLINE_LINES:
             lines = [f"{self.outline(lines)}  # {name}"]
-        for line in lines:
-            self.emit(line, depth)
+        self.emit_kernel(rop, lines, depth, name)
 
     def outline(self, lines: list[str]) -> str:
         """Replace a multi-line kernel body by a call to a shared helper function.
@@ -230,12 +261,14 @@ class PlanBuilder(ProgramWalk[int]):
             src_lines += ["    " + line for line in body.split("\n")]
         if len(cuts) <= 2:
             src_lines.append("def _step():")
+            self._number_lines(len(src_lines), 0, len(lines))
             src_lines += ["    " + line for line in lines] or ["    pass"]
         else:
             calls = []
             for k in range(len(cuts) - 1):
                 chunk = lines[cuts[k] : cuts[k + 1]]
                 src_lines.append(f"def _chunk{k}():")
+                self._number_lines(len(src_lines), cuts[k], cuts[k + 1])
                 src_lines += ["    " + line for line in chunk] or ["    pass"]
                 # a chunk with a collective site is a generator: the step yields from it
                 stops = any(_YIELD.match(line) for line in chunk)
@@ -244,11 +277,18 @@ class PlanBuilder(ProgramWalk[int]):
             src_lines += calls
         src = "\n".join(src_lines) + "\n"
         scope = dict(g.ns)
-        filename = f"<xl plan {next(_PLAN_IDS)}>"
+        filename = self.filename = f"<xl plan {next(_PLAN_IDS)}>"
         exec(compile(src, filename, "exec"), scope)
         step = scope["_step"]
         register_source(filename, src, step)
         return step, src
+
+    def _number_lines(self, before: int, start: int, stop: int) -> None:
+        """`line_kernels` for g.lines[start:stop], which follow `before` source lines."""
+        for i in range(start, stop):
+            k = self._line_kernel.get(i)
+            if k is not None:
+                self.line_kernels[before + 1 + i - start] = k
 
 
 _PLAN_IDS = itertools.count()
@@ -274,11 +314,15 @@ def build_replica(
     stream_out: type,
     replica: int = 0,
     shared_state: dict[str, np.ndarray] | None = None,
+    profile: list[tuple[int, int, int]] | None = None,
 ) -> tuple[PlanBuilder, list[int]]:
     """The builder of one replica (step source generated) and its top-level op boundaries.
     With collective sites (`b.sites`), the step function is a generator yielding the
-    index of each site it reaches."""
-    b = PlanBuilder(stream_in, stream_out, replica, program.replication_factor, shared_state)
+    index of each site it reaches. `profile`: the list the step appends kernel events to
+    (None: not profiled)."""
+    b = PlanBuilder(
+        stream_in, stream_out, replica, program.replication_factor, shared_state, profile
+    )
     marks = []
     for op in program.body.block.ops:
         marks.append(len(b.g.lines))

@@ -13,6 +13,12 @@ from the IR (`graph.variable "w" = dense<...>`) or zeros, except variables marke
 variables persist across steps. `-` reads the program from stdin (`xl-opt ... | xl-run -`),
 `-o -` writes the outputs' .npz to stdout.
 
+Seeing a run: `--trace trace.json` records every kernel's time over the steps and writes
+a Chrome trace (Perfetto, chrome://tracing; rows per virtual IPU, copies and host
+transfers, see `xl.runtime.profile`); `--op-times` prints the time per op type and per op
+(stderr). Ops are named by type and source position (`MatMul@12:5`), also in run-time
+errors (`MatMul@12:5 (popxl.matmul) failed: ...`).
+
 Every failure is one message and exit status 1, never a traceback (``--traceback``
 re-raises for debugging): errors in the program as ``file:line:col: error: ...`` at the
 op (parse errors, verifier errors, element types the NumPy runtime has no kernels for,
@@ -25,7 +31,8 @@ import argparse
 import io
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +44,8 @@ from xdsl.utils.exceptions import (
     VerifyException,
 )
 
-from xl.passes.plugins import load_pass_plugin
 from xl.compiler import DEFAULT_PIPELINE, compile_module
+from xl.passes.plugins import load_pass_plugin
 from xl.runtime import Executable
 from xl.runtime.executable import ReplicaDivergenceError
 from xl.tools.context import xl_context
@@ -240,8 +247,12 @@ def _run(args: argparse.Namespace) -> None:
         check_external_variables(module, var_values, args.vars)
     except LocatedError as e:
         raise _Located(format_located(e, source, PROG)) from None
+    profile = bool(args.trace or args.op_times)
+    if args.trace:
+        _check_output_path("--trace", args.trace)
     try:
-        exe = compile_module(module, args.pipeline)
+        with _source_positions(module):
+            exe = compile_module(module, args.pipeline, profile=profile)
     except LocatedError as e:
         raise _Located(format_located(e, source, PROG)) from None
     except MemoryError as e:
@@ -258,19 +269,64 @@ def _run(args: argparse.Namespace) -> None:
                 print(f"step {step}:")
             for k, v in outs.items():
                 print(f"{k} = {np.array2string(v, separator=', ')}")
+    if profile:
+        from xl.runtime.profile import Profile
+
+        assert exe.profile is not None
+        prof = Profile(exe.profile)
+        if args.trace:
+            prof.export_chrome_trace(args.trace)
+        if args.op_times:
+            _eprint(prof.table("type") + "\n\n" + prof.table("site"))
     if args.output == "-":
         buf = io.BytesIO()
-        np.savez(buf, **outs)
+        # numpy's stub: a **kwargs dict could name its allow_pickle parameter
+        np.savez(buf, **outs)  # pyright: ignore[reportArgumentType]
         sys.stdout.flush()
         sys.stdout.buffer.write(buf.getvalue())
         sys.stdout.buffer.flush()
     elif args.output:
-        np.savez(args.output, **outs)
+        # numpy's stub: a **kwargs dict could name its allow_pickle parameter
+        np.savez(args.output, **outs)  # pyright: ignore[reportArgumentType]
     if args.save_vars:
         if exe.replication_factor > 1:  # every replica's value, [replication_factor, *shape]
-            np.savez(args.save_vars, **{k: exe.gather_state(k) for k in exe.state})
+            # numpy's stub: a **kwargs dict could name its allow_pickle parameter
+            np.savez(args.save_vars, **{k: exe.gather_state(k) for k in exe.state})  # pyright: ignore[reportArgumentType]
         else:
-            np.savez(args.save_vars, **{k: v for k, v in exe.state.items()})
+            # numpy's stub: a **kwargs dict could name its allow_pickle parameter
+            np.savez(args.save_vars, **{k: v for k, v in exe.state.items()})  # pyright: ignore[reportArgumentType]
+
+
+@contextmanager
+def _source_positions(module: ModuleOp) -> Iterator[None]:
+    """While compiling: each op that becomes a kernel is named by its PopART type and its
+    position in the source (`MatMul@12:5`, the `rt.source` attribute the runtime reads for
+    traces and run-time errors); the module is left as it was."""
+    from xdsl.dialects.builtin import FileLineColLoc, StringAttr
+
+    from xl.dialects.popxl import PopxlOp
+    from xl.dialects.traits import is_cross_replica, popart_type
+    from xl.dialects.graph import GraphOp
+    from xl.runtime.profile import GRAPH_ATTR, SOURCE_ATTR
+
+    marked = []
+    try:
+        for op in module.walk():
+            loc = op.location
+            if SOURCE_ATTR in op.attributes or not isinstance(loc, FileLineColLoc):
+                continue
+            if isinstance(op, PopxlOp) or is_cross_replica(op):
+                where = f"{loc.line.data}:{loc.column.data}"
+                op.attributes[SOURCE_ATTR] = StringAttr(f"{popart_type(op)}@{where}")
+                parent = op.parent_op()
+                graph = parent.sym_name.data if isinstance(parent, GraphOp) else "main_graph"
+                op.attributes.setdefault(GRAPH_ATTR, StringAttr(graph))
+                marked.append(op)
+        yield
+    finally:
+        for op in marked:
+            op.attributes.pop(SOURCE_ATTR, None)
+            op.attributes.pop(GRAPH_ATTR, None)
 
 
 class _Located(Exception):
@@ -280,7 +336,7 @@ class _Located(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog=PROG,
-        description=__doc__.split("\n")[0],
+        description=(__doc__ or "").split("\n")[0],
         epilog=f"default lowering pipeline (-p):\n  {DEFAULT_PIPELINE}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -303,6 +359,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="print the memory per virtual IPU of the compiled program (variables, stashes, "
         "remote staging, constants, peak of live activations) instead of running it",
+    )
+    ap.add_argument(
+        "--trace",
+        metavar="FILE.json",
+        help="record every kernel's time and write a Chrome trace (Perfetto, chrome://tracing)",
+    )
+    ap.add_argument(
+        "--op-times",
+        action="store_true",
+        help="print the time per op type and per op over the steps (stderr)",
     )
     ap.add_argument(
         "--load-pass-plugin",

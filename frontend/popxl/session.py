@@ -12,11 +12,21 @@ the first replica of g. A variable with `retrieval_mode='all_replicas'` (and mor
 replica) is read as `[replication_factor, *shape]`, every replica's value; it cannot be
 written (as in PopXL). Stream data covers the replicas this process runs
 (`[num_host_transfers, local replicas, *shape]`, size-1 dims dropped).
+
+Profiling (`xl.runtime.profile`): `Session(ir, profile=True)` compiles a plan that records
+each kernel's start and end; `with session.profile() as prof:` scopes what a `Profile`
+sees (torch.profiler-like: `prof.export_chrome_trace(path)`, `prof.key_averages()`);
+`session.profile_summary()` prints time per op type and per call site.
+`Session(ir, profile="trace.json")` also writes the trace of every run when the session
+detaches. Without profiling the plan is the unprofiled one. Either way a kernel failing
+at run time names its popxl op and id (`Gather.104`), as `print_schedule` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,9 +54,14 @@ class Session:
         device_desc: Any = "cpu",
         weights_to_host_on_exit: bool = True,
         passes: Sequence[Any] = (),
+        profile: bool | str | Path = False,
     ):
         """`passes`: xDSL `ModulePass` instances run on the program before xl's lowering
-        (e.g. a plugin's pass; `xl.compiler.compile_module(..., extra_passes=...)`)."""
+        (e.g. a plugin's pass; `xl.compiler.compile_module(..., extra_passes=...)`).
+
+        `profile`: True records every kernel's time (`session.profile()`,
+        `session.profile_summary()`); a path also writes the Chrome trace of the runs there
+        when the session detaches (Perfetto, chrome://tracing)."""
         if not isinstance(ir, Ir):
             raise TypeError(f"Session expects a popxl.Ir, got {type(ir).__name__}")
         if not isinstance(device_desc, str):
@@ -58,6 +73,10 @@ class Session:
             raise TypeError(
                 "Session: weights_to_host_on_exit must be a bool, got "
                 f"{type(weights_to_host_on_exit).__name__}"
+            )
+        if not isinstance(profile, bool | str | Path):
+            raise TypeError(
+                f"Session: profile must be a bool or a trace file path, got {type(profile).__name__}"
             )
         if device_desc not in _DEVICES:
             raise ValueError(
@@ -85,7 +104,11 @@ class Session:
             from xl.runtime.mpi import instance_comm
 
             comm = instance_comm()
-        self._exe = compile_module(module, extra_passes=tuple(passes), comm=comm)
+        self._trace_path = None if isinstance(profile, bool) else Path(profile)
+        with _source_names(ir):
+            self._exe = compile_module(
+                module, extra_passes=tuple(passes), comm=comm, profile=profile is not False
+            )
         ir._sessions.append(self)
 
         self._num_host_transfers = ir.num_host_transfers
@@ -200,6 +223,8 @@ class Session:
                     self.weights_to_host()
             finally:
                 self._detach()
+                if self._trace_path is not None:
+                    self._all_runs().export_chrome_trace(self._trace_path)
 
     def _require_attached(self, what: str) -> None:
         if not self._attached:
@@ -442,6 +467,50 @@ class Session:
 
         return session_memory_report(self, print_table)
 
+    # -- profiling ----------------------------------------------------------------------------
+    def _recorder(self, what: str) -> Any:
+        rec = self._exe.profile
+        if rec is None:
+            raise ValueError(
+                f"Session.{what}: this session does not record kernel times; create it with "
+                "popxl.Session(ir, ..., profile=True) (or profile='trace.json')"
+            )
+        return rec
+
+    def _all_runs(self) -> Any:
+        from xl.runtime.profile import Profile
+
+        return Profile(self._recorder("profile"))
+
+    @contextmanager
+    def profile(self) -> Iterator[Any]:
+        """`with session.profile() as prof:` the runs inside the block, as a
+        `xl.runtime.profile.Profile`: `prof.events()`, `prof.key_averages(group_by=
+        "type" | "site" | "graph" | "row").table()`, `prof.export_chrome_trace(path)`.
+        Needs `Session(..., profile=True)`."""
+        from xl.runtime.profile import Profile
+
+        rec = self._recorder("profile")
+        prof = Profile(rec, rec.mark())
+        try:
+            yield prof
+        finally:
+            prof.stop()
+
+    def profile_summary(self, print_table: bool = True, row_limit: int | None = None) -> str:
+        """Time per op type and per call site (`MatMul.101 @ graph`) of every run so far,
+        sorted by total time, with count, total, mean and percentage (as torch.profiler's
+        `key_averages().table()`). Prints it unless `print_table=False`; returns the text."""
+        prof = self._all_runs()
+        text = (
+            prof.key_averages("type").table(row_limit=row_limit)
+            + "\n\n"
+            + prof.key_averages("site").table(row_limit=row_limit)
+        )
+        if print_table:
+            print(text)
+        return text
+
     def create_host_outputs(self) -> dict[DeviceToHostStream, np.ndarray]:
         """Empty arrays of the right shape and dtype for every device-to-host stream."""
         return {
@@ -455,6 +524,50 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session[{self._ir!r} device={self._device_desc!r} attached={self._attached}]"
+
+
+@contextmanager
+def _source_names(ir: Ir) -> Iterator[None]:
+    """While compiling: every op the frontend numbered carries its `print_schedule` name
+    (`MatMul.101`) and graph as discardable attributes, which lowering keeps on the
+    runtime's kernels (profiles, run-time errors). The Ir is left as it was."""
+    from xdsl.dialects.builtin import StringAttr
+    from xl.dialects.graph import GraphOp
+    from xl.dialects.popxl import PopxlOp
+    from xl.dialects.traits import is_cross_replica
+    from xl.runtime.profile import GRAPH_ATTR, SOURCE_ATTR
+
+    from popxl.printing import op_type_name
+
+    marked = []
+    unnumbered: dict[tuple[str, str], int] = {}
+    try:
+        for op in ir._module.walk():
+            if not (isinstance(op, PopxlOp) or is_cross_replica(op)):
+                continue  # only these become kernels (constants, calls, ... do not)
+            parent = op.parent_op()
+            graph = parent.sym_name.data if isinstance(parent, GraphOp) else "main_graph"
+            kind = op_type_name(op)
+            oid = ir._op_id(op)
+            printed = ir._printed_op_ids.get(id(op))
+            if oid is None and printed is not None and printed[1] is op:
+                oid = printed[0]  # built by a pass, already shown by print_schedule
+            if oid is not None:
+                name = f"{kind}.{oid}"
+            else:
+                # built by a pass (autodiff, accumulation, pipelining) and never printed:
+                # numbering it here would change what print_schedule shows later, so it is
+                # named by its type and rank among the ops of that type in its graph
+                n = unnumbered[graph, kind] = unnumbered.get((graph, kind), 0) + 1
+                name = f"{kind}#{n}"
+            op.attributes[SOURCE_ATTR] = StringAttr(name)
+            op.attributes[GRAPH_ATTR] = StringAttr(graph)
+            marked.append(op)
+        yield
+    finally:
+        for op in marked:
+            op.attributes.pop(SOURCE_ATTR, None)
+            op.attributes.pop(GRAPH_ATTR, None)
 
 
 def _stream_str(s: Any) -> str:

@@ -1,0 +1,373 @@
+"""Seeing a run: the profiled plan, the Chrome trace, the per-op table, errors naming ops.
+
+Expected rows, counts and names are worked out from the programs (transfers per step, the
+repeat count, the op ids `print_schedule` shows), not read back from the profiler.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import popxl
+import popxl.ops as ops
+from popxl.printing import schedule_str
+from xl.compiler import compile_module
+from xl.runtime.kernels import DataRangeError
+from xl.runtime.profile import Profile
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _ids(graph: popxl.Graph, op_type: str) -> list[str]:
+    """`Type.N` of every op of `op_type` as print_schedule shows them."""
+    return re.findall(rf"\b({op_type}\.\d+) \(", schedule_str(graph))
+
+
+def _strip_timing(src: str) -> str:
+    return "".join(
+        line for line in src.splitlines(True) if not re.match(r"\s*(_t = _pc\(\)|_ev\(\()", line)
+    )
+
+
+def _norm(src: str) -> str:
+    """Scratch arrays are named by id(): number them in order of appearance."""
+    m: dict[str, str] = {}
+    return re.sub(r"s_\d+", lambda x: m.setdefault(x.group(0), f"s_{len(m)}"), src)
+
+
+# ------------------------------------------------------------------------------------
+# A small program with a repeat of 3: matmul + gelu per iteration
+# ------------------------------------------------------------------------------------
+
+
+def _repeat_program(n: int = 3):
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xs = popxl.h2d_stream((2, 4), popxl.float32, "x")
+        ys = popxl.d2h_stream((2, 4), popxl.float32, "y")
+        w = popxl.variable(np.eye(4, dtype=np.float32) * 0.5, name="w")
+        body = ir.create_graph(lambda x, w: ops.gelu(ops.matmul(x, w)), popxl.TensorSpec((2, 4), popxl.float32),
+                               popxl.TensorSpec((4, 4), popxl.float32))
+        x = ops.host_load(xs, "x")
+        (y,) = ops.repeat(body, n, x, inputs_dict={body.inputs[1]: w})
+        ops.host_store(ys, y)
+    return ir, xs, ys, body
+
+
+def test_profile_off_plan_is_unchanged_and_on_only_adds_timing() -> None:
+    ir, *_ = _repeat_program()
+    plain = popxl.Session(ir, "cpu")
+    profiled = popxl.Session(ir, "cpu", profile=True)
+    # the program compiled without the source names the session adds: same plan
+    bare = compile_module(ir._module)
+    assert plain._exe.profile is None and bare.profile is None
+    assert _norm(plain._exe.sources[0]) == _norm(bare.sources[0])
+    src = profiled._exe.sources[0]
+    assert "_pc()" in src and "_ev((" in src
+    assert _norm(_strip_timing(src)) == _norm(plain._exe.sources[0])
+
+
+def test_repeat_counts_and_table_totals() -> None:
+    n, runs = 3, 2
+    ir, xs, ys, body = _repeat_program(n)
+    session = popxl.Session(ir, "cpu", profile=True)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with session:
+        session.run({xs: x})  # outside the profile block: not counted
+        with session.profile() as prof:
+            for _ in range(runs):
+                out = session.run({xs: x})
+        session.run({xs: x})
+    ref = x
+    for _ in range(n):
+        ref = ref @ (np.eye(4, dtype=np.float32) * 0.5)
+        ref = 0.5 * ref * (1 + np.tanh(np.sqrt(2 / np.pi) * (ref + 0.044715 * ref**3)))
+    np.testing.assert_allclose(out[ys], ref, rtol=1e-3, atol=1e-3)
+    (mm,) = _ids(body, "MatMul")
+    (gelu,) = _ids(body, "Gelu")
+    events = prof.events()
+    labels = Counter(e.info.label for e in events)
+    # matmul and gelu once per iteration, one load and one store per run
+    assert labels[mm] == n * runs and labels[gelu] == n * runs
+    assert labels["HostLoad x"] == runs and labels["HostStore y"] == runs
+    assert all(e.info.graph == body.name for e in events if e.info.label in (mm, gelu))
+    assert len(prof.steps()) == runs
+    by_type = prof.key_averages()
+    rows = {r.key: r for r in by_type}
+    assert rows["MatMul"].count == n * runs and rows["Gelu"].count == n * runs
+    # the table's totals equal the trace's kernel slices
+    trace = prof.chrome_trace()
+    kernel_slices = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] not in ("step", "graph call")]
+    assert len(kernel_slices) == sum(r.count for r in by_type) == len(events)
+    assert by_type.total_ns / 1000 == pytest.approx(sum(e["dur"] for e in kernel_slices), rel=1e-9, abs=1e-6)
+    for r in by_type:
+        assert r.total_ns == sum(e.duration_ns for e in events if e.info.op_type == r.key)
+    # sorted by total time, percentages sum to 100
+    totals = [r.total_ns for r in by_type]
+    assert totals == sorted(totals, reverse=True)
+    text = by_type.table()
+    pct = [float(p) for p in re.findall(r"([\d.]+)%", text)]
+    assert sum(pct) == pytest.approx(100, abs=0.5)
+    sites = {r.key: r for r in prof.key_averages("site")}
+    assert sites[f"{mm} @ {body.name}"].count == n * runs
+    # the session's summary covers every run (4), both tables
+    summary = session.profile_summary(print_table=False)
+    assert "Op type" in summary and "Call site" in summary
+    all_rows = {r.key: r for r in session._all_runs().key_averages()}
+    assert all_rows["MatMul"].count == n * (runs + 2)
+
+
+def test_profile_needs_a_profiled_session() -> None:
+    ir, *_ = _repeat_program()
+    session = popxl.Session(ir, "cpu")
+    with pytest.raises(ValueError, match=r"profile=True"):
+        with session.profile():
+            pass
+    with pytest.raises(TypeError, match="profile must be a bool or a trace file path"):
+        popxl.Session(ir, "cpu", profile=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="group_by"):
+        Profile(popxl.Session(ir, "cpu", profile=True)._exe.profile).key_averages("nope")
+
+
+def test_session_profile_path_writes_trace(tmp_path: Path) -> None:
+    ir, xs, *_ = _repeat_program()
+    path = tmp_path / "t.json"
+    session = popxl.Session(ir, "cpu", profile=str(path))
+    with session:
+        session.run({xs: np.ones((2, 4), np.float32)})
+    data = json.loads(path.read_text())
+    names = {e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"}
+    # the repeat's loop-carried value is copied back each iteration: the copies row
+    assert names == {"IPU 0", "host transfers", "copies"}
+
+
+# ------------------------------------------------------------------------------------
+# The pipelined MNIST program (seed 003), built small
+# ------------------------------------------------------------------------------------
+
+
+def _check_trace(data: dict) -> None:
+    """Every event well formed; per row, slices nest: steps hold everything, a graph call
+    holds its kernels, kernels never overlap."""
+    assert isinstance(data["traceEvents"], list)
+    for e in data["traceEvents"]:
+        assert e["ph"] in ("X", "M")
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int) and isinstance(e["name"], str)
+        assert isinstance(e["args"], dict)
+        if e["ph"] == "X":
+            assert isinstance(e["cat"], str)
+            assert isinstance(e["ts"], float) and isinstance(e["dur"], float)
+            assert e["ts"] >= 0 and e["dur"] >= 0
+    rows: dict[tuple[int, int], list[dict]] = {}
+    for e in data["traceEvents"]:
+        if e["ph"] == "X":
+            rows.setdefault((e["pid"], e["tid"]), []).append(e)
+    eps = 1e-3  # microseconds: rounding of ns to us
+    for evs in rows.values():
+        steps = [e for e in evs if e["cat"] == "step"]
+        calls = [e for e in evs if e["cat"] == "graph call"]
+        kernels = [e for e in evs if e["cat"] not in ("step", "graph call")]
+        for e in calls + kernels:
+            assert any(s["ts"] - eps <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + eps for s in steps)
+        kernels.sort(key=lambda e: e["ts"])
+        for a, b in zip(kernels, kernels[1:]):
+            assert a["ts"] + a["dur"] <= b["ts"] + eps
+        for c in calls:
+            inside = [k for k in kernels if c["ts"] - eps <= k["ts"] and k["ts"] + k["dur"] <= c["ts"] + c["dur"] + eps]
+            assert len(inside) == c["args"]["kernels"]
+            assert all(k["args"].get("graph") == c["name"] for k in inside)
+            for k in kernels:  # no kernel straddles a call's edge
+                end = k["ts"] + k["dur"]
+                assert end <= c["ts"] + eps or k["ts"] >= c["ts"] + c["dur"] - eps or k in inside
+
+
+@pytest.fixture(scope="module")
+def pipeline_session():
+    sys.path.insert(0, str(EXAMPLES))
+    import mnist_pipeline as ex
+
+    opts = ex.Options()
+    opts.train.device = "cpu"
+    opts.train.micro_batch_size = 2
+    opts.train.gradient_accumulation = 6
+    np.random.seed(0)
+    session, streams, _, loss_stream, layers = ex.train_program(opts)
+    return session, streams, loss_stream, layers, opts
+
+
+def test_pipelined_mnist_trace(pipeline_session, tmp_path: Path) -> None:
+    session, (img, labels), loss_stream, layers, opts = pipeline_session
+    prof_session = popxl.Session(session.ir, "cpu", profile=True)
+    n = opts.train.gradient_accumulation
+    rng = np.random.default_rng(0)
+    inputs = {
+        img: rng.standard_normal((n, 2, 784)).astype(np.float32),
+        labels: rng.integers(0, 10, (n, 2)).astype(np.int32),
+    }
+    with prof_session, prof_session.profile() as prof:
+        out = prof_session.run(inputs)
+    # same losses as the session without profiling
+    with session:
+        ref = session.run(inputs)
+    np.testing.assert_array_equal(out[loss_stream], ref[loss_stream])
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(path)
+    data = json.loads(path.read_text())
+    _check_trace(data)
+    meta = {(e["pid"], e["tid"]): e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"}
+    assert set(meta.values()) == {"IPU 0", "IPU 1", "copies", "host transfers"}
+    procs = [e["args"]["name"] for e in data["traceEvents"] if e["name"] == "process_name"]
+    assert procs == ["replica 0"]
+    slices = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    per_row = Counter(meta[e["pid"], e["tid"]] for e in slices if e["cat"] not in ("step", "graph call"))
+    assert per_row["IPU 0"] > 0 and per_row["IPU 1"] > 0
+    # host transfers: image and labels loaded, the loss stored, once per micro batch
+    host = Counter(e["name"] for e in slices if meta[e["pid"], e["tid"]] == "host transfers" and e["cat"] != "step")
+    assert host == {"HostLoad image": n, "HostLoad labels": n, "HostStore loss": n}
+    # fc1's forward matmul runs once per micro batch, on IPU 0; fc4's on IPU 1
+    fc1_mm = _ids(layers["fc1"].fwd.graph, "MatMul")
+    fc4_mm = _ids(layers["fc4"].fwd.graph, "MatMul")
+    assert len(fc1_mm) == 1 and len(fc4_mm) == 1
+    fc1 = [e for e in slices if e["args"].get("source", "").split("+")[0] == fc1_mm[0]]
+    fc4 = [e for e in slices if e["args"].get("source", "").split("+")[0] == fc4_mm[0]]
+    assert len(fc1) == n and {meta[e["pid"], e["tid"]] for e in fc1} == {"IPU 0"}
+    assert len(fc4) == n and {meta[e["pid"], e["tid"]] for e in fc4} == {"IPU 1"}
+    assert all(e["args"]["graph"] == layers["fc1"].fwd.graph.name for e in fc1)
+    # graph calls: the forward graphs of fc1 (IPU 0) and fc3 (IPU 1) once per micro batch
+    calls = Counter((e["name"], meta[e["pid"], e["tid"]]) for e in slices if e["cat"] == "graph call")
+    assert calls[layers["fc1"].fwd.graph.name, "IPU 0"] == n
+    assert calls[layers["fc3"].fwd.graph.name, "IPU 1"] == n
+
+
+def test_pipelined_mnist_two_replicas_rows(tmp_path: Path) -> None:
+    sys.path.insert(0, str(EXAMPLES))
+    import mnist_pipeline as ex
+
+    opts = ex.Options()
+    opts.train.device = "cpu"
+    opts.train.micro_batch_size = 2
+    opts.train.gradient_accumulation = 6
+    opts.train.data_parallel = 2
+    np.random.seed(0)
+    session, (img, labels), _, loss_stream, _ = ex.train_program(opts)
+    prof_session = popxl.Session(session.ir, "cpu", profile=True)
+    n = opts.train.gradient_accumulation
+    inputs = {
+        img: np.ones((n, 2, 2, 784), np.float32),
+        labels: np.ones((n, 2, 2), np.int32),
+    }
+    with prof_session, prof_session.profile() as prof:
+        prof_session.run(inputs)
+    data = prof.chrome_trace()
+    _check_trace(data)
+    procs = sorted(e["args"]["name"] for e in data["traceEvents"] if e["name"] == "process_name")
+    assert procs == ["replica 0", "replica 1"]
+    # the gradients' all-reduces (one per variable gradient) are on both replicas' rows
+    reduces = Counter(e["pid"] for e in data["traceEvents"] if e["ph"] == "X" and e["args"].get("type", "").startswith("ReplicatedAllReduce"))
+    assert reduces[0] == reduces[1] > 0
+
+
+# ------------------------------------------------------------------------------------
+# Run-time errors name the popxl op
+# ------------------------------------------------------------------------------------
+
+
+def _gather_program(replicas: int = 1):
+    ir = popxl.Ir(replication=replicas)
+    with ir.main_graph:
+        idx_s = popxl.h2d_stream((2,), popxl.int32, "idx")
+        ys = popxl.d2h_stream((2, 3), popxl.float32, "y")
+        table = popxl.variable(np.arange(12, dtype=np.float32).reshape(4, 3), name="table")
+        idx = ops.host_load(idx_s, "idx")
+        y = ops.gather(table, idx)
+        ops.host_store(ys, y)
+    return ir, idx_s
+
+
+def test_data_range_error_names_the_op() -> None:
+    ir, idx_s = _gather_program()
+    (gather,) = _ids(ir.main_graph, "Gather")
+    for profile in (False, True):
+        session = popxl.Session(ir, "cpu", profile=profile)
+        with session:
+            ok = session.run({idx_s: np.array([3, 0], np.int32)})
+            np.testing.assert_array_equal(list(ok.values())[0], [[9, 10, 11], [0, 1, 2]])
+            with pytest.raises(DataRangeError, match=rf"^{re.escape(gather)} \(popxl.gather in graph main_graph\) failed: .*index 7 .*out of range"):
+                session.run({idx_s: np.array([7, 0], np.int32)})
+
+
+def test_error_names_the_op_in_the_straightforward_plan() -> None:
+    from popxl.session import _source_names
+
+    ir, idx_s = _gather_program()
+    (gather,) = _ids(ir.main_graph, "Gather")
+    with _source_names(ir):
+        exe = compile_module(ir._module, optimize=False)
+    with pytest.raises(DataRangeError, match=rf"^{re.escape(gather)} \(popxl.gather"):
+        exe.run({"idx": np.array([0, -9], np.int32)})
+
+
+def test_error_names_the_replica() -> None:
+    ir, idx_s = _gather_program(replicas=2)
+    (gather,) = _ids(ir.main_graph, "Gather")
+    session = popxl.Session(ir, "cpu")
+    with session, pytest.raises(DataRangeError, match=rf"^{re.escape(gather)} .* on replica 1 failed"):
+        session.run({idx_s: np.array([[1, 2], [1, 5]], np.int32)})
+
+
+def test_numpy_error_in_a_repeat_names_the_op() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xs = popxl.h2d_stream((3,), popxl.float32, "x")
+        ys = popxl.d2h_stream((3,), popxl.float32, "y")
+        body = ir.create_graph(lambda x: ops.div(ops.exp(x), x), popxl.TensorSpec((3,), popxl.float32))
+        (y,) = ops.repeat(body, 2, ops.host_load(xs, "x"))
+        ops.host_store(ys, y)
+    (div,) = _ids(body, "Div")
+    (exp,) = _ids(body, "Exp")
+    session = popxl.Session(ir, "cpu")
+    with session:
+        with np.errstate(divide="raise", invalid="raise"), pytest.raises(
+            # exp and div run as one fused elementwise kernel: both named
+            FloatingPointError,
+            match=rf"^{re.escape(exp)}\+{re.escape(div)} \(xl.fused in graph {re.escape(body.name)}\) failed: divide by zero",
+        ):
+            session.run({xs: np.array([1.0, 0.0, 2.0], np.float32)})
+
+
+# ------------------------------------------------------------------------------------
+# xl-run --trace / --op-times
+# ------------------------------------------------------------------------------------
+
+
+def test_xl_run_trace(tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", np.ones((2, 4), np.float32))
+    trace = tmp_path / "trace.json"
+    prog = EXAMPLES / "ir" / "linear.mlir"
+    r = subprocess.run(
+        [sys.executable, "-m", "xl.tools.run", str(prog), f"x={tmp_path / 'x.npy'}", "--steps", "3",
+         "--trace", str(trace), "--op-times"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 0, r.stderr
+    data = json.loads(trace.read_text())
+    _check_trace(data)
+    # linear.mlir: the matmul (line 5) and the bias add (line 6) of @linear, once per step
+    slices = [e for e in data["traceEvents"] if e["ph"] == "X" and e["cat"] not in ("step", "graph call")]
+    mm = [e for e in slices if "MatMul@5:3" in e["args"].get("source", "")]
+    assert len(mm) == 3 and all(e["args"]["graph"] == "linear" for e in mm)
+    assert Counter(e["name"] for e in slices if e["cat"] in ("h2d", "d2h")) == {"HostLoad x": 3, "HostStore y": 3}
+    assert "Op type" in r.stderr and "MatMul@5:3" in r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "xl.tools.run", str(prog), f"x={tmp_path / 'x.npy'}", "--trace", str(tmp_path / "no" / "t.json")],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "--trace" in r.stderr
