@@ -66,10 +66,11 @@ from xdsl.irdl import (
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
+from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, SymbolTable
 from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects.effects import ValueEffect, WritesOperands
+from xl.dialects.graph import GraphOp
 from xl.dialects.traits import NoGradient, NotDifferentiable, PopartType
 from xl.dialects.utils import dtype_of, fmt_type, shape_of
 
@@ -867,6 +868,68 @@ REMOTE_ACCESS_OPS = (RemoteLoadOp, RemoteLoadInplaceOp, RemoteStoreOp)
 """The ops that copy a remote buffer entry to or from a tensor."""
 
 
+CODE_LOCATIONS = ("executable", "compute_buffer", "io_buffer")
+"""Where `ipu.remote_code_load` may put a graph's code (PopXL's `CODE_LOCATION`)."""
+
+
+@irdl_op_definition
+class RemoteCodeLoadOp(IRDLOperation):
+    """Loads the code of graph `@g` from remote memory to `destination`
+    (`ops.remote_code_load`): `executable`, `compute_buffer` or `io_buffer`.
+
+    On the NumPy runtime every graph's code is always resident, so the op keeps the
+    program's structure (it is printed, verified and drawn) and lowers to nothing.
+
+    ```mlir
+    ipu.remote_code_load @g to "executable"
+    ```
+    """
+
+    name = "ipu.remote_code_load"
+    graph = prop_def(SymbolRefAttr)
+    destination = prop_def(StringAttr)
+    # Kept in order with the program's other effects (never dead-code eliminated).
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
+
+    def __init__(self, graph: str, destination: str):
+        super().__init__(
+            properties={"graph": SymbolRefAttr(graph), "destination": StringAttr(destination)}
+        )
+
+    @classmethod
+    def parse(cls, parser: Parser) -> RemoteCodeLoadOp:
+        ref = parser.parse_attribute()
+        if not isinstance(ref, SymbolRefAttr):
+            parser.raise_error(f"ipu.remote_code_load: expected a graph symbol (@g), got {ref}")
+        parser.parse_keyword("to")
+        dest = parser.parse_str_literal()
+        op = cls(ref.root_reference.data, dest)
+        op.attributes |= parser.parse_optional_attr_dict()
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_attribute(self.graph)
+        printer.print_string(f' to "{self.destination.data}"')
+        printer.print_op_attributes(self.attributes)
+
+    def verify_(self) -> None:
+        dest = self.destination.data
+        if dest not in CODE_LOCATIONS:
+            raise VerifyException(
+                f"{self.name}: destination {dest!r} is not one of {', '.join(CODE_LOCATIONS)}"
+            )
+        try:
+            g = SymbolTable.lookup_symbol(self, self.graph)
+        except ValueError:  # detached op: nothing to look up yet
+            return
+        if not isinstance(g, GraphOp):
+            what = "no such symbol" if g is None else f"it is a {g.name}"
+            raise VerifyException(
+                f"{self.name}: @{self.graph.root_reference.data} does not name a graph.graph ({what})"
+            )
+
+
 Ipu = Dialect(
     "ipu",
     [
@@ -877,6 +940,7 @@ Ipu = Dialect(
         RemoteLoadOp,
         RemoteLoadInplaceOp,
         RemoteStoreOp,
+        RemoteCodeLoadOp,
     ],
     [],
 )

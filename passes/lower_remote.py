@@ -48,6 +48,7 @@ from xl.dialects import rt
 from xl.dialects.ipu import (
     IPU_ATTR,
     RemoteBufferOp,
+    RemoteCodeLoadOp,
     RemoteLoadInplaceOp,
     RemoteLoadOp,
     RemoteStoreOp,
@@ -152,6 +153,11 @@ def _lower_buffer(emitter: Any, op: Operation, env: Env, block: Block, fresh: se
     st.result.name_hint = _hint(op.buffer_name)
     block.add_op(st)
     _remote_states(emitter)[op.buffer_name] = st.result
+
+
+@lowering(RemoteCodeLoadOp)
+def _lower_code_load(emitter: Any, op: Operation, env: Env, block: Block, fresh: set[SSAValue]) -> None:
+    """Nothing to emit: on NumPy every graph's code is always resident."""
 
 
 @lowering(RemoteVariableOp)

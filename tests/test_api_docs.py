@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
+from typing import Any
 import io
 import subprocess
 import sys
@@ -20,8 +22,9 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from types import ModuleType
 
-import popxl.ops as ops
 import pytest
+
+import popxl.ops as ops
 from popxl.ops import collectives, var_updates
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +44,9 @@ def test_public_namespace_is_all(module: ModuleType) -> None:
         f"missing: {sorted(set(module.__all__) - public)}"
     )
     assert len(module.__all__) == len(set(module.__all__)), "a name is listed twice"
+    if module is not ops:  # var_updates / collectives re-export their implementation module's names
+        impl = importlib.import_module(f"popxl.ops._{module.__name__.rsplit('.', 1)[1]}")
+        assert module.__all__ == impl.__all__, f"{module.__name__}.__all__ differs from {impl.__name__}.__all__"
     for helper in ("emit", "emit1", "emit_inplace", "Iterable", "Sequence", "np", "Any", "Tensor", "GeluOp"):
         assert not hasattr(module, helper), f"{module.__name__}.{helper} is public"
 
@@ -86,9 +92,19 @@ def test_help_shows_the_op() -> None:
 
 def test_unimplemented_ops_keep_signature_and_raise() -> None:
     assert list(inspect.signature(ops.conv).parameters)[:2] == ["t", "weight"]
+    # every public op is implemented now; the decorator still declares upstream names
+    from popxl.ops._utils import unimplemented
+
+    def future_op(t: Any, k: int = 1) -> None:
+        """An upstream op not implemented yet."""
+
+    future_op.__module__ = "popxl.ops"
+    stub = unimplemented(future_op)
+    assert list(inspect.signature(stub).parameters) == ["t", "k"]
+    assert stub.__doc__ == "An upstream op not implemented yet."
     with pytest.raises(NotImplementedError) as info:
-        ops.remote_code_load(None, destination="executable")  # type: ignore[arg-type]
-    assert str(info.value) == "popxl.ops.remote_code_load is not implemented in xl yet"
+        stub(None)
+    assert str(info.value) == "popxl.ops.future_op is not implemented in xl yet"
     # the collectives are implemented: bad arguments name the public function
     with pytest.raises(TypeError, match=r"^ops\.collectives\.replicated_all_reduce: t must be a popxl Tensor"):
         collectives.replicated_all_reduce(None)  # type: ignore[arg-type]

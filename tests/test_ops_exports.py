@@ -16,9 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
+
 import popxl
 import popxl_addons as addons
-import pytest
 from popxl import ops
 from popxl.ops import collectives, var_updates
 
@@ -52,24 +53,24 @@ R = dict[str, Callable[[Env], Any]]
 
 OPS: R = {
     # elementwise unary
-    **{n: (lambda n: lambda e: getattr(ops, n)(e.x))(n) for n in (
+    **{n: (lambda n: lambda e: getattr(ops, n)(e.x))(n) for n in (  # noqa: B023 (n is the enclosing lambda's parameter)
         "abs", "ceil", "floor", "cos", "sin", "tanh", "exp", "log", "log2", "sqrt", "sign",
         "negate", "neg", "relu", "gelu", "geluerf", "swish", "sigmoid", "isnan", "isinf",
         "isfinite", "identity", "rename", "detach", "detach_", "flatten", "flatten_",
         "transpose", "transpose_", "lamb_square", "print_tensor", "io_tile_copy",
     )},
-    **{n: (lambda n: lambda e: getattr(ops, n)(e.v))(n) for n in ("exp_", "relu_", "gelu_", "geluerf_", "swish_")},
+    **{n: (lambda n: lambda e: getattr(ops, n)(e.v))(n) for n in ("exp_", "relu_", "gelu_", "geluerf_", "swish_")},  # noqa: B023 (n is the enclosing lambda's parameter)
     "logical_not": lambda e: ops.logical_not(e.cond),
     "clip": lambda e: ops.clip(e.y, -0.5, 0.5),
     "clamp": lambda e: ops.clamp(e.y, -0.5, 0.5),
     "erf": lambda e: ops.erf(e.y),
     "bitwise_not": lambda e: ops.bitwise_not(e.idx),
-    **{n: (lambda n: lambda e: getattr(ops, n)(e.idx, e.labels))(n) for n in (
+    **{n: (lambda n: lambda e: getattr(ops, n)(e.idx, e.labels))(n) for n in (  # noqa: B023 (n is the enclosing lambda's parameter)
         "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_xnor",
     )},
     "logical_xor": lambda e: ops.logical_xor(e.cond, e.cond),
     # binary
-    **{n: (lambda n: lambda e: getattr(ops, n)(e.x, e.y))(n) for n in (
+    **{n: (lambda n: lambda e: getattr(ops, n)(e.x, e.y))(n) for n in (  # noqa: B023 (n is the enclosing lambda's parameter)
         "add", "sub", "mul", "div", "fmod", "pow", "equal", "greater", "maximum",
     )},
     "add_": lambda e: ops.add_(e.v, e.x),
@@ -77,7 +78,7 @@ OPS: R = {
     "logical_or": lambda e: ops.logical_or(e.cond, e.cond),
     "where": lambda e: ops.where(ops.greater(e.x, e.y), e.x, e.y),
     # reductions
-    **{n: (lambda n: lambda e: getattr(ops, n)(e.x, axis=1))(n) for n in (
+    **{n: (lambda n: lambda e: getattr(ops, n)(e.x, axis=1))(n) for n in (  # noqa: B023 (n is the enclosing lambda's parameter)
         "sum", "mean", "max", "min", "prod", "sumsquare", "logsum", "logsumexp", "l1", "l2",
     )},
     "argmax": lambda e: ops.argmax(e.x, 1),
@@ -172,6 +173,7 @@ OPS: R = {
     "remote_load": lambda e: ops.remote_load(_remote(e), 1),
     "remote_load_": lambda e: ops.remote_load_(_remote(e), 0, e.y),
     "remote_store": lambda e: ops.remote_store(_remote(e), 1, e.x),
+    "remote_code_load": lambda e: ops.remote_code_load(e.graph(_double, e.x), "executable"),
 }
 
 
@@ -183,9 +185,7 @@ def _remote(e: Env) -> popxl.RemoteBuffer:
 
 # Exported names that raise NotImplementedError unconditionally (upstream features xl has
 # no equivalent of yet); each is called with no arguments.
-STUBS = (
-    "remote_code_load",
-)
+STUBS: tuple[str, ...] = ()
 
 
 def _callsite(e: Env) -> Any:

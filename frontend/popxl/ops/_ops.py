@@ -1106,14 +1106,31 @@ def remote_store(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> None:
     _remote_store(remote_buffer, offset, t)
 
 
-@unimplemented
 def remote_code_load(graph: Any, destination: str) -> None:
     """Load the code of `graph` from remote memory to `'executable'`, `'compute_buffer'`
-    or `'io_buffer'`.
+    or `'io_buffer'` (`ipu.remote_code_load`).
 
-    Not implemented in xl yet: raises `NotImplementedError`.
+    The op is recorded in the current graph (it prints, verifies and shows in pictures);
+    on the NumPy runtime every graph's code is always resident, so running it does nothing.
     """
-    ...
+    from popxl.graph import Graph
+    from popxl.remote_buffer import _insert
+    from xl.dialects.ipu import CODE_LOCATIONS, RemoteCodeLoadOp
+
+    what = "ops.remote_code_load"
+    if not isinstance(graph, Graph):
+        raise TypeError(f"{what}: expected a popxl.Graph, got {type(graph).__name__}")
+    if not isinstance(destination, str) or destination not in CODE_LOCATIONS:
+        raise ValueError(
+            f"{what}: destination must be one of {', '.join(map(repr, CODE_LOCATIONS))}, "
+            f"got {destination!r}"
+        )
+    current = gcg()
+    if graph.ir is not current.ir:
+        raise ValueError(f"{what}: graph {graph.name!r} belongs to another Ir")
+    if graph._is_main:
+        raise ValueError(f"{what}: the main graph's code cannot be loaded; pass a subgraph")
+    _insert(current, RemoteCodeLoadOp(graph.name, destination), what)
 
 
 def nll_loss(

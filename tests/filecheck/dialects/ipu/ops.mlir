@@ -82,3 +82,22 @@ graph.main attributes {replication_factor = 2 : i64} {
 // CHECK-GENERIC: "ipu.remote_store"(%x, %i) <{buffer = @rb}> : (tensor<2xf32>, tensor<ui32>) -> ()
 // CHECK-GENERIC: "ipu.remote_buffer"() <{sym_name = "rb", type = tensor<2xf32>, entries = 3 : i64}> : () -> ()
 // CHECK-GENERIC: %v = "ipu.remote_variable"() <{var_name = "w", buffer = @rb, offset = 1 : i64, init = dense<1.000000e+00> : tensor<2xf32>}> : () -> tensor<2xf32>
+
+// -----
+
+// ipu.remote_code_load names the graph whose code is loaded and where it goes.
+
+graph.graph @body(%x: tensor<2xf32>) -> tensor<2xf32> {
+  graph.output %x : tensor<2xf32>
+}
+graph.main {
+  ipu.remote_code_load @body to "executable"
+  ipu.remote_code_load @body to "io_buffer" {ipu.id = 1 : i64}
+}
+
+// CHECK:      graph.main {
+// CHECK-NEXT:   ipu.remote_code_load @body to "executable"
+// CHECK-NEXT:   ipu.remote_code_load @body to "io_buffer" {ipu.id = 1 : i64}
+// CHECK-NEXT: }
+
+// CHECK-GENERIC: "ipu.remote_code_load"() <{graph = @body, destination = "executable"}> : () -> ()

@@ -214,3 +214,20 @@ graph.main attributes {replication_factor = 2 : i64} {
   // expected-error @+1 {{ipu.replica_sharded_variable "r": initial value (3, 4) float32 does not fit the variable (4,) float32 (2 groups: one value per group)}}
   %f, %s = ipu.replica_sharded_variable "r" = dense<1.0> : tensor<3x4xf32> -> (tensor<4xf32>, tensor<4xf32>) {shard_over = 1 : i64, grouping = #replica.grouping<stride = 1, group_size = 1>}
 }
+
+// -----
+
+graph.graph @body() -> () {
+  graph.output
+}
+graph.main {
+  // expected-error @+1 {{ipu.remote_code_load: destination 'remote' is not one of executable, compute_buffer, io_buffer}}
+  ipu.remote_code_load @body to "remote"
+}
+
+// -----
+
+graph.main {
+  // expected-error @+1 {{ipu.remote_code_load: @nowhere does not name a graph.graph (no such symbol)}}
+  ipu.remote_code_load @nowhere to "executable"
+}
