@@ -30,9 +30,10 @@ def main() -> None:
         os.environ[var] = str(args.threads)
 
     import numpy as np
+    import torch
+
     import popxl
     import popxl_addons as addons
-    import torch
     from popxl import ops, transforms
 
     torch.set_num_threads(args.threads)

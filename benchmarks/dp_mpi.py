@@ -34,11 +34,11 @@ def worker(chunks: int, steps: int, warmup: int) -> dict:
     sys.path.insert(0, str(EXAMPLES))
     import hashlib
 
-    import numpy as np
-
     import mnist_data_parallel as dp
-    import popdist
+    import numpy as np
     from mnist_data import batches, load_mnist
+
+    import popdist
 
     opts = dp.parse_args(["--device", "cpu"])
     popdist.init()
@@ -73,7 +73,7 @@ def worker(chunks: int, steps: int, warmup: int) -> dict:
             k += steps
         weights = session.get_tensors_data(variables.tensors)
     digest = hashlib.sha256()
-    for name, t in sorted(variables.named_tensors.items()):
+    for _name, t in sorted(variables.named_tensors.items()):
         digest.update(np.ascontiguousarray(weights[t]).tobytes())
     return {
         "instances": popdist.getNumInstances(),

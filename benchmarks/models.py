@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
 import popxl
 import popxl_addons as addons
 from popxl import ops

@@ -29,14 +29,14 @@ import time
 from functools import partial
 
 import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
-from xdsl.dialects.builtin import ModuleOp
-
+from xl.compiler import compile_module
 from xl.dialects.call import CallOp
 from xl.passes.outline import outline
-from xl.compiler import compile_module
 
 # -- models ---------------------------------------------------------------------------------
 
@@ -221,7 +221,10 @@ def main(argv: list[str] | None = None) -> None:
         ("chain-10000", lambda: chain_module(10_000), False),
         ("random-10000", lambda: random_module(10_000), False),
     ]
-    print("| program | ops | outline s | graphs | calls | compile s (off / on) | plan lines (off / on) | step ms (off / on) |")
+    print(
+        "| program | ops | outline s | graphs | calls | compile s (off / on) | plan lines (off / on) "
+        "| step ms (off / on) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, build, run in cases:
         module = build()

@@ -11,12 +11,12 @@ R replicas' gradients, their mean, the same update on every replica's weights.
 from __future__ import annotations
 
 import numpy as np
+from models import Net  # noqa: F401  (the tutorial's model, via models' path setup)
+from references import NumpyMLP
+
 import popxl
 import popxl_addons as addons
 from popxl import ops
-
-from models import Net  # noqa: F401  (the tutorial's model, via models' path setup)
-from references import NumpyMLP
 
 
 def dp_train_ir(replicas: int, batch: int, learning_rate: float = 0.05):

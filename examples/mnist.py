@@ -14,19 +14,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
-from typing import Mapping, Optional
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from mnist_data import batches, load_mnist  # noqa: E402
+from progress_bar import progress  # noqa: E402
+
 import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
 import popxl_addons as addons  # noqa: E402
-from mnist_data import batches, load_mnist  # noqa: E402
-from progress_bar import progress  # noqa: E402
 
 
 class Linear(addons.Module):
@@ -52,7 +53,7 @@ class Linear(addons.Module):
 
 
 class Net(addons.Module):
-    def __init__(self, cache: Optional[addons.GraphCache] = None):
+    def __init__(self, cache: addons.GraphCache | None = None):
         super().__init__(cache=cache)
         self.fc1 = Linear(512)
         self.fc2 = Linear(512)

@@ -23,22 +23,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
-from typing import Mapping, Optional, Union
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from mnist_data import batches, load_mnist  # noqa: E402
+from progress_bar import progress  # noqa: E402
+
 import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
 import popxl_addons as addons  # noqa: E402
-from mnist_data import batches, load_mnist  # noqa: E402
 from popxl_addons.graph import GraphWithNamedArgs  # noqa: E402
 from popxl_addons.named_tensors import NamedTensors  # noqa: E402
 from popxl_addons.variable_factory import NamedVariableFactories  # noqa: E402
-from progress_bar import progress  # noqa: E402
 
 
 def accuracy(predictions: np.ndarray, labels: np.ndarray):
@@ -79,7 +80,7 @@ class Linear(addons.Module):
 
 # gelu now included in the layers
 class Net(addons.Module):
-    def __init__(self, cache: Optional[addons.GraphCache] = None):
+    def __init__(self, cache: addons.GraphCache | None = None):
         super().__init__(cache=cache)
         self.fc1 = Linear(512)
         self.fc2 = Linear(512)
@@ -110,11 +111,11 @@ class Adam(addons.Module):
         var: popxl.TensorByRef,
         grad: popxl.Tensor,
         *,
-        lr: Union[float, popxl.Tensor],
-        beta1: Union[float, popxl.Tensor] = 0.9,
-        beta2: Union[float, popxl.Tensor] = 0.999,
-        eps: Union[float, popxl.Tensor] = 1e-5,
-        weight_decay: Union[float, popxl.Tensor] = 1e-2,
+        lr: float | popxl.Tensor,
+        beta1: float | popxl.Tensor = 0.9,
+        beta2: float | popxl.Tensor = 0.999,
+        eps: float | popxl.Tensor = 1e-5,
+        weight_decay: float | popxl.Tensor = 1e-2,
         first_order_dtype: popxl.dtype = popxl.float16,
         bias_correction: bool = True
     ):
@@ -190,7 +191,7 @@ class Graphs:
         for g in self.vars.bwd.tensors[:-1]:
             g = ops.collectives.replicated_all_reduce_(g, op="mean")
 
-    def optimizer_step(self, lr: Union[float, popxl.Tensor]):
+    def optimizer_step(self, lr: float | popxl.Tensor):
         var_dict = self.vars.fwd.named_tensors
         grad_dict = self.vars.bwd.accum.to_dict()
         for name, var in var_dict.items():
@@ -217,8 +218,8 @@ def create_graphs(
 ):
     facts, graph = layer.create_graph(*args)
     # tensors_to_accumulate_grads = graph.args.tensors : accumulate gradients of the weights
-    # grads_required = (graph.graph.inputs[0],): we need to return the gradient of the first input of the layer, since it
-    # will be starting value for backpropagation in the other layers
+    # grads_required = (graph.graph.inputs[0],): we need to return the gradient of the first input of the
+    # layer, since it will be starting value for backpropagation in the other layers
     req_grads = (graph.graph.inputs[0],) if require_input0 else ()
     bwd_facts, bwd_graph = addons.transforms.autodiff_with_accumulation(
         graph, tensors_to_accumulate_grads=graph.args.tensors, grads_required=req_grads
@@ -387,7 +388,7 @@ def test_program(test_batch_size, device):
     return popxl.Session(ir, device), [in_stream], variables, out_stream
 
 
-def parse_args(argv: Optional[list[str]] = None) -> Options:
+def parse_args(argv: list[str] | None = None) -> Options:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", help="folder with MNIST IDX files (torchvision layout)")
     ap.add_argument("--epochs", type=int, default=1)
@@ -415,7 +416,7 @@ def parse_args(argv: Optional[list[str]] = None) -> Options:
     return opts
 
 
-def main(argv: Optional[list[str]] = None) -> float:
+def main(argv: list[str] | None = None) -> float:
     opts = parse_args(argv)
     np.random.seed(opts.seed)
 
@@ -433,7 +434,7 @@ def main(argv: Optional[list[str]] = None) -> float:
         if opts.max_steps is not None:
             nr_batches = min(nr_batches, opts.max_steps)
         for epoch in range(1, opts.train.epochs + 1):
-            print("Epoch {0}/{1}".format(epoch, opts.train.epochs))
+            print(f"Epoch {epoch}/{opts.train.epochs}")
             bar = progress(training_data, total=nr_batches)
             for i, (data, labels) in enumerate(bar):
                 if i >= nr_batches:
@@ -456,7 +457,7 @@ def main(argv: Optional[list[str]] = None) -> float:
                 loss = train_session.run(inputs)
                 losses_np = loss[loss_stream]  # shape (ir.num_host_transfers,)
                 avg_loss = np.mean(losses_np)
-                bar.set_description("Loss:{:0.4f}".format(avg_loss))
+                bar.set_description(f"Loss:{avg_loss:0.4f}")
 
     # get weights data : dictionary { train_session variables : tensor data (numpy) }
     train_vars_to_data = train_session.get_tensors_data(train_variables.tensors)
@@ -483,7 +484,7 @@ def main(argv: Optional[list[str]] = None) -> float:
             output = test_session.run(inputs)
             sum_acc += accuracy(output[out_stream], labels)
     test_set_accuracy = sum_acc / len(test_data)
-    print("Accuracy on test set: {:0.2f}%".format(test_set_accuracy))
+    print(f"Accuracy on test set: {test_set_accuracy:0.2f}%")
     return test_set_accuracy
 
 

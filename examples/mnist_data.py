@@ -21,7 +21,6 @@ import gzip
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional, Union
 
 import numpy as np
 
@@ -48,7 +47,7 @@ def normalise(images: np.ndarray) -> np.ndarray:
     return ((x - np.float32(MEAN)) / np.float32(STD)).astype(np.float32)
 
 
-def read_idx(path: Union[str, Path]) -> np.ndarray:
+def read_idx(path: str | Path) -> np.ndarray:
     """Read an IDX file (optionally gzipped): magic `00 00 <dtype> <ndim>`, big-endian dims."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
@@ -101,7 +100,7 @@ def _load_idx_split(data_dir: Path, prefix: str) -> tuple[np.ndarray, np.ndarray
 
 
 def load_mnist(
-    data_dir: Optional[Union[str, Path]] = None,
+    data_dir: str | Path | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(train_images, train_labels, test_images, test_labels).
 
@@ -139,7 +138,7 @@ class Batches:
         batch_size: int,
         shuffle: bool = True,
         drop_last: bool = True,
-        seed: Optional[int] = None,
+        seed: int | None = None,
     ):
         if len(images) != len(labels):
             raise ValueError(f"{len(images)} images but {len(labels)} labels")
@@ -170,7 +169,7 @@ def batches(
     batch_size: int,
     shuffle: bool = True,
     drop_last: bool = True,
-    seed: Optional[int] = None,
+    seed: int | None = None,
 ) -> Batches:
     """Mini-batches of `(images, labels)`; see `Batches`."""
     return Batches(images, labels, batch_size, shuffle, drop_last, seed)

@@ -24,20 +24,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from time import time
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from mnist_data import batches, load_mnist  # noqa: E402
+
 import popdist  # noqa: E402
 import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
 import popxl_addons as addons  # noqa: E402
-from mnist_data import batches, load_mnist  # noqa: E402
 from popxl_addons.named_tensors import NamedTensors  # noqa: E402
 
 
@@ -74,7 +76,7 @@ class Linear(addons.Module):
 
 
 class Net(addons.Module):
-    def __init__(self, cache: Optional[addons.GraphCache] = None):
+    def __init__(self, cache: addons.GraphCache | None = None):
         super().__init__(cache=cache)
         self.fc1 = Linear(512)
         self.fc2 = Linear(512)
@@ -98,11 +100,11 @@ class Adam(addons.Module):
         var: popxl.TensorByRef,
         grad: popxl.Tensor,
         *,
-        lr: Union[float, popxl.Tensor],
-        beta1: Union[float, popxl.Tensor] = 0.9,
-        beta2: Union[float, popxl.Tensor] = 0.999,
-        eps: Union[float, popxl.Tensor] = 1e-5,
-        weight_decay: Union[float, popxl.Tensor] = 1e-2,
+        lr: float | popxl.Tensor,
+        beta1: float | popxl.Tensor = 0.9,
+        beta2: float | popxl.Tensor = 0.999,
+        eps: float | popxl.Tensor = 1e-5,
+        weight_decay: float | popxl.Tensor = 1e-2,
         first_order_dtype: popxl.dtype = popxl.float16,
         bias_correction: bool = True,
     ):
@@ -141,13 +143,13 @@ class Adam(addons.Module):
 
 def optimizer_step(
     variables: NamedTensors,
-    grads: Dict[popxl.Tensor, popxl.Tensor],
+    grads: dict[popxl.Tensor, popxl.Tensor],
     optimizer: addons.Module,
     accum_counter: popxl.Tensor,
     lr: popxl.float32 = 1e-3,
 ):
     """Update all variables, one optimizer graph per variable (shape)."""
-    for name, var in variables.named_tensors.items():
+    for var in variables.named_tensors.values():
         # create optimizer and state factories for the variable
         opt_facts, opt_graph = optimizer.create_graph(var, var.spec, lr=lr, weight_decay=0.0, bias_correction=True)
         state = opt_facts.init()
@@ -165,7 +167,7 @@ def optimizer_step(
 # ------------------------------------------------------------------------------------------
 
 
-def replication(data_parallel: int) -> Union[int, str]:
+def replication(data_parallel: int) -> int | str:
     """`Ir(replication=...)`: 'popdist' when launched by mpirun, with `data_parallel` replicas
     in total (POPDIST_NUM_TOTAL_REPLICAS, unless already set) split over the processes;
     else the int (every replica in this process)."""
@@ -211,7 +213,7 @@ def train_program(opts):
         # in sequence needed for in place ops
         with popxl.in_sequence(True):
             # gradient accumulation loop
-            for ga_step in range(opts.gradient_accumulation):
+            for _ in range(opts.gradient_accumulation):
                 # load data
                 img_t = ops.host_load(img_stream)
                 labels = ops.host_load(label_stream, "labels")
@@ -292,7 +294,7 @@ def is_printing_instance() -> bool:
     return popdist.getInstanceIndex() == 0
 
 
-def progress(iterable: Any, total: Optional[int] = None) -> Any:
+def progress(iterable: Any, total: int | None = None) -> Any:
     if not is_printing_instance():
         return QuietBar(iterable)
     from progress_bar import progress as bar
@@ -355,7 +357,7 @@ def evaluate_throughput(session, samples_per_step, epochs: int = 5):
 
     durations = []
     with session:
-        for i in range(epochs):
+        for _ in range(epochs):
             start = time()
             session.run(inputs)
             dur = time() - start
@@ -380,7 +382,7 @@ def test(test_session, test_data, input_streams, out_stream) -> float:
     return test_set_accuracy
 
 
-def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--train-micro-batch-size", type=int, default=8, help="batch size for training (default: 8)")
     ap.add_argument("--test-batch-size", type=int, default=80, help="batch size for testing (default: 80)")
@@ -401,7 +403,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return opts
 
 
-def main(argv: Optional[list[str]] = None) -> dict:
+def main(argv: list[str] | None = None) -> dict:
     opts = parse_args(argv)
     popdist.init()
     # every instance draws the same initial weights and the same shuffle

@@ -33,18 +33,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from time import time
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import popdist  # noqa: E402
-import popxl  # noqa: E402
-import popxl.ops as ops  # noqa: E402
-import popxl_addons as addons  # noqa: E402
 from mnist_accumulate import (  # noqa: E402  (seed 003's helpers, verbatim)
     Adam,
     Linear,
@@ -55,10 +52,15 @@ from mnist_accumulate import (  # noqa: E402  (seed 003's helpers, verbatim)
 )
 from mnist_data import batches, load_mnist  # noqa: E402
 from mnist_data_parallel import QuietBar, local_share, replication, say  # noqa: E402
+
+import popdist  # noqa: E402
+import popxl  # noqa: E402
+import popxl.ops as ops  # noqa: E402
+import popxl_addons as addons  # noqa: E402
 from popxl_addons.named_tensors import NamedTensors  # noqa: E402
 
 
-def progress(iterable: Any, total: Optional[int] = None) -> Any:
+def progress(iterable: Any, total: int | None = None) -> Any:
     if popdist.getInstanceIndex() != 0:  # under mpirun, instance 0 shows the bar
         return QuietBar(iterable)
     from progress_bar import progress as bar  # the examples' bounded progress bar
@@ -74,7 +76,7 @@ def evaluate_throughput(session, samples_per_step, epochs: int = 5):
 
     durations = []
     with session:
-        for i in range(epochs):
+        for _ in range(epochs):
             start = time()
             session.run(inputs)
             dur = time() - start
@@ -226,7 +228,7 @@ def train_program(opts):
     return session, [img_stream, label_stream], vars, loss_stream, layers
 
 
-def parse_args(argv: Optional[list[str]] = None) -> Options:
+def parse_args(argv: list[str] | None = None) -> Options:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", help="folder with MNIST IDX files (torchvision layout)")
     ap.add_argument("--epochs", type=int, default=1)
@@ -258,7 +260,7 @@ def parse_args(argv: Optional[list[str]] = None) -> Options:
     return opts
 
 
-def main(argv: Optional[list[str]] = None) -> float:
+def main(argv: list[str] | None = None) -> float:
     opts = parse_args(argv)
     popdist.init()
     np.random.seed(opts.seed)
@@ -277,7 +279,7 @@ def main(argv: Optional[list[str]] = None) -> float:
         if opts.max_steps is not None:
             nr_batches = min(nr_batches, opts.max_steps)
         for epoch in range(1, opts.train.epochs + 1):
-            say("Epoch {0}/{1}".format(epoch, opts.train.epochs))
+            say(f"Epoch {epoch}/{opts.train.epochs}")
             bar = progress(training_data, total=nr_batches)
             for i, (data, labels) in enumerate(bar):
                 if i >= nr_batches:
@@ -293,7 +295,7 @@ def main(argv: Optional[list[str]] = None) -> float:
                 loss = train_session.run(inputs)
                 losses_np = loss[loss_stream]  # shape(ir.num_host_transfers, ir.instance_replication_factor, )
                 avg_loss = np.mean(losses_np)
-                bar.set_description("Loss:{:0.4f}".format(avg_loss))
+                bar.set_description(f"Loss:{avg_loss:0.4f}")
 
     # get weights data : dictionary { train_session variables : tensor data (numpy) }
     train_vars_to_data = train_session.get_tensors_data(train_variables.tensors)
@@ -331,7 +333,7 @@ def main(argv: Optional[list[str]] = None) -> float:
             output = test_session.run(inputs)
             sum_acc += accuracy(output[out_stream], labels)
     test_set_accuracy = sum_acc / len(test_data)
-    say("Accuracy on test set: {:0.2f}%".format(test_set_accuracy))
+    say(f"Accuracy on test set: {test_set_accuracy:0.2f}%")
 
     if opts.throughput:
         samples_per_step = opts.test.micro_batch_size

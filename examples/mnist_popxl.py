@@ -16,17 +16,17 @@ import argparse
 import itertools
 import sys
 from pathlib import Path
-from typing import Tuple
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from mnist_data import batches, load_mnist  # noqa: E402
+from progress_bar import progress  # noqa: E402
+
 import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
 import popxl.transforms as transforms  # noqa: E402
-from mnist_data import batches, load_mnist  # noqa: E402
-from progress_bar import progress  # noqa: E402
 
 
 class Linear(popxl.Module):
@@ -36,7 +36,7 @@ class Linear(popxl.Module):
 
     def build(
         self, x: popxl.Tensor, out_features: int, bias: bool = True, gelu: bool = True
-    ) -> Tuple[popxl.Tensor, ...]:
+    ) -> tuple[popxl.Tensor, ...]:
         self.W = popxl.graph_input((x.shape[-1], out_features), popxl.float32, "W")
         y = x @ self.W
         if bias:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from typing import Generic, Optional, TextIO, TypeVar, Union
+from typing import Generic, TextIO, TypeVar
 
 from tqdm import tqdm
 
@@ -36,7 +36,7 @@ LOG_LINES = 10
 class TerminalProgress(tqdm):
     """tqdm whose `set_description` waits for the next timed redraw."""
 
-    def set_description(self, desc: Optional[str] = None, refresh: bool = False) -> None:
+    def set_description(self, desc: str | None = None, refresh: bool = False) -> None:
         super().set_description(desc, refresh=refresh)
 
 
@@ -46,9 +46,9 @@ class LogProgress(Generic[T]):
     def __init__(
         self,
         iterable: Iterable[T],
-        total: Optional[int] = None,
+        total: int | None = None,
         desc: str = "",
-        file: Optional[TextIO] = None,
+        file: TextIO | None = None,
         lines: int = LOG_LINES,
     ):
         if lines < 1:
@@ -69,7 +69,7 @@ class LogProgress(Generic[T]):
             raise TypeError("LogProgress: the length of this loop is unknown")
         return self.total
 
-    def set_description(self, desc: Optional[str] = None, refresh: bool = False) -> None:
+    def set_description(self, desc: str | None = None, refresh: bool = False) -> None:
         self.desc = desc or ""
 
     def _write(self, text: str) -> None:
@@ -107,14 +107,14 @@ class LogProgress(Generic[T]):
             self._closed = True
             self._write(self._line())
 
-    def __enter__(self) -> "LogProgress[T]":
+    def __enter__(self) -> LogProgress[T]:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _is_terminal(stream: Optional[TextIO]) -> bool:
+def _is_terminal(stream: TextIO | None) -> bool:
     stream = stream if stream is not None else sys.stderr
     try:
         return bool(stream.isatty())
@@ -124,10 +124,10 @@ def _is_terminal(stream: Optional[TextIO]) -> bool:
 
 def progress(
     iterable: Iterable[T],
-    total: Optional[int] = None,
+    total: int | None = None,
     desc: str = "",
-    file: Optional[TextIO] = None,
-) -> Union[TerminalProgress, LogProgress[T]]:
+    file: TextIO | None = None,
+) -> TerminalProgress | LogProgress[T]:
     """A progress bar over `iterable` that writes a bounded number of updates to `file`.
 
     `file` defaults to stderr. A terminal gets a tqdm bar redrawn at most every
