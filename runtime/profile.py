@@ -13,7 +13,8 @@ replica; the executable adds one span per `run` (the step) and the collective si
 `Profile` reads them:
 
 ```python
-prof = exe.profile                 # the recorder of a profiled Executable
+exe = compile_program(program, optimize=True, profile=True)
+prof = Profile(exe.profile)        # exe.profile: the Recorder the plan appends to
 exe.run(inputs)
 prof.export_chrome_trace("trace.json")   # Perfetto / chrome://tracing
 print(prof.key_averages().table())       # time per op type
@@ -25,8 +26,11 @@ recorded event): one process per replica (`replica r`), one thread per row: `IPU
 kernels placed on virtual IPU k (unplaced ones on `IPU 0`, popxl's default), `copies` for `rt.copy`
 (moves between buffers, IPU copies included), `host transfers` for `rt.h2d` / `rt.d2h`.
 Each row has a `step` slice per run and, inside it, a slice per graph call (consecutive
-kernels of one non-main graph) holding the kernel slices. The rows are the unit a
-concurrent executor would give one worker thread each: its events use the same rows.
+kernels of one non-main graph) holding the kernel slices. A row is what a concurrent
+executor would give one worker thread (one per virtual IPU): the row comes from the
+kernel's `ipu.id`, not from the thread that ran it, and `list.append` is atomic, so
+workers can append to their replica's list with the same generated lines and the trace
+shows the IPU rows overlapping in time.
 """
 
 from __future__ import annotations
@@ -387,8 +391,14 @@ class OpTable:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def table(self, row_limit: int | None = None) -> str:
-        rows = self.rows if row_limit is None else self.rows[:row_limit]
+    def table(self, row_limit: int | None = None, sort_by: str = "total") -> str:
+        """The rows as text, sorted by `sort_by` ("total", "mean" or "count", largest
+        first), the first `row_limit` of them; the Total line covers every row."""
+        keys = {"total": lambda r: r.total_ns, "mean": lambda r: r.mean_ns, "count": lambda r: r.count}
+        if sort_by not in keys:
+            raise ValueError(f"table: sort_by must be one of {sorted(keys)}, got {sort_by!r}")
+        rows = sorted(self.rows, key=lambda r: (-keys[sort_by](r), r.key))
+        rows = rows if row_limit is None else rows[:row_limit]
         total = self.total_ns
         head = {"type": "Op type", "site": "Call site", "graph": "Graph", "row": "Row"}[self.group_by]
         width = max([len(head)] + [len(r.key) for r in rows])

@@ -116,6 +116,11 @@ def test_repeat_counts_and_table_totals() -> None:
     text = by_type.table()
     pct = [float(p) for p in re.findall(r"([\d.]+)%", text)]
     assert sum(pct) == pytest.approx(100, abs=0.5)
+    by_count = by_type.table(sort_by="count")
+    counts = [int(c) for c in re.findall(r"^\S.*?\s(\d+)\s+[\d.]+(?:us|ms|s)\s", by_count, re.M)]
+    assert counts == sorted(counts, reverse=True) and len(counts) == len(by_type)
+    with pytest.raises(ValueError, match="sort_by"):
+        by_type.table(sort_by="name")
     sites = {r.key: r for r in prof.key_averages("site")}
     assert sites[f"{mm} @ {body.name}"].count == n * runs
     # the session's summary covers every run (4), both tables
