@@ -223,7 +223,6 @@ def mutate(text: str, rng: random.Random) -> tuple[bytes, list[str]]:
                 data = data[:x] + data[u:v] + data[y:]
         elif kind == "non-utf8":
             pos = rng.randrange(len(data) + 1)
-            head = data[:pos].encode()
             bad = rng.choice([b"\xff", b"\xfe\xfe", b"\xc3", b"\x80abc", b"\xed\xa0\x80"])
             done.append(f"{kind}@{pos}")
             raw_suffix = bad + data[pos:].encode()

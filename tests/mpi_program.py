@@ -11,7 +11,6 @@ same arrays for every replica in one process.
 
 from __future__ import annotations
 
-import os
 import sys
 from functools import partial
 from pathlib import Path

@@ -9,6 +9,8 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Block, Region
 
+from xl.compiler import compile_module
+from xl.dialects.effects import written_operands
 from xl.dialects.graph import (
     D2HStreamOp,
     H2DStreamOp,
@@ -16,10 +18,8 @@ from xl.dialects.graph import (
     HostStoreOp,
     MainGraphOp,
 )
-from xl.dialects.effects import written_operands
 from xl.dialects.popxl import PopxlOp
 from xl.dialects.utils import tensor_type
-from xl.compiler import compile_module
 
 
 def build_single_op_module(

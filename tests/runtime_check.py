@@ -11,6 +11,7 @@ independently, never one path against another only.
 from __future__ import annotations
 
 import numpy as np
+
 import popxl
 from xl.runtime import compile_module
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+import pytest
+from xdsl.dialects.builtin import ModuleOp
+
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
-import pytest
 from popxl_addons.named_tensors import NamedTensors
-from xdsl.dialects.builtin import ModuleOp
 from xl.dialects.graph import GraphOp
 from xl.passes.accumulate import AccumulateError, accumulate
 from xl.passes.autodiff import GradInfo

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
-import pytest
 from popxl_addons.optimizers.adam import AdamOptimizerStep
 
 SHAPE = (3, 4)

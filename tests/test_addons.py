@@ -102,7 +102,7 @@ def test_namespace():
     assert addons.module.Module is Module
     assert issubclass(Module, popxl.Module)
     with pytest.raises(AttributeError):
-        addons.definitely_not_there
+        _ = addons.definitely_not_there
 
 
 # ---------------------------------------------------------------------------------------
@@ -426,7 +426,7 @@ def test_grad_graph_info_absent():
     with ir.main_graph:
         _, graph = Scale().create_graph(SPEC)
     with pytest.raises(AttributeError):
-        graph.grad_graph_info
+        _ = graph.grad_graph_info
     sentinel = object()
     g2 = GraphWithNamedArgs(graph.graph, graph.args, grad_graph_info=sentinel)
     assert g2.grad_graph_info is sentinel
@@ -562,8 +562,14 @@ def test_op_type_names():
     from xl.dialects.graph import HostLoadOp
     from xl.dialects.ipu import CopyOp
     from xl.dialects.popxl import (
-        AccumulateMeanOp, GeluGradOp, GeluOp, MatmulOp, ReduceSumOp, ReshapeOp,
-        ScaledAddInplaceOp, SoftmaxOp,
+        AccumulateMeanOp,
+        GeluGradOp,
+        GeluOp,
+        MatmulOp,
+        ReduceSumOp,
+        ReshapeOp,
+        ScaledAddInplaceOp,
+        SoftmaxOp,
     )  # fmt: skip
 
     assert op_type_name(MatmulOp) == "MatMul"

@@ -4,11 +4,11 @@ gradient rule (checked against central differences), frontend function."""
 from __future__ import annotations
 
 import numpy as np
-import popxl
 import pytest
+
+import popxl
 from popxl import ops
 from tests.test_grad_rules import check_grads, rand
-
 from xl.compiler import compile_module
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from xdsl.parser import Parser
+from xdsl.utils.exceptions import ParseError
 
 from xl.tools.context import xl_context
 
@@ -86,6 +87,6 @@ def test_docstring_ir_parses(where: str, text: str) -> None:
 def test_parse_fragment_rejects_bad_ir() -> None:
     with pytest.raises(Exception, match="function type expected"):
         parse_fragment("%y = popxl.add %a, %b : ...")
-    with pytest.raises(Exception):
+    with pytest.raises(ParseError):
         parse_fragment("graph.main {num_host_transfers = 1 : i64} {\n}")
     assert parse_fragment("%y = popxl.add %a, %b : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>") == 1

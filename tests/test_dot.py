@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import popxl
-import popxl.ops as ops
 import pytest
-from popxl.printing import schedule_str
-from tests.tool_runner import xl_opt
 from xdsl.dialects.builtin import ModuleOp
 
+import popxl
+import popxl.ops as ops
+from popxl.printing import schedule_str
+from tests.tool_runner import xl_opt
 from xl.dialects import rt
 from xl.dialects.call import called_graph_names
 from xl.dialects.graph import ConstantOp, D2HStreamOp, GraphOp, H2DStreamOp, MainGraphOp, OutputOp, VariableOp

@@ -43,7 +43,7 @@ def test_missing_keys():
     with pytest.raises(KeyError):
         t["a.b"]  # a is a leaf
     with pytest.raises(AttributeError):
-        t.zz
+        _ = t.zz
     assert not hasattr(t, "zz")
     assert "b.a" in t and "a" in t and "c.b" in t
     assert "b.c" not in t and "zz" not in t and 3.5 not in t
@@ -284,6 +284,7 @@ def test_pickle_roundtrip():
 def _tensor():
     """A popxl tensor (NamedTensors leaves must be Tensors)."""
     import numpy as np
+
     import popxl
 
     ir = popxl.Ir()

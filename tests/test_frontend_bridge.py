@@ -12,9 +12,10 @@ import ast
 from pathlib import Path
 
 import numpy as np
+import pytest
+
 import popxl
 import popxl.ops as ops
-import pytest
 from popxl import bridge
 from popxl.transforms.autodiff import GradGraphInfo
 

@@ -9,13 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
+from xdsl.parser import Parser
+
 import popxl
 import popxl_addons as addons
-import pytest
 from popxl import ops
 from popxl.context import NoGraphSelectedError
 from popxl_addons import DotTree, GraphWithNamedArgs, NamedTensors
-from xdsl.parser import Parser
 from xl.dialects.graph import ConstantOp, VariableOp
 from xl.runtime import compile_module
 from xl.tools.context import xl_context

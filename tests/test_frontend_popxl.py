@@ -7,10 +7,11 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import popxl
 import pytest
-from popxl import ops
 from xdsl.parser import Parser
+
+import popxl
+from popxl import ops
 from xl.dialects import call as call_d
 from xl.dialects import graph as graph_d
 from xl.dialects import ipu as ipu_d

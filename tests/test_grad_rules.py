@@ -429,6 +429,7 @@ def test_dynamic_update() -> None:
 def test_detach_stops_the_gradient():
     """y = x * detach(x): dy/dx is detach(x) only (the detached factor is a constant)."""
     import numpy as np
+
     import popxl
     import popxl.ops as ops
     from popxl import transforms

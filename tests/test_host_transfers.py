@@ -11,15 +11,14 @@ NumPy in both plans and through the Session.
 from __future__ import annotations
 
 import numpy as np
-import popxl
 import pytest
+
+import popxl
 from popxl import ops
-from xl.runtime import compile_module
+from tests.runtime_check import run_all
+from xl.runtime import compile_module, lower
 from xl.runtime.executable import PlanError
 from xl.runtime.transfers import HostTransferWarning, count_transfers
-from xl.runtime import lower
-
-from tests.runtime_check import run_all
 
 
 def _repeat_program(n_transfers: int, loads: int, stores: int, extra_store: bool = False) -> popxl.Ir:
@@ -124,6 +123,7 @@ def test_more_stores_than_transfers_warns() -> None:
 
 def _rt(text: str):
     from xdsl.parser import Parser
+
     from xl.tools.context import xl_context
 
     module = Parser(xl_context(), text).parse_module()

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import popxl
 import pytest
+
+import popxl
 from popxl import ops
+from tests.runtime_check import check_all
 from xl.dialects.effects import InPlaceInterface
 from xl.dialects.popxl import Popxl
-
-from tests.runtime_check import check_all
 
 T0 = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75], [3.0, -2.5, 1.25]], np.float32)
 S0 = np.array(0.5, np.float32)

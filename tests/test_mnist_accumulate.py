@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import popxl
 import pytest
+
+import popxl
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))

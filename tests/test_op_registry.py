@@ -172,8 +172,8 @@ def test_written_operands_of_calls() -> None:
 def test_runtime_kernel_kinds_are_the_traits() -> None:
     """The `rt` passes' elementwise (fusable) and view kernels are the ops with the
     `Elementwise` / `ViewLike` traits, resolved from the kernel name by class."""
-    from xl.passes.rt_analysis import ELEMENTWISE, VIEW_KERNELS, is_elementwise_kernel
     from xl.dialects import rt
+    from xl.passes.rt_analysis import ELEMENTWISE, VIEW_KERNELS, is_elementwise_kernel
 
     assert set(ELEMENTWISE) == {c.name for _, c in ALL_OPS if c.has_trait(Elementwise)}
     assert set(VIEW_KERNELS) == {c.name for _, c in ALL_OPS if c.has_trait(ViewLike)}

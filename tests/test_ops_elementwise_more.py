@@ -7,11 +7,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import popxl
 import pytest
+
+import popxl
 from popxl import ops
 from tests.test_grad_rules import check_grads, rand
-
 from xl.compiler import compile_module
 
 

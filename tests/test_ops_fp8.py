@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import popxl
 import pytest
+
+import popxl
 from popxl import ops
 from popxl.fp8_utils import host_fp8_mse_scale, host_pow2scale_cast_from_fp8, host_pow2scale_cast_to_fp8
 from popxl.utils import downcast_np_dtypes, table_to_string, to_numpy
-
 from xl.compiler import compile_module
 
 FORMATS = {popxl.float8_143: (4, 3, 8), popxl.float8_152: (5, 2, 16)}

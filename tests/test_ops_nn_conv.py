@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from popxl import ops
 
 import xl.dialects.popxl as P
+from popxl import ops
 from tests.nn_testing import run_fwd, run_fwd_bwd
 from tests.test_grad_rules import check_grads, rand
 from tests.test_kernels import run1
@@ -440,7 +440,6 @@ def test_small_cnn_in_both_plans(optimize) -> None:
     """conv -> relu -> max_pool -> conv_transpose -> average_pool, compiled with and without
     the runtime optimisations, against the loop references."""
     import popxl
-
     from xl.compiler import compile_module
 
     x, w1, w2 = _f32(2, 3, 8, 8), _f32(4, 3, 3, 3), _f32(4, 2, 2, 2)

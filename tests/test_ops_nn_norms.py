@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from popxl import ops
 
+from popxl import ops
 from tests.nn_testing import run_fwd_bwd
 
 RNG = np.random.default_rng(11)

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from popxl import ops
 
 import xl.dialects.popxl as P
+from popxl import ops
 from tests.nn_testing import run_fwd, run_fwd_bwd
 from tests.test_grad_rules import check_grads, rand
 from tests.test_kernels import run, run1

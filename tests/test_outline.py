@@ -12,15 +12,15 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-import popxl
-import popxl.ops as ops
-import popxl_addons as addons
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
+import popxl
+import popxl.ops as ops
+import popxl_addons as addons
 from xl.dialects.call import CallOp
 from xl.dialects.graph import GraphOp
 from xl.passes.inline import inline_all

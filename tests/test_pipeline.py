@@ -9,10 +9,11 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pytest
+
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
-import pytest
 
 BIN = Path(sys.executable).parent
 

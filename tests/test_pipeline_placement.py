@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons

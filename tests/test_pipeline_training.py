@@ -12,15 +12,17 @@ independently.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from functools import partial
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
+import pytest
+
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
-import pytest
 
 # stage of each layer's forward / backward, and the IPU of each stage
 LAYOUTS: dict[int, dict[str, list[int]]] = {

@@ -7,10 +7,10 @@ import linecache
 import traceback
 
 import numpy as np
-import popxl
 import pytest
-from popxl import ops
 
+import popxl
+from popxl import ops
 from xl.compiler import compile_module, lower
 from xl.dialects import rt
 from xl.runtime.kernels import DataRangeError

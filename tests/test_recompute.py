@@ -4,10 +4,11 @@ recomputed gradients == plain gradients."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
+
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
-import pytest
 from popxl.transforms.autodiff import ExpectedConnectionType
 from xl.dialects.call import CallOp
 from xl.dialects.graph import GraphOp

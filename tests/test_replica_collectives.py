@@ -17,7 +17,6 @@ import pytest
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
-
 from tests.replica_harness import runtime_has_collectives
 
 pytestmark = pytest.mark.skipif(

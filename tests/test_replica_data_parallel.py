@@ -11,7 +11,6 @@ import pytest
 import popxl
 import popxl.ops as ops
 from popxl import transforms
-
 from tests.replica_harness import runtime_has_collectives
 
 pytestmark = pytest.mark.skipif(
@@ -111,7 +110,6 @@ def test_without_the_all_reduce_replicas_diverge() -> None:
     """The check above can fail: replicas that skip the all-reduce end with other weights."""
     rng = np.random.default_rng(11)
     xs_data = rng.normal(size=(STEPS, BATCH, IN)).astype(np.float32)
-    ys_data = rng.normal(size=(STEPS, BATCH, OUT)).astype(np.float32)
     ir = popxl.Ir(replication=2)
     with ir.main_graph:
         w = popxl.variable(_init()["W1"], name="W1")

@@ -25,7 +25,6 @@ import pytest
 import popxl
 import popxl.ops as ops
 from popxl import transforms
-
 from tests.replica_harness import ReplicatedGrad, finite_difference, runtime_has_collectives
 
 pytestmark = pytest.mark.skipif(
@@ -192,8 +191,8 @@ def test_all_reduce_of_ipus_gradients() -> None:
 
     for op in ("add", "mean", "mul", "max", "square_add"):
         _, da, db = run("plain", op, x0, x1)
-        np.testing.assert_allclose(da, finite_difference(lambda a: run("plain", op, a, x1)[0], x0), rtol=1e-6)
-        np.testing.assert_allclose(db, finite_difference(lambda b: run("plain", op, x0, b)[0], x1), rtol=1e-6)
+        np.testing.assert_allclose(da, finite_difference(lambda a, op=op: run("plain", op, a, x1)[0], x0), rtol=1e-6)
+        np.testing.assert_allclose(db, finite_difference(lambda b, op=op: run("plain", op, x0, b)[0], x1), rtol=1e-6)
     # identical inputs: one shared value; the gradient of each input is the summed gradient
     loss, da, db = run("inputs", "add", x0, x0)
     np.testing.assert_allclose(loss, np.sum(x0 * c0) + np.sum(x0 * c1), rtol=1e-12)  # identity forward

@@ -7,16 +7,15 @@ import re
 
 import numpy as np
 import pytest
+from xdsl.parser import Parser
 
 import popxl
 import popxl.ops as ops
+from tests.replica_harness import runtime_has_collectives
 from xl.dialects.graph import VariableOp
 from xl.dialects.replica import ReplicaGroupingAttr
 from xl.dialects.utils import dense_to_numpy
 from xl.tools.context import xl_context
-from xdsl.parser import Parser
-
-from tests.replica_harness import runtime_has_collectives
 
 
 def _variables(text: str) -> dict[str, VariableOp]:

@@ -10,18 +10,19 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+import pytest
+from xdsl.dialects.builtin import ModuleOp
+
 import popxl
 import popxl_addons as addons
-import pytest
 from popxl import ops
-from xdsl.dialects.builtin import ModuleOp
+from xl.compiler import DEFAULT_PIPELINE, compile_module, lower
 from xl.dialects import rt
 from xl.passes.rt_analysis import VIEW_ATTR
-from xl.compiler import DEFAULT_PIPELINE, compile_module, lower
 from xl.runtime.blas import gemm_acc
 from xl.runtime.executable import compile_program
-from xl.runtime.streams import StreamIn, StreamOut
 from xl.runtime.plan import build_replica
+from xl.runtime.streams import StreamIn, StreamOut
 
 TOL = dict(rtol=1e-6, atol=1e-6)
 
@@ -182,10 +183,10 @@ def test_steady_state_step_allocates_no_arrays():
         rep = exe.replicas[0]
         exe.run(feed)
 
-        def steps() -> None:
-            for s in (*rep.inputs.values(), *rep.outputs.values()):
+        def steps() -> None:  # called in this iteration only
+            for s in (*rep.inputs.values(), *rep.outputs.values()):  # noqa: B023 (called within this iteration)
                 s.index = 0
-            for f in rep.steps:
+            for f in rep.steps:  # noqa: B023 (called within this iteration)
                 f()
 
         steps()
@@ -361,7 +362,9 @@ def test_reuse_shrinks_allocations():
     m = module(mnist_like_ir())
     before = lower(m, DEFAULT_PIPELINE)
     after = lower(before, "rt-reuse-buffers")
-    count = lambda mod: sum(isinstance(op, rt.AllocOp) for op in mod.walk())
+    def count(mod: ModuleOp) -> int:
+        return sum(isinstance(op, rt.AllocOp) for op in mod.walk())
+
     assert count(after) < count(before) - 5
 
 

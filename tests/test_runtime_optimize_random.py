@@ -8,11 +8,11 @@ fusion, views, buffer reuse and update folding meet aliasing they must respect.
 from __future__ import annotations
 
 import numpy as np
-import popxl
-import popxl.ops as ops
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import popxl
+import popxl.ops as ops
 from xl.compiler import compile_module
 
 N = 4

@@ -12,13 +12,13 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import popxl
 import pytest
+
+import popxl
 from popxl import ops
+from tests.runtime_check import check_all
 from xl.compiler import compile_module
 from xl.runtime.kernels import DataRangeError
-
-from tests.runtime_check import check_all
 
 
 def _ir(build, streams):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import popxl
 import pytest
-from popxl import ops
-from xl.runtime.kernels import KERNELS, kernel_factory
 
+import popxl
+from popxl import ops
 from tests.runtime_check import check_all
+from xl.runtime.kernels import KERNELS, kernel_factory
 
 
 def _gelu(x: float) -> float:

@@ -9,13 +9,13 @@ and checked for the straightforward plan, the optimised plan and `popxl.Session`
 from __future__ import annotations
 
 import numpy as np
-import popxl
 import pytest
-from popxl import ops
-from xl.passes.rt_analysis import VIEW_ATTR
-from xl.compiler import DEFAULT_PIPELINE, lower
 
+import popxl
+from popxl import ops
 from tests.runtime_check import check_all
+from xl.compiler import DEFAULT_PIPELINE, lower
+from xl.passes.rt_analysis import VIEW_ATTR
 
 X = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 7.0
 

@@ -4,8 +4,9 @@ layout (after POPART tests/integration/popxl/test_session*.py)."""
 from __future__ import annotations
 
 import numpy as np
-import popxl
 import pytest
+
+import popxl
 from popxl import ops
 
 pytest.importorskip("xl.runtime")

@@ -10,15 +10,14 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-import popxl
 import pytest
-from popxl import ops
 
+import popxl
+from popxl import ops
+from tests.tool_runner import xl_opt as _xl_opt
 from xl.compiler import compile_module
 from xl.passes import get_all_passes
 from xl.passes.plugins import PluginError, load_pass_plugin
-
-from tests.tool_runner import xl_opt as _xl_opt
 
 # A pass that doubles every graph.constant: its effect on the numbers shows that it ran.
 DOUBLE_CONSTANTS = '''

@@ -12,15 +12,16 @@ import pytest
 from xdsl.dialects.builtin import FileLineColLoc
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import ParseError, VerifyException
-from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
 from xdsl.utils.lexer import Input
+from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
 
+from tests.tool_runner import xl_opt as _xl_opt
+from tests.tool_runner import xl_run as _xl_run
 from xl.dialects.dominance import DominanceError
 from xl.tools import run
 from xl.tools.context import xl_context
 from xl.tools.diagnostics import LocatedError, verify_located
 from xl.tools.parse import XlLexer, parse_source
-from tests.tool_runner import xl_opt as _xl_opt, xl_run as _xl_run
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent

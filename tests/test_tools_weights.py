@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import popxl
 import pytest
-from popxl import ops
 
-from tests.tool_runner import xl_opt as _xl_opt, xl_run as _xl_run
+import popxl
+from popxl import ops
+from tests.tool_runner import xl_opt as _xl_opt
+from tests.tool_runner import xl_run as _xl_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
