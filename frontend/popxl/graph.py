@@ -46,6 +46,17 @@ class Graph:
     """A PopXL graph. Obtain one from `ir.main_graph`, `ir.create_graph` or
     `ir.create_empty_graph`; not constructible directly."""
 
+    # set by `_from_op` (the only constructor)
+    _ir: Ir
+    _op: GraphOp | MainGraphOp
+    _values: dict[SSAValue, Tensor]
+    _used_names: set[str]
+    _uniq: itertools.count[int]
+    _auto: itertools.count[int]
+    _pending_outputs: list[Tensor] | None
+    _hooks: dict[int, Callable[[Operation], None]]
+    _hook_ids: itertools.count[int]
+
     def __init__(self) -> None:
         raise TypeError(
             "Graph cannot be constructed directly; use ir.main_graph, ir.create_graph or "
@@ -61,12 +72,12 @@ class Graph:
         g = cls.__new__(cls)
         g._ir = ir
         g._op = op
-        g._values: dict[SSAValue, Tensor] = {}
-        g._used_names: set[str] = set()
+        g._values = {}
+        g._used_names = set()
         g._uniq = itertools.count()
         g._auto = itertools.count()
-        g._pending_outputs: list[Tensor] | None = None
-        g._hooks: dict[int, Callable[[Operation], None]] = {}
+        g._pending_outputs = None
+        g._hooks = {}
         g._hook_ids = itertools.count()
         ir._graphs[op] = g
         return g

@@ -88,6 +88,12 @@ class Tensor:
     # Make NumPy defer to our reflected operators (`np_array + tensor`).
     __array_ufunc__ = None
 
+    # set by `_create` (the only constructor)
+    _value: SSAValue
+    _graph: Graph
+    _name: str
+    _meta_shape: tuple[int, ...]
+
     def __init__(self) -> None:
         raise TypeError(
             "Tensor cannot be constructed directly; use popxl.variable, popxl.constant, "
