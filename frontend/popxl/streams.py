@@ -17,6 +17,7 @@ from xl.dialects.graph import D2HStreamOp, H2DStreamOp
 from xl.dialects.utils import tensor_type
 
 if TYPE_CHECKING:
+    from popxl.dtypes import dtype as DType
     from popxl.ir import Ir
 
 __all__ = ["DeviceToHostStream", "HostToDeviceStream", "d2h_stream", "h2d_stream"]
@@ -24,6 +25,12 @@ __all__ = ["DeviceToHostStream", "HostToDeviceStream", "d2h_stream", "h2d_stream
 
 class _Stream:
     _KIND = ""
+
+    # set by `_create` (the only constructor)
+    _ir: Ir
+    _name: str
+    _shape: tuple[int, ...]
+    _dtype: DType
 
     def __init__(self) -> None:
         raise TypeError(f"Use popxl.{self._KIND}_stream(...) to create a stream")

@@ -45,6 +45,12 @@ class ExpectedConnectionType(Enum):
 class ExpectedConnection:
     """One expected connection of a gradient graph: a forward tensor and its kind."""
 
+    # set by `_create` (the only constructor)
+    _fwd_tensor: Tensor
+    _connection_type: ExpectedConnectionType
+    _kind: str
+    _index: int
+
     def __init__(self) -> None:
         raise TypeError(
             "ExpectedConnection cannot be constructed directly; use GradGraphInfo.expected_inputs "
@@ -94,6 +100,11 @@ class ExpectedConnection:
 
 class GradGraphInfo:
     """A gradient graph and how its inputs and outputs relate to the forward graph."""
+
+    # set by `from_graph` (the only constructor)
+    _graph: Graph
+    _forward_graph: Graph
+    _info: GradInfo
 
     def __init__(self) -> None:
         raise TypeError(
