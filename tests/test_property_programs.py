@@ -15,6 +15,17 @@ and every stored output and every variable after every run is compared with a fl
 NumPy evaluation of the same program, within a bound on the float32 rounding error that
 the reference propagates through the program.
 
+The programs also use ceil, floor, erf, geluerf, clip, fmod, prod, log_softmax, topk, scatter,
+scatter_reduce, layer_norm / group_norm, conv / conv_transpose and max / average pools (on reshaped
+and transposed views), and all-reduces over groups of one replica. Further properties here:
+
+- gradients of random chains of those ops in float64 (popxl autodiff) against central
+  differences of the NumPy reference;
+- random programs of replica collectives (every grouping valid for 2 and 4 replicas, in place
+  or not, a fused all-reduce weight update over 1-2 runs) against NumPy per replica;
+- R replicas of a random program without collectives equal R one-replica runs with each
+  replica's inputs, bit for bit.
+
 Profiles (tests/conftest.py): the default `xl-ci` is derandomised and bounded for CI;
 `pytest tests/test_property_programs.py --hypothesis-profile=long` tries thousands of
 programs (random seed; add `--hypothesis-seed=N` to repeat a run). A failure prints the
