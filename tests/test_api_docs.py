@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any
 import io
 import subprocess
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 

@@ -304,9 +304,9 @@ def _source_positions(module: ModuleOp) -> Iterator[None]:
     traces and run-time errors); the module is left as it was."""
     from xdsl.dialects.builtin import FileLineColLoc, StringAttr
 
+    from xl.dialects.graph import GraphOp
     from xl.dialects.popxl import PopxlOp
     from xl.dialects.traits import is_cross_replica, popart_type
-    from xl.dialects.graph import GraphOp
     from xl.runtime.profile import GRAPH_ATTR, SOURCE_ATTR
 
     marked = []

@@ -34,7 +34,6 @@ from popxl.ops._utils import (
     emit_inplace,
     insert,
     to_tensor,
-    unimplemented,
     wrap_public_ops,
 )
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
