@@ -32,13 +32,13 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
 from xdsl.utils.exceptions import VerifyException
-from xl.dialects.graph import VariableOp
-from xl.dialects.utils import dense_to_numpy
 
 from popxl.dtypes import _downcast_np
 from popxl.ir import Ir
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
+from xl.dialects.graph import VariableOp
+from xl.dialects.utils import dense_to_numpy
 
 __all__ = ["Session"]
 
@@ -532,12 +532,12 @@ def _source_names(ir: Ir) -> Iterator[None]:
     (`MatMul.101`) and graph as discardable attributes, which lowering keeps on the
     runtime's kernels (profiles, run-time errors). The Ir is left as it was."""
     from xdsl.dialects.builtin import StringAttr
+
+    from popxl.printing import op_type_name
     from xl.dialects.graph import GraphOp
     from xl.dialects.popxl import PopxlOp
     from xl.dialects.traits import is_cross_replica
     from xl.runtime.profile import GRAPH_ATTR, SOURCE_ATTR
-
-    from popxl.printing import op_type_name
 
     marked = []
     unnumbered: dict[tuple[str, str], int] = {}
