@@ -287,9 +287,10 @@ class Session:
         return t
 
     def get_tensor_data(self, tensor: Tensor) -> np.ndarray:
-        """The value of a Variable (host copy, synced from the device when needed) or Constant."""
+        """The value of a Variable (synced from the device when needed) or Constant, as a new
+        array: later runs and writes do not change an array returned earlier."""
         if isinstance(tensor, Constant):
-            return tensor._data
+            return np.array(tensor._data, copy=True)
         if not isinstance(tensor, Variable):
             raise TypeError(
                 f"Session.get_tensor_data: {tensor!r} is not a Variable or Constant; only "
@@ -298,7 +299,7 @@ class Session:
         v = self._check_variable(tensor, "get_tensor_data")
         if self._attached and self._device_dirty:
             self.weights_to_host()
-        return self._host[v]
+        return self._host[v].copy()
 
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
         if isinstance(tensors, Tensor) or not isinstance(tensors, Iterable):
