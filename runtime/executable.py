@@ -299,6 +299,7 @@ class Executable:
         reps = 1 if all_replicas else self.replication_factor
         new = renamed(e, failure_message(rep.infos[k], rep.index, reps, e))
         new._xl_kernel = True  # type: ignore[attr-defined]
+        new.xl_kernel = rep.infos[k]  # type: ignore[attr-defined]  (the KernelInfo, for tools)
         return new  # type: ignore[return-value]
 
     def _where(self, k: int | None) -> str:

@@ -189,10 +189,12 @@ def test_xl_run_reports_bad_label(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert status == 1
     assert re.fullmatch(
-        # the failing op named by type and source position, then the kernel's message
-        r'xl-run: error: NllWithSoftmaxGrad@\d+:\d+ \(popxl\.nll_loss_with_softmax_grad in graph main_graph\) failed: '
-        r'popxl\.nll_loss_with_softmax_grad: label 9 at position \(2,\) of tensor "[^"]*" '
-        r'loaded from stream "labels" is out of range \[0, 3\) \(3 classes; 1 bad value\)\n',
+        # at the failing op's position, named by type and position, then the kernel's message
+        # and the source line with a caret
+        r'\S*p\.mlir:(\d+):(\d+): error: NllWithSoftmaxGrad@\1:\2 \(popxl\.nll_loss_with_softmax_grad in graph '
+        r'main_graph\) failed: popxl\.nll_loss_with_softmax_grad: label 9 at position \(2,\) of tensor "[^"]*" '
+        r'loaded from stream "labels" is out of range \[0, 3\) \(3 classes; 1 bad value\)\n'
+        r'.*popxl\.nll_loss_with_softmax_grad.*\n *\^\n',
         err,
     ), err
     assert "Traceback" not in err and "IndexError" not in err

@@ -16,8 +16,9 @@ variables persist across steps. `-` reads the program from stdin (`xl-opt ... | 
 Seeing a run: `--trace trace.json` records every kernel's time over the steps and writes
 a Chrome trace (Perfetto, chrome://tracing; rows per virtual IPU, copies and host
 transfers, see `xl.runtime.profile`); `--op-times` prints the time per op type and per op
-(stderr). Ops are named by type and source position (`MatMul@12:5`), also in run-time
-errors (`MatMul@12:5 (popxl.matmul) failed: ...`).
+(stderr). Ops are named by type and source position (`MatMul@12:5`). A kernel failing
+at run time is reported at its op: `prog.mlir:12:5: error: MatMul@12:5 (popxl.matmul in
+graph main_graph) failed: ...`, with the source line.
 
 Every failure is one message and exit status 1, never a traceback (``--traceback``
 re-raises for debugging): errors in the program as ``file:line:col: error: ...`` at the
@@ -37,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 from xdsl.utils.exceptions import (
     ArgSpecParseError,
     DiagnosticException,
@@ -250,8 +252,9 @@ def _run(args: argparse.Namespace) -> None:
     profile = bool(args.trace or args.op_times)
     if args.trace:
         _check_output_path("--trace", args.trace)
+    named: dict[str, Operation] = {}
     try:
-        with _source_positions(module):
+        with _source_positions(module, named):
             exe = compile_module(module, args.pipeline, profile=profile)
     except LocatedError as e:
         raise _Located(format_located(e, source, PROG)) from None
@@ -263,7 +266,15 @@ def _run(args: argparse.Namespace) -> None:
     check_inputs(exe, inputs)
     outs: dict[str, np.ndarray] = {}
     for step in range(args.steps):
-        outs = exe.run(inputs)
+        try:
+            outs = exe.run(inputs)
+        except Exception as e:
+            # a kernel failed: point at the op of the source it came from
+            info = getattr(e, "xl_kernel", None)
+            op = named.get(info.source.split("+")[0]) if info and info.source else None
+            if op is None or args.traceback:
+                raise
+            raise _Located(format_located(LocatedError(_describe(e), op), source, PROG)) from None
         if not args.output:
             if args.steps > 1:
                 print(f"step {step}:")
@@ -298,10 +309,11 @@ def _run(args: argparse.Namespace) -> None:
 
 
 @contextmanager
-def _source_positions(module: ModuleOp) -> Iterator[None]:
+def _source_positions(module: ModuleOp, named: dict[str, Operation]) -> Iterator[None]:
     """While compiling: each op that becomes a kernel is named by its PopART type and its
     position in the source (`MatMul@12:5`, the `rt.source` attribute the runtime reads for
-    traces and run-time errors); the module is left as it was."""
+    traces and run-time errors; `named` maps the names to the ops); the module is left as
+    it was."""
     from xdsl.dialects.builtin import FileLineColLoc, StringAttr
 
     from xl.dialects.graph import GraphOp
@@ -317,7 +329,9 @@ def _source_positions(module: ModuleOp) -> Iterator[None]:
                 continue
             if isinstance(op, PopxlOp) or is_cross_replica(op):
                 where = f"{loc.line.data}:{loc.column.data}"
-                op.attributes[SOURCE_ATTR] = StringAttr(f"{popart_type(op)}@{where}")
+                name = f"{popart_type(op)}@{where}"
+                op.attributes[SOURCE_ATTR] = StringAttr(name)
+                named[name] = op
                 parent = op.parent_op()
                 graph = parent.sym_name.data if isinstance(parent, GraphOp) else "main_graph"
                 op.attributes.setdefault(GRAPH_ATTR, StringAttr(graph))
