@@ -45,7 +45,8 @@ class NumpyMLP:
                 h = self.gelu(h)
         return h
 
-    def train_step(self, images: np.ndarray, labels: np.ndarray) -> float:
+    def grads(self, images: np.ndarray, labels: np.ndarray) -> tuple[float, list[tuple[np.ndarray, np.ndarray]]]:
+        """Forward and backward: the loss and each layer's (dW, db)."""
         n = images.shape[0]
         h = images.reshape(-1, 28 * 28)
         inputs, pre = [], []
@@ -67,15 +68,18 @@ class NumpyMLP:
         # backward
         grads = []
         for i in range(3, -1, -1):
-            w, b = self.params[i]
+            w, _ = self.params[i]
             grads.append((inputs[i].T @ g, g.sum(axis=0)))
             if i > 0:
                 g = self.gelu_grad(pre[i - 1], g @ w.T)
-        # SGD
-        for (w, b), (dw, db) in zip(self.params, reversed(grads)):
+        return float(loss), list(reversed(grads))
+
+    def train_step(self, images: np.ndarray, labels: np.ndarray) -> float:
+        loss, grads = self.grads(images, labels)
+        for (w, b), (dw, db) in zip(self.params, grads):
             w -= self.lr * dw
             b -= self.lr * db
-        return float(loss)
+        return loss
 
 
 def torch_mlp(weights: list[tuple[np.ndarray, np.ndarray]], lr: float = 0.05):

@@ -45,42 +45,12 @@ def dp_train_ir(replicas: int, batch: int, learning_rate: float = 0.05):
     return ir, [img_stream, label_stream], variables, loss_stream
 
 
-class _Grads(NumpyMLP):
-    """`NumpyMLP` with the gradients returned instead of applied."""
-
-    def grads(self, images: np.ndarray, labels: np.ndarray) -> tuple[float, list[tuple[np.ndarray, np.ndarray]]]:
-        n = images.shape[0]
-        h = images.reshape(-1, 28 * 28)
-        inputs, pre = [], []
-        for i, (w, b) in enumerate(self.params):
-            inputs.append(h)
-            z = h @ w + b
-            if i < 3:
-                pre.append(z)
-                h = self.gelu(z)
-            else:
-                h = z
-        e = np.exp(h - h.max(axis=-1, keepdims=True))
-        p = e / e.sum(axis=-1, keepdims=True)
-        loss = -np.log(p[np.arange(n), labels]).mean()
-        g = p.copy()
-        g[np.arange(n), labels] -= 1
-        g /= n
-        grads = []
-        for i in range(3, -1, -1):
-            w, _ = self.params[i]
-            grads.append((inputs[i].T @ g, g.sum(axis=0)))
-            if i > 0:
-                g = self.gelu_grad(pre[i - 1], g @ w.T)
-        return float(loss), list(reversed(grads))
-
-
 class NumpyDataParallel:
     """R replicas by hand: each replica's gradients, their mean, the SGD update on every
     replica's own copy of the weights."""
 
     def __init__(self, weights: list[tuple[np.ndarray, np.ndarray]], replicas: int, lr: float = 0.05):
-        self.replicas = [_Grads(weights, lr) for _ in range(replicas)]
+        self.replicas = [NumpyMLP(weights, lr) for _ in range(replicas)]
         self.lr = lr
 
     def train_step(self, images: np.ndarray, labels: np.ndarray) -> list[float]:
