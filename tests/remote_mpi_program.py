@@ -1,10 +1,14 @@
 """Run by tests/test_remote_mpi.py, in one process or as 2 MPI instances of 2 replicas each
 (`POPDIST_NUM_TOTAL_REPLICAS=4`): phased RTS round trips over remote buffers and a resident
-replica-sharded variable; prints one `RESULT <instance offset> <json>` line per instance."""
+replica-sharded variable; each instance writes `result_<instance offset>.json` into the folder
+given as the first argument (not stdout: two instances' long lines interleave in mpirun's
+output)."""
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -38,7 +42,8 @@ def main() -> None:
         s.run({stream: mine if local > 1 else mine[0]})
         sharded = s.get_tensor_data(v).tolist()
         layers2 = [s.get_tensor_data(h).tolist() for h in handles]
-    print("RESULT", first, json.dumps({"layers": layers, "layers2": layers2, "sharded": sharded}), flush=True)
+    out = Path(sys.argv[1]) / f"result_{first}.json"
+    out.write_text(json.dumps({"layers": layers, "layers2": layers2, "sharded": sharded}))
 
 
 if __name__ == "__main__":

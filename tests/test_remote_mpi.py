@@ -14,8 +14,9 @@ from tests.mpi_launch import finish, launch, needs_mpi
 PROGRAM = str(Path(__file__).with_name("remote_mpi_program.py"))
 
 
-def _results(out: str) -> dict[int, dict]:
-    return {int(line.split()[1]): json.loads(line.split(None, 2)[2]) for line in out.splitlines() if line.startswith("RESULT ")}
+def _results(folder: Path) -> dict[int, dict]:
+    """Each instance's `result_<first replica>.json`, by its first replica."""
+    return {int(f.stem.split("_")[1]): json.loads(f.read_text()) for f in folder.glob("result_*.json")}
 
 
 def _expected() -> dict:
@@ -34,15 +35,18 @@ def _check(res: dict) -> None:
 
 
 @needs_mpi
-def test_remote_rts_over_two_instances() -> None:
+def test_remote_rts_over_two_instances(tmp_path: Path) -> None:
+    folders = {"mpi": tmp_path / "mpi", "one": tmp_path / "one"}
+    for f in folders.values():
+        f.mkdir()
     runs = {
-        "mpi": launch([PROGRAM], env={"POPDIST_NUM_TOTAL_REPLICAS": "4"}),
-        "one": launch([PROGRAM], n=None, env={"POPDIST_NUM_TOTAL_REPLICAS": "4"}),
+        "mpi": launch([PROGRAM, str(folders["mpi"])], env={"POPDIST_NUM_TOTAL_REPLICAS": "4"}),
+        "one": launch([PROGRAM, str(folders["one"])], n=None, env={"POPDIST_NUM_TOTAL_REPLICAS": "4"}),
     }
     done = {k: finish(p) for k, p in runs.items()}
     for name, (code, out) in done.items():
         assert code == 0, f"{name}:\n{out}"
-    mpi, one = _results(done["mpi"][1]), _results(done["one"][1])
+    mpi, one = _results(folders["mpi"]), _results(folders["one"])
     assert sorted(mpi) == [0, 2] and sorted(one) == [0]
     _check(one[0])
     for res in mpi.values():
