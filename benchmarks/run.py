@@ -44,11 +44,13 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import popxl
+from dp_mpi import bench_data_parallel_mpi
+from dp_mpi import report_lines as dp_mpi_report
 from models import chain_ir, count_ops, infer_ir, module_of, train_ir
 from references import NumpyMLP, jax_mlp, torch_mlp
 from replicas import NumpyDataParallel, dp_train_ir
-from dp_mpi import bench_data_parallel_mpi, report_lines as dp_mpi_report
+
+import popxl
 
 LR = 0.05
 
@@ -343,8 +345,8 @@ def compile_phases(build: Callable[[], object]) -> dict[str, float]:
 
     The phases of `xl.compiler.compile_module` (which a `popxl.Session` calls), timed apart.
     """
-    from xl.passes.rt_optimize import optimize_program
     from xl.compiler import DEFAULT_PIPELINE, lower
+    from xl.passes.rt_optimize import optimize_program
     from xl.runtime.executable import compile_program, gc_paused
 
     t0 = time.perf_counter()
@@ -420,7 +422,8 @@ def report(results: dict) -> str:
         lines.append("|---|---|---|---|---|---|---|---|---|")
         for k in rt_cases:
             r = results[k]["impls"]
-            g = lambda n: r[n]["median_s"] if n in r else None
+            def g(n):
+                return r[n]["median_s"] if n in r else None
             xl = g("xl")
             lines.append(
                 f"| {k} | {fmt_ms(xl)} | {1 / xl:.0f} | {fmt_ms(g('numpy'))} | **{g('numpy') / xl:.2f}x** | "
@@ -437,7 +440,8 @@ def report(results: dict) -> str:
         for k in rep_cases:
             r = results[k]["impls"]
             n = results[k]["replicas"]
-            g = lambda name: r[name]["median_s"]
+            def g(name):
+                return r[name]["median_s"]
             lines.append(
                 f"| data-parallel step, batch {results[k]['batch']} per replica, R={n} | {fmt_ms(g('xl_r1'))} | "
                 f"{fmt_ms(g(f'xl_r{n}'))} | **{g(f'xl_r{n}') / g('xl_r1'):.2f}x** | {fmt_ms(g('xl_plain'))} | "

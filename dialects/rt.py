@@ -66,14 +66,14 @@ from xdsl.traits import (
 )
 from xdsl.utils.exceptions import VerifyException
 
+from xl.dialects.attrs import from_attr
+from xl.dialects.dominance import verify_dominance
 from xl.dialects.graph import (
     parse_body_region,
     parse_named_slot,
     print_body_region,
     print_named_slot,
 )
-from xl.dialects.attrs import from_attr
-from xl.dialects.dominance import verify_dominance
 from xl.dialects.utils import fmt_type
 
 

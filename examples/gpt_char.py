@@ -26,7 +26,6 @@ import sys
 import sysconfig
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -119,7 +118,7 @@ def batches(data: np.ndarray, batch: int, seq_len: int, rng: np.random.Generator
 
 
 # -- model ---------------------------------------------------------------------------------------
-def dropout(x: popxl.Tensor, seed: Optional[popxl.Tensor], p: float) -> popxl.Tensor:
+def dropout(x: popxl.Tensor, seed: popxl.Tensor | None, p: float) -> popxl.Tensor:
     return ops.dropout(x, seed, p) if seed is not None and p > 0 else x
 
 
@@ -134,7 +133,7 @@ class Attention(addons.Module):
         self.v = Linear(cfg.hidden)
         self.proj = Linear(cfg.hidden)
 
-    def build(self, x: popxl.Tensor, seeds: Optional[list] = None) -> popxl.Tensor:
+    def build(self, x: popxl.Tensor, seeds: list | None = None) -> popxl.Tensor:
         c = self.cfg
         b = x.shape[0] // c.seq_len
 
@@ -161,7 +160,7 @@ class Block(addons.Module):
         self.fc = Linear(4 * cfg.hidden)
         self.out = Linear(cfg.hidden)
 
-    def build(self, x: popxl.Tensor, seeds: Optional[list] = None) -> popxl.Tensor:
+    def build(self, x: popxl.Tensor, seeds: list | None = None) -> popxl.Tensor:
         x = x + self.attn(self.ln1(x), seeds[:2] if seeds else None)
         m = self.out(ops.gelu(self.fc(self.ln2(x))))
         return x + dropout(m, seeds[2] if seeds else None, self.cfg.dropout)
@@ -181,7 +180,7 @@ class GPT(addons.Module):
         self.head = Linear(cfg.vocab_size)
 
     def build(
-        self, tokens: popxl.Tensor, targets: Optional[popxl.Tensor] = None, seed: Optional[popxl.Tensor] = None
+        self, tokens: popxl.Tensor, targets: popxl.Tensor | None = None, seed: popxl.Tensor | None = None
     ) -> popxl.Tensor:
         c = self.cfg
         b, t = tokens.shape
@@ -272,7 +271,7 @@ def sample(session, stream, out_stream, vocab: Vocab, prompt: str, n_chars: int,
     return vocab.decode(out)
 
 
-def main(argv: Optional[list[str]] = None) -> dict:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--batch", type=int, default=16)

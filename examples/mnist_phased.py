@@ -26,22 +26,22 @@ import argparse
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Optional, Union
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from mnist_data import batches, load_mnist  # noqa: E402
+from progress_bar import progress  # noqa: E402
+
 import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
 import popxl_addons as addons  # noqa: E402
-from mnist_data import batches, load_mnist  # noqa: E402
 from popxl_addons import batch_serial_buffer, batch_serialise, batch_serialise_fwd_and_grad  # noqa: E402
 from popxl_addons.named_tensors import NamedTensors  # noqa: E402
 from popxl_addons.remote import load_remote_graph, named_variable_buffers, store_remote_graph  # noqa: E402
 from popxl_addons.rts import all_gather_replica_sharded_graph, reduce_replica_sharded_graph, replica_sharded_spec  # noqa: E402
 from popxl_addons.variable_factory import NamedVariableFactories  # noqa: E402
-from progress_bar import progress  # noqa: E402
 
 
 def accuracy(predictions: np.ndarray, labels: np.ndarray) -> float:
@@ -94,7 +94,7 @@ class OutputLayerWithBwd(addons.Module):
 class Net(addons.Module):
     """The same network unphased (the test program)."""
 
-    def __init__(self, cache: Optional[addons.GraphCache] = None):
+    def __init__(self, cache: addons.GraphCache | None = None):
         super().__init__(cache=cache)
         self.fc1 = Linear(512)
         self.fc2 = Linear(512)
@@ -115,11 +115,11 @@ class Adam(addons.Module):
         var: popxl.TensorByRef,
         grad: popxl.Tensor,
         *,
-        lr: Union[float, popxl.Tensor],
-        beta1: Union[float, popxl.Tensor] = 0.9,
-        beta2: Union[float, popxl.Tensor] = 0.999,
-        eps: Union[float, popxl.Tensor] = 1e-5,
-        weight_decay: Union[float, popxl.Tensor] = 0.0,
+        lr: float | popxl.Tensor,
+        beta1: float | popxl.Tensor = 0.9,
+        beta2: float | popxl.Tensor = 0.999,
+        eps: float | popxl.Tensor = 1e-5,
+        weight_decay: float | popxl.Tensor = 0.0,
         first_order_dtype: popxl.dtype = popxl.float16,
         bias_correction: bool = True,
     ):
@@ -195,13 +195,13 @@ class Graphs:
             grad_accums, "mean", threshold=opts.sharded_threshold
         )
 
-    def fwd_load(self, i: Union[int, popxl.Tensor]) -> NamedTensors:
+    def fwd_load(self, i: int | popxl.Tensor) -> NamedTensors:
         return NamedTensors.pack(self._fwd_load_names, self._fwd_load.call(i))
 
-    def optim_fwd_load(self, i: Union[int, popxl.Tensor]) -> NamedTensors:
+    def optim_fwd_load(self, i: int | popxl.Tensor) -> NamedTensors:
         return NamedTensors.pack(self._optim_fwd_load_names, self._optim_fwd_load.call(i))
 
-    def optim_fwd_store(self, args: NamedTensors, i: Union[int, popxl.Tensor]) -> None:
+    def optim_fwd_store(self, args: NamedTensors, i: int | popxl.Tensor) -> None:
         self._optim_fwd_store.bind(args).call(i)
 
     def fwd_all_gather(self, args: NamedTensors) -> NamedTensors:
@@ -406,7 +406,7 @@ def memory_reports(opts) -> dict:
     return {"phased": phased, "unphased": plain}
 
 
-def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--train-micro-batch-size", type=int, default=8, help="batch size for training (default: 8)")
     ap.add_argument("--test-batch-size", type=int, default=80, help="batch size for testing (default: 80)")
@@ -426,7 +426,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def main(argv: Optional[list[str]] = None) -> dict:
+def main(argv: list[str] | None = None) -> dict:
     opts = parse_args(argv)
     np.random.seed(opts.seed)
     if opts.memory_report:

@@ -21,19 +21,19 @@ import argparse
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Union
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from mnist_data import batches, load_mnist  # noqa: E402
+from progress_bar import progress  # noqa: E402
+
 import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
 import popxl_addons as addons  # noqa: E402
-from mnist_data import batches, load_mnist  # noqa: E402
 from popxl_addons.named_tensors import NamedTensors  # noqa: E402
 from popxl_addons.rts import reduce_replica_sharded_graph, replica_sharded_spec  # noqa: E402
-from progress_bar import progress  # noqa: E402
 
 
 def accuracy(predictions: np.ndarray, labels: np.ndarray) -> float:
@@ -59,7 +59,7 @@ class Linear(addons.Module):
 
 
 class Net(addons.Module):
-    def __init__(self, cache: Optional[addons.GraphCache] = None):
+    def __init__(self, cache: addons.GraphCache | None = None):
         super().__init__(cache=cache)
         self.fc1 = Linear(512)
         self.fc2 = Linear(512)
@@ -83,11 +83,11 @@ class Adam(addons.Module):
         var: popxl.TensorByRef,
         grad: popxl.Tensor,
         *,
-        lr: Union[float, popxl.Tensor],
-        beta1: Union[float, popxl.Tensor] = 0.9,
-        beta2: Union[float, popxl.Tensor] = 0.999,
-        eps: Union[float, popxl.Tensor] = 1e-5,
-        weight_decay: Union[float, popxl.Tensor] = 0.0,
+        lr: float | popxl.Tensor,
+        beta1: float | popxl.Tensor = 0.9,
+        beta2: float | popxl.Tensor = 0.999,
+        eps: float | popxl.Tensor = 1e-5,
+        weight_decay: float | popxl.Tensor = 0.0,
         first_order_dtype: popxl.dtype = popxl.float16,
         bias_correction: bool = True,
     ):
@@ -129,7 +129,7 @@ def remote_step(var: popxl.Tensor, grad: popxl.Tensor, optimizer: addons.Module,
     opt_store.bind(state).call(0)  # device -> remote
 
 
-def optimizer_step(variables: NamedTensors, grads: Dict[popxl.Tensor, popxl.Tensor], optimizer, counter, opts) -> None:
+def optimizer_step(variables: NamedTensors, grads: dict[popxl.Tensor, popxl.Tensor], optimizer, counter, opts) -> None:
     for var in variables.named_tensors.values():
         remote_step(var, grads[var], optimizer, opts)
     if counter is not None:
@@ -235,7 +235,7 @@ def test(test_session, test_data, input_streams, out_stream) -> float:
     return acc
 
 
-def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--train-micro-batch-size", type=int, default=8, help="batch size for training (default: 8)")
     ap.add_argument("--test-batch-size", type=int, default=80, help="batch size for testing (default: 80)")
@@ -257,7 +257,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return opts
 
 
-def main(argv: Optional[list[str]] = None) -> dict:
+def main(argv: list[str] | None = None) -> dict:
     opts = parse_args(argv)
     np.random.seed(opts.seed)
     global_batch = opts.train_micro_batch_size * opts.gradient_accumulation * opts.data_parallel

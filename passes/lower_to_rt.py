@@ -45,6 +45,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects import rt
 from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
+from xl.dialects.effects import written_operands
 from xl.dialects.graph import (
     ConstantOp,
     D2HStreamOp,
@@ -56,14 +57,12 @@ from xl.dialects.graph import (
     OutputOp,
     VariableOp,
 )
-from xl.dialects.effects import written_operands
 from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.ipu import CopyOp as IpuCopyOp
 from xl.dialects.popxl import PopxlOp, is_written, op_props, to_attr
 from xl.dialects.traits import is_cross_replica
 from xl.passes.lower_remote import lowering_of
 from xl.runtime.profile import GRAPH_ATTR, SOURCE_ATTR
-
 
 _MEMREFS: dict[Attribute, MemRefType] = {}
 

@@ -18,10 +18,11 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
+
 from xl.dialects import rt
+from xl.dialects.effects import InPlaceInterface
 from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dtype_of, shape_of
-from xl.dialects.effects import InPlaceInterface
 from xl.runtime.kernels import KERNELS, PARTIAL_WRITE
 from xl.runtime.registry import KernelClass, RtKernel, is_elementwise, is_view_like, kernel_class
 from xl.runtime.views import view_array

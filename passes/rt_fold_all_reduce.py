@@ -63,8 +63,8 @@ from xl.passes.rt_analysis import (
     parent_positions,
     programs,
 )
-from xl.runtime.registry import AllReduceUpdateKernel
 from xl.runtime.profile import fused_source_attrs
+from xl.runtime.registry import AllReduceUpdateKernel
 
 _FOLDABLE = ("add", "mean")
 

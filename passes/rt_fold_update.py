@@ -35,6 +35,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
+
 from xl.dialects import rt
 from xl.dialects.popxl import AddOp, ExpandOp, MatmulOp, ScaledAddInplaceOp, TransposeOp, from_attr
 from xl.dialects.utils import dtype_of, shape_of
@@ -46,8 +47,8 @@ from xl.passes.rt_analysis import (
     programs,
     written_between,
 )
-from xl.runtime.registry import GemmAccKernel
 from xl.runtime.profile import fused_source_attrs
+from xl.runtime.registry import GemmAccKernel
 
 GEMM_ACC = GemmAccKernel.name
 

@@ -33,19 +33,20 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
+
 from xl.dialects import rt
 from xl.passes.rt_analysis import (
-    is_elementwise_kernel,
     Memory,
     blocks,
+    is_elementwise_kernel,
     kernel_io,
     kernel_name,
     positions,
     programs,
     written_between,
 )
-from xl.runtime.registry import FusedKernel
 from xl.runtime.profile import fused_source_attrs
+from xl.runtime.registry import FusedKernel
 
 FUSED = FusedKernel.name
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
+
 from xl.passes.rt_analysis import programs
 from xl.passes.rt_fold_all_reduce import fold_all_reduce_updates
 from xl.passes.rt_fold_update import fold_bias_adds, fold_updates

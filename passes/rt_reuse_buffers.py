@@ -29,13 +29,14 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
+
 from xl.dialects import rt
 from xl.passes.rt_analysis import (
-    is_elementwise_kernel,
-    is_full_write_kernel,
     Memory,
     ancestor_in,
     blocks,
+    is_elementwise_kernel,
+    is_full_write_kernel,
     kernel_io,
     positions,
     programs,

@@ -33,13 +33,14 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.ir import Block, Operation
 from xdsl.passes import ModulePass
+
 from xl.dialects import rt
 from xl.dialects.utils import dtype_of
 from xl.passes.rt_analysis import (
     VIEW_ATTR,
-    is_view_kernel,
     Memory,
     ancestor_in,
+    is_view_kernel,
     kernel_io,
     parent_positions,
     programs,

@@ -22,7 +22,6 @@ from xl.runtime.errors import PlanError
 from xl.runtime.registry import RtKernel, kernel_class
 
 
-
 def inputs_to_snapshot(
     kernel: str, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]
 ) -> list[int]:

@@ -40,7 +40,6 @@ from xl.dialects.popxl import (
 )
 from xl.runtime.kernels import Kernel, check_range, kernel
 
-
 # ------------------------------------------------------------------------------------
 # Windows (compile-time geometry)
 # ------------------------------------------------------------------------------------

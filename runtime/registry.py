@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from xdsl.ir import Operation
+
 from xl.dialects import get_all_dialects
 from xl.dialects.traits import Elementwise, ViewLike
 

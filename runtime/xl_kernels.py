@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from xl.runtime.errors import PlanError
 from xl.runtime.kernels import Kernel, kernel, kernel_factory
 from xl.runtime.registry import FusedKernel, GemmAccKernel

@@ -19,7 +19,7 @@ sys.path.insert(0, str(EXAMPLES))
 import gpt_char  # noqa: E402
 
 
-def tiny_config(vocab_size: int, dropout: float = 0.0) -> "gpt_char.Config":
+def tiny_config(vocab_size: int, dropout: float = 0.0) -> gpt_char.Config:
     return gpt_char.Config(
         vocab_size=vocab_size, seq_len=8, hidden=16, heads=2, layers=2, batch=4, dropout=dropout, lr=3e-3, seed=1
     )

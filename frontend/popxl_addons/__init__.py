@@ -2,19 +2,42 @@
 graphs with named args, transforms and ops on top of `popxl` (upstream: graphcore/popxl-addons).
 """
 
-from popxl_addons.dot_tree import DotTree, to_mapping
-from popxl_addons.named_tensors import NamedTensorData, NamedTensors, print_named_tensors
-from popxl_addons.variable_factory import (
-    NamedReplicaGrouping,
-    NamedVariableFactories,
-    VariableFactory,
-    add_replica_sharded_variable_input,
-    add_variable_input,
+from popxl_addons import (  # noqa: F401  # noqa: F401  # noqa: F401  # noqa: F401
+    array_munging,
+    debugging,
+    dot_tree,
+    graph,
+    graph_cache,
+    module,
+    named_replica_grouping,
+    named_tensors,
+    ops,
+    optimizers,  # noqa: F401  (addons.optimizers.adam.AdamOptimizerStep)
+    performance_utils,
+    remote,
+    rts,
+    task_session,
+    testing_utils,
+    transforms,
+    utils,
+    variable_factory,
 )
+from popxl_addons.array_munging import *  # noqa: F401,F403  (upstream re-exports them)
+from popxl_addons.array_munging import __all__ as _array_munging_all
+from popxl_addons.debugging import print_tensor, print_text
+from popxl_addons.dot_tree import DotTree, to_mapping
 from popxl_addons.graph import BoundGraph, GraphWithNamedArgs
 from popxl_addons.graph_cache import GraphCache, function
 from popxl_addons.module import Module
-from popxl_addons.streams import InputStreams, OutputStreams
+from popxl_addons.named_tensors import NamedTensorData, NamedTensors, print_named_tensors
+from popxl_addons.ops import cross_entropy, cross_entropy_with_grad, host_load, host_store
+from popxl_addons.performance_utils import (
+    evaluate_FLOPs,
+    evaluate_ir_FLOPs,
+    format_flops_scientific,
+    print_FLOPs,
+    total_FLOPs,
+)
 from popxl_addons.remote import (
     create_remote_buffer,
     load_remote_graph,
@@ -22,32 +45,23 @@ from popxl_addons.remote import (
     named_variable_buffers,
     store_remote_graph,
 )
-from popxl_addons import remote, rts, named_replica_grouping  # noqa: F401
-from popxl_addons import ops, transforms
-from popxl_addons import optimizers  # noqa: F401  (addons.optimizers.adam.AdamOptimizerStep)
-from popxl_addons.ops import cross_entropy, cross_entropy_with_grad, host_load, host_store
-from popxl_addons import module, graph, graph_cache, named_tensors, variable_factory, dot_tree  # noqa: F401
-from popxl_addons.seed_variable import seed_variable
-from popxl_addons.task_session import TaskSession, write_variables_pb
-from popxl_addons.utils import WeightsDict, timer
-from popxl_addons import testing_utils, task_session, utils  # noqa: F401
 from popxl_addons.route_tensor import is_subgraph, route_tensor_into_graph
-from popxl_addons.debugging import print_tensor, print_text
+from popxl_addons.seed_variable import seed_variable
+from popxl_addons.streams import InputStreams, OutputStreams
+from popxl_addons.task_session import TaskSession, write_variables_pb
 from popxl_addons.tuning import (
     disable_fc_pass,
     enable_fc_pass,
     set_available_memory_proportion_by_ipu,
     set_graph_available_memory_proportion_by_ipu,
 )
-from popxl_addons import array_munging, performance_utils, debugging  # noqa: F401
-from popxl_addons.array_munging import *  # noqa: F401,F403  (upstream re-exports them)
-from popxl_addons.array_munging import __all__ as _array_munging_all
-from popxl_addons.performance_utils import (
-    evaluate_FLOPs,
-    evaluate_ir_FLOPs,
-    format_flops_scientific,
-    print_FLOPs,
-    total_FLOPs,
+from popxl_addons.utils import WeightsDict, timer
+from popxl_addons.variable_factory import (
+    NamedReplicaGrouping,
+    NamedVariableFactories,
+    VariableFactory,
+    add_replica_sharded_variable_input,
+    add_variable_input,
 )
 
 

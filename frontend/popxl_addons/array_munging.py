@@ -11,7 +11,6 @@ tensor_parallel_input(np.arange(4), 2, 4)    # [[0, 0, 1, 1], [2, 2, 3, 3]]
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Optional, Union
 
 import numpy as np
 
@@ -122,7 +121,7 @@ def _check_tp(tp: int, rf: int) -> None:
 
 
 def tensor_parallel_input(
-    input_data: np.ndarray, tp: int, rf: int, repeat_fn: Optional[Callable[[np.ndarray, int], np.ndarray]] = None
+    input_data: np.ndarray, tp: int, rf: int, repeat_fn: Callable[[np.ndarray, int], np.ndarray] | None = None
 ) -> np.ndarray:
     """Host data `[n, *data_shape]` laid out `[num_host_transfers, rf, *data_shape]` so that
     each group of `tp` consecutive replicas gets the same sample (replica `i` of a group
@@ -141,7 +140,7 @@ def tensor_parallel_output(
     rf: int,
     data_shape: tuple[int, ...],
     tp_identical: bool = True,
-    true_num_host_transfers: Optional[int] = None,
+    true_num_host_transfers: int | None = None,
 ) -> np.ndarray:
     """Session output `[num_host_transfers, rf, *data_shape]` as `[samples, *data_shape]`
     (the first replica of each tensor-parallel group), or `[samples, tp, *data_shape]` when
@@ -154,7 +153,7 @@ def tensor_parallel_output(
     return out[:, 0] if tp_identical else out
 
 
-def pad_axis(x: np.ndarray, n: int, axis: int, value: Union[int, float] = 0) -> np.ndarray:
+def pad_axis(x: np.ndarray, n: int, axis: int, value: int | float = 0) -> np.ndarray:
     """`x` padded at the end of `axis` with `value` to length `n`."""
     if x.shape[axis] > n:
         raise ValueError(f"pad_axis: axis {axis} has length {x.shape[axis]} > {n}")
@@ -163,7 +162,7 @@ def pad_axis(x: np.ndarray, n: int, axis: int, value: Union[int, float] = 0) -> 
     return np.pad(x, padding, constant_values=value)
 
 
-def squeeze_safe(x: np.ndarray, axis: Optional[Union[int, Sequence[int]]] = None) -> np.ndarray:
+def squeeze_safe(x: np.ndarray, axis: int | Sequence[int] | None = None) -> np.ndarray:
     """`np.squeeze`, but axes in `axis` that are not of size 1 are left alone."""
     if axis is None:
         return np.squeeze(x)

@@ -13,7 +13,7 @@ read at each call: a call whose `level` is below it adds nothing to the program 
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any
 
 import popxl
 import popxl.ops as ops
@@ -41,7 +41,7 @@ def print_tensor(t: popxl.Tensor, *args: Any, level: str = "DEBUG", **kwargs: An
     return t
 
 
-def print_text(text: str, num: Optional[popxl.Tensor] = None, level: str = "DEBUG") -> None:
+def print_text(text: str, num: popxl.Tensor | None = None, level: str = "DEBUG") -> None:
     """Print `text` at run time (with the value of `num` if given) when `level` is enabled."""
     if _enabled(level, "print_text"):
         t = num if num is not None else popxl.constant(0, popxl.int32)

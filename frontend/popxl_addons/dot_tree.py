@@ -32,7 +32,7 @@ class DotTree(Generic[L]):
 
     __slots__ = ("_map",)
 
-    def __init__(self, **kwargs: L | "DotTree[L]"):
+    def __init__(self, **kwargs: L | DotTree[L]):
         object.__setattr__(self, "_map", {})
         for k, v in kwargs.items():
             self.insert(k, v)
@@ -62,7 +62,7 @@ class DotTree(Generic[L]):
         return first, (rest if sep else None)
 
     # -- access ----------------------------------------------------------------------
-    def get(self, key: str | int) -> L | "DotTree[L]":
+    def get(self, key: str | int) -> L | DotTree[L]:
         """The leaf or subtree at `key` (`"a.b"` walks into subtree `a`). KeyError if absent."""
         key = self._key(key)
         first, rest = self._split(key)
@@ -78,10 +78,10 @@ class DotTree(Generic[L]):
         except KeyError:
             raise KeyError(key) from None
 
-    def __getitem__(self, key: str | int) -> L | "DotTree[L]":
+    def __getitem__(self, key: str | int) -> L | DotTree[L]:
         return self.get(key)
 
-    def __getattr__(self, key: str) -> L | "DotTree[L]":
+    def __getattr__(self, key: str) -> L | DotTree[L]:
         if key.startswith("__") and key.endswith("__"):
             raise AttributeError(key)
         try:
@@ -106,7 +106,7 @@ class DotTree(Generic[L]):
         return True
 
     # -- mutation --------------------------------------------------------------------
-    def insert(self, key: str | int, value: L | "DotTree[L]", overwrite: bool = False) -> None:
+    def insert(self, key: str | int, value: L | DotTree[L], overwrite: bool = False) -> None:
         """Insert `value` at `key`, creating nested trees for dotted keys.
 
         An existing leaf at `key` raises ValueError unless `overwrite`. When both the
@@ -154,7 +154,7 @@ class DotTree(Generic[L]):
                 )
         self._map[first] = value
 
-    def _new_subtree(self) -> "DotTree[L]":
+    def _new_subtree(self) -> DotTree[L]:
         return type(self)()
 
     def _check_leaf(self, key: str, value: Any) -> None:
@@ -167,7 +167,7 @@ class DotTree(Generic[L]):
                 f"{what}: expected a DotTree or a mapping of dotted keys, got {type(other).__name__}"
             )
 
-    def update(self, other: "DotTree[L]" | Mapping[str, L], overwrite: bool = False) -> None:
+    def update(self, other: DotTree[L] | Mapping[str, L], overwrite: bool = False) -> None:
         """Insert every entry of `other` (a tree or a flat dotted mapping)."""
         self._check_mapping(f"{type(self).__name__}.update", other)
         if isinstance(other, DotTree):
@@ -177,7 +177,7 @@ class DotTree(Generic[L]):
         for k, v in items:
             self.insert(k, v, overwrite)
 
-    def pop(self, key: str | int) -> L | "DotTree[L]":
+    def pop(self, key: str | int) -> L | DotTree[L]:
         """Remove and return the leaf or subtree at `key`."""
         key = self._key(key)
         first, rest = self._split(key)
@@ -223,7 +223,7 @@ class DotTree(Generic[L]):
             new.insert(self._key(k), self.get(k))
         return new
 
-    def map(self, fn: Callable[[L], Any]) -> "DotTree":
+    def map(self, fn: Callable[[L], Any]) -> DotTree:
         """A new tree of the same structure with `fn` applied to every leaf."""
         new = type(self)()
         for k, v in self._map.items():
@@ -234,11 +234,11 @@ class DotTree(Generic[L]):
         """The top-level keys."""
         return list(self._map.keys())
 
-    def values(self) -> list[L | "DotTree[L]"]:
+    def values(self) -> list[L | DotTree[L]]:
         """The top-level values (leaves or subtrees)."""
         return list(self._map.values())
 
-    def items(self) -> list[tuple[str, L | "DotTree[L]"]]:
+    def items(self) -> list[tuple[str, L | DotTree[L]]]:
         return list(self._map.items())
 
     def keys_flat(self) -> list[str]:
@@ -304,7 +304,7 @@ class DotTree(Generic[L]):
         items = sorted(self.to_dict().items(), key=lambda kv: kv[0])
         return tuple(k for k, _ in items), tuple(v for _, v in items)
 
-    def to_mapping(self, other: "DotTree") -> dict[L, Any]:
+    def to_mapping(self, other: DotTree) -> dict[L, Any]:
         """`{self_leaf: other_leaf}` for every dotted key the two trees share."""
         self._check_mapping(f"{type(self).__name__}.to_mapping", other)
         mine = self.to_dict()

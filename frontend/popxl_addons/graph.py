@@ -9,7 +9,7 @@ needs the remaining (positional) inputs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 from popxl_addons.dot_tree import DotTree
 from popxl_addons.named_tensors import NamedTensors
@@ -43,7 +43,7 @@ def _as_tensor_map(graph_args: NamedTensors, args: Any, what: str = "GraphWithNa
 class BoundGraph:
     """A graph plus a mapping {graph input: parent tensor} supplied at every call."""
 
-    def __init__(self, graph: Any, args: Optional[TensorMap] = None):
+    def __init__(self, graph: Any, args: TensorMap | None = None):
         _check_graph(graph, "BoundGraph")
         if args is not None and not isinstance(args, Mapping):
             raise TypeError(
@@ -52,7 +52,7 @@ class BoundGraph:
         self.graph = graph
         self.args: dict[Any, Any] = dict(args) if args is not None else {}
 
-    def _inputs_dict(self, args: Optional[TensorMap]) -> dict[Any, Any]:
+    def _inputs_dict(self, args: TensorMap | None) -> dict[Any, Any]:
         merged = dict(self.args)
         if args is not None:
             if not isinstance(args, Mapping):
@@ -62,24 +62,24 @@ class BoundGraph:
             merged.update(dict(args))
         return merged
 
-    def call(self, *targs: Any, args: Optional[TensorMap] = None) -> tuple:
+    def call(self, *targs: Any, args: TensorMap | None = None) -> tuple:
         """`ops.call(graph, *targs, inputs_dict=bound args | args)`: the output tensors."""
         import popxl.ops as ops
 
         return ops.call(self.graph, *targs, inputs_dict=self._inputs_dict(args))
 
-    def call_with_info(self, *targs: Any, args: Optional[TensorMap] = None) -> Any:
+    def call_with_info(self, *targs: Any, args: TensorMap | None = None) -> Any:
         """Like `call` but returns the `CallSiteInfo`."""
         import popxl.ops as ops
 
         return ops.call_with_info(self.graph, *targs, inputs_dict=self._inputs_dict(args))
 
-    def bind(self, args: Optional[TensorMap] = None) -> "BoundGraph":
+    def bind(self, args: TensorMap | None = None) -> BoundGraph:
         """A new BoundGraph with `args` added to (and overriding) the bound args."""
         return BoundGraph(self.graph, self._inputs_dict(args))
 
     def subgraph_io_map(
-        self, *targs: Any, args: Optional[TensorMap] = None, outs: Any = None
+        self, *targs: Any, args: TensorMap | None = None, outs: Any = None
     ) -> dict[Any, Any]:
         """{graph tensor: parent tensor} for the positional inputs, the bound/extra args
         and (if given) the outputs."""
@@ -111,11 +111,11 @@ class GraphWithNamedArgs:
     def __init__(
         self,
         graph: Any,
-        args: Optional[NamedTensors] = None,
+        args: NamedTensors | None = None,
         grad_graph_info: Any = None,
         from_module: Any = None,
-        aux: Optional[NamedTensors] = None,
-        called_graphs_grad_info: Optional[Mapping[Any, Any]] = None,
+        aux: NamedTensors | None = None,
+        called_graphs_grad_info: Mapping[Any, Any] | None = None,
     ):
         _check_graph(graph, "GraphWithNamedArgs")
         from popxl_addons.module import Aux, normalise_called_graphs_grad_info
@@ -140,7 +140,7 @@ class GraphWithNamedArgs:
         self.autodiff_applied = False
 
     @classmethod
-    def from_grad_graph(cls, grad_graph_info: Any, args: Optional[NamedTensors] = None):
+    def from_grad_graph(cls, grad_graph_info: Any, args: NamedTensors | None = None):
         return cls(grad_graph_info.graph, args, grad_graph_info=grad_graph_info)
 
     @property
@@ -174,11 +174,11 @@ class GraphWithNamedArgs:
         """A BoundGraph binding the named inputs to the tensors of `args` with the same keys."""
         return BoundGraph(self.graph, _as_tensor_map(self.args, args))
 
-    def call(self, *targs: Any, args: Optional[TensorMap] = None) -> tuple:
+    def call(self, *targs: Any, args: TensorMap | None = None) -> tuple:
         """Call without bound args: every input must come from `targs` or `args`."""
         return BoundGraph(self.graph, _as_tensor_map(self.args, args, "GraphWithNamedArgs.call")).call(*targs)
 
-    def call_with_info(self, *targs: Any, args: Optional[TensorMap] = None) -> Any:
+    def call_with_info(self, *targs: Any, args: TensorMap | None = None) -> Any:
         return BoundGraph(
             self.graph, _as_tensor_map(self.args, args, "GraphWithNamedArgs.call_with_info")
         ).call_with_info(*targs)
@@ -190,7 +190,7 @@ class GraphWithNamedArgs:
         called_graphs_grad_info: Any = None,
         method: str = "auto",
         force: bool = False,
-    ) -> "GraphWithNamedArgs":
+    ) -> GraphWithNamedArgs:
         """The gradient graph of this graph.
 
         `method`: 'build_grad' uses the `build_grad` of the module the graph was built from
@@ -238,7 +238,7 @@ class GraphWithNamedArgs:
         self.autodiff_applied = True
         return result
 
-    def copy(self) -> "GraphWithNamedArgs":
+    def copy(self) -> GraphWithNamedArgs:
         """A shallow copy (same graph; args/aux trees copied; module and grad info kept)."""
         new = GraphWithNamedArgs(
             self.graph,
@@ -256,7 +256,7 @@ class GraphWithNamedArgs:
         return schedule_str(self.graph, self.args)
 
 
-def schedule_str(graph: Any, args: Optional[NamedTensors] = None) -> str:
+def schedule_str(graph: Any, args: NamedTensors | None = None) -> str:
     """PopART-style schedule text of `graph` (`popxl.printing.schedule_str`); the inputs in
     `args` are shown by their key (`weight=%2`):
 

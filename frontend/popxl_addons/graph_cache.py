@@ -31,7 +31,6 @@ def _context_key() -> tuple:
 def _arg_key(value: Any) -> Any:
     """A hashable stand-in for an argument of `create_graph`."""
     import popxl
-
     from popxl_addons.dot_tree import DotTree
     from popxl_addons.graph import BoundGraph, GraphWithNamedArgs
 
@@ -61,8 +60,8 @@ class GraphCache:
     """Creates graphs with `ir.create_graph`, reusing one for equal (fn, context, args)."""
 
     def __init__(self) -> None:
-        self._graphs: "weakref.WeakKeyDictionary[Any, dict[Any, Any]] | dict" = weakref.WeakKeyDictionary()
-        self._modules: "weakref.WeakKeyDictionary[Any, dict[Any, Any]] | dict" = weakref.WeakKeyDictionary()
+        self._graphs: weakref.WeakKeyDictionary[Any, dict[Any, Any]] | dict = weakref.WeakKeyDictionary()
+        self._modules: weakref.WeakKeyDictionary[Any, dict[Any, Any]] | dict = weakref.WeakKeyDictionary()
 
     @staticmethod
     def _per_ir(store: Any, ir: Any) -> dict[Any, Any]:

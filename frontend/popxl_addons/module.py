@@ -29,10 +29,9 @@ import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Optional, Union
+from typing import Any
 
 import popxl
-
 from popxl_addons.graph import GraphWithNamedArgs
 from popxl_addons.graph_cache import GraphCache
 from popxl_addons.named_tensors import NamedTensors
@@ -45,16 +44,16 @@ from popxl_addons.variable_factory import (
 
 __all__ = ["Module", "NameScopeMeta", "create_grad_graph_info"]
 
-_BUILD_GRAD_CONTEXT: list["Module"] = []
+_BUILD_GRAD_CONTEXT: list[Module] = []
 
 # graphs built from modules with `build_grad`: {ir: {graph name}}. autodiff refuses to
 # differentiate through them unless their gradient graph is supplied
 # (`called_graphs_grad_info`), as upstream's `setCanBeRecursivelyAutodiffed(False)`.
-_NOT_RECURSIVELY_AUTODIFFABLE: "weakref.WeakKeyDictionary[Any, set[str]]" = weakref.WeakKeyDictionary()
+_NOT_RECURSIVELY_AUTODIFFABLE: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
 @contextmanager
-def _build_grad_context(module: "Module") -> Iterator[None]:
+def _build_grad_context(module: Module) -> Iterator[None]:
     _BUILD_GRAD_CONTEXT.append(module)
     try:
         yield
@@ -62,7 +61,7 @@ def _build_grad_context(module: "Module") -> Iterator[None]:
         _BUILD_GRAD_CONTEXT.pop()
 
 
-def _current_build_grad_module() -> Optional["Module"]:
+def _current_build_grad_module() -> Module | None:
     return _BUILD_GRAD_CONTEXT[-1] if _BUILD_GRAD_CONTEXT else None
 
 
@@ -147,7 +146,7 @@ class Aux:
         """The stored forward tensors by key."""
         return {k: v for k, v in self._dict.items() if isinstance(v, popxl.Tensor)}
 
-    def copy(self) -> "Aux":
+    def copy(self) -> Aux:
         new = Aux()
         new._dict = dict(self._dict)
         new._grad_to_fwd = dict(self._grad_to_fwd)
@@ -162,7 +161,7 @@ class VarGrads:
     """`module.var_grad`: in `build_grad`, `self.var_grad["w"] = dw` sets the gradient of
     the module's named input `w` (checked against its shape); usable only there."""
 
-    def __init__(self, variables: Optional[Mapping[str, popxl.Tensor]] = None) -> None:
+    def __init__(self, variables: Mapping[str, popxl.Tensor] | None = None) -> None:
         self._dict: dict[str, popxl.Tensor] = {}
         self._vars = dict(variables) if variables is not None else None
 
@@ -222,7 +221,7 @@ def _normalise_grad_info(fwd: Any, grad: Any) -> tuple[popxl.Graph, Any]:
     return g, info
 
 
-def normalise_called_graphs_grad_info(mapping: Optional[Mapping[Any, Any]]) -> dict[popxl.Graph, Any]:
+def normalise_called_graphs_grad_info(mapping: Mapping[Any, Any] | None) -> dict[popxl.Graph, Any]:
     """{graph-like: grad-info-like} as {popxl.Graph: GradGraphInfo}."""
     if mapping is not None and not isinstance(mapping, Mapping):
         raise TypeError(
@@ -236,7 +235,7 @@ class CalledGraphsGradInfo:
     its submodules) called with `call_module`; `consolidate()` merges them (this module's
     own entries win)."""
 
-    def __init__(self, owner: "Module") -> None:
+    def __init__(self, owner: Module) -> None:
         self._owner = weakref.ref(owner)
         self.map: dict[popxl.Graph, Any] = {}
 
@@ -244,7 +243,7 @@ class CalledGraphsGradInfo:
         g, info = _normalise_grad_info(fwd_graph, grad_graph)
         self.map[g] = info
 
-    def update(self, mapping: Optional[Mapping[Any, Any]]) -> None:
+    def update(self, mapping: Mapping[Any, Any] | None) -> None:
         self.map.update(normalise_called_graphs_grad_info(mapping))
 
     def consolidate(self) -> dict[popxl.Graph, Any]:
@@ -274,7 +273,7 @@ _PopxlModule: type = getattr(popxl, "Module", object)
 
 def _scoped_build(build: Any) -> Any:
     @functools.wraps(build)
-    def build_in_scope(self: "Module", *args: Any, **kwargs: Any) -> Any:
+    def build_in_scope(self: Module, *args: Any, **kwargs: Any) -> Any:
         scope = self.__dict__.get("_name_scope")
         name_scope = getattr(popxl, "name_scope", None)
         if scope and name_scope is not None:
@@ -308,7 +307,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
 
     def __init__(
         self,
-        cache: Union[bool, GraphCache, None] = False,
+        cache: bool | GraphCache | None = False,
         grad_inlining_error: str = "error",
     ):
         self._init_state()
@@ -358,7 +357,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
             self._remove_submodule(name)
         object.__delattr__(self, name)
 
-    def _add_submodule(self, name: str, module: "Module") -> None:
+    def _add_submodule(self, name: str, module: Module) -> None:
         module._init_state()
         if name in self._submodules:
             self._remove_submodule(name)
@@ -379,10 +378,10 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         self._named_inputs._map.pop(name, None)
 
     @property
-    def submodules(self) -> dict[str, "Module"]:
+    def submodules(self) -> dict[str, Module]:
         return dict(self._submodules)
 
-    def get(self, key: Union[str, int]) -> "Module":
+    def get(self, key: str | int) -> Module:
         """The submodule under `key` (dotted keys walk into nested submodules; ints index lists)."""
         if isinstance(key, int) and not isinstance(key, bool):
             if key < 0:
@@ -397,11 +396,11 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         mod = self._submodules[first]
         return mod.get(rest) if rest else mod
 
-    def __getitem__(self, key: Union[str, int]) -> "Module":
+    def __getitem__(self, key: str | int) -> Module:
         return self.get(key)
 
     @classmethod
-    def from_list(cls, modules: Iterable["Module"]) -> "Module":
+    def from_list(cls, modules: Iterable[Module]) -> Module:
         """A module holding `modules` as submodules '0', '1', ...; iterable and indexable."""
         m = _ModuleList()
         for i, mod in enumerate(modules):
@@ -486,7 +485,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
             graph, named, from_module=self, aux=aux, called_graphs_grad_info=called
         )
 
-    def _walk(self) -> list["Module"]:
+    def _walk(self) -> list[Module]:
         """This module and its submodules, recursively."""
         out: list[Module] = []
         stack: list[Module] = [self]
@@ -511,8 +510,8 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
     def create_grad_graph(
         self,
         fwd_graph: GraphWithNamedArgs,
-        grads_provided: Optional[Iterable[popxl.Tensor]] = None,
-        grads_required: Optional[Iterable[popxl.Tensor]] = None,
+        grads_provided: Iterable[popxl.Tensor] | None = None,
+        grads_required: Iterable[popxl.Tensor] | None = None,
     ) -> GraphWithNamedArgs:
         """The gradient graph of `fwd_graph` built by `self.build_grad`.
 
@@ -599,7 +598,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
                         f"{o.dtype}, the gradient of {r.name!r} must be {r.dtype}"
                     )
             with grad:
-                for k, t in var_required.items():
+                for k, _t in var_required.items():
                     popxl.graph_output(self.var_grad._dict[k])
             # connections: aux tensors that are forward inputs are connected directly; the
             # others become forward outputs (added once, with the call sites updated)
@@ -607,7 +606,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
             fwd_outputs = list(fwd.outputs)
             expected_inputs: list[tuple[str, int]] = [("fwd_grad", fwd_outputs.index(t)) for t in provided]
             new_outputs: list[popxl.Tensor] = []
-            for g_in, f_t in aux._grad_to_fwd.items():
+            for _g_in, f_t in aux._grad_to_fwd.items():
                 if f_t.graph != fwd:
                     raise ValueError(
                         f"{type(self).__name__}: aux tensor {f_t.name!r} is not a tensor of the "
@@ -635,12 +634,12 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
 
     def call_module(
         self,
-        module: "Module",
-        name: Optional[str] = None,
+        module: Module,
+        name: str | None = None,
         autodiff: str = "auto",
         grads_provided: Any = None,
         grads_required: Any = None,
-    ) -> "_CallModule":
+    ) -> _CallModule:
         """Outline `module` and call it from the graph being built:
         `(y,) = self.call_module(Linear(4))(x)`.
 
@@ -662,7 +661,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         return _CallModule(self, module, name, autodiff, grads_provided, grads_required)
 
     @classmethod
-    def from_variable_factories(cls, inputs: Iterable[VariableFactory]) -> "Module":
+    def from_variable_factories(cls, inputs: Iterable[VariableFactory]) -> Module:
         """A module whose named inputs '0', '1', ... come from `inputs` (also attributes)."""
         m = cls()
         for i, f in enumerate(inputs):
@@ -716,7 +715,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         dtype: Any = None,
         by_ref: bool = False,
         replica_grouping: Any = None,
-        shard_over: Optional[int] = None,
+        shard_over: int | None = None,
         overwrite: bool = False,
     ) -> Any:
         """Like `add_variable_input`, but the input is one replica's shard of the data."""
@@ -728,7 +727,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         return self._add_named(name, vf, tensor, overwrite)
 
     def add_variable_factory(
-        self, variable_f: VariableFactory, name: Optional[str] = None, overwrite: bool = False
+        self, variable_f: VariableFactory, name: str | None = None, overwrite: bool = False
     ) -> Any:
         """Add a named input for an existing factory."""
         name = str(name if name is not None else variable_f.name)
@@ -739,7 +738,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         return self._add_named(name, variable_f, tensor, overwrite)
 
     def add_variable_inputs(
-        self, name: Union[str, int], variable_f: NamedVariableFactories, overwrite: bool = False
+        self, name: str | int, variable_f: NamedVariableFactories, overwrite: bool = False
     ) -> NamedTensors:
         """Add a named input under `name` for every factory of `variable_f`.
 
@@ -760,7 +759,7 @@ class _CallModule:
     """The callable `Module.call_module` returns."""
 
     def __init__(
-        self, caller: Module, callee: Module, name: Optional[str], autodiff: str,
+        self, caller: Module, callee: Module, name: str | None, autodiff: str,
         grads_provided: Any, grads_required: Any,
     ) -> None:
         self.caller = caller
@@ -769,8 +768,8 @@ class _CallModule:
         self.autodiff = autodiff
         self.grads_provided = grads_provided
         self.grads_required = grads_required
-        self.graph: Optional[GraphWithNamedArgs] = None
-        self.grad_graph: Optional[GraphWithNamedArgs] = None
+        self.graph: GraphWithNamedArgs | None = None
+        self.grad_graph: GraphWithNamedArgs | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple:
         facts, graph = self.callee.create_graph(*args, **kwargs)
@@ -790,7 +789,7 @@ class _CallModule:
         return tuple(outs[:n_out])
 
 
-def _index_in(t: popxl.Tensor, ts: list[popxl.Tensor]) -> Optional[int]:
+def _index_in(t: popxl.Tensor, ts: list[popxl.Tensor]) -> int | None:
     for i, c in enumerate(ts):
         if c is t or c == t:
             return i
@@ -798,7 +797,7 @@ def _index_in(t: popxl.Tensor, ts: list[popxl.Tensor]) -> Optional[int]:
 
 
 def _check_tensors(
-    tensors: Optional[Iterable[popxl.Tensor]], candidates: tuple, graph: popxl.Graph, what: str, where: str
+    tensors: Iterable[popxl.Tensor] | None, candidates: tuple, graph: popxl.Graph, what: str, where: str
 ) -> list[popxl.Tensor]:
     if tensors is None:
         return list(candidates)
@@ -846,7 +845,7 @@ def create_grad_graph_info(
     fwd_out = list(fwd_graph.outputs)
     fwd_set = list(fwd_tensors)
     expected_inputs: list[tuple[str, int]] = []
-    for g_in, f_t in grad_input_to_fwd_output.items():
+    for _g_in, f_t in grad_input_to_fwd_output.items():
         as_fwd = _index_in(f_t, fwd_set) is not None
         i_out = _index_in(f_t, fwd_out)
         if as_fwd:
@@ -860,7 +859,7 @@ def create_grad_graph_info(
             )
         expected_inputs.append(("fwd_output" if as_fwd else "fwd_grad", i_out))
     expected_outputs: list[int] = []
-    for g_out, f_t in grad_output_to_fwd_input.items():
+    for _g_out, f_t in grad_output_to_fwd_input.items():
         i_in = _index_in(f_t, fwd_in)
         if i_in is None:
             raise ValueError(

@@ -19,10 +19,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import Any
 
 import popxl
-
 from popxl_addons.dot_tree import DotTree
 
 __all__ = [
@@ -36,7 +35,7 @@ __all__ = [
 ]
 
 
-def fill_none_group(rg: Optional[Any], none_value: Any) -> Any:
+def fill_none_group(rg: Any | None, none_value: Any) -> Any:
     """`rg`, or `none_value` when `rg` is None."""
     return none_value if rg is None else rg
 
@@ -45,7 +44,7 @@ class NamedReplicaGrouping(DotTree[Any]):
     """A `DotTree` of `popxl.ReplicaGrouping`s."""
 
     @classmethod
-    def build_groups(cls, names: Iterable[str], value: Optional[Any] = None) -> "NamedReplicaGrouping":
+    def build_groups(cls, names: Iterable[str], value: Any | None = None) -> NamedReplicaGrouping:
         """The same grouping `value` (default: all replicas of the current Ir) under every name."""
         if value is None:
             value = popxl.gcg().ir.replica_grouping()
@@ -53,7 +52,7 @@ class NamedReplicaGrouping(DotTree[Any]):
         return cls.pack(names, [value] * len(names))
 
 
-def _ir_and_group(replica_grouping: Optional[Any], what: str) -> tuple[Any, Any]:
+def _ir_and_group(replica_grouping: Any | None, what: str) -> tuple[Any, Any]:
     ir = popxl.gcg().ir
     if replica_grouping is None:
         replica_grouping = ir.replica_grouping()
@@ -71,7 +70,7 @@ def is_cross_instance(replica_grouping: Any) -> bool:
     return rg.group_size * rg.stride > ir.instance_replication_factor
 
 
-def get_instance_replica_grouping(replica_grouping: Optional[Any] = None) -> Any:
+def get_instance_replica_grouping(replica_grouping: Any | None = None) -> Any:
     """`replica_grouping` (default: all replicas) restricted to one instance: the same
     stride, only the replicas of the instance replication factor. A grouping inside one
     instance is returned as it is."""
@@ -106,7 +105,7 @@ def is_cross_ild(replica_grouping: Any) -> bool:
     return rg.group_size * rg.stride > get_ild_size_from_popdist()
 
 
-def get_ild_replica_grouping(replica_grouping: Optional[Any] = None) -> Any:
+def get_ild_replica_grouping(replica_grouping: Any | None = None) -> Any:
     """`replica_grouping` (default: all replicas) restricted to one IPU link domain."""
     ir, rg = _ir_and_group(replica_grouping, "get_ild_replica_grouping")
     ild = get_ild_size_from_popdist()

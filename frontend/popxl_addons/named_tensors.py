@@ -34,7 +34,7 @@ class NamedTensors(DotTree["popxl.Tensor"]):  # type: ignore[name-defined]  # no
                 f"{type(value).__name__} (use NamedTensorData or DotTree for other values)"
             )
 
-    def remap(self, mapping: Mapping[Any, Any]) -> "NamedTensors":
+    def remap(self, mapping: Mapping[Any, Any]) -> NamedTensors:
         """A new NamedTensors with every tensor `t` replaced by `mapping[t]`
         (KeyError naming the key and the tensor if `mapping` lacks one)."""
         if not isinstance(mapping, Mapping):

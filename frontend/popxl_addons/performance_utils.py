@@ -42,7 +42,7 @@ def _shape(v: Any) -> tuple[int, ...]:
 
 
 def _matmul(op: Any) -> int:
-    a, b = op.operands[0], op.operands[1]
+    a, _b = op.operands[0], op.operands[1]
     k = _shape(a)[-1]
     return 2 * k * prod(_shape(op.results[0]))
 

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
+
 import popxl
 import popxl.ops as ops
-
 from popxl_addons.dot_tree import DotTree
 from popxl_addons.graph import GraphWithNamedArgs
 from popxl_addons.named_replica_grouping import (
@@ -85,8 +85,8 @@ def create_remote_buffer(
     spec: popxl.TensorSpec,
     entries: int = 1,
     sharded_threshold: int = 1024,
-    replica_group: Optional[popxl.ReplicaGrouping] = None,
-    shard_group: Optional[popxl.ReplicaGrouping] = None,
+    replica_group: popxl.ReplicaGrouping | None = None,
+    shard_group: popxl.ReplicaGrouping | None = None,
 ) -> popxl.RemoteBuffer:
     """A remote buffer of `entries` entries for tensors like `spec`.
 
@@ -138,7 +138,7 @@ def named_buffers(
     tensors: NamedTensors,
     entries: int = 1,
     sharded_threshold: int = 1024,
-    shard_group: Optional[popxl.ReplicaGrouping] = None,
+    shard_group: popxl.ReplicaGrouping | None = None,
 ) -> NamedRemoteBuffers:
     """A buffer (`create_remote_buffer`) for each tensor of `tensors`, keyed alike; tensors
     with at least `sharded_threshold` elements get replica-sharded buffers over
@@ -155,7 +155,7 @@ def named_variable_buffers(
     factories: Any,
     entries: int = 1,
     sharded_threshold: int = 1024,
-    shard_groups: Optional[NamedReplicaGrouping] = None,
+    shard_groups: NamedReplicaGrouping | None = None,
 ) -> NamedRemoteBuffers:
     """A buffer (`create_remote_buffer`) for each factory of `factories`, keyed alike, with
     the factory's replica grouping; `shard_groups` by name (default: each factory's
@@ -219,7 +219,7 @@ def store_remote_graph(
 
 
 def load_remote(
-    buffers: NamedRemoteBuffers, entry: Union[int, popxl.Tensor] = 0, use_io_tiles: bool = False
+    buffers: NamedRemoteBuffers, entry: int | popxl.Tensor = 0, use_io_tiles: bool = False
 ) -> NamedTensors:
     """Load entry `entry` of every buffer in the current graph; keyed like `buffers`."""
     _check_buffers(buffers, "load_remote")
@@ -233,7 +233,7 @@ def load_remote(
 def store_remote(
     buffers: NamedRemoteBuffers,
     tensors: NamedTensors,
-    entry: Union[int, popxl.Tensor] = 0,
+    entry: int | popxl.Tensor = 0,
     use_io_tiles: bool = False,
 ) -> None:
     """Store each tensor of `tensors` into the buffer of the same key at entry `entry`.

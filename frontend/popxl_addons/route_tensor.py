@@ -20,7 +20,6 @@ updates of the routed tensor reach the original.
 from __future__ import annotations
 
 import weakref
-from typing import Optional
 
 import popxl
 from popxl import bridge
@@ -77,7 +76,7 @@ def _graphs_on_paths(start: popxl.Graph, target: popxl.Graph) -> list[popxl.Grap
 
 
 def route_tensor_into_graph(
-    tensor: popxl.Tensor, graph: Optional[popxl.Graph] = None, modified: bool = False
+    tensor: popxl.Tensor, graph: popxl.Graph | None = None, modified: bool = False
 ) -> popxl.Tensor:
     """`tensor` as a tensor of `graph` (default: the current graph).
 
@@ -143,7 +142,7 @@ def route_tensor_into_graph(
 
 # {ir: {(routed value, graph name): the graph's input for it}}: routing the same tensor
 # into the same graph again reuses the input
-_CACHES: "weakref.WeakKeyDictionary[popxl.Ir, dict]" = weakref.WeakKeyDictionary()
+_CACHES: weakref.WeakKeyDictionary[popxl.Ir, dict] = weakref.WeakKeyDictionary()
 
 
 def _route_cache(ir: popxl.Ir) -> dict:

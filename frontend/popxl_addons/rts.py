@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
+
 import popxl
 import popxl.ops as ops
-
 from popxl_addons.graph import GraphWithNamedArgs
 from popxl_addons.named_replica_grouping import (
     NamedReplicaGrouping,
@@ -58,7 +58,7 @@ def _grouping(rg: Any, what: str) -> Any:
 
 
 def replica_sharded_spec(
-    t: Any, shard_over: Optional[Any] = None, threshold: Optional[int] = None
+    t: Any, shard_over: Any | None = None, threshold: int | None = None
 ) -> popxl.TensorSpec:
     """The spec of `t` sharded over the groups of `shard_over` (a ReplicaGrouping, default
     all replicas): `((nelms // size,), dtype, meta_shape=t.shape)`. `t`'s own spec when it
@@ -82,7 +82,7 @@ def replica_sharded_spec(
 
 
 def gather_replica_sharded_tensor(
-    t: popxl.Tensor, use_io_tiles: bool = False, replica_group: Optional[popxl.ReplicaGrouping] = None
+    t: popxl.Tensor, use_io_tiles: bool = False, replica_group: popxl.ReplicaGrouping | None = None
 ) -> popxl.Tensor:
     """The full value of the sharded `t` (all-gathered over `replica_group`, default all
     replicas, reshaped to its meta_shape); `t` itself when it has no meta_shape. With
@@ -99,7 +99,7 @@ def gather_replica_sharded_tensor(
 def all_gather_replica_sharded_graph(
     tensors: NamedTensors,
     use_io_tiles: bool = False,
-    replica_groups: Optional[NamedReplicaGrouping] = None,
+    replica_groups: NamedReplicaGrouping | None = None,
 ) -> tuple[GraphWithNamedArgs, list[str]]:
     """A graph gathering every tensor of `tensors` (a named input each, shape and meta_shape
     alike), outputs in sorted key order; returns the graph and those keys. `replica_groups`
@@ -126,8 +126,8 @@ def all_gather_replica_sharded_graph(
 def reduce_replica_sharded_tensor(
     t: popxl.Tensor,
     op: str = "add",
-    replica_group: Optional[popxl.ReplicaGrouping] = None,
-    shard_group: Optional[popxl.ReplicaGrouping] = None,
+    replica_group: popxl.ReplicaGrouping | None = None,
+    shard_group: popxl.ReplicaGrouping | None = None,
 ) -> popxl.Tensor:
     """`t` reduced with `op` over `replica_group` (default all replicas) and, when the shard
     group (default `replica_group`) has several replicas and divides its element count,
@@ -164,9 +164,9 @@ def reduce_replica_sharded_graph(
     tensors: NamedTensors,
     op: str = "add",
     use_io_tiles: bool = False,
-    shard_groups: Optional[NamedReplicaGrouping] = None,
-    replica_group: Optional[popxl.ReplicaGrouping] = None,
-    threshold: Optional[int] = None,
+    shard_groups: NamedReplicaGrouping | None = None,
+    replica_group: popxl.ReplicaGrouping | None = None,
+    threshold: int | None = None,
 ) -> tuple[GraphWithNamedArgs, list[str]]:
     """A graph reducing every tensor of `tensors` with `reduce_replica_sharded_tensor` (a
     named input each), outputs in sorted key order; returns the graph and those keys.

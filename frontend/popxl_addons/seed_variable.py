@@ -15,14 +15,14 @@ what `Session.get_tensor_data(seed_v)` reads back, as upstream's store-back give
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import popxl
 
 __all__ = ["seed_variable"]
 
 
-def seed_variable(seed: int, replica_grouping: Optional[Any] = None) -> tuple[popxl.Variable, popxl.Tensor]:
+def seed_variable(seed: int, replica_grouping: Any | None = None) -> tuple[popxl.Variable, popxl.Tensor]:
     """A `uint32[2]` seed variable named 'random_seed' initialised with
     `popxl.create_seeds(seed, replicas=replica_grouping.num_groups)`.
 

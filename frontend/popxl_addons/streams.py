@@ -9,7 +9,7 @@ x = ops.host_load(inputs.x)
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Union
+from typing import Any
 
 import popxl
 
@@ -31,7 +31,7 @@ class _Streams:
             self._streams[name] = type(self)._make(shape, dtype, name)
 
     @classmethod
-    def from_streams(cls, streams: Union[Mapping[str, Any], Iterable[Any]]):
+    def from_streams(cls, streams: Mapping[str, Any] | Iterable[Any]):
         """From existing streams: a {name: stream} mapping or streams (named by tensor id)."""
         obj = cls.__new__(cls)
         if isinstance(streams, Mapping):
@@ -51,7 +51,7 @@ class _Streams:
         except KeyError:
             raise AttributeError(f"{type(self).__name__} has no stream '{name}'") from None
 
-    def __getitem__(self, key: Union[str, int, slice]) -> Any:
+    def __getitem__(self, key: str | int | slice) -> Any:
         if isinstance(key, str):
             return self._streams[key]
         values = list(self._streams.values())

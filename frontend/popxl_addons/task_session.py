@@ -26,12 +26,11 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 
 import popxl
-
 from popxl_addons.named_tensors import NamedTensorData, NamedTensors
 from popxl_addons.streams import InputStreams, OutputStreams
 
@@ -101,10 +100,10 @@ class TaskSession(popxl.Session):
 
     def __init__(
         self,
-        inputs: Union[InputStreams, Iterable[Any]],
-        outputs: Union[OutputStreams, Iterable[Any]],
+        inputs: InputStreams | Iterable[Any],
+        outputs: OutputStreams | Iterable[Any],
         state: NamedTensors,
-        max_checkpoints: Optional[int] = 1,
+        max_checkpoints: int | None = 1,
         *args: Any,
         **kwargs: Any,
     ):
@@ -251,7 +250,7 @@ class TaskSession(popxl.Session):
         if "dataloader" in meta and dl is not None and hasattr(dl, "load_state_dict"):
             dl.load_state_dict(meta["dataloader"])
 
-    def load_from_session(self, src: "TaskSession", report_missing: str = "none") -> None:
+    def load_from_session(self, src: TaskSession, report_missing: str = "none") -> None:
         """Copy the values of `src.state` into the variables of `self.state` with the same names."""
         _check_report(report_missing)
         if not isinstance(src, TaskSession):
@@ -259,7 +258,7 @@ class TaskSession(popxl.Session):
         data = src.get_named_tensors_data()
         self.load_from_tensors(data, report_missing)
 
-    def load_from_tensors(self, data: Union[NamedTensorData, Mapping[str, np.ndarray]], report_missing: str = "none") -> None:
+    def load_from_tensors(self, data: NamedTensorData | Mapping[str, np.ndarray], report_missing: str = "none") -> None:
         """Write named host arrays into the variables of `self.state` with the same names
         (shapes and dtypes checked first)."""
         _check_report(report_missing)

@@ -9,12 +9,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 
 import popxl
-
 from popxl_addons.module import Module
 from popxl_addons.named_tensors import NamedTensors
 from popxl_addons.ops.host_io import host_store
@@ -31,7 +30,7 @@ class TensorInput:
     """NumPy (or other host) data to become a variable input of `run_module`; `dtype`
     defaults to the data's (float64 becomes float32, as `popxl.variable` does)."""
 
-    def __init__(self, data: Any, dtype: Optional[popxl.dtype] = None) -> None:
+    def __init__(self, data: Any, dtype: popxl.dtype | None = None) -> None:
         if dtype is not None and not isinstance(dtype, popxl.dtype):
             raise TypeError(f"TensorInput: dtype must be a popxl.dtype, got {type(dtype).__name__}")
         self.data = data
@@ -44,7 +43,7 @@ class TensorInput:
 def run_module(
     module: Module,
     *args: Any,
-    weights: Optional[Union[Callable[[NamedTensors], Mapping[Any, np.ndarray]], Mapping[Any, np.ndarray]]] = None,
+    weights: Callable[[NamedTensors], Mapping[Any, np.ndarray]] | Mapping[Any, np.ndarray] | None = None,
     **kwargs: Any,
 ) -> list[np.ndarray]:
     """Build `module` into a graph of a new Ir, call it and return its outputs as NumPy arrays.

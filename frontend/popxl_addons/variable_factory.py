@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -76,7 +76,7 @@ class VariableFactory:
         self,
         data_iter: Callable[[], Any] | Iterable[Any] | np.ndarray | float | int,
         dtype: Any = None,
-        name: Optional[str] = None,
+        name: str | None = None,
         by_ref: bool = False,
         replica_grouping: Any = None,
         shard_over: int = 1,
@@ -176,7 +176,7 @@ class VariableFactory:
         return mm
 
     # -- tensors ---------------------------------------------------------------------
-    def _graph_input(self, name: Optional[str]) -> Any:
+    def _graph_input(self, name: str | None) -> Any:
         import popxl
 
         kwargs: dict[str, Any] = {"by_ref": self.by_ref}
@@ -184,7 +184,7 @@ class VariableFactory:
             kwargs["meta_shape"] = self.meta_shape
         return popxl.graph_input(self.shape, self.dtype, name, **kwargs)
 
-    def create_input(self, prefix: Optional[str] = None) -> Any:
+    def create_input(self, prefix: str | None = None) -> Any:
         """A `popxl.graph_input` in the current graph named `prefix.name` (or `name`)."""
         if prefix:
             name = f"{prefix}.{self.name}" if self.name else prefix
@@ -194,9 +194,9 @@ class VariableFactory:
 
     def create_tensor(
         self,
-        name: Optional[str] = None,
+        name: str | None = None,
         empty: bool = False,
-        memmap_dir: Optional[str] = None,
+        memmap_dir: str | None = None,
         read_only_if_exists: bool = False,
     ) -> Any:
         """A `popxl.variable` in the (main) graph holding the next initial value."""
@@ -214,7 +214,7 @@ class VariableFactory:
             return self._create_sharded(data, name, kwargs)
         return popxl.variable(data, self.dtype, name, **kwargs)
 
-    def _create_sharded(self, data: np.ndarray, name: Optional[str], kwargs: dict) -> Any:
+    def _create_sharded(self, data: np.ndarray, name: str | None, kwargs: dict) -> Any:
         import popxl
 
         full, shard = popxl.replica_sharded_variable(
@@ -222,7 +222,7 @@ class VariableFactory:
         )
         return shard
 
-    def create_remote_tensor(self, buffer: Any, entry: int, name: Optional[str] = None,
+    def create_remote_tensor(self, buffer: Any, entry: int, name: str | None = None,
                              empty: bool = False) -> Any:
         """A remote variable in `buffer` at `entry` (replica-sharded if the buffer has a meta_shape)."""
         import popxl
@@ -238,7 +238,7 @@ class VariableFactory:
             )
         return popxl.remote_variable(data, buffer, entry, self.dtype, name, **kwargs)
 
-    def create_init(self, name: Optional[str] = None, init_type: str = "zero") -> Any:
+    def create_init(self, name: str | None = None, init_type: str = "zero") -> Any:
         """`ops.init` of this shape and dtype in the current graph."""
         import popxl.ops as ops
 
@@ -250,7 +250,7 @@ class NamedVariableFactories(DotTree[VariableFactory]):
     """A DotTree of `VariableFactory`s."""
 
     @staticmethod
-    def _prefix(prefix: Optional[str]) -> str:
+    def _prefix(prefix: str | None) -> str:
         return f"{prefix}." if prefix else ""
 
     def _sorted(self) -> list[tuple[str, VariableFactory]]:
@@ -258,9 +258,9 @@ class NamedVariableFactories(DotTree[VariableFactory]):
 
     def init(
         self,
-        prefix: Optional[str] = None,
+        prefix: str | None = None,
         empty: bool = False,
-        memmap_dir: Optional[str] = None,
+        memmap_dir: str | None = None,
         read_only_if_exists: bool = False,
     ) -> NamedTensors:
         """Create a variable for every factory (alphabetical key order) named `prefix.key`."""
@@ -271,7 +271,7 @@ class NamedVariableFactories(DotTree[VariableFactory]):
         return NamedTensors.from_dict(out)
 
     def init_remote(
-        self, buffers: DotTree, entry: int = 0, prefix: Optional[str] = None, empty: bool = False
+        self, buffers: DotTree, entry: int = 0, prefix: str | None = None, empty: bool = False
     ) -> NamedTensors:
         """Create remote variables in `buffers` (a DotTree with the same keys) at `entry`."""
         p = self._prefix(prefix)
@@ -284,14 +284,14 @@ class NamedVariableFactories(DotTree[VariableFactory]):
             out[k] = f.create_remote_tensor(bufs[k], entry, p + k, empty)
         return NamedTensors.from_dict(out)
 
-    def init_zero(self, prefix: Optional[str] = None) -> NamedTensors:
+    def init_zero(self, prefix: str | None = None) -> NamedTensors:
         """`ops.init(..., 'zero')` for every factory, in the current graph (subgraphs allowed)."""
         p = self._prefix(prefix)
         return NamedTensors.from_dict(
             {k: f.create_init(p + k, "zero") for k, f in self._sorted()}
         )
 
-    def init_undef(self, prefix: Optional[str] = None) -> NamedTensors:
+    def init_undef(self, prefix: str | None = None) -> NamedTensors:
         """`ops.init(..., 'undef')` for every factory, in the current graph."""
         p = self._prefix(prefix)
         return NamedTensors.from_dict(
@@ -323,7 +323,7 @@ def add_replica_sharded_variable_input(
     dtype: Any = None,
     by_ref: bool = False,
     replica_grouping: Any = None,
-    shard_over: Optional[int] = None,
+    shard_over: int | None = None,
 ) -> tuple[Any, VariableFactory]:
     """Like `add_variable_input` but the input holds one replica's shard of the flattened data."""
     if shard_over is None:

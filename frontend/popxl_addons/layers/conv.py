@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 
 import popxl
 import popxl.ops as ops
-
 from popxl_addons.layers._torch import check_shape, param
 from popxl_addons.module import Module
 from popxl_addons.named_tensors import NamedTensors
@@ -38,16 +37,16 @@ class Conv2D(Module):
     def __init__(
         self,
         out_channels: int,
-        kernel_size: Union[int, tuple[int, int]],
+        kernel_size: int | tuple[int, int],
         strides: tuple[int, int] = (1, 1),
-        paddings: Union[str, tuple[int, int, int, int]] = (0, 0, 0, 0),
+        paddings: str | tuple[int, int, int, int] = (0, 0, 0, 0),
         dilations: tuple[int, int] = (1, 1),
         groups: int = 1,
         bias: bool = True,
-        available_memory_proportions: Optional[list[float]] = None,
-        partials_types: Optional[list[str]] = None,
-        enable_conv_dithering: Optional[list[int]] = None,
-        replica_grouping: Optional[Any] = None,
+        available_memory_proportions: list[float] | None = None,
+        partials_types: list[str] | None = None,
+        enable_conv_dithering: list[int] | None = None,
+        replica_grouping: Any | None = None,
     ):
         super().__init__()
         self.out_channels = out_channels

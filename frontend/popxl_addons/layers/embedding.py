@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from functools import partial
 from math import ceil
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 import popxl
 import popxl.ops as ops
-
 from popxl_addons.layers._torch import param
 from popxl_addons.module import Module
 from popxl_addons.named_tensors import NamedTensors
@@ -34,7 +33,7 @@ class Embedding(Module):
 
     def __init__(
         self, dtype: popxl.dtype, vocab_size: int, hidden_size: int, axis: int = 0,
-        replica_grouping: Optional[Any] = None,
+        replica_grouping: Any | None = None,
     ):
         super().__init__()
         for name, v in (("vocab_size", vocab_size), ("hidden_size", hidden_size)):

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 import popxl
 import popxl.ops as ops
-
 from popxl_addons.layers._torch import check_shape, param
 from popxl_addons.module import Module
 from popxl_addons.named_tensors import NamedTensors
@@ -23,7 +22,7 @@ class GroupNorm(Module):
     `weight` (ones) and `bias` (zeros) of shape `(C,)`."""
 
     def __init__(
-        self, num_groups: int, replica_grouping: Optional[Any] = None, eps: float = 1e-5, cache: bool = False
+        self, num_groups: int, replica_grouping: Any | None = None, eps: float = 1e-5, cache: bool = False
     ):
         super().__init__(cache)
         if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:

@@ -9,7 +9,6 @@ import numpy as np
 
 import popxl
 import popxl.ops as ops
-
 from popxl_addons.layers._torch import check_shape, param
 from popxl_addons.module import Module
 from popxl_addons.named_tensors import NamedTensors

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 import popxl
-
 from popxl_addons.layers._torch import check_shape, param
 from popxl_addons.module import Module
 from popxl_addons.named_tensors import NamedTensors
@@ -24,7 +23,7 @@ class Linear(Module):
     with `bias`, `bias` `(out_features,)` (zeros); both of `x`'s dtype.
     """
 
-    def __init__(self, out_features: int, bias: bool = True, replica_grouping: Optional[Any] = None):
+    def __init__(self, out_features: int, bias: bool = True, replica_grouping: Any | None = None):
         super().__init__()
         if isinstance(out_features, bool) or not isinstance(out_features, int) or out_features < 1:
             raise ValueError(f"Linear: out_features must be a positive int, got {out_features!r}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional, Union
-
 import popxl
 import popxl.ops as ops
 
@@ -24,7 +22,7 @@ def _flatten(x: popxl.Tensor, labels: popxl.Tensor, what: str) -> tuple[popxl.Te
 def cross_entropy(
     x: popxl.Tensor,
     labels: popxl.Tensor,
-    ignore_index: Optional[int] = None,
+    ignore_index: int | None = None,
     reduction: str = "mean",
 ) -> popxl.Tensor:
     """`nll_loss(softmax(x, axis=-1), labels)` for logits `x` of shape (..., C)."""
@@ -36,8 +34,8 @@ def cross_entropy(
 def cross_entropy_with_grad(
     x: popxl.Tensor,
     labels: popxl.Tensor,
-    loss_scaling: Union[float, int, popxl.Tensor] = 1,
-    ignore_index: Optional[int] = None,
+    loss_scaling: float | int | popxl.Tensor = 1,
+    ignore_index: int | None = None,
     reduction: str = "mean",
 ) -> tuple[popxl.Tensor, popxl.Tensor]:
     """The cross-entropy loss of logits `x` and its gradient w.r.t. `x`.

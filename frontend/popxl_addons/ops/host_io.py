@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
+
 import popxl
 import popxl.ops as ops
 
@@ -12,8 +13,8 @@ __all__ = ["host_load", "host_store"]
 
 
 def host_load(
-    np_data: np.ndarray, dtype: Any, name: Optional[str] = None
-) -> tuple[np.ndarray, "popxl.HostToDeviceStream", popxl.Tensor]:
+    np_data: np.ndarray, dtype: Any, name: str | None = None
+) -> tuple[np.ndarray, popxl.HostToDeviceStream, popxl.Tensor]:
     """An h2d stream `<name>_stream` for data like `np_data` and a `host_load` from it.
 
     Returns `(np_data cast to dtype, stream, loaded tensor)`.
@@ -25,7 +26,7 @@ def host_load(
     return np_data, stream, ops.host_load(stream, name)
 
 
-def host_store(t: popxl.Tensor) -> "popxl.DeviceToHostStream":
+def host_store(t: popxl.Tensor) -> popxl.DeviceToHostStream:
     """A d2h stream `<t.name>_stream` and a `host_store` of `t` into it."""
     if not isinstance(t, popxl.Tensor):
         raise TypeError(f"addons.host_store: expected a popxl Tensor, got {type(t).__name__}")

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import popxl
+from popxl import bridge
+from popxl.ops.collectives import CollectiveOps
 from xl.dialects.replica import (
     AllReduceIdenticalGradInputsOp,
     AllReduceIdenticalInputsOp,
     ReplicaGroupingAttr,
 )
-
-import popxl
-from popxl import bridge
-from popxl.ops.collectives import CollectiveOps
 
 __all__ = ["replicated_all_reduce_identical_grad_inputs", "replicated_all_reduce_identical_inputs"]
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import numpy as np
+
 import popxl
 import popxl.ops as ops
-
 from popxl_addons.module import Module
 
 __all__ = ["AdamOptimizerStep"]
@@ -49,7 +49,7 @@ class AdamOptimizerStep(Module):
         self,
         var: popxl.TensorByRef,
         grad: popxl.Tensor,
-        replica_grouping: Optional[Any] = None,
+        replica_grouping: Any | None = None,
         *,
         lr: Scalar,
         beta1: Scalar = 0.9,
@@ -59,8 +59,8 @@ class AdamOptimizerStep(Module):
         first_order_dtype: Any = popxl.float16,
         bias_correction: bool = True,
         loss_scaling: Scalar = 1,
-        global_norm: Optional[popxl.Tensor] = None,
-        global_norm_max: Optional[Scalar] = None,
+        global_norm: popxl.Tensor | None = None,
+        global_norm_max: Scalar | None = None,
     ) -> None:
         grad = self.scale_grad(grad, loss_scaling, global_norm, global_norm_max)
 
@@ -114,8 +114,8 @@ class AdamOptimizerStep(Module):
     def scale_grad(
         grad: popxl.Tensor,
         loss_scaling: Scalar = 1,
-        global_norm: Optional[popxl.Tensor] = None,
-        global_norm_max: Optional[Scalar] = None,
+        global_norm: popxl.Tensor | None = None,
+        global_norm_max: Scalar | None = None,
     ) -> popxl.Tensor:
         """`grad / loss_scaling`, clipped by global norm when `global_norm` is given:
         times `global_norm_max / max(global_norm, global_norm_max)`."""

@@ -21,15 +21,15 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+
 import popxl
 from popxl import bridge
 from popxl.transforms.autodiff import GradGraphInfo
-from xl.passes.accumulate import COUNTER_NAME, accumulate
-
 from popxl_addons.graph import GraphWithNamedArgs
 from popxl_addons.named_tensors import NamedTensors
 from popxl_addons.transforms.autodiff import autodiff
 from popxl_addons.variable_factory import NamedVariableFactories, VariableFactory
+from xl.passes.accumulate import COUNTER_NAME, accumulate
 
 __all__ = ["autodiff_with_accumulation"]
 

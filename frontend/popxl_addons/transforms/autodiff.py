@@ -8,22 +8,20 @@ gradient graph as a `GraphWithNamedArgs` carrying its `grad_graph_info`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Optional, Union
 
 import popxl
 from popxl.transforms.autodiff import GradGraphInfo
 from popxl.transforms.autodiff import autodiff as _popxl_autodiff
-
 from popxl_addons.graph import GraphWithNamedArgs
 
 __all__ = ["autodiff", "remap_grad_info"]
 
 
 def autodiff(
-    graph: Union[GraphWithNamedArgs, popxl.Graph],
-    grads_provided: Optional[Iterable[popxl.Tensor]] = None,
-    grads_required: Optional[Iterable[popxl.Tensor]] = None,
-    called_graphs_grad_info: Optional[Mapping[popxl.Graph, GradGraphInfo]] = None,
+    graph: GraphWithNamedArgs | popxl.Graph,
+    grads_provided: Iterable[popxl.Tensor] | None = None,
+    grads_required: Iterable[popxl.Tensor] | None = None,
+    called_graphs_grad_info: Mapping[popxl.Graph, GradGraphInfo] | None = None,
     *,
     force: bool = False,
 ) -> GraphWithNamedArgs:
@@ -41,7 +39,7 @@ def autodiff(
 
     Raises ValueError if autodiff was already applied to this `GraphWithNamedArgs`.
     """
-    gwna: Optional[GraphWithNamedArgs] = None
+    gwna: GraphWithNamedArgs | None = None
     if isinstance(graph, GraphWithNamedArgs):
         gwna = graph
         fwd = graph.graph

@@ -31,13 +31,12 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import popxl
 import popxl.ops as ops
 from popxl import bridge
 from popxl.transforms.autodiff import ExpectedConnectionType
-
 from popxl_addons.graph import GraphWithNamedArgs
 from popxl_addons.named_tensors import NamedTensors
 from popxl_addons.remote import create_remote_buffer
@@ -64,7 +63,7 @@ class RemoteHandle:
 
     buffer: popxl.RemoteBuffer
     row_offset: RowOffset = 0
-    shard_group: Optional[popxl.ReplicaGrouping] = None
+    shard_group: popxl.ReplicaGrouping | None = None
 
 
 Handle = Union[popxl.HostToDeviceStream, RemoteHandle]
@@ -116,7 +115,7 @@ class BatchSerialResult:
 
 
 def batch_serial_buffer(
-    t: popxl.Tensor, steps: int = 1, rows: int = 1, shard_group: Optional[popxl.ReplicaGrouping] = None
+    t: popxl.Tensor, steps: int = 1, rows: int = 1, shard_group: popxl.ReplicaGrouping | None = None
 ) -> popxl.RemoteBuffer:
     """A remote buffer for `t` of `steps * rows` entries (the matrix layout above), sharded
     over `shard_group` when it has more than one replica (its size must divide `t.nelms`)."""
@@ -136,7 +135,7 @@ class _Plan:
     """Which inputs / outputs of `graph` are loaded, stored and passed through."""
 
     def __init__(self, graph: GraphWithNamedArgs, steps: int, load: dict, streams: dict, buffers: dict,
-                 seed_input: Optional[popxl.Tensor], rows: int) -> None:  # fmt: skip
+                 seed_input: popxl.Tensor | None, rows: int) -> None:  # fmt: skip
         g = graph.graph
         self.graph, self.steps, self.rows = graph, steps, rows
         self.load, self.streams, self.buffers, self.seed_input = load, streams, buffers, seed_input
@@ -218,7 +217,7 @@ class _Plan:
                 h, e = entries[t]
                 ops.remote_store(h.buffer, e, x)
 
-    def compute(self, loaded: list, passed: list, seed: Optional[popxl.Tensor]) -> list[popxl.Tensor]:
+    def compute(self, loaded: list, passed: list, seed: popxl.Tensor | None) -> list[popxl.Tensor]:
         inputs = dict(zip(self.loaded, loaded, strict=True))
         inputs.update(zip(self.passed, passed, strict=True))
         if self.seed_input is not None:
@@ -391,7 +390,7 @@ def batch_serialise(
     load_handles: Mapping[popxl.Tensor, Any],
     store_streams: Mapping[popxl.Tensor, popxl.DeviceToHostStream],
     store_buffers: Mapping[popxl.Tensor, Any],
-    seed_input: Optional[popxl.Tensor] = None,
+    seed_input: popxl.Tensor | None = None,
     rows: int = 1,
     io_mode: str = "io",
 ) -> BatchSerialResult:
@@ -441,7 +440,7 @@ def batch_serialise_fwd_and_grad(
     load_handles: Mapping[popxl.Tensor, Any],
     store_streams: Mapping[popxl.Tensor, popxl.DeviceToHostStream],
     store_buffers: Mapping[popxl.Tensor, Any],
-    seed_input: Optional[popxl.Tensor] = None,
+    seed_input: popxl.Tensor | None = None,
     rows: int = 1,
     io_mode: str = "io",
 ) -> tuple[BatchSerialResult, BatchSerialResult]:

@@ -36,7 +36,7 @@ from popxl.graph import Graph
 from popxl.tensor import Tensor
 from xl.dialects.graph import ConstantOp, OutputOp, VariableOp
 from xl.dialects.pipeline import RegionOp, RestoreOp, StashOp, set_stage, stage_of
-from xl.passes.pipeline import PipelineError, Pipelined, lower_region
+from xl.passes.pipeline import Pipelined, PipelineError, lower_region
 
 __all__ = ["pipelined_execution", "StageContext"]
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from popxl import bridge
 from popxl.transforms.autodiff import GradGraphInfo
-from xl.passes.recompute import recompute
-
 from popxl_addons.graph import GraphWithNamedArgs
 from popxl_addons.named_tensors import NamedTensors
+from xl.passes.recompute import recompute
 
 __all__ = ["recompute_graph"]
 
