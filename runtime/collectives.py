@@ -226,6 +226,7 @@ def all_reduce_update(site: Site) -> Step:
     if op not in ("add", "mean"):
         raise PlanError(f"{site.name}: the fused update supports add and mean, not '{op}'")
     scale_prop = float(site.prop("scale", 1.0))
+    add = _reducer("add", site.name)
     inputs = site.gathered(0)
     plans: list[tuple[list[int], np.ndarray, list[np.ndarray], np.ndarray]] = []
     for members in site.groups():
@@ -249,9 +250,7 @@ def all_reduce_update(site: Site) -> Step:
             if len(g) == 1:
                 np.multiply(g[0], scale, out=acc)
             else:
-                np.add(g[0], g[1], out=acc)
-                for x in g[2:]:
-                    np.add(acc, x, out=acc)
+                add(g, acc, None)
                 np.multiply(acc, scale, out=acc)
             for w in weights:
                 np.add(w, acc, out=w)
@@ -270,23 +269,24 @@ def identity(site: Site) -> Step:
     return step
 
 
-def _gather_into(xs: Sequence[np.ndarray], out: np.ndarray, axis: int, mode: str | None, name: str) -> Callable[[], None] | None:
-    """How the group's inputs `xs` fill `out` (a function of nothing: `xs` are bound)."""
-    x0 = xs[0]
-    n = len(xs)
+def _gather_into(
+    x0: np.ndarray, n: int, out: np.ndarray, axis: int, mode: str | None, name: str
+) -> Callable[[Sequence[np.ndarray]], None]:
+    """How the `n` inputs of a group (each shaped like `x0`) fill `out`, decided once at
+    compile time: the returned function takes the inputs of one step."""
     if mode in (None, "new_axis") and out.shape == (n, *x0.shape):
-        return lambda: np.stack(xs, axis=0, out=out)
+        return lambda xs: np.stack(xs, axis=0, out=out)
     if mode in (None, "concat", "auto") and out.ndim == x0.ndim and x0.ndim > 0:
         ax = axis % x0.ndim
         want = list(x0.shape)
         want[ax] *= n
         if tuple(want) == out.shape:
-            return lambda: np.concatenate(xs, axis=ax, out=out)
+            return lambda xs: np.concatenate(xs, axis=ax, out=out)
     if mode in (None, "meta_shape", "auto") and out.size <= n * x0.size:
         flat = out.reshape(-1)
         size = x0.size
 
-        def fill() -> None:
+        def fill(xs: Sequence[np.ndarray]) -> None:
             for i, x in enumerate(xs):
                 lo = i * size
                 if lo >= flat.size:
@@ -308,23 +308,19 @@ def all_gather(site: Site) -> Step:
     if mode is None and "new_axis" in site.props:
         mode = "new_axis" if site.props["new_axis"] else "concat"
     inputs = site.gathered(0)
-    plans: list[tuple[list[int], np.ndarray, list[np.ndarray]]] = []
+    plans: list[tuple[list[int], Callable[[Sequence[np.ndarray]], None], np.ndarray, list[np.ndarray]]] = []
     for members in site.groups():
         mine = [s for s in (site.slot(m) for m in members) if s is not None]
         if not mine:
             continue
         outs = [site.outs[s][0] for s in mine]
-        plans.append((members, outs[0], outs[1:]))
-    # check the shapes once, at compile time
-    for members, out, _ in plans:
-        _gather_into([site.ins[0][0]] * len(members), out, axis, mode, site.name)
+        fill = _gather_into(site.ins[0][0], len(members), outs[0], axis, mode, site.name)
+        plans.append((members, fill, outs[0], outs[1:]))
 
     def step() -> None:
         xs = inputs()
-        for members, out, rest in plans:
-            fill = _gather_into([xs[m] for m in members], out, axis, mode, site.name)
-            assert fill is not None
-            fill()
+        for members, fill, out, rest in plans:
+            fill([xs[m] for m in members])
             for o in rest:
                 np.copyto(o, out)
 
@@ -371,6 +367,16 @@ def reduce_scatter(site: Site) -> Step:
     return step
 
 
+def _copies(copies: list[tuple[np.ndarray, np.ndarray]]) -> Step:
+    """A step that copies each `(dst, src)` pair (the slices: no data exchanged)."""
+
+    def step() -> None:
+        for dst, src in copies:
+            np.copyto(dst, src)
+
+    return step
+
+
 def replica_sharded_slice(site: Site) -> Step:
     """Member i of a group gets shard i of its own flattened input (zero-padded)."""
     copies: list[tuple[np.ndarray, np.ndarray]] = []
@@ -390,12 +396,7 @@ def replica_sharded_slice(site: Site) -> Step:
             lo, hi = min(i * s, x.size), min((i + 1) * s, x.size)
             out[hi - lo :] = 0  # the padding never changes
             copies.append((out[: hi - lo], x.reshape(-1)[lo:hi]))
-
-    def step() -> None:
-        for dst, src in copies:
-            np.copyto(dst, src)
-
-    return step
+    return _copies(copies)
 
 
 def replicated_slice(site: Site) -> Step:
@@ -427,12 +428,7 @@ def replicated_slice(site: Site) -> Step:
                     )
                 src = src.reshape(out.shape)  # a part of size 1 drops the axis (as upstream)
             copies.append((out, src))
-
-    def step() -> None:
-        for dst, src in copies:
-            np.copyto(dst, src)
-
-    return step
+    return _copies(copies)
 
 
 def bind_site(factory: CollectiveFactory, site: Site) -> Step:
