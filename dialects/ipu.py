@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import numpy as np
 from xdsl.dialects.builtin import (
@@ -772,8 +772,47 @@ class RemoteLoadOp(_RemoteAccess):
         self._verify_access()
 
 
+class _RemoteTensorAccess(_RemoteAccess):
+    """Shared by `remote_load_` and `remote_store`: a tensor operand `%t` and the entry
+    syntax `@rb[offset], %t : type`."""
+
+    t = operand_def(TensorType)
+    offset_tensor = opt_operand_def(TensorType)
+
+    def __init__(self, buffer: str, t: SSAValue, offset: int | SSAValue | None = 0):
+        super().__init__(
+            operands=[t, [offset] if isinstance(offset, SSAValue) else []],
+            properties=_access_props(buffer, offset),
+        )
+
+    def data_type(self) -> Attribute:
+        return self.t.type
+
+    @classmethod
+    def parse(cls, parser: Parser) -> Self:
+        ref, k, operand = _parse_entry(parser)
+        parser.parse_punctuation(",")
+        unresolved = parser.parse_unresolved_operand()
+        parser.parse_punctuation(":")
+        t = parser.resolve_operand(unresolved, parser.parse_type())
+        op = cls(ref.root_reference.data, t, operand if operand is not None else k)  # type: ignore[arg-type]
+        op.attributes |= parser.parse_optional_attr_dict()
+        return op
+
+    def print(self, printer: Printer) -> None:
+        _print_entry(printer, self.buffer, self.offset, self.offset_tensor)
+        printer.print_string(", ")
+        printer.print_operand(self.t)
+        printer.print_string(" : ")
+        printer.print_attribute(self.t.type)
+        printer.print_op_attributes(self.attributes)
+
+    def verify_(self) -> None:
+        self._verify_access()
+
+
 @irdl_op_definition
-class RemoteLoadInplaceOp(_RemoteAccess):
+class RemoteLoadInplaceOp(_RemoteTensorAccess):
     """Entry `offset` of a remote buffer, loaded into `t` in place (`ops.remote_load_`).
 
     ```mlir
@@ -782,44 +821,11 @@ class RemoteLoadInplaceOp(_RemoteAccess):
     """
 
     name = "ipu.remote_load_"
-    t = operand_def(TensorType)
-    offset_tensor = opt_operand_def(TensorType)
     traits = traits_def(WritesOperands((0,)), NotDifferentiable())
-
-    def __init__(self, buffer: str, t: SSAValue, offset: int | SSAValue | None = 0):
-        super().__init__(
-            operands=[t, [offset] if isinstance(offset, SSAValue) else []],
-            properties=_access_props(buffer, offset),
-        )
-
-    def data_type(self) -> Attribute:
-        return self.t.type
-
-    @classmethod
-    def parse(cls, parser: Parser) -> RemoteLoadInplaceOp:
-        ref, k, operand = _parse_entry(parser)
-        parser.parse_punctuation(",")
-        unresolved = parser.parse_unresolved_operand()
-        parser.parse_punctuation(":")
-        t = parser.resolve_operand(unresolved, parser.parse_type())
-        op = cls(ref.root_reference.data, t, operand if operand is not None else k)  # type: ignore[arg-type]
-        op.attributes |= parser.parse_optional_attr_dict()
-        return op
-
-    def print(self, printer: Printer) -> None:
-        _print_entry(printer, self.buffer, self.offset, self.offset_tensor)
-        printer.print_string(", ")
-        printer.print_operand(self.t)
-        printer.print_string(" : ")
-        printer.print_attribute(self.t.type)
-        printer.print_op_attributes(self.attributes)
-
-    def verify_(self) -> None:
-        self._verify_access()
 
 
 @irdl_op_definition
-class RemoteStoreOp(_RemoteAccess):
+class RemoteStoreOp(_RemoteTensorAccess):
     """`t` stored into entry `offset` of a remote buffer (`ops.remote_store`).
 
     ```mlir
@@ -828,40 +834,7 @@ class RemoteStoreOp(_RemoteAccess):
     """
 
     name = "ipu.remote_store"
-    t = operand_def(TensorType)
-    offset_tensor = opt_operand_def(TensorType)
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
-
-    def __init__(self, buffer: str, t: SSAValue, offset: int | SSAValue | None = 0):
-        super().__init__(
-            operands=[t, [offset] if isinstance(offset, SSAValue) else []],
-            properties=_access_props(buffer, offset),
-        )
-
-    def data_type(self) -> Attribute:
-        return self.t.type
-
-    @classmethod
-    def parse(cls, parser: Parser) -> RemoteStoreOp:
-        ref, k, operand = _parse_entry(parser)
-        parser.parse_punctuation(",")
-        unresolved = parser.parse_unresolved_operand()
-        parser.parse_punctuation(":")
-        t = parser.resolve_operand(unresolved, parser.parse_type())
-        op = cls(ref.root_reference.data, t, operand if operand is not None else k)  # type: ignore[arg-type]
-        op.attributes |= parser.parse_optional_attr_dict()
-        return op
-
-    def print(self, printer: Printer) -> None:
-        _print_entry(printer, self.buffer, self.offset, self.offset_tensor)
-        printer.print_string(", ")
-        printer.print_operand(self.t)
-        printer.print_string(" : ")
-        printer.print_attribute(self.t.type)
-        printer.print_op_attributes(self.attributes)
-
-    def verify_(self) -> None:
-        self._verify_access()
 
 
 REMOTE_ACCESS_OPS = (RemoteLoadOp, RemoteLoadInplaceOp, RemoteStoreOp)
