@@ -52,7 +52,7 @@ def only_updated_by_all_replicas(v: SSAValue, replication_factor: int) -> bool:
         if not isinstance(user, rt.KernelOp):
             return False
         ins, outs = user.io()
-        if user.kernel.data == AllReduceUpdateKernel.name:
+        if kernel_class(user.kernel.data) is AllReduceUpdateKernel:
             grouping = user.params.get("grouping")
             size = grouping.size() if grouping is not None else replication_factor
             if size == replication_factor and len(outs) == 2 and outs[1] is v and ins[1] is v:
