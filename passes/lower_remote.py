@@ -87,13 +87,6 @@ def is_remote_state(op: Operation) -> bool:
     return isinstance(op, rt.StateOp) and REMOTE_ATTR in op.attributes
 
 
-def _remote_states(emitter: Any) -> dict[str, SSAValue]:
-    states = getattr(emitter, "remote_states", None)
-    if states is None:
-        states = emitter.remote_states = {}
-    return states
-
-
 def _per_replica_state(
     emitter: Any, name: str, values: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype,
     any_init: bool,
@@ -152,7 +145,7 @@ def _lower_buffer(emitter: Any, op: Operation, env: Env, block: Block, fresh: se
         st.attributes[IPU_ATTR] = op.attributes[IPU_ATTR]
     st.result.name_hint = _hint(op.buffer_name)
     block.add_op(st)
-    _remote_states(emitter)[op.buffer_name] = st.result
+    emitter.remote_states[op.buffer_name] = st.result
 
 
 @lowering(RemoteCodeLoadOp)
@@ -190,7 +183,7 @@ def _params(op: _RemoteAccess) -> dict[str, Attribute]:
 
 
 def _state(emitter: Any, op: _RemoteAccess) -> SSAValue:
-    state = _remote_states(emitter).get(op.buffer_name)
+    state = emitter.remote_states.get(op.buffer_name)
     if state is None:
         from xl.passes.lower_to_rt import LoweringError
 

@@ -84,6 +84,8 @@ class _Emitter:
         self.graphs = graphs
         self.stack: list[str] = []
         self.slots: set[str] = set()
+        # the rt.state of each remote buffer, by buffer name (set by passes/lower_remote.py)
+        self.remote_states: dict[str, SSAValue] = {}
 
     # -- helpers -----------------------------------------------------------------
     def alloc(self, block: Block, type: Attribute, hint: str | None) -> SSAValue:
