@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from xdsl.dialects.builtin import ModuleOp
 
 import popxl
 import popxl_addons as addons
-from popxl import ops
+from popxl import bridge, ops
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
@@ -81,11 +82,11 @@ def chain_ir(n_ops: int, width: int = 16, batch: int = 4):
     return ir
 
 
-def module_of(ir) -> object:
+def module_of(ir: popxl.Ir) -> ModuleOp:
     """The xDSL module behind an Ir."""
-    return ir._module
+    return bridge.module_of(ir)
 
 
-def count_ops(module) -> int:
+def count_ops(module: ModuleOp) -> int:
     """Tensor ops (popxl dialect) in a module."""
     return sum(1 for op in module.walk() if op.name.startswith("popxl."))

@@ -37,12 +37,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+# The sibling benchmark modules, also when this file is imported rather than run as a script
+# (ruff accepts imports after a `sys.path` change, not after other statements).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dp_mpi import bench_data_parallel_mpi
 from dp_mpi import report_lines as dp_mpi_report
@@ -52,6 +54,7 @@ from replicas import NumpyDataParallel, dp_train_ir
 
 import popxl
 
+HERE = Path(__file__).resolve().parent
 LR = 0.05
 
 
@@ -176,7 +179,10 @@ def mnist_batches(batch: int, count: int = 64) -> list[tuple[np.ndarray, np.ndar
         y = rng.integers(0, 10, batch * count).astype(np.int32)
     idx = rng.permutation(len(x))[: batch * count]
     return [
-        (np.ascontiguousarray(x[idx[i * batch : (i + 1) * batch]]), np.ascontiguousarray(y[idx[i * batch : (i + 1) * batch]]))
+        (
+            np.ascontiguousarray(x[idx[i * batch : (i + 1) * batch]]),
+            np.ascontiguousarray(y[idx[i * batch : (i + 1) * batch]]),
+        )
         for i in range(count)
     ]
 
@@ -340,12 +346,13 @@ def bench_replicas(batch: int, replicas: int, rounds: int, target_s: float) -> d
     return {"batch": batch, "replicas": replicas, "impls": res, **check}
 
 
-def compile_phases(build: Callable[[], object]) -> dict[str, float]:
+def compile_phases(build: Callable[[], popxl.Ir]) -> dict[str, float]:
     """Seconds for: build IR, passes + lowering, rt optimisations, plan creation.
 
     The phases of `xl.compiler.compile_module` (which a `popxl.Session` calls), timed apart.
     """
     from xl.compiler import DEFAULT_PIPELINE, lower
+    from xl.dialects import rt
     from xl.passes.rt_optimize import optimize_program
     from xl.runtime.executable import compile_program, gc_paused
 
@@ -355,6 +362,7 @@ def compile_phases(build: Callable[[], object]) -> dict[str, float]:
     low = lower(module_of(ir), DEFAULT_PIPELINE)
     t2 = time.perf_counter()
     (program,) = list(low.ops)
+    assert isinstance(program, rt.ProgramOp), f"lowering produced {program.name}, not rt.program"
     with gc_paused():
         optimize_program(program)
     t3 = time.perf_counter()
@@ -390,7 +398,7 @@ def bench_compile_scaling(sizes: list[int], repeats: int) -> dict:
         runs = []
         for _ in range(repeats):
             gc.collect()
-            runs.append(compile_phases(lambda: chain_ir(n)))
+            runs.append(compile_phases(partial(chain_ir, n)))
         out[str(n)] = _best_phases(runs)
     return out
 
@@ -406,6 +414,16 @@ def fmt_ms(s: float | None) -> str:
     return "n/a" if s is None else f"{s * 1e3:.3f}"
 
 
+def median_s(impls: dict, name: str) -> float:
+    """The median step time of implementation `name` (always measured)."""
+    return impls[name]["median_s"]
+
+
+def optional_median_s(impls: dict, name: str) -> float | None:
+    """The median step time of an optional implementation (torch, jax); None when not installed."""
+    return impls[name]["median_s"] if name in impls else None
+
+
 def report(results: dict) -> str:
     lines = []
     m = results["machine"]
@@ -418,16 +436,18 @@ def report(results: dict) -> str:
     rt_cases = [k for k in ("train_b8", "train_b128", "infer_b80") if k in results]
     if rt_cases:
         lines.append("")
-        lines.append("| case | xl ms/step | xl steps/s | NumPy ms | ratio NumPy/xl | NumPy x*x*x ms | ratio | torch ms | jax ms |")
+        lines.append(
+            "| case | xl ms/step | xl steps/s | NumPy ms | ratio NumPy/xl | NumPy x*x*x ms | ratio "
+            "| torch ms | jax ms |"
+        )
         lines.append("|---|---|---|---|---|---|---|---|---|")
         for k in rt_cases:
             r = results[k]["impls"]
-            def g(n):
-                return r[n]["median_s"] if n in r else None
-            xl = g("xl")
+            xl, numpy, numpy_xxx = median_s(r, "xl"), median_s(r, "numpy"), median_s(r, "numpy_xxx")
             lines.append(
-                f"| {k} | {fmt_ms(xl)} | {1 / xl:.0f} | {fmt_ms(g('numpy'))} | **{g('numpy') / xl:.2f}x** | "
-                f"{fmt_ms(g('numpy_xxx'))} | {g('numpy_xxx') / xl:.2f}x | {fmt_ms(g('torch'))} | {fmt_ms(g('jax'))} |"
+                f"| {k} | {fmt_ms(xl)} | {1 / xl:.0f} | {fmt_ms(numpy)} | **{numpy / xl:.2f}x** | "
+                f"{fmt_ms(numpy_xxx)} | {numpy_xxx / xl:.2f}x | {fmt_ms(optional_median_s(r, 'torch'))} | "
+                f"{fmt_ms(optional_median_s(r, 'jax'))} |"
             )
     rep_cases = [k for k in results if k.startswith("replicas_b")]
     if rep_cases:
@@ -440,13 +460,13 @@ def report(results: dict) -> str:
         for k in rep_cases:
             r = results[k]["impls"]
             n = results[k]["replicas"]
-            def g(name):
-                return r[name]["median_s"]
+            xl_1, xl_n, xl_plain = median_s(r, "xl_r1"), median_s(r, f"xl_r{n}"), median_s(r, "xl_plain")
+            np_1, np_n = median_s(r, "numpy_r1"), median_s(r, f"numpy_r{n}")
             lines.append(
-                f"| data-parallel step, batch {results[k]['batch']} per replica, R={n} | {fmt_ms(g('xl_r1'))} | "
-                f"{fmt_ms(g(f'xl_r{n}'))} | **{g(f'xl_r{n}') / g('xl_r1'):.2f}x** | {fmt_ms(g('xl_plain'))} | "
-                f"{g(f'xl_r{n}') / g('xl_plain'):.2f}x | {fmt_ms(g('numpy_r1'))} | {fmt_ms(g(f'numpy_r{n}'))} | "
-                f"{g(f'numpy_r{n}') / g('numpy_r1'):.2f}x |"
+                f"| data-parallel step, batch {results[k]['batch']} per replica, R={n} | {fmt_ms(xl_1)} | "
+                f"{fmt_ms(xl_n)} | **{xl_n / xl_1:.2f}x** | {fmt_ms(xl_plain)} | "
+                f"{xl_n / xl_plain:.2f}x | {fmt_ms(np_1)} | {fmt_ms(np_n)} | "
+                f"{np_n / np_1:.2f}x |"
             )
     if "data_parallel_mpi" in results:
         lines += dp_mpi_report(results["data_parallel_mpi"])
@@ -460,18 +480,21 @@ def report(results: dict) -> str:
     if "compile_scaling" in results:
         s = results["compile_scaling"]
         lines.append("")
-        lines.append("| graph ops | build s | passes+lowering s | rt-optimize s | plan s | total s | total / ops (ms) |")
+        lines.append(
+            "| graph ops | build s | passes+lowering s | rt-optimize s | plan s | total s | total / ops (ms) |"
+        )
         lines.append("|---|---|---|---|---|---|---|")
-        for n, r in s.items():
+        for r in s.values():
             lines.append(
                 f"| {int(r['ops'])} | {r['build_s']:.3f} | {r['passes_lowering_s']:.3f} | {r['rt_optimize_s']:.3f} | "
                 f"{r['plan_s']:.3f} | {r['total_s']:.3f} | {r['total_s'] / max(r['ops'], 1) * 1e3:.3f} |"
             )
         if "1000" in s and "10000" in s:
+            big, small = s["10000"], s["1000"]
             lines.append(
-                f"\n10,000 ops / 1,000 ops compile time: {s['10000']['total_s'] / s['1000']['total_s']:.1f}x "
+                f"\n10,000 ops / 1,000 ops compile time: {big['total_s'] / small['total_s']:.1f}x "
                 f"(compile without building the IR: "
-                f"{(s['10000']['total_s'] - s['10000']['build_s']) / (s['1000']['total_s'] - s['1000']['build_s']):.1f}x)"
+                f"{(big['total_s'] - big['build_s']) / (small['total_s'] - small['build_s']):.1f}x)"
             )
     return "\n".join(lines)
 
@@ -485,7 +508,16 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     if args.threads:
         set_blas_threads(args.threads)
-    cases = ["train_b8", "train_b128", "infer_b80", "replicas_b8", "replicas_b128", "data_parallel_mpi", "compile_mnist", "compile_scaling"]
+    cases = [
+        "train_b8",
+        "train_b128",
+        "infer_b80",
+        "replicas_b8",
+        "replicas_b128",
+        "data_parallel_mpi",
+        "compile_mnist",
+        "compile_scaling",
+    ]
     if args.only:
         cases = [c for c in args.only.split(",") if c]
     rounds = 5 if args.quick else 15
