@@ -55,7 +55,7 @@ def test_input_output_streams():
         with pytest.raises(TypeError, match="must be given as"):
             addons.InputStreams(bad=(2, 3, 4))
         with pytest.raises(AttributeError, match="no stream 'z'"):
-            ins.z
+            _ = ins.z
         again = addons.InputStreams.from_streams({"a": ins.x})
         assert again.a is ins.x
     data = np.arange(6, dtype=np.float32).reshape(2, 3)

@@ -196,7 +196,7 @@ def test_stream_bad_name():
     ir = popxl.Ir()
     with ir.main_graph:
         with pytest.raises(TypeError, match=r"popxl\.h2d_stream: name must be a str, got 5 \(int\)"):
-            popxl.h2d_stream((2,), popxl.float32, 5)
+            popxl.h2d_stream((2,), popxl.float32, 5)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
         with pytest.raises(ValueError, match=r"popxl\.d2h_stream: name must not be empty"):
             popxl.d2h_stream((2,), popxl.float32, "")
 
@@ -229,7 +229,7 @@ def test_graph_input_variable_constant_cast_bad_dtype(dt, exc, msg):
                 popxl.constant(np.ones(2), dt, name="c")
         x = popxl.variable(np.ones(2, np.float32), name="x")
         with pytest.raises(exc, match=r"ops\.cast \(dtype\): " + msg):
-            ops.cast(x, dt)
+            ops.cast(x, dt)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
     assert "\"v\"" not in ir.to_mlir()
 
 
@@ -261,9 +261,12 @@ def _variable_values(text: str) -> dict[str, np.ndarray]:
     from xl.dialects.utils import dense_to_numpy
 
     module = Parser(xl_context(), text).parse_module()
-    return {
-        op.var_name.data: dense_to_numpy(op.init) for op in module.walk() if isinstance(op, VariableOp)
-    }
+    values: dict[str, np.ndarray] = {}
+    for op in module.walk():
+        if isinstance(op, VariableOp):
+            assert op.init is not None, op.var_name.data  # every variable here has its initial value
+            values[op.var_name.data] = dense_to_numpy(op.init)
+    return values
 
 
 def _counter_ir():
@@ -361,7 +364,7 @@ def test_write_variables_data_needs_a_mapping():
     ir, w, v, out = _counter_ir()
     session = popxl.Session(ir, "cpu")
     with pytest.raises(TypeError, match=r"Session\.write_variables_data: expected a mapping of variables to data, got list"):
-        session.write_variables_data([(w, np.zeros(2, np.float32))])
+        session.write_variables_data([(w, np.zeros(2, np.float32))])  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
 
 
 # ---------------------------------------------------------------------------------------
@@ -401,41 +404,43 @@ def _session(fn: Callable[[Env, popxl.Session], Any]) -> Callable[[Env], Any]:
     return run
 
 
+# Each entry makes one mistake on purpose; where the mistake is an argument of the wrong type, the line
+# carries a `# pyright: ignore[...]` for it (the error raised is what the test checks).
 MISTAKES: list[tuple[str, Callable[[Env], Any], type, str]] = [
     # -- ops: wrong argument types
-    ("add None", _in_main(lambda e: ops.add(e.x, None)), TypeError, r"ops\.add: expected host data \(array, scalar\), got None"),
-    ("add str", _in_main(lambda e: ops.add(e.x, "a")), TypeError, r"ops\.add: expected host data .* got 'a' \(str\)"),
-    ("matmul list of tensors", _in_main(lambda e: ops.matmul(e.x, [e.x])), TypeError, r"ops\.matmul: .* got a list containing popxl Tensors; use ops\.concat"),
-    ("relu list", _in_main(lambda e: ops.relu([e.x])), TypeError, r"ops\.relu: expected a popxl Tensor, got \[Tensor\[x"),
-    ("relu ndarray", _in_main(lambda e: ops.relu(np.ones(3))), TypeError, r"ops\.relu: expected a popxl Tensor, got array"),
-    ("gelu None", _in_main(lambda e: ops.gelu(None)), TypeError, r"ops\.gelu: expected a popxl Tensor, got None"),
+    ("add None", _in_main(lambda e: ops.add(e.x, None)), TypeError, r"ops\.add: expected host data \(array, scalar\), got None"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("add str", _in_main(lambda e: ops.add(e.x, "a")), TypeError, r"ops\.add: expected host data .* got 'a' \(str\)"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("matmul list of tensors", _in_main(lambda e: ops.matmul(e.x, [e.x])), TypeError, r"ops\.matmul: .* got a list containing popxl Tensors; use ops\.concat"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("relu list", _in_main(lambda e: ops.relu([e.x])), TypeError, r"ops\.relu: expected a popxl Tensor, got \[Tensor\[x"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("relu ndarray", _in_main(lambda e: ops.relu(np.ones(3))), TypeError, r"ops\.relu: expected a popxl Tensor, got array"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("gelu None", _in_main(lambda e: ops.gelu(None)), TypeError, r"ops\.gelu: expected a popxl Tensor, got None"),  # pyright: ignore[reportArgumentType]  # bad input
     ("concat a tensor", _in_main(lambda e: ops.concat(e.x)), TypeError, r"ops\.concat: expected a sequence of tensors, got a single Tensor"),
-    ("concat list item", _in_main(lambda e: ops.concat([e.x, [1]])), TypeError, r"ops\.concat: expected a popxl Tensor, got \[1\] \(list\)"),
-    ("reshape float dim", _in_main(lambda e: ops.reshape(e.x, (3.0, 2))), TypeError, r"ops\.reshape: each dim of shape must be an int, got 3\.0 \(float\)"),
-    ("reshape None", _in_main(lambda e: ops.reshape(e.x, None)), TypeError, r"ops\.reshape: shape must be a tuple of ints, got None"),
-    ("Tensor.reshape str", _in_main(lambda e: e.x.reshape("6")), TypeError, r"ops\.reshape: shape must be a tuple of ints, got '6'"),
-    ("softmax str axis", _in_main(lambda e: ops.softmax(e.x, "a")), TypeError, r"ops\.softmax: axis must be an int, got 'a' \(str\)"),
-    ("sum float axis", _in_main(lambda e: ops.sum(e.x, 1.0)), TypeError, r"ops\.sum: axis must be an int or a sequence of ints, got 1\.0"),
-    ("transpose perm", _in_main(lambda e: ops.transpose(e.x, (0.0, 1))), TypeError, r"ops\.transpose: permutation must be an int, got 0\.0"),
-    ("slice str", _in_main(lambda e: ops.slice(e.x, start="a")), TypeError, r"ops\.slice: start/stop/step/axis must be an int, got 'a'"),
-    ("scaled_add str", _in_main(lambda e: ops.scaled_add(e.x, e.x, a="z")), TypeError, r"ops\.scaled_add: a/b must be a number or a Tensor, got 'z'"),
-    ("accumulate_ factor", _in_main(lambda e: ops.var_updates.accumulate_(e.x, e.x, f="2")), TypeError, r"ops\.var_updates\.accumulate_: factor must be a number or a Tensor, got '2'"),
-    ("accumulate_ list of tensors", _in_main(lambda e: ops.var_updates.accumulate_(e.x, [e.x])), TypeError, r"ops\.var_updates\.accumulate_: .* containing popxl Tensors"),
-    ("gather str axis", _in_main(lambda e: ops.gather(e.x, [0], axis="0")), TypeError, r"ops\.gather: axis must be an int, got '0'"),
+    ("concat list item", _in_main(lambda e: ops.concat([e.x, [1]])), TypeError, r"ops\.concat: expected a popxl Tensor, got \[1\] \(list\)"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("reshape float dim", _in_main(lambda e: ops.reshape(e.x, (3.0, 2))), TypeError, r"ops\.reshape: each dim of shape must be an int, got 3\.0 \(float\)"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("reshape None", _in_main(lambda e: ops.reshape(e.x, None)), TypeError, r"ops\.reshape: shape must be a tuple of ints, got None"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("Tensor.reshape str", _in_main(lambda e: e.x.reshape("6")), TypeError, r"ops\.reshape: shape must be a tuple of ints, got '6'"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("softmax str axis", _in_main(lambda e: ops.softmax(e.x, "a")), TypeError, r"ops\.softmax: axis must be an int, got 'a' \(str\)"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("sum float axis", _in_main(lambda e: ops.sum(e.x, 1.0)), TypeError, r"ops\.sum: axis must be an int or a sequence of ints, got 1\.0"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("transpose perm", _in_main(lambda e: ops.transpose(e.x, (0.0, 1))), TypeError, r"ops\.transpose: permutation must be an int, got 0\.0"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("slice str", _in_main(lambda e: ops.slice(e.x, start="a")), TypeError, r"ops\.slice: start/stop/step/axis must be an int, got 'a'"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("scaled_add str", _in_main(lambda e: ops.scaled_add(e.x, e.x, a="z")), TypeError, r"ops\.scaled_add: a/b must be a number or a Tensor, got 'z'"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("accumulate_ factor", _in_main(lambda e: ops.var_updates.accumulate_(e.x, e.x, f="2")), TypeError, r"ops\.var_updates\.accumulate_: factor must be a number or a Tensor, got '2'"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("accumulate_ list of tensors", _in_main(lambda e: ops.var_updates.accumulate_(e.x, [e.x])), TypeError, r"ops\.var_updates\.accumulate_: .* containing popxl Tensors"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("gather str axis", _in_main(lambda e: ops.gather(e.x, [0], axis="0")), TypeError, r"ops\.gather: axis must be an int, got '0'"),  # pyright: ignore[reportArgumentType]  # bad input
     ("onehot float classes", _in_main(lambda e: ops.onehot(e.i, 2.5, [0.0, 1.0])), TypeError, r"ops\.onehot: num_classes must be an int, got 2\.5"),
-    ("init bad dtype", _in_main(lambda e: ops.init((2,), "nope")), ValueError, r"ops\.init \(dtype\): 'nope' is not a popxl dtype"),
-    ("dynamic_slice sizes", _in_main(lambda e: ops.dynamic_slice(e.x, e.i, [0], ["1"])), TypeError, r"ops\.dynamic_slice: sizes must be an int, got '1'"),
-    ("increment_mod str", _in_main(lambda e: ops.increment_mod(e.x, "1", 3)), TypeError, r"ops\.increment_mod: increment must be a number or a Tensor, got '1'"),
-    ("ipu_copy str", _in_main(lambda e: ops.ipu_copy(e.x, "1", 0)), TypeError, r"ops\.ipu_copy: destination must be an int, got '1'"),
-    ("host_load str", _in_main(lambda e: ops.host_load("load")), TypeError, r"ops\.host_load expects a HostToDeviceStream, got str"),
-    ("host_store None", _in_main(lambda e: ops.host_store(None, e.x)), TypeError, r"ops\.host_store expects a DeviceToHostStream, got NoneType"),
-    ("host_store list", _in_main(lambda e: ops.host_store(e.store, [e.x])), TypeError, r"ops\.host_store: expected a popxl Tensor, got \[Tensor"),
-    ("call function", _in_main(lambda e: ops.call(lambda a: a, e.x)), TypeError, r"ops\.call: expected a popxl\.Graph, got function"),
-    ("call inputs_dict list", _in_main(lambda e: ops.call(e.g, inputs_dict=[e.x])), TypeError, r"ops\.call: inputs_dict must map inputs of graph .* got list"),
-    ("conditional then_inputs int", _in_main(lambda e: ops.conditional(popxl.constant(True), e.g, e.g, 5, [e.x])), TypeError, r"ops\.conditional: the inputs of graph '\S+' must be a sequence of tensors, got int"),
+    ("init bad dtype", _in_main(lambda e: ops.init((2,), "nope")), ValueError, r"ops\.init \(dtype\): 'nope' is not a popxl dtype"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("dynamic_slice sizes", _in_main(lambda e: ops.dynamic_slice(e.x, e.i, [0], ["1"])), TypeError, r"ops\.dynamic_slice: sizes must be an int, got '1'"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("increment_mod str", _in_main(lambda e: ops.increment_mod(e.x, "1", 3)), TypeError, r"ops\.increment_mod: increment must be a number or a Tensor, got '1'"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("ipu_copy str", _in_main(lambda e: ops.ipu_copy(e.x, "1", 0)), TypeError, r"ops\.ipu_copy: destination must be an int, got '1'"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("host_load str", _in_main(lambda e: ops.host_load("load")), TypeError, r"ops\.host_load expects a HostToDeviceStream, got str"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("host_store None", _in_main(lambda e: ops.host_store(None, e.x)), TypeError, r"ops\.host_store expects a DeviceToHostStream, got NoneType"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("host_store list", _in_main(lambda e: ops.host_store(e.store, [e.x])), TypeError, r"ops\.host_store: expected a popxl Tensor, got \[Tensor"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("call function", _in_main(lambda e: ops.call(lambda a: a, e.x)), TypeError, r"ops\.call: expected a popxl\.Graph, got function"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("call inputs_dict list", _in_main(lambda e: ops.call(e.g, inputs_dict=[e.x])), TypeError, r"ops\.call: inputs_dict must map inputs of graph .* got list"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("conditional then_inputs int", _in_main(lambda e: ops.conditional(popxl.constant(True), e.g, e.g, 5, [e.x])), TypeError, r"ops\.conditional: the inputs of graph '\S+' must be a sequence of tensors, got int"),  # pyright: ignore[reportArgumentType]  # bad input
     ("conditional then_inputs tensor", _in_main(lambda e: ops.conditional(popxl.constant(True), e.g, e.g, e.x, [e.x])), TypeError, r"ops\.conditional: the inputs of graph '\S+' must be a sequence of tensors, got Variable"),
     ("call main graph", _in_main(lambda e: ops.call(e.ir.main_graph)), ValueError, r"ops\.call: the main graph cannot be called"),
-    ("repeat float count", _in_main(lambda e: ops.repeat(e.g, 2.0, e.x)), ValueError, r"ops\.repeat: repeat_count must be an int >= 0, got 2\.0"),
+    ("repeat float count", _in_main(lambda e: ops.repeat(e.g, 2.0, e.x)), ValueError, r"ops\.repeat: repeat_count must be an int >= 0, got 2\.0"),  # pyright: ignore[reportArgumentType]  # bad input
     # -- ops outside any graph
     ("op outside a graph", lambda e: ops.add(e.x, e.x), NoGraphSelectedError, r"ops\.add: Trying to access a graph, but no graph has been selected"),
     ("variable outside a graph", lambda e: popxl.variable(1), NoGraphSelectedError, r"no graph has been selected"),
@@ -444,71 +449,71 @@ MISTAKES: list[tuple[str, Callable[[Env], Any], type, str]] = [
     ("create_graph not callable", lambda e: e.ir.create_graph(5), TypeError, r"create_graph expects a callable or popxl\.Module, got int"),
     ("create_graph wrong args", lambda e: e.ir.create_graph(lambda a: a, e.x, e.x), ValueError, r"create_graph: the arguments do not match the signature"),
     ("graph_input in main", _in_main(lambda e: popxl.graph_input((2,), popxl.float32)), ValueError, r"popxl\.graph_input cannot be used in the main graph"),
-    ("graph_output non-tensor", lambda e: _with(e.ir.create_empty_graph(), lambda: popxl.graph_output(5)), TypeError, r"popxl\.graph_output expects a Tensor, got int"),
+    ("graph_output non-tensor", lambda e: _with(e.ir.create_empty_graph(), lambda: popxl.graph_output(5)), TypeError, r"popxl\.graph_output expects a Tensor, got int"),  # pyright: ignore[reportArgumentType]  # bad input
     ("Graph()", lambda e: popxl.Graph(), TypeError, r"Graph cannot be constructed directly"),
     ("Tensor()", lambda e: popxl.Tensor(), TypeError, r"Tensor cannot be constructed directly"),
     ("get_tensor missing", lambda e: e.ir.main_graph.get_tensor("nope"), ValueError, r"Graph 'main_graph' has no tensor 'nope'"),
     # -- Session
-    ("Session non-Ir", lambda e: popxl.Session(5), TypeError, r"Session expects a popxl\.Ir, got int"),
+    ("Session non-Ir", lambda e: popxl.Session(5), TypeError, r"Session expects a popxl\.Ir, got int"),  # pyright: ignore[reportArgumentType]  # bad input
     ("Session device int", lambda e: popxl.Session(e.ir, 5), TypeError, r"Session: device_desc must be one of cpu, ipu_model, ipu_hw, got int"),
     ("Session device name", lambda e: popxl.Session(e.ir, "gpu"), ValueError, r"Session: unknown device_desc 'gpu'"),
     ("run detached", lambda e: popxl.Session(e.ir, "cpu").run(), ValueError, r"Must be attached to device before calling run"),
-    ("run list", _session(lambda e, s: s.run([np.ones((2, 3))])), TypeError, r"Session\.run: inputs must map HostToDeviceStreams to arrays, got list"),
-    ("run by name", _session(lambda e, s: s.run({"load": np.ones((2, 3))})), ValueError, r"Session\.run: the inputs do not match the streams the program loads\.\nUnexpected: 'load'\nMissing: load \(2, 3\) float32"),
+    ("run list", _session(lambda e, s: s.run([np.ones((2, 3))])), TypeError, r"Session\.run: inputs must map HostToDeviceStreams to arrays, got list"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("run by name", _session(lambda e, s: s.run({"load": np.ones((2, 3))})), ValueError, r"Session\.run: the inputs do not match the streams the program loads\.\nUnexpected: 'load'\nMissing: load \(2, 3\) float32"),  # pyright: ignore[reportArgumentType]  # bad input
     ("run bad shape", _session(lambda e, s: s.run({e.load: np.ones((3, 2), np.float32)})), ValueError, r"Session\.run: input for stream 'load' has shape \(3, 2\), expected \(2, 3\)"),
-    ("run_with_outputs list", _session(lambda e, s: s.run_with_outputs({e.load: np.ones((2, 3), np.float32)}, [1])), TypeError, r"Session\.run_with_outputs: outputs must map DeviceToHostStreams to arrays, got list"),
-    ("get_tensor_data name", _session(lambda e, s: s.get_tensor_data("x")), TypeError, r"Session\.get_tensor_data: 'x' is not a Variable or Constant"),
-    ("get_tensors_data int", _session(lambda e, s: s.get_tensors_data(5)), TypeError, r"Session\.get_tensors_data: expected an iterable of tensors, got int"),
+    ("run_with_outputs list", _session(lambda e, s: s.run_with_outputs({e.load: np.ones((2, 3), np.float32)}, [1])), TypeError, r"Session\.run_with_outputs: outputs must map DeviceToHostStreams to arrays, got list"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("get_tensor_data name", _session(lambda e, s: s.get_tensor_data("x")), TypeError, r"Session\.get_tensor_data: 'x' is not a Variable or Constant"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("get_tensors_data int", _session(lambda e, s: s.get_tensors_data(5)), TypeError, r"Session\.get_tensors_data: expected an iterable of tensors, got int"),  # pyright: ignore[reportArgumentType]  # bad input
     ("get_tensors_data tensor", _session(lambda e, s: s.get_tensors_data(e.x)), TypeError, r"Session\.get_tensors_data: expected an iterable of tensors, got Variable"),
     ("write_variable_data str", _session(lambda e, s: s.write_variable_data(e.x, "a")), TypeError, r"Session\.write_variable_data: dtype of the data \(<U1\) does not match variable x"),
-    ("write_variables_data list", _session(lambda e, s: s.write_variables_data([e.x])), TypeError, r"Session\.write_variables_data: expected a mapping"),
+    ("write_variables_data list", _session(lambda e, s: s.write_variables_data([e.x])), TypeError, r"Session\.write_variables_data: expected a mapping"),  # pyright: ignore[reportArgumentType]  # bad input
     # -- DotTree / NamedTensors
     ("NamedTensors.from_dict ints", lambda e: NamedTensors.from_dict({"a": 1}), TypeError, r"NamedTensors: the value for key 'a' must be a popxl\.Tensor, got int"),
     ("NamedTensors.from_dict nested", lambda e: NamedTensors.from_dict({"a.b": np.ones(2)}), TypeError, r"the value for key 'a\.b' must be a popxl\.Tensor, got ndarray"),
     ("NamedTensors insert", lambda e: e.nt.insert("b", "w"), TypeError, r"the value for key 'b' must be a popxl\.Tensor, got str"),
     ("NamedTensors.pack", lambda e: NamedTensors.pack(["a"], [None]), TypeError, r"the value for key 'a' must be a popxl\.Tensor, got NoneType"),
-    ("from_dict list", lambda e: NamedTensors.from_dict([e.x]), TypeError, r"NamedTensors\.from_dict: expected a DotTree or a mapping of dotted keys, got list"),
+    ("from_dict list", lambda e: NamedTensors.from_dict([e.x]), TypeError, r"NamedTensors\.from_dict: expected a DotTree or a mapping of dotted keys, got list"),  # pyright: ignore[reportArgumentType]  # bad input
     ("remap missing key", lambda e: e.nt.remap({}), KeyError, r"NamedTensors\.remap: the mapping has no entry for 'a\.w' \(Tensor\[x"),
-    ("remap list", lambda e: e.nt.remap([e.x]), TypeError, r"NamedTensors\.remap: expected a mapping of tensors, got list"),
-    ("update int", lambda e: e.nt.update(5), TypeError, r"NamedTensors\.update: expected a DotTree or a mapping of dotted keys, got int"),
-    ("to_mapping int", lambda e: e.nt.to_mapping(5), TypeError, r"NamedTensors\.to_mapping: expected a DotTree or a mapping"),
+    ("remap list", lambda e: e.nt.remap([e.x]), TypeError, r"NamedTensors\.remap: expected a mapping of tensors, got list"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("update int", lambda e: e.nt.update(5), TypeError, r"NamedTensors\.update: expected a DotTree or a mapping of dotted keys, got int"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("to_mapping int", lambda e: e.nt.to_mapping(5), TypeError, r"NamedTensors\.to_mapping: expected a DotTree or a mapping"),  # pyright: ignore[reportArgumentType]  # bad input
     ("filter_keys missing", lambda e: e.nt.filter_keys(["a.q"]), KeyError, r"NamedTensors\.filter_keys: no key 'a\.q' \(keys: a\.w\)"),
     ("filter_keys str", lambda e: e.nt.filter_keys("a"), TypeError, r"NamedTensors\.filter_keys: expected an iterable of keys, got str"),
-    ("pack int", lambda e: DotTree.pack(5, [1]), TypeError, r"DotTree\.pack: keys must be an iterable, got int"),
+    ("pack int", lambda e: DotTree.pack(5, [1]), TypeError, r"DotTree\.pack: keys must be an iterable, got int"),  # pyright: ignore[reportArgumentType]  # bad input
     ("pack lengths", lambda e: DotTree.pack(["a"], [1, 2]), ValueError, r"pack: 1 keys but 2 values"),
-    ("DotTree float key", lambda e: DotTree().insert(1.5, 1), TypeError, r"DotTree keys are str or int, not float"),
+    ("DotTree float key", lambda e: DotTree().insert(1.5, 1), TypeError, r"DotTree keys are str or int, not float"),  # pyright: ignore[reportArgumentType]  # bad input
     ("DotTree bad key", lambda e: DotTree().insert("a b", 1), ValueError, r"invalid DotTree key 'a b'"),
     ("DotTree missing key", lambda e: e.nt["zz"], KeyError, r"zz"),
     ("DotTree duplicate", lambda e: e.nt.insert("a.w", e.x), ValueError, r"key 'w' already exists in NamedTensors; pass overwrite=True"),
     # -- GraphWithNamedArgs / BoundGraph
     ("GraphWithNamedArgs int", lambda e: GraphWithNamedArgs(5), TypeError, r"GraphWithNamedArgs: graph must be a popxl\.Graph, got int"),
-    ("GraphWithNamedArgs args dict", lambda e: GraphWithNamedArgs(e.g, {"a": e.x}), TypeError, r"GraphWithNamedArgs: args must be a NamedTensors, got dict"),
-    ("GraphWithNamedArgs aux", lambda e: GraphWithNamedArgs(e.g, aux=[e.x]), TypeError, r"GraphWithNamedArgs: aux must be a NamedTensors, got list"),
+    ("GraphWithNamedArgs args dict", lambda e: GraphWithNamedArgs(e.g, {"a": e.x}), TypeError, r"GraphWithNamedArgs: args must be a NamedTensors, got dict"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("GraphWithNamedArgs aux", lambda e: GraphWithNamedArgs(e.g, aux=[e.x]), TypeError, r"GraphWithNamedArgs: aux must be a NamedTensors, got list"),  # pyright: ignore[reportArgumentType]  # bad input
     ("GraphWithNamedArgs bind list", lambda e: GraphWithNamedArgs(e.g).bind([e.x]), TypeError, r"GraphWithNamedArgs\.bind: args must be a NamedTensors or a mapping of graph inputs to tensors, got list"),
     ("BoundGraph int", lambda e: addons.BoundGraph(5), TypeError, r"BoundGraph: graph must be a popxl\.Graph, got int"),
-    ("BoundGraph args list", lambda e: addons.BoundGraph(e.g, [e.x]), TypeError, r"BoundGraph: args must be a mapping of graph inputs to tensors, got list"),
+    ("BoundGraph args list", lambda e: addons.BoundGraph(e.g, [e.x]), TypeError, r"BoundGraph: args must be a mapping of graph inputs to tensors, got list"),  # pyright: ignore[reportArgumentType]  # bad input
     # -- transforms
-    ("popxl autodiff int", lambda e: popxl.transforms.autodiff(5), TypeError, r"autodiff: expected a popxl\.Graph, got int"),
+    ("popxl autodiff int", lambda e: popxl.transforms.autodiff(5), TypeError, r"autodiff: expected a popxl\.Graph, got int"),  # pyright: ignore[reportArgumentType, reportCallIssue]  # bad input
     ("popxl autodiff main", lambda e: popxl.transforms.autodiff(e.ir.main_graph), ValueError, r"autodiff: the main graph cannot be differentiated"),
-    ("popxl autodiff grads_required int", lambda e: popxl.transforms.autodiff(e.g, grads_required=[5]), TypeError, r"autodiff: grads_required must contain Tensors, got int"),
+    ("popxl autodiff grads_required int", lambda e: popxl.transforms.autodiff(e.g, grads_required=[5]), TypeError, r"autodiff: grads_required must contain Tensors, got int"),  # pyright: ignore[reportArgumentType, reportCallIssue]  # bad input
     ("popxl autodiff grads_required other graph", lambda e: popxl.transforms.autodiff(e.g, grads_required=[e.x]), ValueError, r"autodiff: grads_required: tensor x is not in graph"),
     ("addons autodiff int", lambda e: addons.autodiff(5), TypeError, r"addons\.autodiff: expected a GraphWithNamedArgs or popxl\.Graph, got int"),
-    ("popxl autodiff grads_provided int", lambda e: popxl.transforms.autodiff(e.g, grads_provided=5), TypeError, r"autodiff: grads_provided must be an iterable of Tensors, got int"),
-    ("popxl autodiff called_graphs int", lambda e: popxl.transforms.autodiff(e.g, called_graphs_grad_info=5), TypeError, r"autodiff: called_graphs_grad_info must map graphs to GradGraphInfo, got int"),
+    ("popxl autodiff grads_provided int", lambda e: popxl.transforms.autodiff(e.g, grads_provided=5), TypeError, r"autodiff: grads_provided must be an iterable of Tensors, got int"),  # pyright: ignore[reportArgumentType, reportCallIssue]  # bad input
+    ("popxl autodiff called_graphs int", lambda e: popxl.transforms.autodiff(e.g, called_graphs_grad_info=5), TypeError, r"autodiff: called_graphs_grad_info must map graphs to GradGraphInfo, got int"),  # pyright: ignore[reportArgumentType, reportCallIssue]  # bad input
     ("autodiff_with_accumulation int", _in_main(lambda e: addons.autodiff_with_accumulation(_linear(e), 5)), TypeError, r"autodiff_with_accumulation: tensors_to_accumulate_grads must be an iterable of Tensors, got int"),
     ("recompute_graph of a forward graph", _in_main(lambda e: addons.transforms.recompute_graph(_linear(e))), ValueError, r"recompute_graph: graph 'Linear_subgraph\(\d+\)' is not a gradient graph"),
     # -- addons helpers
     ("VariableFactory dtype", lambda e: addons.VariableFactory(np.ones(2), "zz"), ValueError, r"VariableFactory: 'zz' is not a popxl dtype"),
-    ("InputStreams int", _in_main(lambda e: addons.InputStreams(a=5)), TypeError, r"InputStreams: stream 'a' must be given as \(shape, dtype\), got 5"),
-    ("InputStreams shape", _in_main(lambda e: addons.InputStreams(a=((2.5,), popxl.float32))), TypeError, r"popxl\.h2d_stream 'a': shape \(2\.5,\) has a non-integer dim 2\.5"),
-    ("addons.function int", lambda e: addons.function(5), TypeError, r"addons\.function: expected a callable, got int"),
-    ("create_empty_graph int", lambda e: e.ir.create_empty_graph(5), TypeError, r"Ir\.create_empty_graph: name must be a str, got int"),
-    ("TensorSpec float dim", lambda e: popxl.TensorSpec((2.5,), popxl.float32), TypeError, r"popxl\.TensorSpec: shape \(2\.5,\) has a non-integer dim 2\.5"),
-    ("TensorSpec dtype", lambda e: popxl.TensorSpec((2,), 5), TypeError, r"popxl\.TensorSpec: dtype must be a popxl dtype"),
+    ("InputStreams int", _in_main(lambda e: addons.InputStreams(a=5)), TypeError, r"InputStreams: stream 'a' must be given as \(shape, dtype\), got 5"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("InputStreams shape", _in_main(lambda e: addons.InputStreams(a=((2.5,), popxl.float32))), TypeError, r"popxl\.h2d_stream 'a': shape \(2\.5,\) has a non-integer dim 2\.5"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("addons.function int", lambda e: addons.function(5), TypeError, r"addons\.function: expected a callable, got int"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("create_empty_graph int", lambda e: e.ir.create_empty_graph(5), TypeError, r"Ir\.create_empty_graph: name must be a str, got int"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("TensorSpec float dim", lambda e: popxl.TensorSpec((2.5,), popxl.float32), TypeError, r"popxl\.TensorSpec: shape \(2\.5,\) has a non-integer dim 2\.5"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("TensorSpec dtype", lambda e: popxl.TensorSpec((2,), 5), TypeError, r"popxl\.TensorSpec: dtype must be a popxl dtype"),  # pyright: ignore[reportArgumentType]  # bad input
     # -- addons ops
-    ("cross_entropy list", _in_main(lambda e: addons.cross_entropy([e.x], e.i)), TypeError, r"addons\.cross_entropy: expected a popxl Tensor for x, got list"),
-    ("cross_entropy labels", _in_main(lambda e: addons.cross_entropy(e.x, None)), TypeError, r"addons\.cross_entropy: expected a popxl Tensor for labels, got NoneType"),
-    ("addons host_store list", _in_main(lambda e: addons.host_store([e.x])), TypeError, r"addons\.host_store: expected a popxl Tensor, got list"),
+    ("cross_entropy list", _in_main(lambda e: addons.cross_entropy([e.x], e.i)), TypeError, r"addons\.cross_entropy: expected a popxl Tensor for x, got list"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("cross_entropy labels", _in_main(lambda e: addons.cross_entropy(e.x, None)), TypeError, r"addons\.cross_entropy: expected a popxl Tensor for labels, got NoneType"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("addons host_store list", _in_main(lambda e: addons.host_store([e.x])), TypeError, r"addons\.host_store: expected a popxl Tensor, got list"),  # pyright: ignore[reportArgumentType]  # bad input
     ("addons host_load dtype", _in_main(lambda e: addons.host_load(np.ones(2), "nope")), ValueError, r"addons\.host_load: 'nope' is not a popxl dtype"),
 ]
 

@@ -548,14 +548,18 @@ def test_conv_transpose_gradient_with_output_padding_of_a_stride_or_more() -> No
     """Found by the gradient property test (bugs.md P4): output_padding >= stride (allowed
     when below the dilation) used to give a dx of the wrong size (VerifyException in
     conv_weight_grad). Central differences at the IR level, float64."""
-    from .test_grad_rules import check_grads, rand
+    from .test_grad_rules import Body, check_grads, rand
+
+    def conv_transpose(pads: tuple[int, ...], stride: tuple[int, ...], dil: tuple[int, ...],
+                       opad: tuple[int, ...]) -> Body:  # fmt: skip
+        return lambda e, c, x, w: [e("popxl.conv_transpose", x, w, stride=stride, pads=pads, dilation=dil,
+                                     groups=2, output_padding=opad)]  # fmt: skip
 
     for pads, stride, dil, opad in (((1, 0), (1,), (2,), (1,)), ((0, 1), (1,), (2,), (1,)),
                                     ((0, 0, 1, 0), (2, 1), (3, 2), (2, 1))):  # fmt: skip
         nd = len(stride)
         check_grads(
-            lambda e, c, x, w: [e("popxl.conv_transpose", x, w, stride=stride, pads=pads, dilation=dil,
-                                  groups=2, output_padding=opad)],  # fmt: skip
+            conv_transpose(pads, stride, dil, opad),
             [rand((2, 2, *(4,) * nd)), rand((2, 1, *(3,) * nd))],
         )
 
@@ -564,11 +568,15 @@ def test_scatter_gradient_with_repeated_indices() -> None:
     """Found by the gradient property test (bugs.md P5): with repeated indices only the
     value written last reaches the result, so only it gets a gradient (the others used to
     get dy at their index too). Central differences at the IR level, float64."""
-    from .test_grad_rules import check_grads, rand
+    from .test_grad_rules import Body, check_grads, rand
 
     idx = np.array([[1, 1, -2], [-2, 1, 1]], np.int32)  # column 1: rows 0 and 1 both write x[1, 1]
+
+    def scatter(axis: int) -> Body:
+        return lambda e, c, x, v: [e("popxl.scatter", x, c(idx), v, axis=axis)]
+
     for axis in (0, 1):
-        check_grads(lambda e, c, x, v: [e("popxl.scatter", x, c(idx), v, axis=axis)], [rand((2, 3)), rand((2, 3))])
+        check_grads(scatter(axis), [rand((2, 3)), rand((2, 3))])
     check_grads(
         lambda e, c, x, v: [e("popxl.scatter", x, c(np.array([[0, 0, 0, 2]], np.int32)), v, axis=1)],
         [rand((1, 4)), rand((1, 4))],
