@@ -3,24 +3,27 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 from xdsl.dialects import test as xdsl_test
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.parser import Parser
 from xdsl.transforms.common_subexpression_elimination import cse
 from xdsl.transforms.dead_code_elimination import region_dce
 from xdsl.utils.exceptions import VerifyException
 
 import xl.dialects.popxl as P
+from xl.dialects.effects import written_operands
 from xl.dialects.utils import tensor_type
 from xl.tools.context import xl_context
 
 f32, f16, i32, u32, i1, f64 = np.float32, np.float16, np.int32, np.uint32, np.bool_, np.float64
 
 
-def T(shape, dt=f32):
+def T(shape: Sequence[int], dt: np.dtype | type | str = f32) -> TensorType[Any]:
     return tensor_type(shape, dt)
 
 
@@ -233,7 +236,7 @@ def test_accumulate_family():
                 P.AccumulateMovingAverageSquareOp):
         op = cls.make([t, x], f=0.9)
         op.verify()
-        assert res(op) == [] and op.WRITES == (0,)
+        assert res(op) == [] and written_operands(op) == (0,)
         cls.make([h, xb], f=f).verify()  # float16 state, broadcast X, tensor factor
     P.AccumulateOp.make([t, x]).verify()  # f defaults to 1
     fails(P.AccumulateMovingAverageOp, [t, x], r"f is required \(a property or a tensor operand\)")
@@ -286,15 +289,15 @@ def test_adam_updater_operands_and_writes():
     op = P.AdamUpdaterOp.make([m, v, w, step], beta1=0.9, beta2=0.999)
     op.verify()
     assert res(op) == [T((4,))]
-    assert op.weight is w and op.time_step is step and op.WRITES == (3,)
+    assert op.weight is w and op.time_step is step and written_operands(op) == (3,)
     assert P.op_props(op)["operand_segments"] == (1, 1, 1, 1, 0, 0, 0, 0)
     op2 = P.AdamUpdaterOp.make([m, v, None, step], beta1=0.9, beta2=b2)
     op2.verify()
-    assert op2.weight is None and op2.beta2_tensor is b2 and op2.WRITES == (2,)
+    assert op2.weight is None and op2.beta2_tensor is b2 and written_operands(op2) == (2,)
     op3 = P.AdamUpdaterOp.make([m, v], time_step=step, beta1=0.9, beta2=0.99)
-    assert op3.WRITES == (2,) and op3.time_step is step
+    assert written_operands(op3) == (2,) and op3.time_step is step
     op4 = P.AdamUpdaterOp.make([m, v])
-    assert op4.WRITES == ()
+    assert written_operands(op4) == ()
     # same op rebuilt from flat operands + op_props
     again = P.AdamUpdaterOp.make(list(op2.operands), **P.op_props(op2))
     again.verify()
@@ -321,7 +324,7 @@ def test_adam_var_update():
     t, x, r1, r2, lr = vals(((4,),), ((4,),), ((),), ((),), ((),))
     op = P.AdamVarUpdateOp.make([t, x, r1, r2], learning_rate=lr, max_weight_norm=1.0)
     op.verify()
-    assert op.learning_rate_tensor is lr and op.WRITES == (0,) and res(op) == []
+    assert op.learning_rate_tensor is lr and written_operands(op) == (0,) and res(op) == []
     fails(P.AdamVarUpdateOp, [t, x, r1, r2], "learning_rate is required")
     fails(P.AdamVarUpdateOp, [t, x, t, r2], "r1 must be a numeric tensor with one element", learning_rate=0.1)
 
@@ -360,6 +363,7 @@ def test_custom_syntax_segments():
     module.verify()
     ops = list(module.ops)
     u, u2 = ops[1], ops[2]
+    assert isinstance(u, P.AdamUpdaterOp) and isinstance(u2, P.AdamUpdaterOp)
     assert u.time_step is not None and u.weight is not None
     assert u2.weight is None and u2.time_step is not None and u2.beta2_tensor is not None
     printed = str(module)
@@ -418,6 +422,7 @@ def test_operand_positions_and_greedy_matching() -> None:
 
     n_defs = len(P.AdamUpdaterOp.operand_names())
     segs = greedy_segments(P.AdamUpdaterOp, 3)
+    assert segs is not None
     assert segs == (1, 1, 1) + (0,) * (n_defs - 3)
     pos = operand_positions(P.AdamUpdaterOp, segs)
     assert (pos["m"], pos["v"], pos["weight"], pos["time_step"]) == (0, 1, 2, -1)
