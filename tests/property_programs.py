@@ -27,7 +27,7 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from hypothesis import strategies as st
@@ -117,6 +117,12 @@ class Step:
     params: dict[str, Any] = field(default_factory=dict)
     style: int = 0  # spelling in the popxl source (operator, ops function, method, ...)
 
+    @property
+    def slot(self) -> int:
+        """The new slot of a step that makes one (every kind but in-place ops and stores)."""
+        assert self.out is not None, self
+        return self.out
+
 
 @dataclass
 class Program:
@@ -176,6 +182,12 @@ def resolve(recipe: Recipe) -> Program:
         shapes.append(tuple(shape))
         return len(shapes) - 1
 
+    @overload
+    def emit(kind: str, op: str, args: tuple[int, ...], shape: tuple[int, ...],
+             style: int = 0, **params: Any) -> int: ...  # fmt: skip
+    @overload
+    def emit(kind: str, op: str, args: tuple[int, ...], shape: None,
+             style: int = 0, **params: Any) -> None: ...  # fmt: skip
     def emit(kind: str, op: str, args: tuple[int, ...], shape: tuple[int, ...] | None,
              style: int = 0, **params: Any) -> int | None:  # fmt: skip
         out = None if shape is None else new(shape)
@@ -191,7 +203,7 @@ def resolve(recipe: Recipe) -> Program:
     var_init = []
     for n, s in enumerate(recipe.variables):
         var_init.append(rng.integers(-8, 9, size=s).astype(np.float32) / 8)
-        var_slots.append(emit("var", "var", (), s, var=n))  # type: ignore[arg-type]
+        var_slots.append(emit("var", "var", (), s, var=n))
 
     def first(j: int, ok: Any) -> int | None:
         """The `j`-th latest slot whose shape is `ok`, or the next older that is."""
@@ -410,7 +422,7 @@ def popxl_source(p: Program) -> str:
             w(f"w{n} = popxl.variable({_lit(p.var_init[n])}, name='w{n}')")
             w(f"{t} = w{n}")
         elif s.kind == "const":
-            w(f"{t} = popxl.constant({_lit(p.consts[s.out])})")  # type: ignore[index]
+            w(f"{t} = popxl.constant({_lit(p.consts[s.slot])})")
         elif s.kind == "unary":
             expr = {
                 "neg": f"-{a}" if s.style else f"ops.negate({a})",
@@ -443,7 +455,7 @@ def popxl_source(p: Program) -> str:
         elif s.kind == "matmul":
             w(f"{t} = {a} @ {b}" if s.style else f"{t} = ops.matmul({a}, {b})")
         elif s.kind == "reshape":
-            shape = p.shapes[s.out]  # type: ignore[index]
+            shape = p.shapes[s.slot]
             if s.style == 1 and shape:
                 shape = (-1, *shape[1:])
             w(f"{t} = {a}.reshape({shape!r})" if s.style != 2 else f"{t} = ops.reshape({a}, {shape!r})")
@@ -599,10 +611,10 @@ def reference(p: Program) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]
             if s.kind == "load":
                 r, re = inputs[q["stream"]].astype(np.float64), 0.0
             elif s.kind == "var":
-                var_slot[s.out] = q["var"]  # type: ignore[index]
+                var_slot[s.slot] = q["var"]
                 r, re = var_vals[q["var"]].copy(), var_errs[q["var"]]
             elif s.kind == "const":
-                r, re = p.consts[s.out].astype(np.float64), 0.0  # type: ignore[index]
+                r, re = p.consts[s.slot].astype(np.float64), 0.0
             elif s.kind == "unary":
                 r, re = _unary(s.op, x[0], e[0])
             elif s.kind == "binary":
@@ -632,7 +644,7 @@ def reference(p: Program) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]
                 r = np.matmul(A, B)
                 re = kdim * (m[0] * e[1] + m[1] * e[0] + e[0] * e[1] + 2 * U * m[0] * m[1])
             elif s.kind == "reshape":
-                r, re = x[0].reshape(p.shapes[s.out]), e[0]  # type: ignore[index]
+                r, re = x[0].reshape(p.shapes[s.slot]), e[0]
             elif s.kind == "transpose":
                 r, re = np.transpose(x[0], q["perm"]), e[0]
             elif s.kind == "slice":
@@ -650,7 +662,7 @@ def reference(p: Program) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]
             elif s.kind == "reduce":
                 A = x[0]
                 axes = q["axes"]
-                n = A.size // max(1, math.prod(p.shapes[s.out])) if A.size else 1  # type: ignore[index]
+                n = A.size // max(1, math.prod(p.shapes[s.slot])) if A.size else 1
                 if s.op == "sum":
                     r, re = np.sum(A, axis=axes, keepdims=q["keepdims"]), n * (e[0] + U * m[0])
                 elif s.op == "mean":
@@ -713,9 +725,9 @@ def reference(p: Program) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]
             else:  # pragma: no cover
                 raise AssertionError(s.kind)
             r = np.asarray(r, dtype=np.float64)
-            assert r.shape == p.shapes[s.out], (s, r.shape, p.shapes[s.out])
+            assert r.shape == p.shapes[s.slot], (s, r.shape, p.shapes[s.slot])
             _check_range(r, re, s)
-            val[s.out], err[s.out] = r, re  # type: ignore[index]
+            val[s.slot], err[s.slot] = r, re
         outs.append([stored[n][0] for n in range(len(p.stores))])
         out_errs.append([stored[n][1] for n in range(len(p.stores))])
         vars_after.append([v.copy() for v in var_vals])
@@ -765,7 +777,7 @@ def _spatial_operand(a: int, j: int, k: int, shapes: list[tuple[int, ...]], emit
         target = (1, *sa) if len(sa) == 2 else (1, 1, *sa) if len(sa) == 1 else None
         if target is None:  # never: shapes have rank <= 3
             return None
-        a = emit("reshape", "reshape", (a,), target, style=j % 3)  # type: ignore[assignment]
+        a = emit("reshape", "reshape", (a,), target, style=j % 3)
         sa = shapes[a]
     if (k >> 1) & 1:  # channels and length swapped: conv / pool of a transposed view
         a = emit("transpose", "transpose", (a,), (sa[0], sa[2], sa[1]), style=2, perm=(0, 2, 1))

@@ -124,7 +124,7 @@ def test_graph_program_round_trip(ctx: Context) -> None:
     main.attributes["num_host_transfers"] = IntegerAttr(3, i64)
     with ImplicitBuilder(main.body.block):
         w = graph.VariableOp("weight", TensorType(f32, [4, 3])).result
-        c = graph.VariableOp("counter", TensorType(f32, []), dense_attr(np.float32(0))).result
+        c = graph.VariableOp("counter", TensorType(f32, []), dense_attr(np.array(0, np.float32))).result
         x = graph.HostLoadOp("x", TensorType(f32, [2, 4])).result
         y = call.CallOp("linear", [x, w], [TensorType(f32, [2, 3])]).res[0]
         graph.HostStoreOp("y", y)
@@ -179,10 +179,19 @@ def test_graph_update_function_type() -> None:
     assert g.function_type.outputs.data == (T2,)
 
 
+def first_op(m: ModuleOp) -> Operation:
+    """The first op of a module built with at least one."""
+    op = m.body.block.first_op
+    assert op is not None
+    return op
+
+
 def test_empty_main_round_trips(ctx: Context) -> None:
     out = assert_round_trip(ctx, module_with(graph.MainGraphOp()))
     assert "graph.main {\n  }" in out
-    assert len(parse(ctx, "graph.main {\n}").body.block.first_op.body.blocks) == 1  # type: ignore[union-attr]
+    main = parse(ctx, "graph.main {\n}").body.block.first_op
+    assert isinstance(main, graph.MainGraphOp)
+    assert len(main.body.blocks) == 1
 
 
 def test_graph_output_type_mismatch() -> None:
@@ -244,7 +253,7 @@ def test_host_load_unknown_stream() -> None:
 
 def test_host_load_wrong_type() -> None:
     m, _ = main_with(lambda: graph.HostLoadOp("x", T3))
-    m.body.block.insert_op_before(graph.H2DStreamOp("x", T2), m.body.block.first_op)  # type: ignore[arg-type]
+    m.body.block.insert_op_before(graph.H2DStreamOp("x", T2), first_op(m))
     verify_error(
         m, r"graph.host_load: stream @x carries \(2,\) float32 but the load produces \(3,\) float32"
     )
@@ -252,7 +261,7 @@ def test_host_load_wrong_type() -> None:
 
 def test_host_load_from_d2h_stream() -> None:
     m, _ = main_with(lambda: graph.HostLoadOp("y", T2))
-    m.body.block.insert_op_before(graph.D2HStreamOp("y", T2), m.body.block.first_op)  # type: ignore[arg-type]
+    m.body.block.insert_op_before(graph.D2HStreamOp("y", T2), first_op(m))
     verify_error(m, r"@y does not name a graph.h2d_stream declaration \(it is a graph.d2h_stream\)")
 
 
@@ -261,7 +270,7 @@ def test_host_store_into_h2d_stream() -> None:
         graph.HostStoreOp("x", graph.HostLoadOp("x", T2).result)
 
     m, _ = main_with(build)
-    m.body.block.insert_op_before(graph.H2DStreamOp("x", T2), m.body.block.first_op)  # type: ignore[arg-type]
+    m.body.block.insert_op_before(graph.H2DStreamOp("x", T2), first_op(m))
     verify_error(
         m,
         r"graph.host_store: @x does not name a graph.d2h_stream declaration \(it is a graph.h2d_stream\)",
@@ -270,7 +279,7 @@ def test_host_store_into_h2d_stream() -> None:
 
 def test_host_store_wrong_type() -> None:
     m, _ = main_with(lambda: graph.HostStoreOp("y", const([1.0, 2.0]).result))
-    m.body.block.insert_op_before(graph.D2HStreamOp("y", T3), m.body.block.first_op)  # type: ignore[arg-type]
+    m.body.block.insert_op_before(graph.D2HStreamOp("y", T3), first_op(m))
     verify_error(
         m,
         r"graph.host_store: stream @y carries \(3,\) float32 but the stored tensor is \(2,\) float32",
@@ -291,7 +300,7 @@ def test_detached_symbol_users_raise_verify_exception() -> None:
 def _call_module(make_call, *graphs: graph.GraphOp) -> ModuleOp:  # type: ignore[no-untyped-def]
     m, _ = main_with(make_call)
     for g in graphs:
-        m.body.block.insert_op_before(g, m.body.block.first_op)  # type: ignore[arg-type]
+        m.body.block.insert_op_before(g, first_op(m))
     return m
 
 
@@ -324,8 +333,10 @@ def test_call_ops_round_trip(ctx: Context) -> None:
     c_op = ops["call"]
     assert isinstance(c_op, call.CallOp)
     assert [c_op.operand_is_by_ref(i) for i in range(2)] == [False, True]
-    assert not ops["repeat"].operand_is_by_ref(0)  # type: ignore[attr-defined]
-    assert not ops["cond"].operand_is_by_ref(0)  # type: ignore[attr-defined]
+    r_op, cond_op = ops["repeat"], ops["cond"]
+    assert isinstance(r_op, call.RepeatOp) and isinstance(cond_op, call.ConditionalOp)
+    assert not r_op.operand_is_by_ref(0)
+    assert not cond_op.operand_is_by_ref(0)
 
 
 def test_call_arity() -> None:
@@ -358,7 +369,7 @@ def test_call_result_types() -> None:
 
 def test_call_non_graph_symbol() -> None:
     m = _call_module(lambda: call.CallOp("s", [], []))
-    m.body.block.insert_op_before(graph.H2DStreamOp("s", T2), m.body.block.first_op)  # type: ignore[arg-type]
+    m.body.block.insert_op_before(graph.H2DStreamOp("s", T2), first_op(m))
     verify_error(m, r"call.call: @s does not name a graph.graph \(it is a graph.h2d_stream\)")
     m2 = _call_module(lambda: call.CallOp("missing", [], []))
     verify_error(m2, r"@missing does not name a graph.graph \(no such symbol\)")
@@ -483,7 +494,7 @@ def _program(build) -> tuple[ModuleOp, rt.ProgramOp]:  # type: ignore[no-untyped
 def test_rt_program_round_trip(ctx: Context) -> None:
     def build() -> None:
         w = rt.StateOp("w", M4).result
-        n = rt.StateOp("step", MemRefType(i32, []), dense_attr(np.int32(0))).result
+        n = rt.StateOp("step", MemRefType(i32, []), dense_attr(np.array(0, np.int32))).result
         k = rt.ConstOp(dense_attr(np.ones(4, np.float32)), M4).result
         x = rt.AllocOp(M4).result
         c = rt.AllocOp(MemRefType(i1, [])).result
@@ -581,7 +592,7 @@ def _dce_module() -> tuple[ModuleOp, graph.MainGraphOp]:
         graph.ConstantOp(dense_attr(np.zeros(2, np.float32)))  # dead
 
     m, main = main_with(build)
-    m.body.block.insert_op_before(y_s, m.body.block.first_op)  # type: ignore[arg-type]
+    m.body.block.insert_op_before(y_s, first_op(m))
     m.body.block.insert_op_before(x_s, y_s)
     m.verify()
     return m, main

@@ -51,6 +51,10 @@ def _double(a: popxl.Tensor) -> popxl.Tensor:
 
 R = dict[str, Callable[[Env], Any]]
 
+def _full3(value: float) -> popxl.Tensor:
+    return popxl.constant(np.full(3, value, np.float32))
+
+
 OPS: R = {
     # elementwise unary
     **{n: (lambda n: lambda e: getattr(ops, n)(e.x))(n) for n in (  # noqa: B023 (n is the enclosing lambda's parameter)
@@ -125,8 +129,7 @@ OPS: R = {
     "PadType": lambda e: ops.conv(ops.reshape(e.x, (1, 2, 3)), ops.reshape(e.y, (1, 2, 3)), pad_type=ops.PadType.same_upper),
     "average_pool": lambda e: ops.average_pool(ops.reshape(e.x, (1, 1, 2, 3)), (2, 2), padding=(0, 1, 0, 1)),
     "max_pool": lambda e: ops.max_pool(ops.reshape(e.x, (1, 2, 3)), (2,), stride=(2,), ceil_mode=True),
-    "batch_norm_inference": lambda e: ops.batch_norm_inference(
-        e.x, *(popxl.constant(np.full(3, f, np.float32)) for f in (1.0, 0.0, 0.5, 2.0))),
+    "batch_norm_inference": lambda e: ops.batch_norm_inference(e.x, _full3(1.0), _full3(0.0), _full3(0.5), _full3(2.0)),
     # loss
     "nll_loss": lambda e: ops.nll_loss(ops.softmax(e.x, 1), e.labels),
     "nll_loss_with_softmax_grad": lambda e: ops.nll_loss_with_softmax_grad(ops.softmax(e.x, 1), e.labels),

@@ -118,7 +118,7 @@ from .property_programs import Step, _conv_ref, _conv_transpose_ref, _divisors, 
 GRAD_OPS = ("erf", "geluerf", "clip", "fmod_c", "prod", "log_softmax", "topk", "conv", "conv_transpose", "max_pool", "scatter",
             "average_pool", "scatter_reduce", "layer_norm", "group_norm")  # fmt: skip
 # CI: half the profile's programs (100); the long profile: 1500.
-_GRAD_EXAMPLES = max(10, settings.default.max_examples // 2)
+_GRAD_EXAMPLES = max(10, settings().max_examples // 2)
 
 
 @st.composite
@@ -342,8 +342,8 @@ from .property_programs import recipes as _recipes  # noqa: E402
 
 C_KINDS = ("all_reduce", "all_reduce_", "all_gather", "all_gather_new_axis", "reduce_scatter", "sharded_slice")
 REDUCE_OPS = ("add", "mean", "max", "min", "mul", "square_add")
-_COLLECTIVE_EXAMPLES = max(8, settings.default.max_examples // 2)  # CI 100, long 1500
-_REPLICA_EXAMPLES = max(8, settings.default.max_examples // 10)  # CI 20, long 300
+_COLLECTIVE_EXAMPLES = max(8, settings().max_examples // 2)  # CI 100, long 1500
+_REPLICA_EXAMPLES = max(8, settings().max_examples // 10)  # CI 20, long 300
 
 
 def _groupings(r: int) -> list[tuple[int, int]]:
@@ -439,6 +439,7 @@ def test_random_collective_programs_match_numpy_per_replica(prog):
                 variables.append((w, init))
                 ref_steps.append(("sgd", (k, reduced)))
                 continue  # t unchanged
+            new_sharded = None  # the sharding a replica_sharded_slice step records for later gathers
             if kind in ("all_reduce", "all_reduce_"):
                 if kind == "all_reduce_":
                     store(t)  # the value before the in-place collective
@@ -472,7 +473,9 @@ def test_random_collective_programs_match_numpy_per_replica(prog):
                 t = Cl.replica_sharded_slice(t, group)
                 ref_steps.append(("map", lambda vs, d, mb=members, size=size: [
                     np.split(v.reshape(-1), size)[mb[r].index(r)] for r, v in enumerate(vs)]))  # fmt: skip
-            sharded = (meta, group, members) if kind == "sharded_slice" else None
+                if kind == "sharded_slice":
+                    new_sharded = (meta, group, members)
+            sharded = new_sharded
             store(t)
         if not stores:
             store(t)
