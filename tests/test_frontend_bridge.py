@@ -41,11 +41,12 @@ def _private_attribute_names(root: Path) -> set[str]:
                     targets = item.targets if isinstance(item, ast.Assign) else (
                         [item.target] if isinstance(item, ast.AnnAssign) else []
                     )
+                    value = item.value if isinstance(item, ast.Assign | ast.AnnAssign) else None
                     for t in targets:
                         if isinstance(t, ast.Name) and _private(t.id):
                             names.add(t.id)
-                        if isinstance(t, ast.Name) and t.id == "__slots__" and item.value is not None:
-                            for c in ast.walk(item.value):
+                        if isinstance(t, ast.Name) and t.id == "__slots__" and value is not None:
+                            for c in ast.walk(value):
                                 if isinstance(c, ast.Constant) and isinstance(c.value, str) and _private(c.value):
                                     names.add(c.value)
             targets = []
@@ -156,7 +157,8 @@ def test_append_op_places_numbers_and_names() -> None:
     with ir.main_graph, popxl.ipu(1):
         (z,) = bridge.append_op(NegOp.make([bridge.value_of(y)]))
     assert z.ipu == 1 and bridge.ipu_of(z) == 1 and bridge.ipu_of(y) is None
-    assert z in main and bridge.producer_of(z).name == "popxl.neg"
+    producer = bridge.producer_of(z)
+    assert z in main and producer is not None and producer.name == "popxl.neg"
     from popxl.printing import schedule_str
 
     lines = schedule_str(main).splitlines()
@@ -177,7 +179,7 @@ def test_append_op_refuses_foreign_values() -> None:
     with ir.main_graph, pytest.raises(ValueError, match="operand 0 of popxl.neg is a value of another Ir"):
         bridge.append_op(NegOp.make([bridge.value_of(y2)]))
     with pytest.raises(TypeError, match="bridge.append_op: expected an op, got Tensor"):
-        bridge.append_op(y)
+        bridge.append_op(y)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
 
 
 def test_run_pass_function_and_module_pass() -> None:
@@ -189,6 +191,7 @@ def test_run_pass_function_and_module_pass() -> None:
     fwd = ir.create_graph(lambda a: ops.gelu(a) * a, x)
     info = popxl.transforms.autodiff(fwd)
     result = bridge.run_pass(ir, recompute, info.graph.name)
+    assert result is not None  # a function pass: its result
     new = bridge.graph_of(ir, result.graph)
     assert new.name == f"{info.graph.name}_recomp"
     new_info = GradGraphInfo.from_graph(new)
@@ -234,11 +237,11 @@ def test_call_op_of_sites() -> None:
 def test_bridge_type_errors_name_the_function() -> None:
     ir, main, x, y = _program()
     with pytest.raises(TypeError, match=r"bridge.value_of: expected a popxl.Tensor, got int"):
-        bridge.value_of(1)  # type: ignore[arg-type]
+        bridge.value_of(1)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
     with pytest.raises(TypeError, match=r"bridge.graph_op: expected a popxl.Graph"):
-        bridge.graph_op(ir)  # type: ignore[arg-type]
+        bridge.graph_op(ir)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
     with pytest.raises(TypeError, match=r"bridge.tensor_of: expected an SSA value"):
-        bridge.tensor_of(y)  # type: ignore[arg-type]
+        bridge.tensor_of(y)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
     with pytest.raises(ValueError, match="no graph named"):
         bridge.graph_of(ir, "nope")
     other, _, _, _ = _program()

@@ -5,9 +5,11 @@ plus numerics of the built programs on the NumPy runtime."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from xdsl.dialects.builtin import IntegerAttr, TensorType
 from xdsl.parser import Parser
 
 import popxl
@@ -31,7 +33,7 @@ def reparse(ir: popxl.Ir):
 
 def need_runtime():
     pytest.importorskip("xl.runtime")
-    from xl import runtime
+    import xl.runtime as runtime
 
     if not hasattr(runtime, "compile_module"):
         pytest.skip("xl.runtime.compile_module not available")
@@ -102,8 +104,10 @@ def test_ir_main_graph_and_attributes():
     ir.num_host_transfers = 5
     ir.replication_factor = 4
     attrs = main._op.attributes
-    assert attrs["num_host_transfers"].value.data == 5
-    assert attrs["replication_factor"].value.data == 4
+    nht, rf = attrs["num_host_transfers"], attrs["replication_factor"]
+    assert isinstance(nht, IntegerAttr) and isinstance(rf, IntegerAttr)
+    assert nht.value.data == 5
+    assert rf.value.data == 4
     assert "num_host_transfers = 5" in ir.to_mlir()
     with pytest.raises(ValueError):
         ir.num_host_transfers = 0
@@ -155,6 +159,7 @@ def test_create_graph_naming_and_inputs():
     assert [g0._input_by_ref(i) for i in range(3)] == [False, True, False]
     assert len(g0.outputs) == 1 and g0.outputs[0].shape == (2, 3)
     assert op_names(g0) == ["popxl.matmul", "popxl.add", "graph.output"]
+    assert isinstance(g0._op, graph_d.GraphOp)
     assert g0._op.function_type.outputs.data[0] == g0.outputs[0]._value.type
     assert repr(g0) == f"Graph[id={g0.name} name={g0.name}]"
     assert repr(g0.inputs[0]) == f"Tensor[{g0.name}/x popxl.dtypes.float32 (2, 4)]"
@@ -211,7 +216,9 @@ def test_create_graph_module_and_seed_naming():
             popxl.graph_output(x @ w)
     assert g.name.endswith("graph_subgraph(3)")
     assert op_names(g) == ["popxl.matmul", "graph.output"]
-    assert g._op.function_type.outputs.data[0].get_shape() == (1, 2)
+    assert isinstance(g._op, graph_d.GraphOp)
+    out_type = g._op.function_type.outputs.data[0]
+    assert isinstance(out_type, TensorType) and out_type.get_shape() == (1, 2)
     reparse(ir)
 
 
@@ -219,7 +226,7 @@ def test_create_graph_argument_kinds():
     ir = popxl.Ir()
     spec = popxl.TensorSpec((2,), popxl.float32)
 
-    def f(xs, *rest, scale=2.0, ys: list[popxl.TensorByRef] = (), **named):
+    def f(xs, *rest, scale=2.0, ys: Sequence[popxl.TensorByRef] = (), **named):
         out = xs[0] * scale
         for t in (*xs[1:], *rest, *ys, *named.values()):
             out = out + t
@@ -362,7 +369,9 @@ def test_operators_emit_ops():
     # Python scalars become constants of the tensor's dtype
     assert all(t.dtype == popxl.float16 for t in (y, z, p, m, r))
     assert z.shape == (2, 2) and r.shape == (2, 2)
-    c = main._op.body.block.first_op.next_op
+    first = main._op.body.block.first_op
+    assert first is not None
+    c = first.next_op
     assert isinstance(c, graph_d.ConstantOp) and c.result.type.get_shape() == ()
 
 
@@ -373,9 +382,9 @@ def test_op_errors_are_value_errors():
         b = popxl.variable(np.ones((2, 3), np.float32))
         i = popxl.variable(np.ones((2, 3), np.int32))
         with pytest.raises(ValueError, match=r"popxl\.matmul.*\(2, 3\).*\(2, 3\)"):
-            a @ b
+            _ = a @ b
         with pytest.raises(ValueError, match=r"popxl\.add.*differ"):
-            a + i
+            _ = a + i
         with pytest.raises(ValueError, match="cannot reshape"):
             a.reshape((4, 2))
         with pytest.raises(ValueError, match="popxl.softmax"):
@@ -481,7 +490,7 @@ def test_all_ops_build_and_reparse():
 
 def test_collectives_refuse_non_tensors():
     with pytest.raises(TypeError, match="replicated_all_reduce: t must be a popxl Tensor"):
-        ops.collectives.replicated_all_reduce(None)
+        ops.collectives.replicated_all_reduce(None)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
 
 
 # ---------------------------------------------------------------------------------------
@@ -515,7 +524,7 @@ def test_ipu_io_tiles_in_sequence_contexts():
     assert "ipu.id = 1 : i64" in text and 'ipu.tile_set = "io"' in text and "ipu.copy" in text
 
     with pytest.raises(TypeError):
-        popxl.in_sequence(None)
+        popxl.in_sequence(None)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
     with pytest.raises(ValueError):
         popxl.in_sequence("sometimes")
     with ir.main_graph, popxl.in_sequence(True), popxl.in_sequence("pass"):
@@ -613,7 +622,7 @@ def test_call_with_info_and_errors():
         with pytest.raises(ValueError, match="expects"):
             ops.call(g, w, w, b)
         with pytest.raises(TypeError):
-            ops.call(lambda: 0, x)
+            ops.call(lambda: 0, x)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
         with pytest.raises(ValueError, match="tensor w is in graph 'main_graph', not in the current"):
             ir.create_graph(lambda t: ops.call(g, t, w, b), x)
     reparse(ir)  # the failed graph was dropped
