@@ -226,9 +226,11 @@ def bench_train(batch: int, rounds: int, target_s: float) -> dict:
             xl_loss = float(session.run({img_s: x, lab_s: y})[loss_s])
             check.append(abs(xl_loss - ref.train_step(x, y)))
         # back to the initial weights, as every other implementation starts from them
-        session.write_variables_data(
-            {t: _named(weights)[name] for name, t in variables.named_tensors.items()}
-        )
+        initial: dict[popxl.Variable, np.ndarray] = {}
+        for name, t in variables.named_tensors.items():
+            assert isinstance(t, popxl.Variable), f"{name} is not a variable"
+            initial[t] = _named(weights)[name]
+        session.write_variables_data(initial)
 
     impls: dict[str, Callable[[], object]] = {}
     cx = Cycle(batches)
