@@ -3,8 +3,10 @@
 Per block, each `rt.alloc` buffer lives from its first use to its last use (uses nested
 in a loop or branch count at the position of that op; uses of views count as uses of the
 viewed buffer). A buffer whose first use overwrites it completely (a kernel known to fill
-its outputs, `rt.copy`, `rt.h2d`) takes the storage of a dead buffer of the same type,
-most recently freed first. An elementwise kernel may also write into an input that dies
+its outputs, `rt.copy`, `rt.h2d`) takes the storage of a dead buffer of the same type on
+the same virtual IPU (the `ipu.id` of the first placed op using it, else IPU 0: memory is
+per IPU, and buffers of different IPUs stay apart so that IPUs can run concurrently), most recently
+freed first. An elementwise kernel may also write into an input that dies
 at that kernel (in-place). Reused buffers are replaced by the buffer that owns the
 storage and their `rt.alloc` is erased. State, constants and views are never touched.
 
@@ -26,11 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from xl.dialects import rt
+from xl.dialects.ipu import IPU_ATTR
 from xl.passes.rt_analysis import (
     Memory,
     ancestor_in,
@@ -63,6 +66,12 @@ class _Life:
     first: int
     last: int
     first_op: Operation
+    ipu: int = 0  # the `ipu.id` of the first placed op using it (0: popxl's default IPU)
+
+
+def _placed(op: Operation) -> int | None:
+    a = op.attributes.get(IPU_ATTR)
+    return a.value.data if isinstance(a, IntegerAttr) else None
 
 
 def _lifetimes(block: Block, mem: Memory) -> tuple[list[Operation], list[_Life]]:
@@ -81,6 +90,7 @@ def _lifetimes(block: Block, mem: Memory) -> tuple[list[Operation], list[_Life]]
         first, last = len(ops), -1
         first_op: Operation | None = None
         ok = True
+        placed: tuple[int, int] | None = None  # (position, ipu) of the first placed user
         for a in aliases:
             for use in a.uses:
                 anc = ancestor_in(use.operation, block)
@@ -91,11 +101,14 @@ def _lifetimes(block: Block, mem: Memory) -> tuple[list[Operation], list[_Life]]
                 if p < first:
                     first, first_op = p, anc
                 last = max(last, p)
+                ipu = _placed(use.operation)
+                if ipu is not None and (placed is None or p < placed[0]):
+                    placed = (p, ipu)
             if not ok:
                 break
         if not ok or first_op is None or not _full_write(first_op, v):
             continue
-        lives.append(_Life(v, first, last, first_op))
+        lives.append(_Life(v, first, last, first_op, placed[1] if placed is not None else 0))
     return ops, lives
 
 
@@ -108,7 +121,8 @@ def plan_block(block: Block, mem: Memory) -> dict[SSAValue, SSAValue]:
         starts.setdefault(life.first, []).append(life)
         ends.setdefault(life.last, []).append(life)
     phys: dict[SSAValue, SSAValue] = {}
-    pool: dict[Attribute, list[SSAValue]] = {}
+    pool: dict[tuple[Attribute, int], list[SSAValue]] = {}
+    ipu_of = {life.value: life.ipu for life in lives}
     consumed: set[SSAValue] = set()
     for i in sorted(set(starts) | set(ends)):
         op = ops[i]
@@ -120,6 +134,7 @@ def plan_block(block: Block, mem: Memory) -> dict[SSAValue, SSAValue]:
                     if (
                         d.value not in consumed
                         and d.value.type == life.value.type
+                        and d.ipu == life.ipu
                         and d.first < i
                         and d.value in op_ins
                         and d.value not in op_outs
@@ -129,13 +144,13 @@ def plan_block(block: Block, mem: Memory) -> dict[SSAValue, SSAValue]:
                         consumed.add(d.value)
                         break
             if rep is None:
-                free = pool.get(life.value.type)
+                free = pool.get((life.value.type, life.ipu))
                 if free:
                     rep = free.pop()
             phys[life.value] = rep if rep is not None else life.value
         for life in ends.get(i, ()):
             if life.value not in consumed:
-                pool.setdefault(life.value.type, []).append(phys[life.value])
+                pool.setdefault((life.value.type, ipu_of[life.value]), []).append(phys[life.value])
     return {v: r for v, r in phys.items() if r is not v}
 
 
