@@ -19,6 +19,7 @@ from popxl_addons import (
     NamedVariableFactories,
     VariableFactory,
 )
+from tests.narrow import narrow
 
 
 def need_session():
@@ -231,7 +232,7 @@ def test_add_variable_inputs_outlining():
     with ir.main_graph:
         facts, graph = Outlined().create_graph(SPEC)
     assert list(facts.to_dict()) == ["l1.weight", "l1.bias", "2.weight", "2.bias"]
-    assert [t.shape for t in graph.args["2"].tensors] == [(4,), (4, 4)]
+    assert [t.shape for t in narrow(graph.args["2"], NamedTensors).tensors] == [(4,), (4, 4)]
     sched = graph.print_schedule()
     calls = [l for l in sched.splitlines() if l.strip().startswith("Call.")]
     assert len(calls) == 2
@@ -273,7 +274,7 @@ def test_module_call_inlines_into_current_graph():
 
 def test_cache_argument_validation():
     with pytest.raises(TypeError):
-        Scale(cache="yes")
+        Scale(cache="yes")  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
     assert Scale(cache=None)._graph_cache is None
     assert isinstance(Scale(cache=True)._graph_cache, GraphCache)
     c = GraphCache()
@@ -299,9 +300,9 @@ def test_variable_factory_basics():
 
 def test_variable_factory_bad_callable():
     with pytest.raises(TypeError):
-        VariableFactory(lambda x: x)  # needs an argument
+        VariableFactory(lambda x: x)  # pyright: ignore[reportArgumentType]  # needs an argument: the test checks the error
     with pytest.raises(TypeError):
-        VariableFactory(object())
+        VariableFactory(object())  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
 
 
 def test_variable_factory_calls_once_to_validate():
@@ -534,7 +535,7 @@ def test_print_schedule_format():
         lines[3],
     )
     assert lines[4] == "  }" and len(lines) == 5
-    ids = [int(LINE.match(l).group(2)) for l in lines[2:4]]
+    ids = [int(narrow(LINE.match(l), re.Match).group(2)) for l in lines[2:4]]
     assert ids[0] >= 100 and ids[1] > ids[0]
     assert graph.print_schedule() == text  # stable
 
