@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
@@ -206,6 +207,7 @@ def test_unused_and_int_inputs() -> None:
     info = GradInfo.from_graph(grad)
     assert info.expected_outputs == (0, 1)  # int labels: no gradient
     zero = grad.output_op.outs[1].owner
+    assert isinstance(zero, Operation)
     assert zero.name in ("popxl.init", "graph.constant")
     with pytest.raises(AutodiffError, match="only floating point"):
         autodiff(m, "f", grads_required=[2])
@@ -447,9 +449,11 @@ def _two_layer_program():
         b1 = popxl.variable(data["b1"], name="b1")
         l0, l1 = _Linear(), _Linear()
         g0 = ir.create_graph(l0, x, 5)
+        assert l0.W is not None and l0.b is not None  # set by build
         i0 = ops.call_with_info(g0, x, inputs_dict={l0.W: W0, l0.b: b0})
         x1 = i0.outputs[0]
         g1 = ir.create_graph(l1, x1, 3)
+        assert l1.W is not None and l1.b is not None
         i1 = ops.call_with_info(g1, x1, inputs_dict={l1.W: W1, l1.b: b1})
         dy = popxl.constant(data["dy"], name="dy")
 
@@ -534,6 +538,7 @@ def test_popxl_autodiff_errors() -> None:
         l0, l1 = _Linear(), _Linear()
         g0 = ir.create_graph(l0, x, 3)
         g1 = ir.create_graph(l1, x, 3)
+        assert l1.W is not None and l1.b is not None
         i1 = ops.call_with_info(g1, x, inputs_dict={l1.W: popxl.variable(np.ones((4, 3), np.float32)), l1.b: popxl.variable(np.ones(3, np.float32))})
         with pytest.raises(ValueError, match=r"grads_required: tensor .*W.* is not in graph"):
             transforms.autodiff(g0, grads_required=[l1.W])
@@ -562,9 +567,11 @@ def test_popxl_return_all_grad_graphs() -> None:
         x = popxl.variable(np.ones((2, 4), np.float32), name="x")
         lin = _Linear()
         inner = ir.create_graph(lin, x, 4)
+        lin_w, lin_b = lin.W, lin.b
+        assert lin_w is not None and lin_b is not None  # set by build
 
         def outer(t, w, b):
-            y = ops.call(inner, t, inputs_dict={lin.W: w, lin.b: b})[0]
+            y = ops.call(inner, t, inputs_dict={lin_w: w, lin_b: b})[0]
             return ops.tanh(y)
 
         spec = lambda s: popxl.TensorSpec(s, popxl.float32)  # noqa: E731

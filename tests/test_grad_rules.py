@@ -17,6 +17,7 @@ import pytest
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Block, Region, SSAValue
 
+from tests.narrow import narrow
 from xl.dialects import popxl as P
 from xl.dialects.call import CallOp
 from xl.dialects.graph import (
@@ -88,7 +89,7 @@ class GradProgram:
         self.grad_name = grad.graph_name
         self.info = GradInfo.from_graph(grad)
         fwd_op = next(g for g in module.ops if isinstance(g, GraphOp) and g.graph_name == fwd)
-        out_types = list(fwd_op.function_type.outputs.data)
+        out_types = [narrow(t, TensorType) for t in fwd_op.function_type.outputs.data]  # xl graphs return tensors
         decls: list = []
         block = Block()
         ins = []
