@@ -34,10 +34,11 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     StringAttr,
+    SymbolRefAttr,
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -63,6 +64,7 @@ from xdsl.traits import (
     MemoryReadEffect,
     MemoryWriteEffect,
     NoTerminator,
+    SymbolOpInterface,
 )
 from xdsl.utils.exceptions import VerifyException
 
@@ -86,6 +88,8 @@ def is_buffer_written(value: SSAValue) -> bool:
         if isinstance(user, CopyOp) and use.index == 0:
             continue
         if isinstance(user, D2HOp | IfOp):
+            continue
+        if isinstance(user, CallOp) and not user.may_write(use.index):
             continue
         return True
     return False
@@ -567,8 +571,239 @@ class IfOp(IRDLOperation):
         printer.print_op_attributes(self.attributes)
 
 
+@irdl_op_definition
+class FuncOp(IRDLOperation):
+    """A function of the program: a body run by every `rt.call` of it.
+
+    Its block arguments are memrefs: first the `ins` (buffers of the caller, read, or
+    written in place where the body writes them: by-reference inputs), then the `outs`
+    (destinations, fresh buffers of the caller that the body fills). The body may use
+    only its arguments and its own buffers (`rt.alloc`, `rt.const`; no `rt.state`, no
+    host streams) and may call other functions (not itself, directly or not). Functions
+    sit at the start of the `rt.program` body; `lower-to-rt{functions=true}` makes one of
+    each graph called more than once.
+
+    ```mlir
+    rt.program {
+      rt.func @layer(%x: memref<2x4xf32>, %w: memref<4x4xf32>) -> (%y: memref<2x4xf32>) {
+        rt.kernel "popxl.matmul" (%x, %w) -> (%y) : (memref<2x4xf32>, memref<4x4xf32>) -> (memref<2x4xf32>)
+      }
+      %w1 = rt.state "w1" : memref<4x4xf32>
+      %x = rt.alloc : memref<2x4xf32>
+      %y = rt.alloc : memref<2x4xf32>
+      rt.call @layer(%x, %w1) -> (%y) : (memref<2x4xf32>, memref<4x4xf32>) -> (memref<2x4xf32>)
+    }
+    ```
+    """
+
+    name = "rt.func"
+    sym_name = prop_def(StringAttr)
+    num_outs = prop_def(IntegerAttr)
+    body = region_def("single_block")
+    traits = traits_def(NoTerminator(), IsolatedFromAbove(), HasParent(ProgramOp), SymbolOpInterface())
+
+    def __init__(self, name: str, in_types: Sequence[Attribute], out_types: Sequence[Attribute]):
+        super().__init__(
+            properties={"sym_name": StringAttr(name), "num_outs": IntegerAttr(len(out_types), i64)},
+            regions=[Region(Block(arg_types=[*in_types, *out_types]))],
+        )
+
+    @property
+    def func_name(self) -> str:
+        return self.sym_name.data
+
+    @property
+    def n_outs(self) -> int:
+        return self.num_outs.value.data
+
+    @property
+    def ins(self) -> tuple[BlockArgument, ...]:
+        args = self.body.block.args
+        return tuple(args[: len(args) - self.n_outs])
+
+    @property
+    def outs(self) -> tuple[BlockArgument, ...]:
+        args = self.body.block.args
+        return tuple(args[len(args) - self.n_outs :])
+
+    def written_args(self) -> frozenset[int]:
+        """The indices of the arguments some op of the body (or a function it calls) may write."""
+        return frozenset(i for i, a in enumerate(self.body.block.args) if _written_in_body(a))
+
+    def verify_(self) -> None:
+        args = self.body.block.args
+        n = self.n_outs
+        if not 0 <= n <= len(args):
+            raise VerifyException(
+                f"rt.func @{self.func_name}: num_outs = {n} but the function has {len(args)} arguments"
+            )
+        for a in args:
+            if not isinstance(a.type, MemRefType):
+                raise VerifyException(
+                    f"rt.func @{self.func_name}: arguments must be memrefs, got {a.type}"
+                )
+        for op in self.body.walk():
+            if isinstance(op, H2DOp | D2HOp):
+                raise VerifyException(
+                    f"rt.func @{self.func_name}: {op.name} \"{op.stream.data}\" in a function "
+                    "(host streams are read and written by the program body only)"
+                )
+        verify_dominance(self)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> FuncOp:
+        name = parser.parse_symbol_name().data
+        delim = parser.Delimiter.PAREN
+        ins = parser.parse_comma_separated_list(delim, lambda: parser.parse_argument())
+        parser.parse_punctuation("->")
+        outs = parser.parse_comma_separated_list(delim, lambda: parser.parse_argument())
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        region = parser.parse_region([*ins, *outs])  # type: ignore[list-item]
+        if not region.blocks:
+            region.add_block(Block(arg_types=[a.type for a in [*ins, *outs]]))  # type: ignore[union-attr]
+        op = cls.__new__(cls)
+        IRDLOperation.__init__(
+            op,
+            properties={"sym_name": StringAttr(name), "num_outs": IntegerAttr(len(outs), i64)},
+            regions=[region],
+        )
+        if attrs is not None:
+            op.attributes |= attrs.data
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" @")
+        printer.print_string(self.func_name)
+        for k, group in enumerate((self.ins, self.outs)):
+            printer.print_string(" -> (" if k else "(")
+            for j, a in enumerate(group):
+                if j:
+                    printer.print_string(", ")
+                printer.print_block_argument(a)
+            printer.print_string(")")
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" ")
+        printer.print_region(self.body, print_entry_block_args=False, print_empty_block=False)
+
+
+def _written_in_body(a: SSAValue) -> bool:
+    for use in a.uses:
+        user = use.operation
+        if isinstance(user, KernelOp):
+            if use.index >= len(user.io()[0]):
+                return True
+            if "rt.view" in user.attributes and any(_written_in_body(o) for o in user.io()[1]):
+                return True
+            continue
+        if isinstance(user, CopyOp) and use.index == 0 or isinstance(user, D2HOp | IfOp):
+            continue
+        if isinstance(user, CallOp) and not user.may_write(use.index):
+            continue
+        return True
+    return False
+
+
+def enclosing_program(op: Operation) -> ProgramOp | None:
+    cur = op.parent_op()
+    while cur is not None and not isinstance(cur, ProgramOp):
+        cur = cur.parent_op()
+    return cur
+
+
+def lookup_func(op: Operation, name: str) -> FuncOp | None:
+    """The `rt.func @name` of the program containing `op`."""
+    program = enclosing_program(op)
+    if program is None:
+        return None
+    for f in program.body.block.ops:
+        if isinstance(f, FuncOp) and f.sym_name.data == name:
+            return f
+    return None
+
+
+@irdl_op_definition
+class CallOp(IRDLOperation):
+    """Runs function `callee` with `ins` as its inputs and `outs` as its destinations.
+
+    An input the function writes (a by-reference input) is updated in place: the callee
+    works on the caller's buffer. The `outs` must be distinct buffers.
+
+    ```mlir
+    rt.call @layer(%x, %w1) -> (%y) : (memref<2x4xf32>, memref<4x4xf32>) -> (memref<2x4xf32>)
+    ```
+    """
+
+    name = "rt.call"
+    callee = prop_def(SymbolRefAttr)
+    ins = var_operand_def(MemRefType)
+    outs = var_operand_def(MemRefType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = "$callee `(` $ins `)` `->` `(` $outs `)` attr-dict `:` functional-type($ins, $outs)"
+
+    def __init__(self, callee: str, ins: Sequence[SSAValue], outs: Sequence[SSAValue]):
+        super().__init__(
+            properties={"callee": SymbolRefAttr(callee)}, operands=[list(ins), list(outs)]
+        )
+
+    @property
+    def callee_name(self) -> str:
+        return self.callee.root_reference.data
+
+    def func(self) -> FuncOp:
+        """The called `rt.func` (a `VerifyException` naming it if it does not exist)."""
+        f = lookup_func(self, self.callee_name)
+        if f is None:
+            raise VerifyException(f"rt.call: no rt.func @{self.callee_name} in the program")
+        return f
+
+    def may_write(self, index: int) -> bool:
+        """Whether the call may write operand `index` (an out, or an input the callee writes)."""
+        if index >= len(self.ins):
+            return True
+        f = lookup_func(self, self.callee_name)
+        if f is None or f.is_ancestor(self):
+            return True
+        return index in f.written_args()
+
+    def verify_(self) -> None:
+        f = self.func()
+        want_in = [a.type for a in f.ins]
+        want_out = [a.type for a in f.outs]
+        got_in = [v.type for v in self.ins]
+        got_out = [v.type for v in self.outs]
+        if got_in != want_in or got_out != want_out:
+            raise VerifyException(
+                f"rt.call @{self.callee_name}: operand types ({', '.join(map(str, got_in))}) -> "
+                f"({', '.join(map(str, got_out))}) differ from the function's "
+                f"({', '.join(map(str, want_in))}) -> ({', '.join(map(str, want_out))})"
+            )
+        outs = list(self.outs)
+        for j, v in enumerate(outs):
+            if v in outs[:j] or v in list(self.ins):
+                raise VerifyException(
+                    f"rt.call @{self.callee_name}: destination #{j} is also another operand "
+                    "(destinations must be distinct buffers)"
+                )
+        if f.is_ancestor(self):
+            raise VerifyException(f"rt.call @{self.callee_name}: a function cannot call itself")
+
+
 Rt = Dialect(
     "rt",
-    [ProgramOp, StateOp, ConstOp, AllocOp, KernelOp, CopyOp, H2DOp, D2HOp, LoopOp, IfOp],
+    [
+        ProgramOp,
+        StateOp,
+        ConstOp,
+        AllocOp,
+        KernelOp,
+        CopyOp,
+        H2DOp,
+        D2HOp,
+        LoopOp,
+        IfOp,
+        FuncOp,
+        CallOp,
+    ],
     [],
 )

@@ -30,6 +30,41 @@ copied into a fresh buffer where it is defined, so each execution starts from it
 Call semantics: a by-reference input aliases the caller's buffer; an input the
 callee updates in place without being by-reference is copied; outputs never alias
 the caller's buffers (copied when they would).
+
+Functions (`functions=true`, the default). A graph called by more than one `call.call`
+becomes one `rt.func` and each call an `rt.call`, instead of one copy of its body per
+call. The function's arguments are its inputs (the caller's buffers, so a by-reference
+input is updated in place; an input the body writes without being by-reference is copied
+inside the body) followed by its outputs (destinations: fresh buffers of the caller, which
+the body's kernels write directly). Graphs called once are expanded as before, and so are
+graphs that cannot be a function: those doing host I/O, remote buffer access or replica
+collectives (directly or in a graph they call). Programs whose ops are placed on more than
+one IPU (`ipu.id`) keep expanding every call (a current limitation: the runtime's
+per-IPU scheduling works on the expanded program). `functions=false` expands every call.
+
+```mlir
+// before: @layer called twice
+graph.graph @layer(%x: tensor<2xf32>) -> (tensor<2xf32>) {
+  %y = popxl.relu %x : (tensor<2xf32>) -> tensor<2xf32>
+  graph.output %y : tensor<2xf32>
+}
+graph.main {
+  %a = graph.constant dense<1.0> : tensor<2xf32>
+  %b = call.call @layer(%a) : (tensor<2xf32>) -> tensor<2xf32>
+  %c = call.call @layer(%b) : (tensor<2xf32>) -> tensor<2xf32>
+}
+// after `xl-opt -p lower-to-rt`
+rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {
+  rt.func @layer(%x: memref<2xf32>) -> (%y: memref<2xf32>) {
+    rt.kernel "popxl.relu"(%x) -> (%y) : (memref<2xf32>) -> memref<2xf32>
+  }
+  %a = rt.const dense<1.0> : tensor<2xf32> : memref<2xf32>
+  %b = rt.alloc : memref<2xf32>
+  rt.call @layer(%a) -> (%b) : (memref<2xf32>) -> memref<2xf32>
+  %c = rt.alloc : memref<2xf32>
+  rt.call @layer(%b) -> (%c) : (memref<2xf32>) -> memref<2xf32>
+}
+```
 """
 
 from __future__ import annotations
@@ -79,9 +114,55 @@ class LoweringError(ValueError):
     pass
 
 
+def function_graphs(module: ModuleOp, graphs: dict[str, GraphOp]) -> set[str]:
+    """The graphs `lower-to-rt{functions=true}` keeps as `rt.func`: called by more than one
+    `call.call` and made only of ops a function body can hold (see the module docstring);
+    none when the program's ops are placed on more than one IPU."""
+    counts: dict[str, int] = {}
+    ipus: set[Attribute] = set()
+    for op in module.walk():
+        if isinstance(op, CallOp):
+            name = op.callee.root_reference.data
+            counts[name] = counts.get(name, 0) + 1
+        ipu = op.attributes.get(IPU_ATTR)
+        if ipu is not None:
+            ipus.add(ipu)
+    if len(ipus) > 1:
+        return set()
+    ok: dict[str, bool] = {}
+
+    def eligible(name: str) -> bool:
+        if name in ok:
+            return ok[name]
+        ok[name] = False  # recursion: not a function (lowering reports it)
+        g = graphs.get(name)
+        if g is None:
+            return False
+        for op in g.body.block.ops:
+            if isinstance(op, PopxlOp) and not is_cross_replica(op):
+                continue
+            if isinstance(op, ConstantOp | IpuCopyOp | OutputOp):
+                continue
+            if isinstance(op, CallOp | RepeatOp) and eligible(op.callee.root_reference.data):
+                continue
+            if isinstance(op, ConditionalOp) and all(
+                eligible(b.root_reference.data) for b in (op.then_branch, op.else_branch)
+            ):
+                continue
+            return False
+        ok[name] = True
+        return True
+
+    return {name for name, n in counts.items() if n > 1 and eligible(name)}
+
+
 class _Emitter:
-    def __init__(self, graphs: dict[str, GraphOp]):
+    def __init__(self, graphs: dict[str, GraphOp], functions: set[str] | None = None):
         self.graphs = graphs
+        # graphs lowered as one rt.func, and the functions made so far
+        self.functions = functions or set()
+        self.funcs: dict[str, rt.FuncOp] = {}
+        self.program: rt.ProgramOp | None = None
         self.stack: list[str] = []
         self.slots: set[str] = set()
         # the rt.state of each remote buffer, by buffer name (set by passes/lower_remote.py)
@@ -163,6 +244,13 @@ class _Emitter:
             buf = self.copy_to_new(block, env[op.input], op.result.name_hint)
             env[op.result] = buf
             fresh.add(buf)
+        elif isinstance(op, CallOp) and op.callee.root_reference.data in self.functions:
+            func = self.function(op, op.callee.root_reference.data)
+            outs = [self.alloc(block, r.type, r.name_hint) for r in op.res]
+            block.add_op(rt.CallOp(func.func_name, [env[a] for a in op.args], outs))
+            for r, buf in zip(op.res, outs, strict=True):
+                env[r] = buf
+                fresh.add(buf)
         elif isinstance(op, CallOp):
             g = self.callee(op, op.callee.root_reference.data)
             results = self.emit_graph(g, [env[a] for a in op.args], block)
@@ -187,6 +275,40 @@ class _Emitter:
         if name in self.stack:
             raise LoweringError(f"lower-to-rt: graph @{name} is recursive")
         return g
+
+    def function(self, op: Operation, name: str) -> rt.FuncOp:
+        """The `rt.func` of graph @name (emitted on first use, at the start of the program)."""
+        func = self.funcs.get(name)
+        if func is not None:
+            return func
+        g = self.callee(op, name)
+        ins = [to_memref(a.type) for a in g.body.block.args]
+        outs = [to_memref(t) for t in g.function_type.outputs.data]
+        func = rt.FuncOp(name, ins, outs)
+        body = func.body.block
+        for a, ga in zip(func.ins, g.body.block.args, strict=True):
+            a.name_hint = ga.name_hint
+        for a, v in zip(func.outs, g.output_op.outs, strict=True):
+            a.name_hint = v.name_hint
+        results = self.emit_graph(g, list(func.ins), body)
+        for buf, out in zip(results, func.outs, strict=True):
+            alloc = buf.owner
+            if isinstance(alloc, rt.AllocOp) and alloc.parent is body and results.count(buf) == 1:
+                # the body writes the destination directly
+                buf.replace_all_uses_with(out)
+                alloc.detach()
+                alloc.erase()
+            else:
+                body.add_op(rt.CopyOp(buf, out))
+        assert self.program is not None
+        prog = self.program.body.block
+        anchor = next((o for o in prog.ops if not isinstance(o, rt.FuncOp)), None)
+        if anchor is None:
+            prog.add_op(func)
+        else:
+            prog.insert_op_before(func, anchor)
+        self.funcs[name] = func
+        return func
 
     def bind_args(
         self, g: GraphOp, args: Sequence[SSAValue], block: Block
@@ -272,7 +394,7 @@ class _Emitter:
             fresh.add(buf)
 
 
-def lower_module(module: ModuleOp) -> None:
+def lower_module(module: ModuleOp, functions: bool = True) -> None:
     mains = [op for op in module.ops if isinstance(op, MainGraphOp)]
     if len(mains) != 1:
         raise LoweringError(f"lower-to-rt: expected one graph.main, found {len(mains)}")
@@ -281,7 +403,8 @@ def lower_module(module: ModuleOp) -> None:
     program = rt.ProgramOp(
         attributes=rt.ProgramOp.program_attributes(main.num_host_transfers, main.replication_factor)
     )
-    emitter = _Emitter(graphs)
+    emitter = _Emitter(graphs, function_graphs(module, graphs) if functions else None)
+    emitter.program = program
     emitter.emit_ops(list(main.body.block.ops), {}, program.body.block, set())
     for op in list(module.ops):
         op.detach()
@@ -291,12 +414,14 @@ def lower_module(module: ModuleOp) -> None:
 
 @dataclass(frozen=True)
 class LowerToRtPass(ModulePass):
-    """Lower the program to the `rt` dialect (see module docstring)."""
+    """Lower the program to the `rt` dialect (see module docstring); `functions=false`
+    expands every call."""
 
     name = "lower-to-rt"
+    functions: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         try:
-            lower_module(op)
+            lower_module(op, self.functions)
         except KeyError as e:  # a value used before it is defined
             raise VerifyException(f"lower-to-rt: value used before definition: {e}") from None

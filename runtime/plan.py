@@ -55,6 +55,7 @@ from xl.dialects import rt
 from xl.dialects.utils import dtype_of, shape_of
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
 from xl.runtime.errors import PlanError, diagnostic_props
+from xl.runtime.functions import emit_call, function_source
 from xl.runtime.kernels import KERNELS
 from xl.runtime.plan_templates import TEMPLATES, Gen, K
 from xl.runtime.profile import KernelInfo, kernel_info
@@ -155,6 +156,9 @@ class PlanBuilder(ProgramWalk[int]):
         self.block(op.then_region.block, depth + 1)
         self.emit("else:", depth)
         self.block(op.else_region.block, depth + 1)
+
+    def call(self, op: rt.CallOp, depth: int) -> None:
+        emit_call(self, op, depth)  # one shared Python function per distinct body
 
     def collective(self, op: rt.KernelOp, site: int, depth: int) -> None:
         # the step is a generator: it stops here until every replica has arrived
@@ -259,6 +263,7 @@ class PlanBuilder(ProgramWalk[int]):
             n = len(set(re.findall(r"\ba(\d+)\b", body)))
             src_lines.append(f"def {fname}({', '.join(f'a{j}' for j in range(n))}):")
             src_lines += ["    " + line for line in body.split("\n")]
+        src_lines += function_source(self, len(src_lines))  # rt.func bodies
         if len(cuts) <= 2:
             src_lines.append("def _step():")
             self._number_lines(len(src_lines), 0, len(lines))

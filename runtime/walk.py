@@ -30,6 +30,7 @@ from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.runtime.aliasing import check_writable
 from xl.runtime.collectives import is_collective
 from xl.runtime.errors import BufferNames, PlanError
+from xl.runtime.functions import expand_call
 from xl.runtime.registry import kernel_class
 from xl.runtime.streams import StreamIn, StreamOut, stream_entry
 
@@ -142,6 +143,10 @@ class ProgramWalk(ABC, Generic[At]):
     @abstractmethod
     def branch(self, op: rt.IfOp, at: At) -> None: ...
 
+    def call(self, op: rt.CallOp, at: At) -> None:
+        """Run the function `op` calls (`xl.runtime.functions`; here: its body at this call)."""
+        expand_call(self, op, at)
+
     @abstractmethod
     def collective(self, op: rt.KernelOp, site: int, at: At) -> None:
         """Stop the step at collective `site` (the executable runs it over all replicas)."""
@@ -196,5 +201,9 @@ class ProgramWalk(ABC, Generic[At]):
             self.loop(op, at)
         elif isinstance(op, rt.IfOp):
             self.branch(op, at)
+        elif isinstance(op, rt.CallOp):
+            self.call(op, at)
+        elif isinstance(op, rt.FuncOp):
+            pass  # run by its calls
         else:
             raise PlanError(f"runtime: cannot execute '{op.name}'")
