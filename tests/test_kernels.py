@@ -12,6 +12,7 @@ import inspect
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from xdsl.dialects import test as xdsl_test
 import xl.dialects.popxl as P
 from xl.dialects.effects import written_operands
 from xl.dialects.utils import dtype_of, shape_of, tensor_type
-from xl.runtime.kernels import KERNELS, kernel_factory
+from xl.runtime.kernels import KERNELS, KernelFactory, kernel_factory
 from xl.runtime.registry import RtKernel
 
 RTOL = 1e-6
@@ -29,6 +30,13 @@ RTOL = 1e-6
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+def factory(name: str) -> KernelFactory:
+    """The kernel factory registered for the op `name` (which has one)."""
+    f = kernel_factory(name)
+    assert f is not None, name
+    return f
 
 
 def run(cls, ins, result_types=None, props_from="op_props", **props):
@@ -383,7 +391,7 @@ def test_nll_loss_with_softmax_grad(rng, reduction, ignore, scalar_tensor):
     labels = np.array([0, 1, 2, 3, 1, 0], np.int32)
     lg = 0.25
     ins = [probs, labels] + ([np.float32(lg) * np.ones((), np.float32)] if scalar_tensor else [])
-    props = {} if scalar_tensor else {"loss_grad": lg}
+    props: dict[str, Any] = {} if scalar_tensor else {"loss_grad": lg}
     (loss, dx), _ = run(P.NllLossWithSoftmaxGradOp, ins, reduction=reduction, ignore_index=ignore, **props)
     close(loss, _nll_ref(probs.astype(np.float64), labels, reduction, ignore), rtol=1e-5)
     keep = np.ones(6, bool) if ignore is None else labels != ignore
@@ -650,7 +658,7 @@ def test_updaters(rng, cls, kind, variant):
     wd, b1, b2, eps = 0.01, 0.9, 0.999, 1e-6
     names = ["weight_decay", "beta1", "epsilon"] if kind == "adamax" else ["weight_decay", "beta1", "beta2", "epsilon"]
     vals = {"weight_decay": wd, "beta1": b1, "beta2": b2, "epsilon": eps}
-    props = {n: vals[n] for n in names}
+    props: dict[str, Any] = {n: vals[n] for n in names}
     ins: list = [m, v, w, step]
     if variant == "tensors":
         ins += [np.full((), vals[n], np.float32) for n in names]
@@ -747,14 +755,14 @@ def test_torch_adam_three_steps(rng):
         g = f32(rng, 8)
         tw.grad = torch.from_numpy(g.copy())
         opt.step()
-        kernel_factory("popxl.accumulate_moving_average_")({"f": b1, "operand_segments": (1, 1, 0)})(m, g, m)
-        kernel_factory("popxl.accumulate_moving_average_square_")({"f": b2, "operand_segments": (1, 1, 0)})(v, g, v)
+        factory("popxl.accumulate_moving_average_")({"f": b1, "operand_segments": (1, 1, 0)})(m, g, m)
+        factory("popxl.accumulate_moving_average_square_")({"f": b2, "operand_segments": (1, 1, 0)})(v, g, v)
         u = np.empty(8, np.float32)
         segs = (1, 1, 0, 1, 0, 0, 0, 0)
-        kernel_factory("popxl.adam_updater")({"beta1": b1, "beta2": b2, "epsilon": eps, "operand_segments": segs})(
+        factory("popxl.adam_updater")({"beta1": b1, "beta2": b2, "epsilon": eps, "operand_segments": segs})(
             m, v, step, step, u
         )
-        kernel_factory("popxl.scaled_add_")({"a": 1.0, "b": -lr})(w, u, w)
+        factory("popxl.scaled_add_")({"a": 1.0, "b": -lr})(w, u, w)
     assert float(step) == 3.0
     close(w, tw.detach().numpy(), rtol=1e-5, atol=1e-6)
 
@@ -918,7 +926,7 @@ def test_fmod_sign_of_dividend():
     np.testing.assert_array_equal(run1(P.FmodOp, [ai, bi]), [1, -1, 1, -1, 0])
     # broadcasting
     np.testing.assert_array_equal(
-        run1(P.FmodOp, [np.arange(6, dtype=np.float32).reshape(2, 3), np.float32([4.0])]),
+        run1(P.FmodOp, [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([4.0], np.float32)]),
         [[0, 1, 2], [3, 0, 1]],
     )
 
@@ -1001,15 +1009,15 @@ def test_float8_casts_and_matmul():
     assert run1(P.Pow2ScaleCastToFp8Op, [x[1:2], s1], [((1,), e4)]).astype(np.float32)[0] == 0.625
     # e5m2 (bias 16): 0.3 between 0.25 and 0.3125 (spacing 1/16) -> 0.3125; spacing 64 in
     # [256, 512): 300 is 20 from 320, 44 from 256 -> 320; 288 is halfway: to even (256)
-    y5 = run1(P.Pow2ScaleCastToFp8Op, [np.float32([0.3, 300.0, 288.0]), s0], [((3,), e5)])
+    y5 = run1(P.Pow2ScaleCastToFp8Op, [np.array([0.3, 300.0, 288.0], np.float32), s0], [((3,), e5)])
     np.testing.assert_array_equal(y5.astype(np.float32), [0.3125, 320.0, 256.0])
     back = run1(P.Pow2ScaleCastFromFp8Op, [y[:4], sm1], [((4,), np.float16)])
-    np.testing.assert_array_equal(back, np.float16([0.5, 0.15625, -1.375, 120.0]))
+    np.testing.assert_array_equal(back, np.array([0.5, 0.15625, -1.375, 120.0], np.float16))
     a = np.array([[1.0, 2.0], [0.5, -1.0]], np.float32).astype(e4)
     b = np.array([[3.0, 0.25], [4.0, 8.0]], np.float32).astype(e5)
     out = run1(P.MatmulPow2ScaledOp, [a, b, np.int32(2)])
     assert out.dtype == np.float16
-    np.testing.assert_array_equal(out, np.float16([[44.0, 65.0], [-10.0, -31.5]]))
+    np.testing.assert_array_equal(out, np.array([[44.0, 65.0], [-10.0, -31.5]], np.float16))
     with pytest.raises(Exception, match=r"log2_scale 40 .*out of range \[-32, 32\)"):
         run1(P.Pow2ScaleCastToFp8Op, [x, np.int32(40)], [(x.shape, e4)])
 
