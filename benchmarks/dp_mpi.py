@@ -146,7 +146,7 @@ def report_lines(r: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--worker", action="store_true", help="time the step in this process (internal)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--chunks", type=int, default=3)

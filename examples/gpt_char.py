@@ -272,7 +272,7 @@ def sample(session, stream, out_stream, vocab: Vocab, prompt: str, n_chars: int,
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=64)
@@ -314,7 +314,8 @@ def main(argv: list[str] | None = None) -> dict:
             losses.append(float(session.run(dict(zip(streams, (x, y))))[loss_s]))
             if step == 1 or step % args.log_every == 0 or step == args.steps:
                 recent = np.mean(losses[-args.log_every:])
-                print(f"step {step:5d}  loss {losses[-1]:.4f}  (mean of last {min(len(losses), args.log_every)}: {recent:.4f})")
+                window = min(len(losses), args.log_every)
+                print(f"step {step:5d}  loss {losses[-1]:.4f}  (mean of last {window}: {recent:.4f})")
         trained = session.get_tensors_data(variables.tensors)
     elapsed = time.perf_counter() - t0
     print(f"{args.steps} steps in {elapsed:.1f} s ({elapsed / args.steps * 1000:.1f} ms/step)")

@@ -146,7 +146,7 @@ def accuracy(predictions: np.ndarray, labels: np.ndarray):
 
 
 def main(argv: list[str] | None = None) -> float:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--data-dir", help="folder with MNIST IDX files (torchvision layout)")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=8)

@@ -210,7 +210,7 @@ class Graphs:
 def create_graphs(
     layer_name: str,
     layer: addons.Module,
-    optimizer: addons.module,
+    optimizer: addons.Module,
     opts,
     require_input0: bool,
     *args,
@@ -256,6 +256,10 @@ class Options:
     def __init__(self) -> None:
         self.train = Train()
         self.test = Test()
+        # Set from the command line by `parse_args`.
+        self.data_dir: str | None = None
+        self.max_steps: int | None = None
+        self.seed: int = 42
 
 
 # ------------------------------------------------------------------------------------------
@@ -389,7 +393,7 @@ def test_program(test_batch_size, device):
 
 
 def parse_args(argv: list[str] | None = None) -> Options:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--data-dir", help="folder with MNIST IDX files (torchvision layout)")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--micro-batch-size", type=int, default=5)

@@ -145,8 +145,8 @@ def optimizer_step(
     variables: NamedTensors,
     grads: dict[popxl.Tensor, popxl.Tensor],
     optimizer: addons.Module,
-    accum_counter: popxl.Tensor,
-    lr: popxl.float32 = 1e-3,
+    accum_counter: popxl.Tensor | None,
+    lr: float | popxl.Tensor = 1e-3,
 ):
     """Update all variables, one optimizer graph per variable (shape)."""
     for var in variables.named_tensors.values():
@@ -201,6 +201,8 @@ def train_program(opts):
         counter = None
         required_grads = fwd_graph.args.tensors
 
+        if opts.gradient_accumulation < 1:
+            raise ValueError(f"gradient_accumulation must be >= 1, got {opts.gradient_accumulation}")
         if opts.gradient_accumulation > 1:
             bwd_facts, bwd_graph = addons.autodiff_with_accumulation(fwd_graph, required_grads)
             accumulated_grads = bwd_facts.init()
@@ -209,6 +211,8 @@ def train_program(opts):
         else:
             # standard autodiff, avoid extra memory
             bwd_graph = addons.autodiff(fwd_graph, grads_required=required_grads)
+            accumulated_grads = bound_bwd = None
+        grads: tuple[popxl.Tensor, ...] = ()  # set by the (at least one) accumulation step below
 
         # in sequence needed for in place ops
         with popxl.in_sequence(True):
@@ -229,7 +233,7 @@ def train_program(opts):
                 # bwd
                 activations = bwd_graph.grad_graph_info.inputs_dict(fwd_info)
 
-                if opts.gradient_accumulation > 1:
+                if bound_bwd is not None and accumulated_grads is not None:  # gradient_accumulation > 1
                     bound_bwd.call(dx, args=activations)
                     grads = accumulated_grads.tensors[:-1]  # exclude the counter
                 else:
@@ -383,7 +387,7 @@ def test(test_session, test_data, input_streams, out_stream) -> float:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--train-micro-batch-size", type=int, default=8, help="batch size for training (default: 8)")
     ap.add_argument("--test-batch-size", type=int, default=80, help="batch size for testing (default: 80)")
     ap.add_argument("--epochs", type=int, default=1, help="number of epochs to train (default: 1)")
@@ -426,7 +430,8 @@ def main(argv: list[str] | None = None) -> dict:
     train_vars_to_data = train_session.get_tensors_data(train_variables.tensors)
     weights = {name: np.array(train_vars_to_data[t]) for name, t in train_variables.named_tensors.items()}
     if opts.save_weights and is_printing_instance():
-        np.savez(opts.save_weights, **weights)
+        # numpy's stub types **kwds as if a key could be its `allow_pickle` parameter
+        np.savez(opts.save_weights, **weights)  # pyright: ignore[reportArgumentType]
 
     # create test session
     test_session, test_input_streams, test_variables, out_stream = test_program(opts)

@@ -131,8 +131,12 @@ class Adam(addons.Module):
                 "second_order", partial(np.zeros, var.meta_shape), popxl.float32, by_ref=True
             )
         else:
-            first_order = self.add_variable_input("first_order", partial(np.zeros, var.shape), first_order_dtype, by_ref=True)
-            second_order = self.add_variable_input("second_order", partial(np.zeros, var.shape), popxl.float32, by_ref=True)
+            first_order = self.add_variable_input(
+                "first_order", partial(np.zeros, var.shape), first_order_dtype, by_ref=True
+            )
+            second_order = self.add_variable_input(
+                "second_order", partial(np.zeros, var.shape), popxl.float32, by_ref=True
+            )
         ops.var_updates.accumulate_moving_average_(first_order, grad, f=beta1)
         ops.var_updates.accumulate_moving_average_square_(second_order, grad, f=beta2)
         step = None
@@ -272,9 +276,15 @@ def train_program(opts):
         # ----- graphs -----
         fc1 = Graphs(opts, Linear(512), optimizer, 1, False, img_spec)
         inner = Graphs(opts, Linear(512), optimizer, num_inner_layers, True, inner_spec)
-        fc4 = Graphs.from_fwd_and_bwd(opts, OutputLayerWithBwd(10, gelu=False), optimizer, 1, inner_spec, label_stream.spec)
-        x_buffer = batch_serial_buffer(fc1.fwd.graph.outputs[0], steps=opts.gradient_accumulation, rows=num_inner_layers + 1)
-        dx_buffer = batch_serial_buffer(fc1.bwd.graph.inputs[0], steps=opts.gradient_accumulation, rows=num_inner_layers + 1)
+        fc4 = Graphs.from_fwd_and_bwd(
+            opts, OutputLayerWithBwd(10, gelu=False), optimizer, 1, inner_spec, label_stream.spec
+        )
+        x_buffer = batch_serial_buffer(
+            fc1.fwd.graph.outputs[0], steps=opts.gradient_accumulation, rows=num_inner_layers + 1
+        )
+        dx_buffer = batch_serial_buffer(
+            fc1.bwd.graph.inputs[0], steps=opts.gradient_accumulation, rows=num_inner_layers + 1
+        )
 
         # ----- batch serialisation -----
         input_layer_batch_serialise(opts, fc1, x_buffer, dx_buffer, img_stream)
@@ -407,7 +417,7 @@ def memory_reports(opts) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--train-micro-batch-size", type=int, default=8, help="batch size for training (default: 8)")
     ap.add_argument("--test-batch-size", type=int, default=80, help="batch size for testing (default: 80)")
     ap.add_argument("--epochs", type=int, default=1, help="number of epochs to train (default: 1)")
@@ -421,7 +431,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--data-dir", help="folder with MNIST IDX files (torchvision layout)")
     ap.add_argument("--max-steps", type=int, default=None, help="stop each epoch after this many steps")
     ap.add_argument("--seed", type=int, default=42, help="initial weights and shuffle")
-    ap.add_argument("--memory-report", action="store_true", help="print the memory reports of the phased and unphased programs")
+    ap.add_argument(
+        "--memory-report", action="store_true", help="print the memory reports of the phased and unphased programs"
+    )
     ap.add_argument("--device", default="ipu_hw", help="ipu_hw, ipu_model or cpu: all run on NumPy")
     return ap.parse_args(argv)
 
@@ -444,7 +456,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     test_session, test_streams, test_variables, out_stream = test_program(opts)
     test_session.write_variables_data(
-        {test_var: trained[train_var].copy() for train_var, test_var in train_variables.to_mapping(test_variables).items()}
+        {
+            test_var: trained[train_var].copy()
+            for train_var, test_var in train_variables.to_mapping(test_variables).items()
+        }
     )
     print("test session")
     acc = test(test_session, test_data, test_streams, out_stream)

@@ -228,8 +228,17 @@ def train_program(opts):
     return session, [img_stream, label_stream], vars, loss_stream, layers
 
 
-def parse_args(argv: list[str] | None = None) -> Options:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+class PipelineOptions(Options):
+    """Seed 003's options plus this script's `--no-throughput` and `--save-weights`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.throughput = True
+        self.save_weights: str | None = None
+
+
+def parse_args(argv: list[str] | None = None) -> PipelineOptions:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--data-dir", help="folder with MNIST IDX files (torchvision layout)")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--micro-batch-size", type=int, default=5)
@@ -244,7 +253,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     ap.add_argument("--device", default="ipu_hw", help="ipu_hw, ipu_model or cpu: all run on NumPy")
     ap.add_argument("--save-weights", help="write the trained weights to this .npz (instance 0)")
     args = ap.parse_args(argv)
-    opts = Options()
+    opts = PipelineOptions()
     opts.train.micro_batch_size = args.micro_batch_size
     opts.train.gradient_accumulation = args.gradient_accumulation
     opts.train.data_parallel = args.data_parallel
@@ -300,7 +309,9 @@ def main(argv: list[str] | None = None) -> float:
     # get weights data : dictionary { train_session variables : tensor data (numpy) }
     train_vars_to_data = train_session.get_tensors_data(train_variables.tensors)
     if opts.save_weights and popdist.getInstanceIndex() == 0:
-        np.savez(opts.save_weights, **{n: train_vars_to_data[t] for n, t in train_variables.named_tensors.items()})
+        arrays = {n: train_vars_to_data[t] for n, t in train_variables.named_tensors.items()}
+        # numpy's stub types **kwds as if a key could be its `allow_pickle` parameter
+        np.savez(opts.save_weights, **arrays)  # pyright: ignore[reportArgumentType]
 
     # Create test program and test session
     test_session, test_input_streams, test_variables, out_stream = test_program(

@@ -31,12 +31,12 @@ import popxl.transforms as transforms  # noqa: E402
 
 class Linear(popxl.Module):
     def __init__(self) -> None:
-        self.W: popxl.Tensor = None
-        self.b: popxl.Tensor = None
+        self.W: popxl.Tensor | None = None
+        self.b: popxl.Tensor | None = None
 
     def build(
         self, x: popxl.Tensor, out_features: int, bias: bool = True, gelu: bool = True
-    ) -> tuple[popxl.Tensor, ...]:
+    ) -> popxl.Tensor:
         self.W = popxl.graph_input((x.shape[-1], out_features), popxl.float32, "W")
         y = x @ self.W
         if bias:
@@ -64,6 +64,7 @@ def create_network_fwd_graph(ir, x):
     # Create graph to call for linear layer 0
     linear_0 = Linear()
     linear_graph_0 = ir.create_graph(linear_0, x, out_features=32)
+    assert linear_0.W is not None and linear_0.b is not None  # inputs made by build (bias=True)
 
     # Call the linear layer 0 graph
     fwd_call_info_0 = ops.call_with_info(
@@ -75,6 +76,7 @@ def create_network_fwd_graph(ir, x):
     # Create graph to call for linear layer 1
     linear_1 = Linear()
     linear_graph_1 = ir.create_graph(linear_1, x1, out_features=10, gelu=False)
+    assert linear_1.W is not None and linear_1.b is not None
 
     # Call the linear layer 1 graph
     fwd_call_info_1 = ops.call_with_info(
@@ -162,7 +164,7 @@ def build_test_ir(batch_size):
 
 
 def main(argv: list[str] | None = None) -> float:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--data-dir")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=32)

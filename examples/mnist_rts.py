@@ -99,8 +99,12 @@ class Adam(addons.Module):
                 "second_order", partial(np.zeros, var.meta_shape), popxl.float32, by_ref=True
             )
         else:
-            first_order = self.add_variable_input("first_order", partial(np.zeros, var.shape), first_order_dtype, by_ref=True)
-            second_order = self.add_variable_input("second_order", partial(np.zeros, var.shape), popxl.float32, by_ref=True)
+            first_order = self.add_variable_input(
+                "first_order", partial(np.zeros, var.shape), first_order_dtype, by_ref=True
+            )
+            second_order = self.add_variable_input(
+                "second_order", partial(np.zeros, var.shape), popxl.float32, by_ref=True
+            )
         ops.var_updates.accumulate_moving_average_(first_order, grad, f=beta1)
         ops.var_updates.accumulate_moving_average_square_(second_order, grad, f=beta2)
         step = None
@@ -177,14 +181,16 @@ def train_program(opts):
             else:
                 sharded_vars = variables
 
-            grads_dict = {sharded_vars[k]: grads[k] for k in sharded_vars.named_tensors}
+            grad_of = grads.named_tensors
+            grads_dict = {v: grad_of[k] for k, v in sharded_vars.named_tensors.items()}
             optimizer_step(sharded_vars, grads_dict, Adam(cache=True), counter, opts)
 
             # gather the updated shards into the full variables
+            full_vars = variables.named_tensors
             for name, v in sharded_vars.named_tensors.items():
                 if v.meta_shape:
                     full = ops.collectives.replicated_all_gather(v)
-                    ops.var_updates.copy_var_update_(variables[name], full)
+                    ops.var_updates.copy_var_update_(full_vars[name], full)
 
     ir.num_host_transfers = opts.gradient_accumulation
     return popxl.Session(ir, opts.device), [img_stream, label_stream], variables, loss_stream
@@ -236,7 +242,7 @@ def test(test_session, test_data, input_streams, out_stream) -> float:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--train-micro-batch-size", type=int, default=8, help="batch size for training (default: 8)")
     ap.add_argument("--test-batch-size", type=int, default=80, help="batch size for testing (default: 80)")
     ap.add_argument("--epochs", type=int, default=1, help="number of epochs to train (default: 1)")
@@ -274,7 +280,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     test_session, test_streams, test_variables, out_stream = test_program(opts)
     test_session.write_variables_data(
-        {test_var: trained[train_var].copy() for train_var, test_var in train_variables.to_mapping(test_variables).items()}
+        {
+            test_var: trained[train_var].copy()
+            for train_var, test_var in train_variables.to_mapping(test_variables).items()
+        }
     )
     print("test session")
     acc = test(test_session, test_data, test_streams, out_stream)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from typing import Generic, TextIO, TypeVar
 
 from tqdm import tqdm
@@ -36,7 +36,7 @@ LOG_LINES = 10
 class TerminalProgress(tqdm):
     """tqdm whose `set_description` waits for the next timed redraw."""
 
-    def set_description(self, desc: str | None = None, refresh: bool = False) -> None:
+    def set_description(self, desc: str | None = None, refresh: bool | None = False) -> None:
         super().set_description(desc, refresh=refresh)
 
 
@@ -54,8 +54,8 @@ class LogProgress(Generic[T]):
         if lines < 1:
             raise ValueError(f"LogProgress: lines must be at least 1, got {lines}")
         self.iterable = iterable
-        if total is None and hasattr(iterable, "__len__"):
-            total = len(iterable)  # type: ignore[arg-type]
+        if total is None and isinstance(iterable, Sized):
+            total = len(iterable)
         self.total = total
         self.desc = desc
         self.file = file
@@ -115,9 +115,9 @@ class LogProgress(Generic[T]):
 
 
 def _is_terminal(stream: TextIO | None) -> bool:
-    stream = stream if stream is not None else sys.stderr
+    out = stream if stream is not None else sys.stderr
     try:
-        return bool(stream.isatty())
+        return bool(out.isatty())
     except (AttributeError, ValueError):
         return False
 

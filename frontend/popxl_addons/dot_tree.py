@@ -81,7 +81,9 @@ class DotTree(Generic[L]):
     def __getitem__(self, key: str | int) -> L | DotTree[L]:
         return self.get(key)
 
-    def __getattr__(self, key: str) -> L | DotTree[L]:
+    def __getattr__(self, key: str) -> Any:
+        # A leaf (`L`) or a subtree, known only at run time: `Any`, as for `argparse.Namespace`.
+        # `get` / `[]` return the precise `L | DotTree[L]` for code that narrows.
         if key.startswith("__") and key.endswith("__"):
             raise AttributeError(key)
         try:

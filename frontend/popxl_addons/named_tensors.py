@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from popxl_addons.dot_tree import DotTree
 
+if TYPE_CHECKING:
+    import popxl
+
 __all__ = ["NamedTensors", "NamedTensorData", "print_named_tensors"]
 
 
-class NamedTensors(DotTree["popxl.Tensor"]):  # type: ignore[name-defined]  # noqa: F821
+class NamedTensors(DotTree["popxl.Tensor"]):
     """A DotTree of `popxl.Tensor`s (variables, graph inputs, ...)."""
 
     @property
-    def tensors(self) -> tuple:
+    def tensors(self) -> tuple[popxl.Tensor, ...]:
         """All tensors, sorted by tensor name."""
         return tuple(sorted(self.to_dict().values(), key=lambda t: t.name))
 
     @property
-    def named_tensors(self) -> dict[str, Any]:
+    def named_tensors(self) -> dict[str, popxl.Tensor]:
         """Flat dict of dotted key -> tensor (same as `to_dict`)."""
         return self.to_dict()
 
