@@ -28,9 +28,17 @@ def _nll_ir() -> popxl.Ir:
     return ir
 
 
+def _cached_source(name: str) -> str:
+    """The source linecache holds for `name` (a registered entry, not a lazy loader)."""
+    entry = linecache.cache[name]
+    assert len(entry) == 4, entry
+    return "".join(entry[2])
+
+
 def test_kernel_error_traceback_shows_the_generated_line():
     exe = compile_module(_nll_ir()._module)
     x = np.zeros((2, 3), np.float32)
+    tb = ""  # the traceback, formatted where the error is caught below
     with pytest.raises(DataRangeError):
         try:
             exe.run({"x": x, "labels": np.array([0, 7], np.int32)})
@@ -51,7 +59,7 @@ def test_every_kernel_line_names_its_op_and_linecache_has_the_source():
     kernel_lines = [ln for ln in body if not ln.startswith("_d = ")]  # host transfers
     assert kernel_lines and all("  # popxl." in ln or "  # xl." in ln for ln in kernel_lines)
     cached = [name for name in linecache.cache if name.startswith("<xl plan ")]
-    assert any("".join(linecache.cache[n][2]) == src for n in cached)
+    assert any(_cached_source(n) == src for n in cached)
 
 
 def test_linecache_entry_dropped_with_the_plan():
@@ -59,7 +67,7 @@ def test_linecache_entry_dropped_with_the_plan():
 
     exe = compile_module(_nll_ir()._module)
     (src,) = exe.sources
-    names = [n for n in linecache.cache if n.startswith("<xl plan ") and "".join(linecache.cache[n][2]) == src]
+    names = [n for n in linecache.cache if n.startswith("<xl plan ") and _cached_source(n) == src]
     assert len(names) == 1
     del exe
     gc.collect()
