@@ -20,7 +20,7 @@ import time
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--chunks", type=int, default=5)
@@ -83,6 +83,7 @@ def main() -> None:
         loss.backward()
         with torch.no_grad():
             for t in tw.values():
+                assert t.grad is not None  # set by loss.backward()
                 t -= lr * t.grad
         return float(loss)
 

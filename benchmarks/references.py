@@ -110,6 +110,7 @@ def torch_mlp(weights: list[tuple[np.ndarray, np.ndarray]], lr: float = 0.05):
         loss.backward()
         with torch.no_grad():
             for t in flat:
+                assert t.grad is not None  # set by loss.backward()
                 t.add_(t.grad, alpha=-lr)
                 t.grad = None
         return float(loss.detach())
