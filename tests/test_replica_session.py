@@ -15,6 +15,7 @@ import popxl
 import popxl.ops as ops
 import popxl_addons as addons
 from popxl.bridge import module_of
+from tests.narrow import narrow
 from xl.compiler import compile_module, lower
 from xl.dialects import rt
 from xl.passes.rt_optimize import optimize_program
@@ -100,9 +101,11 @@ def test_grouped_state_lowering() -> None:
     ir, *_ = grouped_program()
     low = lower(module_of(ir))
     (program,) = low.ops
+    assert isinstance(program, rt.ProgramOp)
     states = {op.slot.data: op for op in program.body.block.ops if isinstance(op, rt.StateOp)}
     assert str(states["v"].grouping) == "#replica.grouping<stride = 1, group_size = 2>"
-    assert states["v"].init.get_type().get_shape() == (2, 3)
+    v_init = states["v"].init
+    assert v_init is not None and v_init.type.get_shape() == (2, 3)
     assert states["u"].grouping is None
     text = str(low)
     assert 'rt.state "v" = dense<' in text and "{grouping = #replica.grouping<stride = 1, group_size = 2>}" in text
@@ -155,6 +158,7 @@ def test_data_parallel_equals_one_replica_on_the_whole_batch(replicas: int) -> N
         session = popxl.Session(ir, "cpu")
         data0 = session.get_tensors_data(variables.tensors)
         initial[r] = {name: np.array(data0[t]) for name, t in variables.named_tensors.items()}
+        losses = None
         with session:
             for x, y in data:
                 feed = (
@@ -166,9 +170,9 @@ def test_data_parallel_equals_one_replica_on_the_whole_batch(replicas: int) -> N
             weights[r] = {name: data_[t] for name, t in variables.named_tensors.items()}
             if r > 1:  # every replica holds the same weights
                 for t in variables.tensors:
-                    every = session._exe.gather_state(t._var_name)
+                    every = session._exe.gather_state(narrow(t, popxl.Variable)._var_name)
                     np.testing.assert_array_equal(every, np.stack([every[0]] * r))
-        assert np.shape(losses) == ((r,) if r > 1 else ())
+        assert losses is not None and np.shape(losses) == ((r,) if r > 1 else ())
     assert len(weights[1]) == 8
     for name, w in weights[1].items():
         np.testing.assert_array_equal(initial[replicas][name], initial[1][name])
@@ -240,6 +244,7 @@ def test_two_instances_equal_the_simulated_run(optimize: bool) -> None:
     module = parse_source(xl_context(), SPLIT, "split.mlir")
     low = lower(module)
     (program,) = low.ops
+    assert isinstance(program, rt.ProgramOp)
     if optimize:
         optimize_program(program)
     x = np.random.default_rng(5).normal(size=(2, 4, 2, 3)).astype(np.float32)  # [n, R, *shape]
@@ -317,6 +322,7 @@ def test_one_replica_data_parallel_program_drops_its_all_reduces() -> None:
     ir, img_s, lab_s, loss_s, variables = dp_program(1, 4)
     low = lower(module_of(ir))
     (program,) = low.ops
+    assert isinstance(program, rt.ProgramOp)
     optimize_program(program)
     text = str(low)
     assert '"replica.' not in text and text.count('"xl.gemm_acc"') >= 4
@@ -329,7 +335,8 @@ def test_one_replica_data_parallel_program_drops_its_all_reduces() -> None:
         a, b = opt.run(feed), plain.run(feed)
         np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-6)
     for t in variables.tensors:
-        np.testing.assert_allclose(opt.get_state(t._var_name), plain.get_state(t._var_name), rtol=1e-5, atol=1e-7)
+        name = narrow(t, popxl.Variable)._var_name
+        np.testing.assert_allclose(opt.get_state(name), plain.get_state(name), rtol=1e-5, atol=1e-7)
 
 
 def _run_split(program, feeds_per_step, optimize: bool, names: list[str]):
@@ -364,6 +371,7 @@ def test_two_instances_data_parallel_training_bit_for_bit() -> None:
     ir, img_s, lab_s, loss_s, variables = dp_program(4, 2)
     low = lower(module_of(ir))
     (program,) = low.ops
+    assert isinstance(program, rt.ProgramOp)
     optimize_program(program)
     assert str(low).count('"xl.all_reduce_update"') == 8
     rng = np.random.default_rng(2)
@@ -371,7 +379,7 @@ def test_two_instances_data_parallel_training_bit_for_bit() -> None:
         {"image": rng.normal(size=(4, 2, 28, 28)).astype(np.float32), "labels": rng.integers(0, 10, (4, 2)).astype(np.int32)}
         for _ in range(2)
     ]
-    names = [t._var_name for t in variables.tensors]
+    names = [narrow(t, popxl.Variable)._var_name for t in variables.tensors]
     assert str(low).count("rt.replica_invariant") == 8
     whole = compile_program(program, optimize=True)
     # replica-invariant weights: one buffer for the replicas of a process
