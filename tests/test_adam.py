@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -72,7 +74,7 @@ def numpy_adam(
 @pytest.mark.parametrize("bias_correction", [True, False])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.05])
 def test_matches_numpy_reference(fo_dtype, bias_correction, weight_decay):
-    kw = dict(lr=0.01, weight_decay=weight_decay, first_order_dtype=fo_dtype, bias_correction=bias_correction)
+    kw: dict[str, Any] = dict(lr=0.01, weight_decay=weight_decay, first_order_dtype=fo_dtype, bias_correction=bias_correction)
     w, st = run_adam(3, **kw)
     w_ref, st_ref = numpy_adam(3, **kw)
     np.testing.assert_allclose(w, w_ref, rtol=1e-6, atol=1e-6)
@@ -114,7 +116,7 @@ def test_loss_scaling_and_global_norm_clipping():
         w = sess.get_tensor_data(var)
     # g = 8 g0 / 8 * (gn/4) / max(8 gn, gn/4) = g0 / 32
     clip = (gn / 4) / max(gn * 8, gn / 4)
-    w_ref, _ = numpy_adam(1, grads=GRADS * 8, lr=0.1, loss_scaling=8, clip=clip, first_order_dtype=popxl.float32)
+    w_ref, _ = numpy_adam(1, grads=GRADS * 8, lr=0.1, loss_scaling=8, clip=float(clip), first_order_dtype=popxl.float32)
     np.testing.assert_allclose(w, w_ref, rtol=1e-6, atol=1e-6)
     with ir.main_graph, pytest.raises(ValueError, match="together"):
         AdamOptimizerStep().create_graph(var, grad.spec, lr=0.1, global_norm=norm)

@@ -37,7 +37,7 @@ def test_seed_variable_errors():
     sg = ir.create_empty_graph("sg")
     with ir.main_graph:
         with pytest.raises(TypeError, match="seed must be an int"):
-            addons.seed_variable(1.5)
+            addons.seed_variable(1.5)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
     with sg, pytest.raises(ValueError, match="main graph"):
         addons.seed_variable(1)
 
@@ -53,7 +53,7 @@ def test_input_output_streams():
         ops.host_store(outs.y, x * 2)
         assert list(outs.keys()) == ["y"]
         with pytest.raises(TypeError, match="must be given as"):
-            addons.InputStreams(bad=(2, 3, 4))
+            addons.InputStreams(bad=(2, 3, 4))  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
         with pytest.raises(AttributeError, match="no stream 'z'"):
             _ = ins.z
         again = addons.InputStreams.from_streams({"a": ins.x})
@@ -205,7 +205,7 @@ def test_repeat_graph_variables_and_order():
 def test_repeat_graph_errors():
     ir = popxl.Ir()
     with pytest.raises(TypeError):
-        repeat_graph(ir.main_graph, 2.0)
+        repeat_graph(ir.main_graph, 2.0)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
     g = ir.create_graph(lambda x: x * 2, popxl.TensorSpec((2,), popxl.float32))
     with pytest.raises(ValueError, match="is computed by its ops"):
         repeat_graph(g, 3)
@@ -284,7 +284,7 @@ def test_pad_squeeze_axes():
     with pytest.raises(IndexError):
         am.handle_negative_axis(np.zeros((2, 3)), 2)
     with pytest.raises(IndexError):
-        am.handle_negative_axis(np.float32(1), 0)
+        am.handle_negative_axis(np.float32(1), 0)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
     # re-exported at top level, as upstream
     assert addons.shard is am.shard and addons.squeeze_safe is am.squeeze_safe
 
@@ -387,6 +387,6 @@ def test_tuning_knobs_are_checked_noops():
     with pytest.raises(ValueError, match="in \\(0, 1\\]"):
         addons.set_available_memory_proportion_by_ipu(ir, [1.5])
     with pytest.raises(TypeError, match="expected a popxl.Ir"):
-        addons.enable_fc_pass("ir")
+        addons.enable_fc_pass("ir")  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
     with pytest.raises(TypeError, match="popxl.Graph"):
         addons.set_graph_available_memory_proportion_by_ipu(3, [0.5])
