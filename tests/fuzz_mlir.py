@@ -119,8 +119,7 @@ def _frontend_program() -> str:
         fwd = ops.call_with_info(g, x, inputs_dict={lin.W: w})
         (y,) = fwd.outputs
         grad = transforms.autodiff(g, grads_required=[lin.W])
-        (dw,) = ops.call(grad.graph, ops.ones_like(y) if hasattr(ops, "ones_like") else y,
-                         inputs_dict=grad.inputs_dict(fwd))
+        (dw,) = ops.call(grad.graph, y, inputs_dict=grad.inputs_dict(fwd))  # y as the provided gradient
         ops.scaled_add_(w, dw, b=-0.1)
         out = popxl.d2h_stream(y.shape, y.dtype, "y")
         ops.host_store(out, ops.softmax(y, axis=1))
@@ -281,6 +280,7 @@ def run_in_process(tool: str, argv: list[str]) -> tuple[int | None, bytes, bytes
 def _inputs_for(data: bytes, folder: Path) -> list[str]:
     """`name=file.npy` arguments with data of the right shape for the program's streams."""
     import numpy as np
+    from xdsl.dialects.builtin import StringAttr, TensorType
 
     from xl.dialects.utils import numpy_dtype
     from xl.tools.context import xl_context
@@ -302,13 +302,17 @@ def _inputs_for(data: bytes, folder: Path) -> list[str]:
         if op.name == "graph.h2d_stream":
             try:
                 t = op.properties["type"]
-                shape = tuple(int(d) for d in t.get_shape())  # type: ignore[attr-defined]
-                dtype = numpy_dtype(t.get_element_type())  # type: ignore[attr-defined]
+                if not isinstance(t, TensorType):
+                    return []
+                shape = tuple(int(d) for d in t.get_shape())
+                dtype = numpy_dtype(t.get_element_type())
                 if any(d < 0 for d in shape) or np.prod(shape, dtype=object) * nht > 1 << 16:
                     return []
             except Exception:  # noqa: BLE001
                 return []
-            specs.append((op.properties["sym_name"].data, shape, dtype))  # type: ignore[attr-defined]
+            name = op.properties["sym_name"]
+            assert isinstance(name, StringAttr), name
+            specs.append((name.data, shape, dtype))
     args = []
     rng = np.random.default_rng(0)
     for name, shape, dtype in specs:
@@ -390,7 +394,7 @@ internal exception name): worth a better message, not a failure."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, help="write the findings as JSON here")

@@ -64,6 +64,7 @@ def test_mutated_inputs_with_the_installed_tools(tmp_path: Path) -> None:
     """A few mutated inputs through the real executables (process, exit status, stderr)."""
     rng = random.Random(SEED + 1)
     programs = fuzz_mlir.corpus(include_frontend=False)
+    k = -1
     for k in range(6):
         name, text = programs[rng.randrange(len(programs))]
         data, muts = fuzz_mlir.mutate(text, rng)

@@ -239,9 +239,9 @@ def test_pool_kernels_match_loop_reference(case, include_pad) -> None:
     x = _f32(2, 3, *(size,) * nd)
     props = dict(kernel=(k,) * nd, stride=(s,) * nd, pads=(p,) * (2 * nd), dilation=(d,) * nd, ceil_mode=ceil)
     mx = run1(P.MaxPoolOp, [x], **props)
-    np.testing.assert_array_equal(mx, ref_pool(x, *props.values(), "max").astype(np.float32))
+    np.testing.assert_array_equal(mx, ref_pool(x, **props, mode="max").astype(np.float32))
     av = run1(P.AveragePoolOp, [x], count_include_pad=include_pad, **props)
-    ref = ref_pool(x, *props.values(), "avg", include_pad)
+    ref = ref_pool(x, **props, mode="avg", include_pad=include_pad)
     np.testing.assert_allclose(av, ref, rtol=1e-5, atol=1e-6)
 
 
@@ -418,7 +418,7 @@ def test_average_pool_grad_kernel_is_the_adjoint(case, include_pad) -> None:
     nd, size, k, s, p, d, ceil = case
     x = _f32(2, 3, *(size,) * nd)
     props = dict(kernel=(k,) * nd, stride=(s,) * nd, pads=(p,) * (2 * nd), dilation=(d,) * nd, ceil_mode=ceil)
-    y = ref_pool(x, *props.values(), "avg", include_pad)
+    y = ref_pool(x, **props, mode="avg", include_pad=include_pad)
     dy = _f32(*y.shape)
     dx = run1(P.AveragePoolGradOp, [dy], result_types=[(x.shape, x.dtype)], count_include_pad=include_pad, **props)
     np.testing.assert_allclose(np.sum(dx * x), np.sum(y * dy), rtol=1e-4)

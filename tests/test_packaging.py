@@ -93,11 +93,13 @@ def test_wheel_name_python_and_dependencies(wheel: zipfile.ZipFile) -> None:
     xdsl = importlib.metadata.metadata("xdsl")
     assert md["Requires-Python"] == xdsl["Requires-Python"] == ">=3.11"
     requires = md.get_all("Requires-Dist")
+    assert requires is not None
     assert f"xdsl=={xdsl['Version']}" in requires
     assert {r.split(">")[0].split("=")[0] for r in requires if "extra ==" not in r} == {
         "xdsl", "numpy", "ml_dtypes", "tqdm"
     }
     classifiers = md.get_all("Classifier")
+    assert classifiers is not None
     for version in ("3.11", "3.12"):
         assert f"Programming Language :: Python :: {version}" in classifiers
     assert not any(c.startswith("Programming Language :: Python :: 3.10") for c in classifiers)
@@ -106,7 +108,8 @@ def test_wheel_name_python_and_dependencies(wheel: zipfile.ZipFile) -> None:
 def test_wheel_license_and_notice(wheel: zipfile.ZipFile) -> None:
     md = _metadata(wheel)
     assert md["License-Expression"] == "MIT"
-    assert sorted(md.get_all("License-File")) == ["LICENSE", "NOTICE"]
+    license_files = md.get_all("License-File")
+    assert license_files is not None and sorted(license_files) == ["LICENSE", "NOTICE"]
     info = _dist_info(wheel)
     license_text = wheel.read(f"{info}/licenses/LICENSE").decode()
     assert license_text == (ROOT / "LICENSE").read_text()
