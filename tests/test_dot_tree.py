@@ -1,9 +1,10 @@
 """DotTree semantics (popxl_addons.dot_tree), after ADDONS tests/unit/test_dot_tree.py."""
 
+import numpy as np
 import pytest
 
 from popxl_addons import DotTree, NamedTensorData, NamedTensors, to_mapping
-from popxl_addons.variable_factory import NamedVariableFactories
+from popxl_addons.variable_factory import NamedVariableFactories, VariableFactory
 
 
 def make():
@@ -105,7 +106,7 @@ def test_insert_validation():
     with pytest.raises(ValueError):
         t.insert("a.-1", 0)
     with pytest.raises(TypeError):
-        t.insert(1.5, 0)
+        t.insert(1.5, 0)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
 
 
 def test_insert_existing_and_overwrite():
@@ -116,7 +117,7 @@ def test_insert_existing_and_overwrite():
         t.insert("b.a", 10)
     t.insert("a", 10, overwrite=True)
     t.insert("b.a", 11, overwrite=True)
-    assert t.a == 10 and t.b.a == 11
+    assert (t.a, t.b.a) == (10, 11)  # (a tuple: `t.a == 10` would narrow t.a to the literal 10 below)
     # leaf under an existing leaf
     with pytest.raises(ValueError):
         t.insert("a.x", 5)
@@ -267,9 +268,9 @@ def test_subclasses_keep_type_for_nested():
     t.insert("a.b", _tensor())
     assert isinstance(t.a, NamedTensors)
     f = NamedVariableFactories()
-    f.insert("x.y", 1)
+    f.insert("x.y", VariableFactory(np.zeros(2)))
     assert isinstance(f.x, NamedVariableFactories)
-    d = NamedTensorData(w=1)
+    d = NamedTensorData(w=np.ones(1))
     assert isinstance(d, DotTree)
 
 
