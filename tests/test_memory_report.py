@@ -159,9 +159,10 @@ def _independent(program: rt.ProgramOp) -> tuple[int, int]:
         positions: list[tuple[int, int]] = []
         for op in ops:
             if any(base(o) is v for o in op.operands):
-                a = op
-                while a.parent is not block:
+                a: Operation | None = op
+                while a is not None and a.parent is not block:
                     a = a.parent_op()
+                assert a is not None, op  # the allocation's block encloses every use
                 positions.append((index[a], last_index(a)))
         if positions:
             spans.append((min(p[0] for p in positions), max(p[1] for p in positions), _size(v)))

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import popxl
+from tests.narrow import narrow
+from xl.dialects.graph import GraphOp
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -49,7 +51,7 @@ def test_program_structure():
     assert len(layers["fc1"].bwd.graph.outputs) == 0
     assert all(len(layers[k].bwd.graph.outputs) == 1 for k in ("fc2", "fc3", "fc4"))
     # the cached optimizer: one graph per (shape, dtype, virtual IPU), 7 for 8 variables
-    names = [g.name for g in (popxl.Graph._from_op(ir, op) for op in ir._module.ops if hasattr(op, "graph_name"))]
+    names = [popxl.Graph._from_op(ir, op).name for op in ir._module.ops if isinstance(op, GraphOp)]
     assert sum(n.startswith("Adam_subgraph(") for n in names) == 7
     text = ir.to_mlir()
     assert text.count("graph.host_load @image") == 6
@@ -61,7 +63,7 @@ def _train(opts, data, init=None):
     np.random.seed(0)
     session, streams, variables, loss_stream, _ = ex.train_program(opts)
     if init is not None:
-        session.write_variables_data({t: init[k] for k, t in variables.to_dict().items()})
+        session.write_variables_data({narrow(t, popxl.Variable): init[k] for k, t in variables.to_dict().items()})
     losses = []
     with session:
         start = {k: session.get_tensor_data(t).copy() for k, t in variables.to_dict().items()}
@@ -108,7 +110,7 @@ def _mean_gradient(weights: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray)
             streams[k] = popxl.d2h_stream(t.shape, t.dtype, k)
             ops.host_store(streams[k], grads[t])
     with popxl.Session(ir, "cpu") as sess:
-        sess.write_variables_data({t: weights[k] for k, t in variables.to_dict().items()})
+        sess.write_variables_data({narrow(t, popxl.Variable): weights[k] for k, t in variables.to_dict().items()})
         out = sess.run({xs: x, ys: y})
     return {k: out[s] for k, s in streams.items()}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from mpi_launch import HAVE_MPI, SKIP_REASON, finish, launch, needs_mpi  # noqa:
 
 import popdist  # noqa: E402
 import popxl  # noqa: E402
+from tests.narrow import narrow  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def mpi_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "diverge": launch([script, str(out), "diverge"]),
         "early_exit": launch([script, str(out), "early_exit"]),
     }
-    runs = {name: finish(p) for name, p in procs.items()}
+    runs: dict[str, Any] = {name: finish(p) for name, p in procs.items()}
     code, log = runs["all"]
     assert code == 0, log
     runs["instances"] = [dict(np.load(out / f"instance{i}.npz")) for i in range(2)]
@@ -67,11 +69,11 @@ def numpy_collectives() -> dict[str, np.ndarray]:
     x64 = x.astype(np.float64)
 
     def per_group(assignment: list[int], f) -> np.ndarray:
-        out = [None] * 4
+        out: dict[int, np.ndarray] = {}
         for members in _groups(assignment):
             for i, r in enumerate(members):
                 out[r] = f(members, i, r)
-        return np.stack(out)
+        return np.stack([out[r] for r in range(4)])  # every replica is in a group
 
     flat_sum = x64.reshape(4, -1).sum(axis=0)
     return {
@@ -152,7 +154,7 @@ def test_training_under_mpi_equals_the_simulated_run(mpi_runs: dict, simulated: 
 @needs_mpi
 def test_grouped_variables_same_on_every_instance(mpi_runs: dict, simulated: dict) -> None:
     data = prog.training_data()
-    sums = sum(x.reshape(4, prog.BATCH, 8).sum(axis=1) for x, _ in data)  # [replica, 8]
+    sums = narrow(sum(x.reshape(4, prog.BATCH, 8).sum(axis=1) for x, _ in data), np.ndarray)  # [replica, 8]
     # stride 2, group size 2: groups {0, 2} and {1, 3}; a group reads its first replica
     want_grouped = np.arange(16, dtype=np.float32).reshape(2, 8) + sums[[0, 1]]
     for got in mpi_runs["instances"]:
