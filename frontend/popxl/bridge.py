@@ -22,7 +22,8 @@ The types the bridge hands out are re-exported for annotations and `except` clau
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from types import UnionType
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
@@ -68,9 +69,9 @@ def graph_op(graph: Graph) -> GraphOp | MainGraphOp:
     return graph._op
 
 
-def graph_of(ir: Ir, graph: GraphOp | MainGraphOp | str) -> Graph:
+def graph_of(ir: Ir, graph: Operation | str) -> Graph:
     """The `popxl.Graph` of a graph op of `ir` (e.g. one a pass created), or of the graph
-    named `graph`; always the same object for the same op."""
+    named `graph`; always the same object for the same op. Any other op: TypeError."""
     _check(ir, _ir_type(), "graph_of", "a popxl.Ir")
     if isinstance(graph, str):
         return ir._graph_by_name(graph)
@@ -187,6 +188,14 @@ def number_op(ir: Ir, op: Operation) -> None:
         ir._op_ids[op] = next(ir._op_counter)
 
 
+@overload
+def run_pass(ir: Ir, pass_: ModulePass) -> None: ...
+
+
+@overload
+def run_pass(ir: Ir, pass_: Callable[..., R], *args: Any, **kwargs: Any) -> R: ...
+
+
 def run_pass(ir: Ir, pass_: ModulePass | Callable[..., R], *args: Any, **kwargs: Any) -> R | None:
     """Run a pass on the module of `ir`, in place.
 
@@ -214,6 +223,6 @@ def _ir_type() -> type:
     return Ir
 
 
-def _check(obj: Any, cls: type, fn: str, what: str) -> None:
+def _check(obj: Any, cls: type | UnionType, fn: str, what: str) -> None:
     if not isinstance(obj, cls):
         raise TypeError(f"bridge.{fn}: expected {what}, got {type(obj).__name__}")

@@ -13,7 +13,7 @@ import os
 import typing
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
@@ -31,6 +31,9 @@ from xl.dialects.graph import (
     VariableOp,
     graphs_by_name,
 )
+
+if TYPE_CHECKING:
+    from popxl.replica_grouping import ReplicaGrouping
 
 __all__ = ["Ir"]
 
@@ -178,6 +181,7 @@ class Ir:
             sig = inspect.signature(build)
         except (TypeError, ValueError):
             sig = None
+        bound: inspect.BoundArguments | None = None
         if sig is not None:
             try:
                 bound = sig.bind(*args, **kwargs)
@@ -190,7 +194,7 @@ class Ir:
 
         g = Graph._from_op(self, self._new_graph_op(self._create_name(qualname)))
         try:
-            self._build_graph(g, build, qualname, sig, bound if sig is not None else None, hints, args, kwargs)
+            self._build_graph(g, build, qualname, sig, bound, hints, args, kwargs)
         except BaseException:
             # Drop the half-built graph so that the module stays valid.
             self._module.body.block.detach_op(g._op)
@@ -274,11 +278,11 @@ class Ir:
             if cand not in self._h2d and cand not in self._d2h:
                 return cand
 
-    def _used_streams(self, kind: type) -> set[str]:
+    def _used_streams(self, kind: type[HostLoadOp] | type[HostStoreOp]) -> set[str]:
         names: set[str] = set()
         for op in self._module.walk():
             if isinstance(op, kind):
-                names.add(op.stream.root_reference.data)  # type: ignore[attr-defined]
+                names.add(op.stream.root_reference.data)
         return names
 
     def get_all_h2d_streams(self) -> set[Any]:
@@ -300,7 +304,7 @@ class Ir:
         return [s for n, s in self._d2h.items() if n in used]
 
     # -- replica groupings ------------------------------------------------------------------
-    def replica_grouping(self, stride: int = 1, group_size: int | None = None) -> Any:
+    def replica_grouping(self, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
         """A `popxl.ReplicaGrouping` of this Ir's replicas: groups of `group_size` replicas
         (default: `replication_factor // stride`) `stride` apart. Collectives and grouped
         variables use it (`ops.collectives.*(group=...)`, `popxl.variable(replica_grouping=...)`)."""
@@ -308,7 +312,7 @@ class Ir:
 
         return ReplicaGrouping._from_params(self, stride, group_size)
 
-    def replica_grouping_from_assignments(self, assignment: Iterable[int]) -> Any:
+    def replica_grouping_from_assignments(self, assignment: Iterable[int]) -> ReplicaGrouping:
         """A `popxl.ReplicaGrouping` from the group of each replica (equal-sized groups;
         labels renumbered in order of first appearance); a constant-stride assignment gives
         the same grouping as `replica_grouping(stride, group_size)`."""
@@ -416,7 +420,7 @@ class Ir:
 
 
 def _qualname(fn: Callable[..., Any]) -> str:
-    f = fn
+    f: Any = fn  # walked through `.func` of partial-like wrappers
     while hasattr(f, "func") and not hasattr(f, "__qualname__"):  # functools.partial
         f = f.func
     q = getattr(f, "__qualname__", None)

@@ -2,7 +2,7 @@
 graphs with named args, transforms and ops on top of `popxl` (upstream: graphcore/popxl-addons).
 """
 
-from popxl_addons import (  # noqa: F401  # noqa: F401  # noqa: F401  # noqa: F401
+from popxl_addons import (  # noqa: F401  (the submodules, as upstream exposes them)
     array_munging,
     debugging,
     dot_tree,
@@ -23,7 +23,6 @@ from popxl_addons import (  # noqa: F401  # noqa: F401  # noqa: F401  # noqa: F4
     variable_factory,
 )
 from popxl_addons.array_munging import *  # noqa: F401,F403  (upstream re-exports them)
-from popxl_addons.array_munging import __all__ as _array_munging_all
 from popxl_addons.debugging import print_tensor, print_text
 from popxl_addons.dot_tree import DotTree, to_mapping
 from popxl_addons.graph import BoundGraph, GraphWithNamedArgs
@@ -124,5 +123,5 @@ __all__ = [
     "evaluate_FLOPs",
     "print_FLOPs",
     "format_flops_scientific",
-    *_array_munging_all,
 ]
+__all__ += array_munging.__all__

@@ -117,7 +117,9 @@ def _check_tp(tp: int, rf: int) -> None:
     if not tp <= rf:
         raise ValueError(f"tensor parallel factor `tp` is not less than replication factor `rf`: {tp} > {rf}")
     if rf % tp:
-        raise ValueError(f"tensor parallel factor `tp` does not equally divide replication factor `rf`: rf/tp={rf / tp}")
+        raise ValueError(
+            f"tensor parallel factor `tp` does not equally divide replication factor `rf`: rf/tp={rf / tp}"
+        )
 
 
 def tensor_parallel_input(

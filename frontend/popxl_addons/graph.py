@@ -9,10 +9,13 @@ needs the remaining (positional) inputs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from popxl_addons.dot_tree import DotTree
 from popxl_addons.named_tensors import NamedTensors
+
+if TYPE_CHECKING:
+    from popxl_addons.module import Aux
 
 __all__ = ["GraphWithNamedArgs", "BoundGraph", "TensorMap", "schedule_str"]
 
@@ -114,7 +117,7 @@ class GraphWithNamedArgs:
         args: NamedTensors | None = None,
         grad_graph_info: Any = None,
         from_module: Any = None,
-        aux: NamedTensors | None = None,
+        aux: NamedTensors | Aux | None = None,
         called_graphs_grad_info: Mapping[Any, Any] | None = None,
     ):
         _check_graph(graph, "GraphWithNamedArgs")
@@ -223,7 +226,11 @@ class GraphWithNamedArgs:
                     f"autodiff(method='build_grad') of graph '{self.graph.name}': it needs the "
                     "module's `build_grad` overridden and `from_module` is specified when this "
                     "GraphWithNamedArgs was made (it has "
-                    + ("no from_module)" if module is None else f"module {type(module).__name__}, which has no build_grad)")
+                    + (
+                        "no from_module)"
+                        if module is None
+                        else f"module {type(module).__name__}, which has no build_grad)"
+                    )
                 )
         from popxl_addons.transforms.autodiff import autodiff
 

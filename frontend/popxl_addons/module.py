@@ -281,7 +281,8 @@ def _scoped_build(build: Any) -> Any:
                 return build(self, *args, **kwargs)
         return build(self, *args, **kwargs)
 
-    build_in_scope._addons_scoped = True  # type: ignore[attr-defined]
+    # a marker on the function object, so a build already wrapped is not wrapped again
+    build_in_scope._addons_scoped = True  # pyright: ignore[reportAttributeAccessIssue]
     return build_in_scope
 
 
@@ -390,6 +391,8 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
                     raise KeyError(key)
                 key = numeric[-1] + 1 + key
             key = str(key)
+        if not isinstance(key, str):
+            raise TypeError(f"Module.get: keys are str or int, not {type(key).__name__}")
         first, _, rest = key.partition(".")
         if first not in self._submodules:
             raise KeyError(key)
@@ -622,12 +625,12 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
                     new_outputs.append(f_t)
                     fwd_outputs.append(f_t)
                 expected_inputs.append(("fwd_output", idx))
-            expected_outputs = [_index_in(t, fwd_inputs) for t in (*nonvar_required, *var_required.values())]
+            expected_outputs = [_input_index(t, fwd_inputs) for t in (*nonvar_required, *var_required.values())]
             if new_outputs:
                 _add_forward_outputs(fwd, new_outputs)
             from popxl.transforms.autodiff import GradGraphInfo
 
-            info = GradGraphInfo.create(fwd, grad, expected_inputs, expected_outputs)  # type: ignore[arg-type]
+            info = GradGraphInfo.create(fwd, grad, expected_inputs, expected_outputs)
         finally:
             self._reset()
         return GraphWithNamedArgs.from_grad_graph(info)
@@ -796,6 +799,13 @@ def _index_in(t: popxl.Tensor, ts: list[popxl.Tensor]) -> int | None:
     return None
 
 
+def _input_index(t: popxl.Tensor, inputs: list[popxl.Tensor]) -> int:
+    """The position of `t` in `inputs` (a required gradient, checked by `_check_tensors`)."""
+    idx = _index_in(t, inputs)
+    assert idx is not None, f"{t.name!r} is not a forward graph input"
+    return idx
+
+
 def _check_tensors(
     tensors: Iterable[popxl.Tensor] | None, candidates: tuple, graph: popxl.Graph, what: str, where: str
 ) -> list[popxl.Tensor]:
@@ -817,9 +827,13 @@ def _add_forward_outputs(graph: popxl.Graph, tensors: list[popxl.Tensor]) -> Non
     """Make `tensors` extra outputs of `graph`; its existing call sites get the results."""
     from popxl import bridge
     from xl.dialects.call import CallSiteError, add_graph_outputs
+    from xl.dialects.graph import GraphOp
 
+    op = bridge.graph_op(graph)
+    if not isinstance(op, GraphOp):
+        raise ValueError(f"create_grad_graph: the forward graph {graph.name!r} is the main graph")
     try:
-        add_graph_outputs(bridge.module_of(graph.ir), bridge.graph_op(graph), [bridge.value_of(t) for t in tensors])
+        add_graph_outputs(bridge.module_of(graph.ir), op, [bridge.value_of(t) for t in tensors])
     except CallSiteError as e:
         raise ValueError(f"create_grad_graph: {e}") from None
 

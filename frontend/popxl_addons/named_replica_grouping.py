@@ -52,7 +52,7 @@ class NamedReplicaGrouping(DotTree[Any]):
         return cls.pack(names, [value] * len(names))
 
 
-def _ir_and_group(replica_grouping: Any | None, what: str) -> tuple[Any, Any]:
+def _ir_and_group(replica_grouping: popxl.ReplicaGrouping | None, what: str) -> tuple[popxl.Ir, popxl.ReplicaGrouping]:
     ir = popxl.gcg().ir
     if replica_grouping is None:
         replica_grouping = ir.replica_grouping()
@@ -63,14 +63,14 @@ def _ir_and_group(replica_grouping: Any | None, what: str) -> tuple[Any, Any]:
     return ir, replica_grouping
 
 
-def is_cross_instance(replica_grouping: Any) -> bool:
+def is_cross_instance(replica_grouping: popxl.ReplicaGrouping | None) -> bool:
     """Whether the groups of `replica_grouping` span more replicas than one instance runs
     (`group_size * stride > ir.instance_replication_factor`)."""
     ir, rg = _ir_and_group(replica_grouping, "is_cross_instance")
     return rg.group_size * rg.stride > ir.instance_replication_factor
 
 
-def get_instance_replica_grouping(replica_grouping: Any | None = None) -> Any:
+def get_instance_replica_grouping(replica_grouping: popxl.ReplicaGrouping | None = None) -> popxl.ReplicaGrouping:
     """`replica_grouping` (default: all replicas) restricted to one instance: the same
     stride, only the replicas of the instance replication factor. A grouping inside one
     instance is returned as it is."""
@@ -99,13 +99,13 @@ def get_ild_size_from_popdist() -> int:
     return int(size)
 
 
-def is_cross_ild(replica_grouping: Any) -> bool:
+def is_cross_ild(replica_grouping: popxl.ReplicaGrouping | None) -> bool:
     """Whether the groups of `replica_grouping` span more than one IPU link domain."""
     _, rg = _ir_and_group(replica_grouping, "is_cross_ild")
     return rg.group_size * rg.stride > get_ild_size_from_popdist()
 
 
-def get_ild_replica_grouping(replica_grouping: Any | None = None) -> Any:
+def get_ild_replica_grouping(replica_grouping: popxl.ReplicaGrouping | None = None) -> popxl.ReplicaGrouping:
     """`replica_grouping` (default: all replicas) restricted to one IPU link domain."""
     ir, rg = _ir_and_group(replica_grouping, "get_ild_replica_grouping")
     ild = get_ild_size_from_popdist()

@@ -121,16 +121,17 @@ def route_tensor_into_graph(
                     f"route_tensor_into_graph: graph {g.name!r} is called by a {site.name}; only "
                     "call.call and call.repeat call sites can be given a new input"
                 )
-            caller = bridge.graph_of(ir, site.parent_op()) if site.parent_op() is not None else None
-            outer = next((r for cg, r in routes.items() if caller is not None and cg == caller), None)
-            if outer is None:
+            parent = site.parent_op()
+            caller = bridge.graph_of(ir, parent) if parent is not None else None
+            outer = None if caller is None else next((r for cg, r in routes.items() if cg == caller), None)
+            if caller is None or outer is None:
                 raise ValueError(
                     f"route_tensor_into_graph: graph {g.name!r} is also called from graph "
                     f"{caller.name if caller is not None else '?'!r}, which {tensor.name!r} cannot reach"
                 )
             v = bridge.value_of(outer)
             owner = v.owner
-            if hasattr(owner, "parent_block") and owner.parent_block() is site.parent_block():
+            if isinstance(owner, bridge.Operation) and owner.parent_block() is site.parent_block():
                 if not owner.is_before_in_block(site):
                     raise ValueError(
                         f"route_tensor_into_graph: {tensor.name!r} is defined after a call of graph "

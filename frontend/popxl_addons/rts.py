@@ -49,7 +49,7 @@ def _tiles(use_io_tiles: bool) -> Iterator[None]:
         yield
 
 
-def _grouping(rg: Any, what: str) -> Any:
+def _grouping(rg: object, what: str) -> popxl.ReplicaGrouping:
     if rg is None:
         return popxl.gcg().ir.replica_grouping()
     if not isinstance(rg, popxl.ReplicaGrouping):

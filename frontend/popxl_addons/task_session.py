@@ -44,7 +44,7 @@ _MODEL_DIR = "model"
 _REPORT = ("none", "warn", "error")
 
 
-def write_variables_pb(session: popxl.Session, weights: Mapping[popxl.Tensor, np.ndarray]) -> None:
+def write_variables_pb(session: popxl.Session, weights: Mapping[popxl.Variable, np.ndarray]) -> None:
     """`session.write_variables_data(weights)` (upstream's workaround, kept for its callers)."""
     session.write_variables_data(dict(weights))
 
@@ -154,7 +154,9 @@ class TaskSession(popxl.Session):
             raise TypeError(f"save_checkpoint: checkpoint_dir must be a path, got {type(checkpoint_dir).__name__}")
         checkpoint_dir = os.fspath(checkpoint_dir)
         if checkpoint_dir.startswith("wandb://"):
-            raise ValueError("save_checkpoint: wandb:// checkpoints need Weights & Biases, which xl does not use; give a directory")
+            raise ValueError(
+                "save_checkpoint: wandb:// checkpoints need Weights & Biases, which xl does not use; give a directory"
+            )
         model_dir = os.path.join(checkpoint_dir, _MODEL_DIR)
         os.makedirs(model_dir, exist_ok=True)
         values = self.get_named_tensors_data().to_dict()
@@ -199,7 +201,9 @@ class TaskSession(popxl.Session):
         _check_report(report_missing)
         checkpoint_dir = os.fspath(checkpoint_dir)
         if checkpoint_dir.startswith("wandb://"):
-            raise ValueError("load_checkpoint: wandb:// checkpoints need Weights & Biases, which xl does not use; give a directory")
+            raise ValueError(
+                "load_checkpoint: wandb:// checkpoints need Weights & Biases, which xl does not use; give a directory"
+            )
         state_file = os.path.join(checkpoint_dir, _STATE_FILE)
         model_dir = os.path.join(checkpoint_dir, _MODEL_DIR)
         if not os.path.isdir(model_dir):

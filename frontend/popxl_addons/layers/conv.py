@@ -105,7 +105,9 @@ class Conv2D(Module):
     def torch_mapping(variables: NamedTensors, nn_layer: Any, dtype: popxl.dtype = popxl.float32) -> WeightsDict:
         """{variable: data} from a `torch.nn.Conv2d` (same weight layout; bias reshaped)."""
         out = WeightsDict()
-        out[variables.weight] = check_shape(param(nn_layer, "weight", dtype, "Conv2D"), variables.weight, "Conv2D", "weight")
+        out[variables.weight] = check_shape(
+            param(nn_layer, "weight", dtype, "Conv2D"), variables.weight, "Conv2D", "weight"
+        )
         if "bias" in variables.keys():
             b = param(nn_layer, "bias", dtype, "Conv2D").reshape(variables.bias.shape)
             out[variables.bias] = b

@@ -61,7 +61,10 @@ class Embedding(Module):
         return np.arange(n_shards * size, step=size)
 
     def build(self, indices: popxl.Tensor) -> popxl.Tensor:
-        shape = (self.vocab_shard_size, self.hidden_size) if self.axis == 0 else (self.hidden_size, self.vocab_shard_size)
+        if self.axis == 0:
+            shape = (self.vocab_shard_size, self.hidden_size)
+        else:
+            shape = (self.hidden_size, self.vocab_shard_size)
         self.weight = self.add_variable_input(
             "weight", partial(truncated_normal, shape), self.dtype, replica_grouping=self.replica_grouping
         )

@@ -48,7 +48,11 @@ class GroupNorm(Module):
         """{variable: data} from a `torch.nn.GroupNorm`."""
         return WeightsDict(
             {
-                variables.weight: check_shape(param(nn_layer, "weight", dtype, "GroupNorm"), variables.weight, "GroupNorm", "weight"),
-                variables.bias: check_shape(param(nn_layer, "bias", dtype, "GroupNorm"), variables.bias, "GroupNorm", "bias"),
+                variables.weight: check_shape(
+                    param(nn_layer, "weight", dtype, "GroupNorm"), variables.weight, "GroupNorm", "weight"
+                ),
+                variables.bias: check_shape(
+                    param(nn_layer, "bias", dtype, "GroupNorm"), variables.bias, "GroupNorm", "bias"
+                ),
             }
         )

@@ -55,5 +55,7 @@ class Linear(Module):
         w = param(nn_layer, "weight", dtype, "Linear").T
         out[variables.weight] = check_shape(np.ascontiguousarray(w), variables.weight, "Linear", "weight")
         if "bias" in variables.keys():
-            out[variables.bias] = check_shape(param(nn_layer, "bias", dtype, "Linear"), variables.bias, "Linear", "bias")
+            out[variables.bias] = check_shape(
+                param(nn_layer, "bias", dtype, "Linear"), variables.bias, "Linear", "bias"
+            )
         return out

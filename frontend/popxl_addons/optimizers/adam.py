@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from popxl_addons.module import Module
 
 __all__ = ["AdamOptimizerStep"]
 
-Scalar = Union[float, popxl.Tensor]
+Scalar = float | popxl.Tensor
 
 
 class AdamOptimizerStep(Module):

@@ -31,7 +31,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import popxl
 import popxl.ops as ops
@@ -42,10 +42,17 @@ from popxl_addons.named_tensors import NamedTensors
 from popxl_addons.remote import create_remote_buffer
 from popxl_addons.rts import gather_replica_sharded_tensor
 from popxl_addons.transforms.autodiff import remap_grad_info
+from xl.dialects.graph import GraphOp
 
-__all__ = ["batch_serialise", "batch_serialise_fwd_and_grad", "batch_serial_buffer", "RemoteHandle", "BatchSerialResult"]
+__all__ = [
+    "batch_serialise",
+    "batch_serialise_fwd_and_grad",
+    "batch_serial_buffer",
+    "RemoteHandle",
+    "BatchSerialResult",
+]
 
-RowOffset = Union[int, None, Callable[[popxl.Tensor], popxl.Tensor]]
+RowOffset = int | None | Callable[[popxl.Tensor], popxl.Tensor]
 
 
 @dataclass
@@ -66,7 +73,7 @@ class RemoteHandle:
     shard_group: popxl.ReplicaGrouping | None = None
 
 
-Handle = Union[popxl.HostToDeviceStream, RemoteHandle]
+Handle = popxl.HostToDeviceStream | RemoteHandle
 
 
 def _as_handles(handles: Mapping[popxl.Tensor, Any], what: str, streams_ok: bool) -> dict:
@@ -162,7 +169,10 @@ class _Plan:
 
         self.stored = [t for t in inputs + outputs if stored(t)]
         self.passed = [t for t in inputs if t is not seed_input and t not in load]
-        self.by_ref = [bridge.graph_op(g).input_is_by_ref(inputs.index(t)) for t in self.passed]
+        g_op = bridge.graph_op(g)
+        if not isinstance(g_op, GraphOp):
+            raise ValueError(f"batch_serialise: {g.name!r} is the main graph, not a subgraph")
+        self.by_ref = [g_op.input_is_by_ref(inputs.index(t)) for t in self.passed]
 
     # -- offsets ----------------------------------------------------------------------------
     def _entry(self, index: popxl.Tensor, h: RemoteHandle) -> popxl.Tensor:
@@ -198,8 +208,10 @@ class _Plan:
         return out
 
     def gather(self, loaded: list[popxl.Tensor]) -> list[popxl.Tensor]:
-        return [gather_replica_sharded_tensor(x, replica_group=self.load[t].shard_group) if _sharded(self.load[t]) else x
-                for t, x in zip(self.loaded, loaded, strict=True)]  # fmt: skip
+        return [
+            gather_replica_sharded_tensor(x, replica_group=self.load[t].shard_group) if _sharded(self.load[t]) else x
+            for t, x in zip(self.loaded, loaded, strict=True)
+        ]
 
     def slice(self, stored: list[popxl.Tensor]) -> list[popxl.Tensor]:
         out = []

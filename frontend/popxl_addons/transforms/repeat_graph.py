@@ -65,6 +65,7 @@ def repeat_graph(graph: popxl.Graph, repeat_count: int) -> popxl.Graph:
             new_inputs[v] = bridge.value_of(new_t)
             outside[new_t] = t
     body_out = body_block.last_op
+    assert body_out is not None, "create_empty_graph finalizes the graph with its graph.output"
     for op in moved:
         op.detach()
         if any(v in new_inputs for v in op.operands):
