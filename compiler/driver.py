@@ -69,6 +69,7 @@ def compile_module(
     extra_passes: Sequence[ModulePass] = (),
     comm: Comm | None = None,
     profile: bool = False,
+    concurrent: bool = True,
 ) -> Executable:
     """Compile a high-level or already lowered module into an `Executable`.
 
@@ -78,7 +79,8 @@ def compile_module(
     `extra_passes` (ModulePass instances) run first, on the high-level module
     (`apply_extra_passes`). The input module is never modified. `comm`: which replicas
     run in this process (`compile_program`; default all). `profile=True`: the plan records
-    kernel times (`xl.runtime.profile`).
+    kernel times (`xl.runtime.profile`). `concurrent=False`: virtual IPUs run serially
+    (`compile_program`).
     """
     with gc_paused():
         if extra_passes:
@@ -91,4 +93,6 @@ def compile_module(
         programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
         if len(programs) != 1:
             raise PlanError(f"runtime: expected one rt.program, found {len(programs)}")
-        return compile_program(programs[0], optimize=optimize, comm=comm, profile=profile)
+        return compile_program(
+            programs[0], optimize=optimize, comm=comm, profile=profile, concurrent=concurrent
+        )

@@ -23,6 +23,12 @@ branch whose condition differs between replicas), runs the site's kernel once ov
 replicas' buffers, and resumes them. A comm (`xl.runtime.comm`) whose `local_replicas` is a
 subset builds and runs only those replicas; collectives see the others through it.
 
+Virtual IPUs (`xl.runtime.concurrent`): the optimised plan of a program placed on two or
+more virtual IPUs (without replica collectives) runs one stream of generated code per IPU,
+on persistent worker threads, synchronised only where the streams share memory; results
+are bit-identical to the serial plan (`compile_program(..., concurrent=False)` or
+`XL_SERIAL=1`), which single-IPU programs and the straightforward plan always use.
+
 Seeing a run (`xl.runtime.profile`): every executed op has a `KernelInfo` (the popxl op
 and its id, `MatMul.101`, its graph and IPU). An exception raised inside a kernel leaves
 `run` as the same exception type whose message starts with the op that failed
@@ -50,6 +56,7 @@ from xl.runtime import xl_kernels as _xl_kernels  # noqa: F401  (registers xl.* 
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
 from xl.runtime.collectives import Site, bind_site, collective_factory
 from xl.runtime.comm import Comm, LocalComm
+from xl.runtime.concurrent import build_concurrent_replica, op_placement, serial_forced
 from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.kernels import kernel_factory
 from xl.runtime.plan import build_replica
@@ -109,6 +116,12 @@ class Executable:
     profile: Recorder | None = field(default=None, repr=False)
 
     # -- replicas -------------------------------------------------------------------------
+    @property
+    def workers(self) -> int:
+        """The threads a step of each replica runs on: 1 for a serial plan, else one per
+        stream of virtual IPUs (`xl.runtime.concurrent`)."""
+        return getattr(self.replicas[0].step, "workers", 1)
+
     @property
     def local_replicas(self) -> range:
         """The global indices of the replicas run by this executable."""
@@ -499,7 +512,12 @@ def gc_paused() -> Iterator[None]:
 
 
 def compile_program(
-    program: rt.ProgramOp, optimize: bool = False, comm: Comm | None = None, profile: bool = False
+    program: rt.ProgramOp,
+    optimize: bool = False,
+    comm: Comm | None = None,
+    profile: bool = False,
+    concurrent: bool = True,
+    workers: int | None = None,
 ) -> Executable:
     """Build the plan of a lowered program.
 
@@ -509,15 +527,25 @@ def compile_program(
     `comm` (default `LocalComm()`): which replicas run here and how collectives reach the
     others (`xl.runtime.comm`). `profile=True`: the plan records each kernel's start and
     end (`Executable.profile`, see `xl.runtime.profile`); off, the plan is unchanged.
+    `concurrent=True` (optimised plans of programs on two or more virtual IPUs, without
+    replica collectives): the virtual IPUs run concurrently on `workers` threads (default
+    min(IPUs, cores)), bit-identical to the serial plan (`xl.runtime.concurrent`);
+    `concurrent=False` or `XL_SERIAL=1` in the environment: serially.
     """
     with gc_paused():
         return _compile_program(
-            program, optimize, comm if comm is not None else LocalComm(), profile
+            program, optimize, comm if comm is not None else LocalComm(), profile,
+            concurrent and not serial_forced(), workers,
         )
 
 
 def _compile_program(
-    program: rt.ProgramOp, optimize: bool, comm: Comm, profile: bool = False
+    program: rt.ProgramOp,
+    optimize: bool,
+    comm: Comm,
+    profile: bool = False,
+    concurrent: bool = False,
+    workers: int | None = None,
 ) -> Executable:
     check_transfers(program)
     n = program.num_host_transfers
@@ -533,11 +561,22 @@ def _compile_program(
     walks: list[Any] = []
     shared: dict[str, np.ndarray] = {}  # replica-invariant variables: one buffer for all
     events: list[list[tuple[int, int, int]]] = []
+    placement = op_placement(program) if optimize and concurrent and workers != 1 else None
     for r in local:
         ev: list[tuple[int, int, int]] | None = [] if profile else None
         if ev is not None:
             events.append(ev)
-        if optimize:
+        if placement is not None:
+            cb, cstep, src = build_concurrent_replica(
+                program, placement, StreamIn, StreamOut, r, shared, ev, workers
+            )
+            sources.append(src)
+            replicas.append(
+                _Replica(r, cstep, cb.state, cb.inputs, cb.outputs, cb.infos, cb.site_kernels,
+                         cb.filename, cb.line_kernels)
+            )
+            walks.append(cb)
+        elif optimize:
             b, marks = build_replica(program, StreamIn, StreamOut, r, shared, ev)
             fn, src = b.finish(marks)
             sources.append(src)

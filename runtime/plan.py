@@ -282,7 +282,7 @@ class PlanBuilder(ProgramWalk[int]):
             src_lines += calls
         src = "\n".join(src_lines) + "\n"
         scope = dict(g.ns)
-        filename = self.filename = f"<xl plan {next(_PLAN_IDS)}>"
+        filename = self.filename = plan_filename()
         exec(compile(src, filename, "exec"), scope)
         step = scope["_step"]
         register_source(filename, src, step)
@@ -297,6 +297,12 @@ class PlanBuilder(ProgramWalk[int]):
 
 
 _PLAN_IDS = itertools.count()
+
+
+def plan_filename(kind: str = "") -> str:
+    """A new file name for a generated plan's source (`<xl plan N>`, `<xl plan N (kind)>`)."""
+    n = next(_PLAN_IDS)
+    return f"<xl plan {n} ({kind})>" if kind else f"<xl plan {n}>"
 
 
 def register_source(filename: str, src: str, owner: object) -> None:

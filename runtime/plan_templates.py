@@ -12,7 +12,8 @@ def _t_relu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
 
 `i` / `o` are the global names of the bound in / out arrays, `p` the kernel's parameters;
 `Gen` gives names for shared callables (`g.fn`), 0-d constants (`g.const`), precomputed
-views (`g.view`) and scratch buffers shared by all kernels of a replica (`g.scratch`).
+views (`g.view`) and scratch buffers shared by all kernels of a replica (`g.scratch`; of
+one stream when virtual IPUs run concurrently, `xl.runtime.concurrent`).
 The gelu / gelu_grad templates are multiplies and one tanh, `pow` by a constant 2 or 3
 multiplies, reductions `ufunc.reduce(..., out=)`, the NLL gradient goes through a
 precomputed flat index, `xl.gemm_acc` is one BLAS call, `dy @ W.T` with few rows the
@@ -112,8 +113,11 @@ class Gen:
         self._ids = itertools.count()
         self._fns: dict[int, str] = {}
         self._consts: dict[tuple[str, np.dtype], str] = {}
-        self._scratch: dict[tuple[tuple[int, ...], np.dtype], list[np.ndarray]] = {}
-        self._in_use: dict[tuple[tuple[int, ...], np.dtype], int] = {}
+        self._scratch: dict[tuple[int, tuple[int, ...], np.dtype], list[np.ndarray]] = {}
+        self._in_use: dict[tuple[int, tuple[int, ...], np.dtype], int] = {}
+        # the stream (worker) the kernel being generated runs on: scratch buffers are per
+        # stream, so concurrent streams never share one (`xl.runtime.concurrent`)
+        self.stream = 0
 
     # -- names -----------------------------------------------------------------------------
     def bind(self, obj: Any, hint: str = "k") -> str:
@@ -161,13 +165,13 @@ class Gen:
         """A name for a precomputed array (typically a view of a buffer)."""
         return self.bind(a, "v")
 
-    # -- scratch: temporaries inside one kernel, shared by all kernels -----------------------
+    # -- scratch: temporaries inside one kernel, shared by the kernels of a stream ------------
     def scratch(self, shape: Sequence[int], dtype: Any) -> tuple[np.ndarray, str]:
-        key = (tuple(shape), np.dtype(dtype))
+        key = (self.stream, tuple(shape), np.dtype(dtype))
         i = self._in_use.get(key, 0)
         pool = self._scratch.setdefault(key, [])
         if i == len(pool):
-            a = np.zeros(key[0], key[1])
+            a = np.zeros(key[1], key[2])
             pool.append(a)
             self.ns[f"s_{id(a)}"] = a
         self._in_use[key] = i + 1

@@ -26,11 +26,11 @@ recorded event): one process per replica (`replica r`), one thread per row: `IPU
 kernels placed on virtual IPU k (unplaced ones on `IPU 0`, popxl's default), `copies` for `rt.copy`
 (moves between buffers, IPU copies included), `host transfers` for `rt.h2d` / `rt.d2h`.
 Each row has a `step` slice per run and, inside it, a slice per graph call (consecutive
-kernels of one non-main graph) holding the kernel slices. A row is what a concurrent
-executor would give one worker thread (one per virtual IPU): the row comes from the
-kernel's `ipu.id`, not from the thread that ran it, and `list.append` is atomic, so
-workers can append to their replica's list with the same generated lines and the trace
-shows the IPU rows overlapping in time.
+kernels of one non-main graph) holding the kernel slices. When virtual IPUs run
+concurrently (`xl.runtime.concurrent`), each stream's worker thread appends its events
+with its own timestamps (`list.append` is atomic) and the IPU rows overlap in time; every
+op then has the IPU of its stream, so copies and host transfers get a row per IPU
+(`copies (IPU 1)`, `host transfers (IPU 0)`) and no row holds two threads' events.
 """
 
 from __future__ import annotations
@@ -89,10 +89,11 @@ class KernelInfo:
 
     @property
     def row(self) -> str:
-        if self.kind in ("h2d", "d2h"):
-            return HOST_ROW
-        if self.kind == "copy":
-            return COPY_ROW
+        """`IPU k`; copies and host transfers on their own rows, one per IPU when the op
+        runs on a known IPU (`copies (IPU 1)`: a concurrent plan's stream of IPU 1)."""
+        if self.kind in ("h2d", "d2h", "copy"):
+            row = HOST_ROW if self.kind != "copy" else COPY_ROW
+            return row if self.ipu is None else f"{row} (IPU {self.ipu})"
         return f"IPU {self.ipu if self.ipu is not None else 0}"  # unplaced: IPU 0
 
     @property
@@ -285,6 +286,8 @@ class Profile:
         by_row: dict[tuple[int, str], list[Event]] = {}
         for e in events:
             by_row.setdefault((e.replica, e.info.row), []).append(e)
+        for evs in by_row.values():  # (threads of a concurrent plan append in any order)
+            evs.sort(key=lambda e: e.start_ns)
         for (rep, row), evs in by_row.items():
             t = tid(rep, row)
             for s0, s1 in steps:
@@ -330,10 +333,13 @@ class Profile:
 
 
 def _row_order(row: str) -> int:
-    """Thread ids: IPU k -> k; copies, host transfers after the IPUs."""
+    """Thread ids: IPU k -> k; copies, host transfers after the IPUs (per IPU: the
+    copies and transfers of IPU k at 1001 + 10 k and 1002 + 10 k)."""
     if row.startswith("IPU ") and row[4:].isdigit():
         return int(row[4:])
-    return {COPY_ROW: 1001, HOST_ROW: 1002}.get(row, 1003)
+    head, _, ipu = row.partition(" (IPU ")
+    k = int(ipu[:-1]) if ipu.endswith(")") and ipu[:-1].isdigit() else 0
+    return {COPY_ROW: 1001, HOST_ROW: 1002}.get(head, 1009) + 10 * k
 
 
 def _graph_runs(
