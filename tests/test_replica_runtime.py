@@ -154,7 +154,7 @@ def test_all_gather(r: int, stride: int, size: int, assign: list[int] | None, ax
     if new_axis:
         out_shape: tuple[int, ...] = (gs, *shape)
     else:
-        s = list(shape)
+        s: list[int] = list(shape)
         s[axis % 2] *= gs
         out_shape = tuple(s)
     body = (
@@ -209,7 +209,7 @@ def test_replicated_slice(r: int, stride: int, size: int, assign: list[int] | No
     g = grouping_text(stride, size, assign)
     gs = len(groups_of(r, stride, size, assign)[0])
     shape = (4, 8)
-    out_shape = list(shape)
+    out_shape: list[int] = list(shape)
     if out_shape[axis] == gs:
         del out_shape[axis]  # a part of size 1 drops the axis (as upstream)
     else:
