@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from xdsl.dialects.builtin import MemRefType
 
 import popxl
 from popxl import ops
+from tests.narrow import narrow
 from tests.runtime_check import check_all
 from xl.compiler import DEFAULT_PIPELINE, lower
+from xl.dialects import rt
 from xl.passes.rt_analysis import VIEW_ATTR
 
 X = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 7.0
@@ -80,13 +83,13 @@ def test_flattened_transpose_is_not_marked_a_view() -> None:
     marks = {
         op.kernel.data: VIEW_ATTR in op.attributes
         for op in low.walk()
-        if hasattr(op, "kernel") and op.kernel.data in ("popxl.transpose",)
+        if isinstance(op, rt.KernelOp) and op.kernel.data in ("popxl.transpose",)
     }
     assert marks == {"popxl.transpose": True}
     flat = [
         op for op in low.walk()
-        if hasattr(op, "kernel") and op.kernel.data == "popxl.reshape"
-        and op.outs[0].type.get_shape() == (24,)
+        if isinstance(op, rt.KernelOp) and op.kernel.data == "popxl.reshape"
+        and narrow(op.outs[0].type, MemRefType).get_shape() == (24,)
     ]
     assert len(flat) == 1 and VIEW_ATTR not in flat[0].attributes
     check_all(ir, [{"y": X.reshape(6, 4).T.reshape(24)}], [{"x": X}])
