@@ -255,7 +255,7 @@ def _run(args: argparse.Namespace) -> None:
     named: dict[str, Operation] = {}
     try:
         with _source_positions(module, named):
-            exe = compile_module(module, args.pipeline, profile=profile)
+            exe = compile_module(module, args.pipeline, profile=profile, concurrent=not args.serial)
     except LocatedError as e:
         raise _Located(format_located(e, source, PROG)) from None
     except MemoryError as e:
@@ -367,6 +367,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--pipeline",
         default=DEFAULT_PIPELINE,
         help=f"lowering pipeline (default: {DEFAULT_PIPELINE})",
+    )
+    ap.add_argument(
+        "--serial",
+        action="store_true",
+        help="run the virtual IPUs one after another on one thread (default: concurrently, "
+        "one worker thread per IPU, same results; XL_SERIAL=1 does the same)",
     )
     ap.add_argument(
         "--memory",

@@ -55,13 +55,21 @@ class Session:
         weights_to_host_on_exit: bool = True,
         passes: Sequence[Any] = (),
         profile: bool | str | Path = False,
+        concurrent: bool = True,
     ):
         """`passes`: xDSL `ModulePass` instances run on the program before xl's lowering
         (e.g. a plugin's pass; `xl.compiler.compile_module(..., extra_passes=...)`).
 
         `profile`: True records every kernel's time (`session.profile()`,
         `session.profile_summary()`); a path also writes the Chrome trace of the runs there
-        when the session detaches (Perfetto, chrome://tracing)."""
+        when the session detaches (Perfetto, chrome://tracing).
+
+        `concurrent`: a program placed on two or more virtual IPUs (`popxl.ipu(k)`, pipelining)
+        runs each IPU's kernels on its own worker thread, synchronised where the IPUs share
+        data, with results bit-identical to serial execution (`xl.runtime.concurrent`;
+        programs with replica collectives run serially). `concurrent=False`, or `XL_SERIAL=1`
+        in the environment, runs the IPUs one after another on the calling thread (for
+        debugging and comparison)."""
         if not isinstance(ir, Ir):
             raise TypeError(f"Session expects a popxl.Ir, got {type(ir).__name__}")
         if not isinstance(device_desc, str):
@@ -78,6 +86,8 @@ class Session:
             raise TypeError(
                 f"Session: profile must be a bool or a trace file path, got {type(profile).__name__}"
             )
+        if not isinstance(concurrent, bool):
+            raise TypeError(f"Session: concurrent must be a bool, got {type(concurrent).__name__}")
         if device_desc not in _DEVICES:
             raise ValueError(
                 f"Session: unknown device_desc {device_desc!r}; expected one of {', '.join(_DEVICES)}"
@@ -107,7 +117,8 @@ class Session:
         self._trace_path = None if isinstance(profile, bool) else Path(profile)
         with _source_names(ir):
             self._exe = compile_module(
-                module, extra_passes=tuple(passes), comm=comm, profile=profile is not False
+                module, extra_passes=tuple(passes), comm=comm, profile=profile is not False,
+                concurrent=concurrent
             )
         ir._sessions.append(self)
 
