@@ -160,6 +160,7 @@ def run_training(replication: int | str, batch: int = BATCH, steps: int = STEPS)
             losses.append(session.run({xs: _feed(x), ys: _feed(y)})[loss_s])
         out = {f"weight.{name}": np.array(session.get_tensor_data(t)) for name, t in variables.named_tensors.items()}
         if ir.replication_factor > 1:
+            assert grouped is not None and every is not None  # made with more than one replica
             out["grouped"] = np.array(session.get_tensor_data(grouped))
             out["every"] = np.array(session.get_tensor_data(every))
     out["losses"] = np.stack(losses) if losses else np.zeros((0, n_local), np.float32)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from xdsl.dialects.builtin import ModuleOp
 
 import popxl
 from popxl import ops
 from tests.runtime_check import run_all
+from xl.dialects import rt
 from xl.runtime import compile_module, lower
 from xl.runtime.executable import PlanError
 from xl.runtime.transfers import HostTransferWarning, count_transfers
@@ -121,13 +123,14 @@ def test_more_stores_than_transfers_warns() -> None:
         np.testing.assert_array_equal(runs[0]["y"], [0.0, 0.0], err_msg=path)  # the last store wins
 
 
-def _rt(text: str):
+def _rt(text: str) -> tuple[ModuleOp, rt.ProgramOp]:
     from xdsl.parser import Parser
 
     from xl.tools.context import xl_context
 
     module = Parser(xl_context(), text).parse_module()
     (program,) = list(module.ops)
+    assert isinstance(program, rt.ProgramOp)
     return module, program
 
 
@@ -156,9 +159,9 @@ def test_conditional_counts_are_ranges() -> None:
     assert count_transfers(program) == {
         ("h2d", "c"): (1, 1), ("h2d", "x"): (0, 2), ("d2h", "y"): (2, 2), ("d2h", "z"): (1, 1),
     }
-    with pytest.raises(PlanError, match=r'stream "z": host_store runs 1 time per run but '
-                       r"num_host_transfers is 2: transfer 1 of the output would be undefined"):
-        with pytest.warns(HostTransferWarning) as record:
+    with pytest.warns(HostTransferWarning) as record:
+        with pytest.raises(PlanError, match=r'stream "z": host_store runs 1 time per run but '
+                           r"num_host_transfers is 2: transfer 1 of the output would be undefined"):
             compile_module(module, optimize=False)
     messages = [str(w.message) for w in record]
     assert any(

@@ -14,7 +14,7 @@ Aliasing comes in two forms: the very same tensor (`X = t`) and an overlapping v
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +41,7 @@ class Case:
     op: str
     init: dict[str, np.ndarray]  # variables
     build: Callable[[dict[str, popxl.Tensor]], dict[str, popxl.Tensor]]  # -> stored tensors
-    step: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # NumPy: updates vars, returns stored
+    step: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray | np.generic]]  # NumPy: updates vars, returns stored
 
 
 def _np_adam(m, v, w, t, b1, b2, eps, wd, kind):
@@ -185,7 +185,7 @@ def test_aliased_operands(k: int) -> None:
     case = CASES[k]
     ir = popxl.Ir()
     with ir.main_graph:
-        tensors = {name: popxl.variable(v.copy(), name=name) for name, v in case.init.items()}
+        tensors: dict[str, popxl.Tensor] = {name: popxl.variable(v.copy(), name=name) for name, v in case.init.items()}
         stored = case.build(tensors)
         for name, t in stored.items():
             ops.host_store(popxl.d2h_stream(t.shape, t.dtype, name), t)
