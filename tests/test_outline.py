@@ -21,6 +21,7 @@ from xdsl.parser import Parser
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
+from tests.narrow import narrow
 from xl.dialects.call import CallOp
 from xl.dialects.graph import GraphOp
 from xl.passes.inline import inline_all
@@ -337,4 +338,4 @@ def test_graph_option_restricts_to_one_graph():
     names = outline(module, 3, grad)
     assert len(names) == 1
     calls = [op for op in module.walk() if isinstance(op, CallOp) and op.callee.root_reference.data == names[0]]
-    assert len(calls) == 2 and all(c.parent_op().graph_name == grad for c in calls)
+    assert len(calls) == 2 and all(narrow(c.parent_op(), GraphOp).graph_name == grad for c in calls)

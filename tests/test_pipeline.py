@@ -24,11 +24,13 @@ def _chain(num_stages: int, steps: int, defer: bool = False):
     with ir.main_graph:
         in_stream = popxl.h2d_stream((), popxl.uint32, "x")
         out_stream = popxl.d2h_stream((), popxl.uint32, "y")
+        x: popxl.Tensor | None = None  # the value the stages pass on
         with addons.pipelined_execution(steps, defer=defer) as p:
             for s in range(num_stages):
                 with p.stage(s), popxl.ipu(s):
                     if s == 0:
                         x = ops.host_load(in_stream)
+                    assert x is not None
                     x = x + 1
                     if s < num_stages - 1:
                         x = x.copy_to_ipu(s + 1)

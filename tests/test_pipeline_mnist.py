@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import popxl
+from xl.dialects.graph import GraphOp
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -27,7 +28,7 @@ def _opts(module, **kw):
 
 
 def _graph_names(ir: popxl.Ir) -> list[str]:
-    return [op.sym_name.data for op in ir._module.ops if hasattr(op, "graph_name")]
+    return [op.sym_name.data for op in ir._module.ops if isinstance(op, GraphOp)]
 
 
 @pytest.mark.parametrize("recomputation", [False, True])

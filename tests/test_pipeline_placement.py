@@ -8,10 +8,12 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+from xdsl.dialects.builtin import IntegerAttr
 
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
+from tests.narrow import narrow
 from xl.dialects.graph import GraphOp, OutputOp
 from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.ipu import CopyOp as IpuCopyOp
@@ -35,7 +37,7 @@ def _placements(graph: GraphOp) -> dict[str, set[int]]:
         if isinstance(op, OutputOp):
             continue
         a = op.attributes.get(IPU_ATTR)
-        out.setdefault(op.name, set()).add(a.value.data if a is not None else -1)
+        out.setdefault(op.name, set()).add(narrow(a, IntegerAttr).value.data if a is not None else -1)
     return out
 
 
@@ -53,7 +55,7 @@ def test_autodiff_places_gradient_ops_and_copies_back() -> None:
     assert len(copies) == 1
     (back,) = copies
     assert back.source.value.data == 1 and back.destination.value.data == 0
-    assert back.attributes[IPU_ATTR].value.data == 0
+    assert narrow(back.attributes[IPU_ATTR], IntegerAttr).value.data == 0
     assert -1 not in set().union(*places.values()), places
 
 

@@ -36,12 +36,12 @@ def test_plan_does_not_import_the_executable():
 
 
 def test_compile_module_lives_in_the_driver():
-    import xl.compiler
-    import xl.runtime
+    import xl.compiler as compiler
+    import xl.runtime as runtime
 
-    assert xl.compiler.compile_module.__module__ == "xl.compiler.driver"
+    assert compiler.compile_module.__module__ == "xl.compiler.driver"
     # kept importable from the runtime for existing callers (resolved lazily)
-    assert xl.runtime.compile_module is xl.compiler.compile_module
-    assert xl.runtime.lower is xl.compiler.lower
+    assert runtime.compile_module is compiler.compile_module
+    assert runtime.lower is compiler.lower
     with pytest.raises(AttributeError, match="no_such_name"):
-        _ = xl.runtime.no_such_name
+        _ = runtime.no_such_name
