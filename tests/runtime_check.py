@@ -10,6 +10,8 @@ independently, never one path against another only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
 import popxl
@@ -18,6 +20,8 @@ from xl.runtime import compile_module
 PATHS = ("plain", "optimized", "session")
 
 Runs = list[dict[str, np.ndarray]]
+# Expected outputs per run: arrays or NumPy scalars (compared with assert_allclose).
+Expected = Sequence[Mapping[str, np.ndarray | np.number]]
 
 
 def run_all(
@@ -42,7 +46,7 @@ def run_all(
 
 def check_all(
     ir: popxl.Ir,
-    expected: Runs,
+    expected: Expected,
     feeds: list[dict[str, np.ndarray]] | None = None,
     state: dict[str, np.ndarray] | None = None,
     rtol: float = 1e-6,

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.narrow import narrow
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
@@ -37,7 +39,7 @@ def test_log_output_is_bounded_however_many_steps() -> None:
     assert "\r" not in text
     assert len(lines) == LOG_LINES
     # One line at each tenth, then the summary with the last description.
-    assert [re.search(r"(\d+)/100000", line).group(1) for line in lines] == [
+    assert [narrow(re.search(r"(\d+)/100000", line), re.Match).group(1) for line in lines] == [
         str(10_000 * k) for k in range(1, 11)
     ]
     assert lines[-1].startswith("Loss:99999: 100% 100000/100000 [")
@@ -56,7 +58,7 @@ def test_log_output_short_loop_and_early_stop() -> None:
             break
     lines = out.getvalue().splitlines()
     # 10%, 20% and the summary written when the loop stopped at step 250.
-    assert [re.search(r"(\d+)/1000", line).group(1) for line in lines] == ["100", "200", "250"]
+    assert [narrow(re.search(r"(\d+)/1000", line), re.Match).group(1) for line in lines] == ["100", "200", "250"]
 
 
 def test_log_progress_rejects_no_lines() -> None:

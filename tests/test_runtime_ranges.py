@@ -88,7 +88,9 @@ def test_nll_loss_grad_bad_label() -> None:
     """The gradient kernel checks too (labels can change between forward and backward)."""
     from xl.runtime.kernels import kernel_factory
 
-    k = kernel_factory("popxl.nll_loss_grad")({"reduction": "mean", "_kernel": "popxl.nll_loss_grad",
+    factory = kernel_factory("popxl.nll_loss_grad")
+    assert factory is not None
+    k = factory({"reduction": "mean", "_kernel": "popxl.nll_loss_grad",
                                          "_operands": ("probs", 'tensor "l"')})
     out = np.zeros_like(P)
     with pytest.raises(DataRangeError, match=r'label 3 at position \(0,\) of tensor "l"'):
