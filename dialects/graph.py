@@ -26,7 +26,7 @@ graph modify the caller's tensor.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -195,7 +195,7 @@ class GraphOp(IRDLOperation):
         name: str,
         by_ref: bool = False,
         index: int | None = None,
-        attrs: dict[str, Attribute] | None = None,
+        attrs: Mapping[str, Attribute] | None = None,
     ) -> BlockArgument:
         """Adds an input (at `index`, default last) named `name`, by reference if asked,
         with extra argument attributes `attrs` (e.g. `ipu.id`); updates `function_type`.
@@ -306,7 +306,7 @@ def unique_graph_name(module: Operation, base: str) -> str:
 
 
 def graph_input_attrs(
-    name: str, by_ref: bool = False, attrs: dict[str, Attribute] | None = None
+    name: str, by_ref: bool = False, attrs: Mapping[str, Attribute] | None = None
 ) -> DictionaryAttr:
     """The argument attribute dictionary of a graph input named `name` (plus `attrs`)."""
     d: dict[str, Attribute] = dict(attrs or {})

@@ -15,6 +15,7 @@ to_float8(np.array([1 + 2**-4 + 2**-30]), np.dtype(ml_dtypes.float8_e4m3fnuz))  
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 
 def round_to_odd_float32(x: np.ndarray) -> np.ndarray:
@@ -33,8 +34,8 @@ def round_to_odd_float32(x: np.ndarray) -> np.ndarray:
     return f
 
 
-def to_float8(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """`x` rounded to the float8 `dtype` (nearest, ties to even; too large -> NaN)."""
+def to_float8(x: np.ndarray, dtype: DTypeLike) -> np.ndarray:
+    """`x` rounded to the float8 `dtype` (a dtype or scalar type) (nearest, ties to even; too large -> NaN)."""
     x = np.asarray(x)
     if x.dtype in (np.float16, np.float32):
         return x.astype(dtype)

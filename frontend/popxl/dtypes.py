@@ -141,8 +141,9 @@ class dtype:
         if mod.startswith("torch"):
             if type(x).__name__ == "dtype":
                 return cls.from_name(str(x).split(".")[-1])
-            if hasattr(x, "dtype"):
-                return cls.as_dtype(x.dtype)
+            dt = getattr(x, "dtype", None)
+            if dt is not None:
+                return cls.as_dtype(dt)
         try:
             if isinstance(x, np.ndarray | np.generic):
                 npd = x.dtype

@@ -93,9 +93,10 @@ class Graph:
 
     @property
     def name(self) -> str:
-        if self._is_main:
+        op = self._op
+        if isinstance(op, MainGraphOp):
             return "main_graph"
-        return self._op.sym_name.data  # type: ignore[union-attr]
+        return op.sym_name.data
 
     @property
     def id(self) -> str:
@@ -325,8 +326,8 @@ class Graph:
 
     def _set_input_by_ref(self, index: int) -> None:
         op = self._op
-        assert isinstance(op, GraphOp)
-        attrs = list(op.arg_attrs.data)  # type: ignore[union-attr]
+        assert isinstance(op, GraphOp) and op.arg_attrs is not None, "an input of a subgraph"
+        attrs = list(op.arg_attrs.data)
         d = dict(attrs[index].data)
         d[BY_REF_ATTR] = UnitAttr()
         attrs[index] = DictionaryAttr(d)

@@ -119,10 +119,14 @@ def h2d_stream(shape: Iterable[int], dtype: _dtype, name: str | None = None) -> 
 
     `shape` is a tuple of non-negative ints and `dtype` a popxl dtype; anything else
     is refused at once (TypeError/ValueError naming the stream)."""
-    return _make("h2d", shape, dtype, name)  # type: ignore[return-value]
+    s = _make("h2d", shape, dtype, name)
+    assert isinstance(s, HostToDeviceStream)
+    return s
 
 
 def d2h_stream(shape: Iterable[int], dtype: _dtype, name: str | None = None) -> DeviceToHostStream:
     """A device-to-host stream (always declared at module level); arguments are
     checked as for `h2d_stream`."""
-    return _make("d2h", shape, dtype, name)  # type: ignore[return-value]
+    s = _make("d2h", shape, dtype, name)
+    assert isinstance(s, DeviceToHostStream)
+    return s

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, TensorType
@@ -23,6 +23,8 @@ from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
 if TYPE_CHECKING:
     from popxl.graph import Graph
     from popxl.ir import Ir
+    from popxl.remote_buffer import TensorLocationInfo
+    from popxl.replica_grouping import ReplicaGrouping
 
 __all__ = [
     "Constant",
@@ -101,7 +103,7 @@ class Tensor:
         )
 
     @classmethod
-    def _create(cls, value: SSAValue, graph: Graph, name: str) -> Tensor:
+    def _create(cls, value: SSAValue, graph: Graph, name: str) -> Self:
         t = cls.__new__(cls)
         t._value = value
         t._graph = graph
@@ -136,7 +138,9 @@ class Tensor:
     # -- type ---------------------------------------------------------------------------
     @property
     def _type(self) -> TensorType:
-        return self._value.type  # type: ignore[return-value]
+        t = self._value.type
+        assert isinstance(t, TensorType), f"{self._name} is not a tensor value"
+        return t
 
     @property
     def dtype(self) -> dtype:
@@ -398,6 +402,12 @@ class Tensor:
 class Variable(Tensor):
     """A variable: persistent state, created in the main graph with `popxl.variable`."""
 
+    # Set by the functions creating variables (`variable`, `remote_variable`, ...).
+    _replica_grouping: ReplicaGrouping | None = None
+    _retrieval_mode: str = "one_per_group"
+    _location_info: TensorLocationInfo | None = None
+    _host_init: np.ndarray | None = None  # the data of every group (more than one group)
+
     @property
     def replica_grouping(self) -> Any:
         """The `popxl.ReplicaGrouping` of the variable: replicas of one group share a value
@@ -428,7 +438,12 @@ class Variable(Tensor):
 
     @property
     def _var_name(self) -> str:
-        return self._value.op.var_name.data  # type: ignore[union-attr]
+        from xl.dialects.graph import VariableOp
+        from xl.dialects.ipu import RemoteVariableOp, ReplicaShardedVariableOp
+
+        op = self._value.owner
+        assert isinstance(op, VariableOp | RemoteVariableOp | ReplicaShardedVariableOp), f"{self._name}: not a variable"
+        return op.var_name.data
 
     def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:  # type: ignore[override]
         if source is None:
@@ -444,9 +459,12 @@ class Constant(Tensor):
 
     @property
     def _data(self) -> np.ndarray:
+        from xl.dialects.graph import ConstantOp
         from xl.dialects.utils import dense_to_numpy
 
-        return dense_to_numpy(self._value.op.value)  # type: ignore[union-attr]
+        op = self._value.owner
+        assert isinstance(op, ConstantOp), f"{self._name} is not defined by a graph.constant"
+        return dense_to_numpy(op.value)
 
 
 # `TensorByRef` is a type-hint alias of `Tensor`: graph inputs annotated with it are by-ref.

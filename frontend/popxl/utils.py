@@ -5,7 +5,7 @@ NumPy with PopXL's downcast and float8 rules), `downcast_np_dtypes`, `table_to_s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -28,7 +28,7 @@ no dtype is given and `downcast` is True."""
 MAX_UINT64 = 2**64 - 1
 
 
-def _is_float8(dtype: Any) -> bool:
+def _is_float8(dtype: Any) -> TypeGuard[_dtype]:
     return dtype is float8_143 or dtype is float8_152
 
 
@@ -74,7 +74,7 @@ def to_numpy(
                 "supported, as it requires downcasting the array into a new array with a "
                 "dtype supported by PopXL."
             )
-    if type(x).__module__.startswith("torch"):
+    elif type(x).__module__.startswith("torch"):
         x = x.detach().cpu().numpy()
 
     def asarray(v: Any, **kw: Any) -> np.ndarray:
@@ -84,7 +84,7 @@ def to_numpy(
         x = asarray(x)
         f8 = float8_view(x)
         if f8 is not None:
-            if f8.dtype != np.dtype(dtype.as_numpy()):  # type: ignore[union-attr]
+            if f8.dtype != np.dtype(dtype.as_numpy()):
                 raise TypeError(f"float8 data of dtype {f8.dtype} cannot be used as {dtype}")
             x = f8
         else:
@@ -114,7 +114,9 @@ def to_numpy(
     else:
         arr = asarray(x)
         if isinstance(arr, np.ndarray) and arr.dtype in _UPSTREAM_FLOAT8:
-            arr = float8_view(arr)  # type: ignore[assignment]
+            view = float8_view(arr)
+            assert view is not None, "an upstream float8 array always has an ml_dtypes view"
+            arr = view
         elif downcast and arr.dtype in downcast_np_dtypes:
             arr = arr.astype(downcast_np_dtypes[arr.dtype], order="C")
     if copy and arr is x:

@@ -200,7 +200,7 @@ def replicated_all_gather(
     """
     t = _tensor(t)
     grouping = _grouping(group)
-    meta = tuple(getattr(t, "meta_shape", ()) or ())
+    meta: tuple[int, ...] = tuple(t.meta_shape or ())
     if output_shape == "auto":
         output_shape = "meta_shape" if meta else "concat"
     if output_shape == "new_axis":

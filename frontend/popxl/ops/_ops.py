@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -816,7 +816,12 @@ def onehot(t: Tensor, num_classes: Any, values: Any, axis: int = -1) -> Tensor:
     return emit1(OnehotOp, [t, values], num_classes=as_int(num_classes, "num_classes"), axis=as_int(axis, "axis"))
 
 
-def _axes_sizes(axes: Sequence[int], sizes: Sequence[int]) -> dict[str, tuple[int, ...]]:
+class _AxesSizes(TypedDict):
+    axes: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+
+def _axes_sizes(axes: Sequence[int], sizes: Sequence[int]) -> _AxesSizes:
     return {
         "axes": tuple(as_int(a, "axes") for a in axes),
         "sizes": tuple(as_int(s, "sizes") for s in sizes),
@@ -1470,7 +1475,8 @@ def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
 
 # Every public op reports an op xl does not implement as
 # `NotImplementedError("popxl.ops.<name> is not implemented in xl yet")`.
-__all__ = [
+# Computed from the module's functions, so it cannot drift from them.
+__all__ = [  # pyright: ignore[reportUnsupportedDunderAll]
     name for name, obj in list(globals().items())
     if not name.startswith("_") and callable(obj) and getattr(obj, "__module__", None) == __name__
     and not isinstance(obj, type)

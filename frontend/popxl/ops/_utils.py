@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import types
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -33,7 +34,8 @@ def not_implemented(qualname: str) -> NotImplementedError:
     """`NotImplementedError("<qualname> is not implemented in xl yet")`, marked so that an
     enclosing public op renames it to itself (see `public_op`)."""
     e = NotImplementedError(f"{qualname} is not implemented in xl yet")
-    e._xl_not_implemented = True  # type: ignore[attr-defined]
+    # a marker on the instance: the type must stay exactly NotImplementedError
+    e._xl_not_implemented = True  # pyright: ignore[reportAttributeAccessIssue]
     return e
 
 
@@ -81,8 +83,11 @@ def unimplemented(fn: Callable[..., Any]) -> Callable[..., Any]:
         # `public_op` (the wrapper every public op gets) names the public function instead
         raise not_implemented(f"{stub.__module__}.{stub.__name__}")
 
-    stub._xl_unimplemented = True  # type: ignore[attr-defined]
     return stub
+
+
+# The wrappers `public_op` made (so `wrap_public_ops` never wraps one twice).
+_public_op_wrappers: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
 
 
 def public_op(qualname: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -106,7 +111,7 @@ def public_op(qualname: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             calls.pop()
 
-    wrapper._xl_public_op = True  # type: ignore[attr-defined]
+    _public_op_wrappers.add(wrapper)
     wrapper.__module__ = qualname.rsplit(".", 1)[0]
     return wrapper
 
@@ -116,7 +121,7 @@ def wrap_public_ops(namespace: dict[str, Any], names: Sequence[str], prefix: str
     `__module__` is `prefix`, the module users import it from)."""
     for name in names:
         fn = namespace.get(name)
-        if isinstance(fn, types.FunctionType) and not getattr(fn, "_xl_public_op", False):
+        if isinstance(fn, types.FunctionType) and fn not in _public_op_wrappers:
             if fn.__name__ != name:
                 raise TypeError(f"{prefix}.{name} is defined as {fn.__name__!r}: define it under its own name")
             namespace[name] = public_op(f"{prefix}.{name}", fn)
@@ -126,6 +131,15 @@ def _module_of(op: Operation | None) -> Operation | None:
     while op is not None and op.parent_op() is not None:
         op = op.parent_op()
     return op
+
+
+def _defining_op(v: SSAValue) -> Operation | None:
+    """The op defining `v`: its producer, or the op owning the block of an argument."""
+    if isinstance(v, OpResult):
+        return v.op
+    if isinstance(v, BlockArgument):
+        return v.block.parent_op()
+    return None
 
 
 def _defining_block(v: SSAValue) -> Block | None:
@@ -184,7 +198,7 @@ def insert(g: Graph, op: Operation, what: str | None = None, verify: bool = True
     block = g._block
     for i, v in enumerate(op.operands):
         if _defining_block(v) is not block:
-            other = _module_of(v.owner if isinstance(v, OpResult) else v.block.parent_op())
+            other = _module_of(_defining_op(v))
             where = "another Ir" if other is not g._ir._module else "another graph"
             raise ValueError(
                 f"{current_op(what)}: operand {i} of {op.name} is a value of {where}, not of "
@@ -240,7 +254,7 @@ def emit(
 
 
 def emit1(
-    cls: type[PopxlOp], inputs: Sequence[Tensor], result_type: Any = None, name: str | None = None, **props: Any
+    cls: type[PopxlOp], inputs: Sequence[Tensor | None], result_type: Any = None, name: str | None = None, **props: Any
 ) -> Tensor:
     """`emit` of an op with one result: that result (named `name` when given)."""
     (t,) = emit(

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from xdsl.ir import Operation
+from xdsl.ir import Attribute, Operation
 
 from popxl.context import gcg
 from popxl.graph import Graph
 from popxl.ops._utils import check_graph_in_ir, check_in_graph, insert, to_tensor, wrap_public_ops
 from popxl.tensor import Tensor
 from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
+from xl.dialects.graph import GraphOp
 
 __all__ = [
     "CallSiteInfo",
@@ -132,6 +133,13 @@ def _check_graph(graph: Any, what: str) -> Graph:
     return graph
 
 
+def _output_types(graph: Graph) -> list[Attribute]:
+    """The result types of a call of `graph` (a subgraph: `_check_graph` refuses the main graph)."""
+    op = graph._op
+    assert isinstance(op, GraphOp), f"{graph.name} is not a subgraph"
+    return list(op.function_type.outputs.data)
+
+
 def _bind_inputs(
     graph: Graph,
     inputs: Iterable[Any],
@@ -180,7 +188,7 @@ def _bind_inputs(
         raise ValueError(
             f"ops.{what}: graph {graph.name!r} is missing inputs: {', '.join(missing)}"
         )
-    full: list[Tensor] = args  # type: ignore[assignment]
+    full = [a for a in args if a is not None]  # none missing (checked above)
     check_in_graph(parent, full, f"ops.{what}({graph.name})")
     if check_inputs:
         for gt, pt in zip(g_inputs, full):
@@ -217,7 +225,7 @@ def call_with_info(
     graph = _check_graph(graph, "call")
     args = _bind_inputs(graph, inputs, inputs_dict, "call", check_inputs)
     parent = gcg()
-    op = CallOp(graph.name, [a._value for a in args], list(graph._op.function_type.outputs.data))
+    op = CallOp(graph.name, [a._value for a in args], _output_types(graph))
     insert(parent, op, verify=False)
     _name_outputs(parent, op, graph)
     return CallSiteInfo(op, parent, graph)
@@ -261,7 +269,7 @@ def repeat_with_info(
     args = _bind_inputs(graph, inputs, inputs_dict, "repeat", check_inputs)
     parent = gcg()
     op = RepeatOp(
-        graph.name, repeat_count, [a._value for a in args], list(graph._op.function_type.outputs.data)
+        graph.name, repeat_count, [a._value for a in args], _output_types(graph)
     )
     insert(parent, op, verify=False)
     _name_outputs(parent, op, graph)
@@ -358,8 +366,8 @@ def conditional_with_info(
         if cond.nelms != 1:
             raise ValueError(f"ops.conditional: condition must be a scalar, got shape {cond.shape}")
         cond = cond.reshape(())
-    t_out = then_branch._op.function_type.outputs.data
-    e_out = else_branch._op.function_type.outputs.data
+    t_out = _output_types(then_branch)
+    e_out = _output_types(else_branch)
     if t_out != e_out:
         raise ValueError(
             f"ops.conditional: the outputs of {then_branch.name!r} "

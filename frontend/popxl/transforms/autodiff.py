@@ -176,6 +176,7 @@ class GradGraphInfo:
 
     def _refresh(self) -> GradInfo:
         op = self._graph._op
+        assert isinstance(op, GraphOp), "a gradient graph is a subgraph"
         self._info = GradInfo.from_graph(op)
         return self._info
 
