@@ -51,6 +51,7 @@ X_SPEC = popxl.TensorSpec((B, I), popxl.float32)
 
 def _input_names(g: popxl.Graph) -> list[str]:
     op = g._op
+    assert isinstance(op, GraphOp)  # a subgraph (the main graph has no inputs)
     return [op.input_name(i) for i in range(len(op.body.block.args))]
 
 

@@ -143,7 +143,7 @@ def test_load_from_session_and_max_checkpoints(tmp_path):
     with pytest.raises(ValueError, match="max_checkpoints"):
         build_session(max_checkpoints=0)
     with pytest.raises(TypeError, match="state must be a NamedTensors"):
-        TaskSession([], [], {"a": 1}, ir=popxl.Ir())
+        TaskSession([], [], {"a": 1}, ir=popxl.Ir())  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
 
 
 def test_wandb_paths_refused(tmp_path):

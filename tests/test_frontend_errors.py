@@ -470,7 +470,7 @@ MISTAKES: list[tuple[str, Callable[[Env], Any], type, str]] = [
     # -- DotTree / NamedTensors
     ("NamedTensors.from_dict ints", lambda e: NamedTensors.from_dict({"a": 1}), TypeError, r"NamedTensors: the value for key 'a' must be a popxl\.Tensor, got int"),
     ("NamedTensors.from_dict nested", lambda e: NamedTensors.from_dict({"a.b": np.ones(2)}), TypeError, r"the value for key 'a\.b' must be a popxl\.Tensor, got ndarray"),
-    ("NamedTensors insert", lambda e: e.nt.insert("b", "w"), TypeError, r"the value for key 'b' must be a popxl\.Tensor, got str"),
+    ("NamedTensors insert", lambda e: e.nt.insert("b", "w"), TypeError, r"the value for key 'b' must be a popxl\.Tensor, got str"),  # pyright: ignore[reportArgumentType]  # bad input
     ("NamedTensors.pack", lambda e: NamedTensors.pack(["a"], [None]), TypeError, r"the value for key 'a' must be a popxl\.Tensor, got NoneType"),
     ("from_dict list", lambda e: NamedTensors.from_dict([e.x]), TypeError, r"NamedTensors\.from_dict: expected a DotTree or a mapping of dotted keys, got list"),  # pyright: ignore[reportArgumentType]  # bad input
     ("remap missing key", lambda e: e.nt.remap({}), KeyError, r"NamedTensors\.remap: the mapping has no entry for 'a\.w' \(Tensor\[x"),

@@ -37,6 +37,7 @@ def test_example_under_mpirun_equals_one_process(example: str, tmp_path: Path) -
     args = [str(EXAMPLES / f"{example}.py"), *CASES[example], "--save-weights"]
     mpi_run = launch([*args, str(tmp_path / "mpi.npz")], n=2)
     one_run = launch([*args, str(tmp_path / "one.npz")], n=None)  # 2 simulated replicas, 1 process
+    big_run = None
     if example == "mnist_data_parallel":
         # one replica accumulating the whole global batch of 64 (8 micro batches of 8)
         big_run = launch([*args, str(tmp_path / "big.npz"), "--data-parallel", "1", "--gradient-accumulation", "8"], n=None)
@@ -54,6 +55,7 @@ def test_example_under_mpirun_equals_one_process(example: str, tmp_path: Path) -
         np.testing.assert_array_equal(mpi[name], one[name], err_msg=name)
     assert _accuracy(log) == _accuracy(one_log)
     if example == "mnist_data_parallel":
+        assert big_run is not None  # launched above for this example
         big_code, big_log = finish(big_run)
         assert big_code == 0, big_log
         big = np.load(tmp_path / "big.npz")

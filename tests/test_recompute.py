@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from xdsl.dialects.builtin import IntegerAttr
 
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
 from popxl.transforms.autodiff import ExpectedConnectionType
+from tests.narrow import narrow
 from xl.dialects.call import CallOp
 from xl.dialects.graph import GraphOp
 from xl.dialects.ipu import IPU_ATTR
@@ -53,6 +55,7 @@ class Calling(addons.Module):
 def _grads(module_cls, recompute_: bool, accumulate: bool = False):
     """Per micro batch {name: gradient}; with `accumulate`, the accumulated means at the end."""
     ir = popxl.Ir()
+    bwd_facts = accum = None  # the accumulators, with `accumulate`
     with ir.main_graph, popxl.in_sequence(True):
         xs = popxl.h2d_stream((B, I), popxl.float32, "x")
         facts, fwd = module_cls().create_graph(X_SPEC)
@@ -72,6 +75,7 @@ def _grads(module_cls, recompute_: bool, accumulate: bool = False):
         info = fwd.bind(variables).call_with_info(x)
         streams = {}
         if accumulate:
+            assert bwd_facts is not None
             accum = bwd_facts.init()
             (dx,) = bwd.bind(accum).call(dy, args=bwd.grad_graph_info.inputs_dict(info))
             grads = {x: dx}
@@ -89,6 +93,7 @@ def _grads(module_cls, recompute_: bool, accumulate: bool = False):
             res = sess.run({xs: XS[i], dys: DYS[i, :, : out_t.shape[1]].copy()})
             out.append({k: res[s] for k, s in streams.items()})
         if accumulate:
+            assert accum is not None
             out.append({k: sess.get_tensor_data(t) for k, t in accum.accum.to_dict().items()})
     return out
 
@@ -202,7 +207,7 @@ def test_placement_is_kept():
         _, bwd = addons.autodiff_with_accumulation(fwd, fwd.args.tensors)
         rec = addons.transforms.recompute_graph(bwd)
     calls = [o for o in rec.graph._op.body.block.ops if isinstance(o, CallOp)]
-    assert [c.attributes[IPU_ATTR].value.data for c in calls] == [1, 1]
+    assert [narrow(c.attributes[IPU_ATTR], IntegerAttr).value.data for c in calls] == [1, 1]
 
 
 def test_errors():

@@ -403,7 +403,7 @@ def test_errors() -> None:
         with pytest.raises(ValueError, match=r"offset 2 is out of range \[0, 2\)"):
             ops.remote_load(rb, 2)
         with pytest.raises(TypeError, match="offset must be an int or a Tensor"):
-            ops.remote_load(rb, 1.5)
+            ops.remote_load(rb, 1.5)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
         with pytest.raises(ValueError, match="offset must be an int or a scalar integer Tensor"):
             ops.remote_load(rb, popxl.constant(1.0))
         with pytest.raises(TypeError, match="remote_buffer must be a popxl.RemoteBuffer"):
