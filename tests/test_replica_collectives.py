@@ -60,8 +60,8 @@ NP_REDUCE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "min": lambda a: a.min(0),
     "max": lambda a: a.max(0),
     "square_add": lambda a: (a * a).sum(0),
-    "and": lambda a: a.all(0),
-    "or": lambda a: a.any(0),
+    "and": lambda a: np.logical_and.reduce(a, axis=0),
+    "or": lambda a: np.logical_or.reduce(a, axis=0),
 }
 
 

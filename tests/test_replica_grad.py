@@ -106,6 +106,7 @@ def test_collective_gradient_matches_finite_differences(name: str) -> None:
     c = rng.normal(size=(R, *out_shape))
     if convention == "once":
         c = c[[firsts[assign[r]] for r in range(R)]]  # one loss per group
+    p = None  # the per-group values, with the "shared" convention
     if convention == "shared":
         p = rng.uniform(0.5, 2.0, size=(len(groups), *shape))
         x = p[assign]
@@ -118,6 +119,7 @@ def test_collective_gradient_matches_finite_differences(name: str) -> None:
         np.testing.assert_allclose(loss, loss[[firsts[assign[r]] for r in range(R)]], rtol=1e-12)
         fd = finite_difference(lambda xx: h.losses(xx, c)[firsts].sum(), x)
     else:
+        assert p is not None
         fdp = finite_difference(lambda pp: h.losses(pp[assign], c).sum(), p)
         fd = fdp[assign]
     np.testing.assert_allclose(dx, fd, rtol=1e-6, atol=1e-7)
