@@ -41,7 +41,7 @@ def build_single_op_module(
     block.add_op(op)
     outs = [values[i] for i in written_operands(op)] + list(op.results)
     for j, v in enumerate(outs):
-        decls.append(D2HStreamOp(f"out{j}", v.type))  # type: ignore[arg-type]
+        decls.append(D2HStreamOp(f"out{j}", v.type))
         block.add_op(HostStoreOp(f"out{j}", v))
     module = ModuleOp([*decls, MainGraphOp(Region(block))])
     module.verify()

@@ -60,7 +60,7 @@ def test_documented_under_its_own_name(module: str, name: str, obj: object) -> N
         return
     doc = obj.__doc__ or ""
     assert doc.strip(), f"{module}.{name} has no docstring"
-    assert obj.__name__ == name, f"{module}.{name} is called {obj.__name__!r}"  # type: ignore[attr-defined]
+    assert obj.__name__ == name, f"{module}.{name} is called {obj.__name__!r}"
     assert obj.__module__ == module, f"{module}.{name} says it lives in {obj.__module__}"
     text = inspect.getdoc(obj) or ""
     assert "<locals>" not in text

@@ -78,7 +78,7 @@ def module_with(*ops: Operation) -> ModuleOp:
     return ModuleOp(list(ops))
 
 
-def main_with(build) -> tuple[ModuleOp, graph.MainGraphOp]:  # type: ignore[no-untyped-def]
+def main_with(build) -> tuple[ModuleOp, graph.MainGraphOp]:
     """A module whose graph.main body is filled by `build()` (an ImplicitBuilder block)."""
     main = graph.MainGraphOp()
     with ImplicitBuilder(main.body.block):
@@ -86,11 +86,11 @@ def main_with(build) -> tuple[ModuleOp, graph.MainGraphOp]:  # type: ignore[no-u
     return ModuleOp([main]), main
 
 
-def const(value, dtype=np.float32) -> graph.ConstantOp:  # type: ignore[no-untyped-def]
+def const(value, dtype=np.float32) -> graph.ConstantOp:
     return graph.ConstantOp(dense_attr(np.asarray(value, dtype=dtype)))
 
 
-def identity_graph(name: str, types=(T2,), names=None, by_ref=None) -> graph.GraphOp:  # type: ignore[no-untyped-def]
+def identity_graph(name: str, types=(T2,), names=None, by_ref=None) -> graph.GraphOp:
     g = graph.GraphOp(name, list(types), list(types), input_names=names, by_ref=by_ref)
     with ImplicitBuilder(g.body.block) as args:
         graph.OutputOp(list(args))
@@ -297,7 +297,7 @@ def test_detached_symbol_users_raise_verify_exception() -> None:
 # ------------------------------------------------------------------------------------
 
 
-def _call_module(make_call, *graphs: graph.GraphOp) -> ModuleOp:  # type: ignore[no-untyped-def]
+def _call_module(make_call, *graphs: graph.GraphOp) -> ModuleOp:
     m, _ = main_with(make_call)
     for g in graphs:
         m.body.block.insert_op_before(g, first_op(m))
@@ -409,7 +409,7 @@ def test_repeat_negative_count() -> None:
     ("cond", "shown"),
     [(np.float32(1.0), r"\(\) float32"), (np.array([True, False]), r"\(2,\) bool")],
 )
-def test_conditional_needs_scalar_bool(cond, shown) -> None:  # type: ignore[no-untyped-def]
+def test_conditional_needs_scalar_bool(cond, shown) -> None:
     g = identity_graph("id")
 
     def build() -> None:
@@ -484,7 +484,7 @@ def test_ipu_copy_keeps_type() -> None:
 # ------------------------------------------------------------------------------------
 
 
-def _program(build) -> tuple[ModuleOp, rt.ProgramOp]:  # type: ignore[no-untyped-def]
+def _program(build) -> tuple[ModuleOp, rt.ProgramOp]:
     prog = rt.ProgramOp(attributes={"num_host_transfers": IntegerAttr(2, i64)})
     with ImplicitBuilder(prog.body.block):
         build()

@@ -88,7 +88,7 @@ def test_gradient_declared(dialect: str, cls: type[Operation]) -> None:
 def test_grad_rule_refuses_bad_registrations() -> None:
     from xl.dialects.popxl import DetachOp, GeluGradOp, GeluOp
 
-    def rule(b, op, dys):  # type: ignore[no-untyped-def]
+    def rule(b, op, dys):
         return [None]
 
     with pytest.raises(TypeError, match="is not an op class"):

@@ -397,7 +397,7 @@ def test_conv_errors_name_the_op() -> None:
         x = popxl.variable(np.zeros((1, 4, 6, 6), np.float32))
         w = popxl.variable(np.zeros((2, 4, 3, 3), np.float32))
         with pytest.raises(ValueError, match=r"ops.conv: pad_type 'same' is not valid"):
-            ops.conv(x, w, pad_type="same")  # type: ignore[arg-type]
+            ops.conv(x, w, pad_type="same")
         with pytest.raises(ValueError, match=r"ops.conv: stride \(2, 2, 2\) must have 2 entries"):
             ops.conv(x, w, stride=(2, 2, 2))
         with pytest.raises(ValueError, match=r"popxl.conv: 4 input channels and 2 output channels must be divisible by groups 3"):

@@ -279,14 +279,14 @@ def test_stash_errors_outside_stage_and_without_producer() -> None:
                 with pytest.raises(RuntimeError, match="`from_stage` must be specified"):
                     p.stash_and_restore_tensor(w)
                 with pytest.raises(TypeError, match="expected a Tensor"):
-                    p.stash_and_restore_tensor(np.zeros(2))  # type: ignore[arg-type]
+                    p.stash_and_restore_tensor(np.zeros(2))
 
 
 def test_bad_stage_and_steps_arguments() -> None:
     ir = popxl.Ir()
     with ir.main_graph:
         with pytest.raises(TypeError, match="steps must be an int"):
-            with addons.pipelined_execution(4.0):  # type: ignore[arg-type]
+            with addons.pipelined_execution(4.0):
                 pass
         with pytest.raises(ValueError, match="steps must be >= 1"):
             with addons.pipelined_execution(0):
@@ -296,7 +296,7 @@ def test_bad_stage_and_steps_arguments() -> None:
                 with p.stage(-1):
                     pass
             with pytest.raises(TypeError, match="the stage must be an int"):
-                with p.stage("0"):  # type: ignore[arg-type]
+                with p.stage("0"):
                     pass
 
 

@@ -42,7 +42,7 @@ def test_errors_name_the_function() -> None:
         g_other = other.create_graph(lambda a: a + 1.0, popxl.TensorSpec((2,), popxl.float32))
     with ir.main_graph:
         with pytest.raises(TypeError, match=r"^ops\.remote_code_load: expected a popxl\.Graph, got str"):
-            ops.remote_code_load("g", "executable")  # type: ignore[arg-type]
+            ops.remote_code_load("g", "executable")
         with pytest.raises(ValueError, match=r"^ops\.remote_code_load: destination must be one of"):
             ops.remote_code_load(g, "remote")
         with pytest.raises(ValueError, match=r"belongs to another Ir"):
