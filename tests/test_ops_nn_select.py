@@ -243,7 +243,7 @@ def test_ops_median_is_the_lower_middle(axis, keepdims) -> None:
     y, (dx,), dy = run_fwd_bwd(lambda a: ops.median(a, axis=axis, keepdims=keepdims), [x])
     axes = tuple(range(3)) if axis is None else ((axis,) if isinstance(axis, int) else axis)
     keep = [i for i in range(3) if i not in axes]
-    moved = np.transpose(x, keep + list(axes)).reshape([x.shape[i] for i in keep] + [-1])
+    moved = np.transpose(x, keep + list(axes)).reshape((*[x.shape[i] for i in keep], -1))
     n = moved.shape[-1]
     ref = np.sort(moved, -1)[..., (n - 1) // 2]
     shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keepdims else tuple(x.shape[i] for i in keep)
