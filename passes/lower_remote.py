@@ -130,9 +130,10 @@ def _lower_buffer(emitter: Any, op: Operation, env: Env, block: Block, fresh: se
     entries = op.num_entries
     main = op.parent_op()
     rf = int(getattr(main, "replication_factor", 1) or 1)
+    parent = op.parent_block()
+    assert parent is not None, "ipu.remote_buffer is declared in graph.main"
     variables = [
-        v for v in op.parent.ops  # type: ignore[union-attr]
-        if isinstance(v, RemoteVariableOp) and v.buffer_name == op.buffer_name
+        v for v in parent.ops if isinstance(v, RemoteVariableOp) and v.buffer_name == op.buffer_name
     ]
     values = [np.zeros((entries, *shape), dtype) for _ in range(rf)]
     for v in variables:

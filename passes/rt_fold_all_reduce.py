@@ -10,8 +10,10 @@ rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 4 : i6
   %w = rt.state "w" : memref<4x3xf32>
   %g = rt.alloc : memref<4x3xf32>
   rt.kernel "popxl.matmul"(%x, %dy) -> (%g) : (memref<8x4xf32>, memref<8x3xf32>) -> memref<4x3xf32>
-  rt.kernel "replica.all_reduce_"(%g) -> (%g) {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "mean"} : (memref<4x3xf32>) -> memref<4x3xf32>
-  rt.kernel "popxl.scaled_add_"(%w, %g) -> (%w) {a = 1.0 : f64, b = -0.05 : f64} : (memref<4x3xf32>, memref<4x3xf32>) -> memref<4x3xf32>
+  rt.kernel "replica.all_reduce_"(%g) -> (%g) {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "mean"}
+      : (memref<4x3xf32>) -> memref<4x3xf32>
+  rt.kernel "popxl.scaled_add_"(%w, %g) -> (%w) {a = 1.0 : f64, b = -0.05 : f64}
+      : (memref<4x3xf32>, memref<4x3xf32>) -> memref<4x3xf32>
 }
 // after `xl-opt -p rt-fold-all-reduce`
 rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 4 : i64} {
@@ -20,7 +22,9 @@ rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 4 : i6
   %w = rt.state "w" : memref<4x3xf32>
   %g = rt.alloc : memref<4x3xf32>
   rt.kernel "popxl.matmul"(%x, %dy) -> (%g) : (memref<8x4xf32>, memref<8x3xf32>) -> memref<4x3xf32>
-  rt.kernel "xl.all_reduce_update"(%g, %w) -> (%g, %w) {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "mean", scale = -0.05 : f64} : (memref<4x3xf32>, memref<4x3xf32>) -> (memref<4x3xf32>, memref<4x3xf32>)
+  rt.kernel "xl.all_reduce_update"(%g, %w) -> (%g, %w)
+      {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "mean", scale = -0.05 : f64}
+      : (memref<4x3xf32>, memref<4x3xf32>) -> (memref<4x3xf32>, memref<4x3xf32>)
 }
 ```
 
@@ -49,7 +53,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import FloatAttr, ModuleOp, UnitAttr, f64
-from xdsl.ir import Attribute, Block, Operation
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from xl.dialects import rt
@@ -72,8 +76,8 @@ REPLICA_INVARIANT = "rt.replica_invariant"
 """Unit attribute of an `rt.state` that holds the same value on every replica."""
 
 
-def _users(v: object) -> set[Operation]:
-    return {u.operation for u in v.uses}  # type: ignore[attr-defined]
+def _users(v: SSAValue) -> set[Operation]:
+    return {u.operation for u in v.uses}
 
 
 def fold_all_reduce_updates(program: rt.ProgramOp) -> int:

@@ -16,7 +16,8 @@ rt.kernel "popxl.transpose"(%x) -> (%xt) {perm = array<i64: 1, 0>} : (memref<8x7
 rt.kernel "popxl.matmul"(%xt, %dy) -> (%dw) : (memref<784x8xf32>, memref<8x512xf32>) -> memref<784x512xf32>
 rt.kernel "popxl.scaled_add_"(%w, %dw) -> (%w) {a = 1.0 : f64, b = -0.05 : f64} : ...
 // after `xl-opt -p rt-fold-update`
-rt.kernel "xl.gemm_acc"(%x, %dy, %w) -> (%w) {alpha = -0.05 : f64, beta = 1.0 : f64, trans_a = true, trans_b = false} : ...
+rt.kernel "xl.gemm_acc"(%x, %dy, %w) -> (%w)
+    {alpha = -0.05 : f64, beta = 1.0 : f64, trans_a = true, trans_b = false} : ...
 ```
 """
 
@@ -79,22 +80,23 @@ def _dtype(v: SSAValue) -> object:
     return _type_info(v.type)[2]
 
 
-_ATTRS: dict[object, Attribute] = {}
+_F64_ATTRS: dict[float, FloatAttr] = {}
+_I1_ATTRS: dict[bool, IntegerAttr] = {}
 
 
 def _f64(x: float) -> FloatAttr:
     """A (memoised: xDSL attributes cost ~20 us to build) f64 attribute."""
-    a = _ATTRS.get(("f64", x))
+    a = _F64_ATTRS.get(x)
     if a is None:
-        a = _ATTRS[("f64", x)] = FloatAttr(x, f64)
-    return a  # type: ignore[return-value]
+        a = _F64_ATTRS[x] = FloatAttr(x, f64)
+    return a
 
 
 def _bool(x: bool) -> IntegerAttr:
-    a = _ATTRS.get(("i1", x))
+    a = _I1_ATTRS.get(x)
     if a is None:
-        a = _ATTRS[("i1", x)] = IntegerAttr(int(x), IntegerType(1))
-    return a  # type: ignore[return-value]
+        a = _I1_ATTRS[x] = IntegerAttr(int(x), IntegerType(1))
+    return a
 
 
 def _single_writer(mem: Memory, v: SSAValue) -> Operation | None:
@@ -311,6 +313,7 @@ def fold_bias_adds(program: rt.ProgramOp) -> int:
             mm.detach()
             mm.erase()
             alloc = m.owner
+            assert isinstance(alloc, rt.AllocOp)  # checked by _sole_matmul
             alloc.detach()
             alloc.erase()
             mem.writers[z] = [fill, gemm]

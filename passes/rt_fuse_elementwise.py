@@ -135,8 +135,10 @@ def _fuse_block(block: Block, mem: Memory) -> int:
             ):
                 joined = g
                 break
+        assert isinstance(op, rt.KernelOp)  # checked by _fusable
         if joined is not None:
-            del by_result[joined.result]  # type: ignore[arg-type]
+            assert joined.result is not None  # the key it is found under
+            del by_result[joined.result]
             joined.add(op, ins, out, p)
         else:
             joined = _Group([])

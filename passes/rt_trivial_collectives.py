@@ -11,7 +11,8 @@ never the identity and stays.
 
 ```mlir
 // before (replication_factor = 1)
-rt.kernel "replica.all_reduce_"(%g) -> (%g) {grouping = #replica.grouping<stride = 1, group_size = 1>, op = "mean"} : (memref<4xf32>) -> memref<4xf32>
+rt.kernel "replica.all_reduce_"(%g) -> (%g) {grouping = #replica.grouping<stride = 1, group_size = 1>, op = "mean"}
+    : (memref<4xf32>) -> memref<4xf32>
 // after `xl-opt -p rt-trivial-collectives`: nothing
 ```
 """

@@ -271,9 +271,10 @@ def identity(site: Site) -> Step:
 
 def _gather_into(
     x0: np.ndarray, n: int, out: np.ndarray, axis: int, mode: str | None, name: str
-) -> Callable[[Sequence[np.ndarray]], None]:
+) -> Callable[[Sequence[np.ndarray]], object]:
     """How the `n` inputs of a group (each shaped like `x0`) fill `out`, decided once at
-    compile time: the returned function takes the inputs of one step."""
+    compile time: the returned function takes the inputs of one step (its result is
+    not used)."""
     if mode in (None, "new_axis") and out.shape == (n, *x0.shape):
         return lambda xs: np.stack(xs, axis=0, out=out)
     if mode in (None, "concat", "auto") and out.ndim == x0.ndim and x0.ndim > 0:
@@ -308,7 +309,7 @@ def all_gather(site: Site) -> Step:
     if mode is None and "new_axis" in site.props:
         mode = "new_axis" if site.props["new_axis"] else "concat"
     inputs = site.gathered(0)
-    plans: list[tuple[list[int], Callable[[Sequence[np.ndarray]], None], np.ndarray, list[np.ndarray]]] = []
+    plans: list[tuple[list[int], Callable[[Sequence[np.ndarray]], object], np.ndarray, list[np.ndarray]]] = []
     for members in site.groups():
         mine = [s for s in (site.slot(m) for m in members) if s is not None]
         if not mine:
@@ -342,19 +343,19 @@ def reduce_scatter(site: Site) -> Step:
     for members in site.groups():
         gs = len(members)
         s = _shard_size(n, gs)
-        mine = [(i, site.slot(m)) for i, m in enumerate(members) if site.slot(m) is not None]
+        mine = [(i, slot) for i, m in enumerate(members) if (slot := site.slot(m)) is not None]
         if not mine:
             continue
         for _, slot in mine:
-            out = site.outs[slot][0]  # type: ignore[index]
+            out = site.outs[slot][0]
             if out.shape != (s,):
                 raise PlanError(
                     f"{site.name}: output shape {out.shape} is not the shard shape ({s},) of "
                     f"{n} elements over a group of {gs}"
                 )
-        padded = np.zeros(gs * s, dtype=site.outs[mine[0][1]][0].dtype)  # type: ignore[index]
+        padded = np.zeros(gs * s, dtype=site.outs[mine[0][1]][0].dtype)
         tmp = np.empty(n, padded.dtype) if op == "square_add" else None
-        shards = [(i, site.outs[slot][0]) for i, slot in mine]  # type: ignore[index]
+        shards = [(i, site.outs[slot][0]) for i, slot in mine]
         plans.append((members, padded, tmp, [(i * s, o) for i, o in shards]))
 
     def step() -> None:

@@ -293,6 +293,12 @@ def _factor(p: dict[str, Any], pos: dict[str, int], name: str, default: float | 
     return (0.0 if const is None else float(const)), idx
 
 
+def _add_at(out: np.ndarray, index: tuple[slice | np.ndarray, ...], values: np.ndarray) -> None:
+    """`np.add.at(out, index, values)` for an index of leading full slices then an array."""
+    # numpy's stub types `indices` as integer array-likes only, not a tuple with slices
+    np.add.at(out, index, values)  # pyright: ignore[reportArgumentType]
+
+
 def _slices(p: dict[str, Any], ndim: int) -> tuple[slice, ...]:
     """The index tuple of `popxl.slice` props for a rank-`ndim` tensor."""
     start, stop, step, axes = p.get("start"), p.get("stop"), p.get("step"), p.get("axes")
@@ -627,9 +633,9 @@ def _gather_grad(p: dict[str, Any]) -> Kernel:
             bad = (idx < -n) | (idx >= n)
             a = axis % out.ndim
             mask = bad.reshape((1,) * a + idx.shape + (1,) * (out.ndim - a - 1))
-            np.add.at(out, (*lead, np.where(bad, 0, idx)), np.where(mask, 0, dy))
+            _add_at(out, (*lead, np.where(bad, 0, idx)), np.where(mask, 0, dy))
             return
-        np.add.at(out, (*lead, idx), dy)
+        _add_at(out, (*lead, idx), dy)
 
     return k
 
@@ -1064,7 +1070,7 @@ def _sparse_accumulate(p: dict[str, Any]) -> Kernel:
                 upd = upd.copy()  # read every input before t is written
             if np.may_share_memory(idx, t):
                 idx = idx.copy()
-            np.add.at(t, (*lead, idx), upd.astype(t.dtype, copy=False))
+            _add_at(t, (*lead, idx), upd.astype(t.dtype, copy=False))
 
         return k
 

@@ -121,7 +121,9 @@ class _Columns:
     """im2col: the taps of the padded input copied into `(N, C, K, *out)` (one strided copy
     per kernel position), viewed as `(N, groups, C/groups * K, prod(out))`."""
 
-    def __init__(self, geo: _Geometry, x_shape: tuple[int, ...], out_sp: tuple[int, ...], groups: int, dtype: np.dtype) -> None:
+    def __init__(
+        self, geo: _Geometry, x_shape: tuple[int, ...], out_sp: tuple[int, ...], groups: int, dtype: np.dtype
+    ) -> None:
         n, c = x_shape[:2]
         self.pad = _Padded(geo, x_shape, out_sp)
         self.taps = geo.taps(out_sp)
@@ -754,7 +756,9 @@ def _roi_align(p: dict[str, Any]) -> Kernel:
 @kernel(RoiAlignGradOp)
 def _roi_align_grad(p: dict[str, Any]) -> Kernel:
     def k(dy: np.ndarray, rois: np.ndarray, bidx: np.ndarray, out: np.ndarray) -> None:
-        check_range(bidx, 0, out.shape[0], p, 2, "popxl.roi_align_grad", "batch index", f"the batch has {out.shape[0]} images")
+        check_range(
+            bidx, 0, out.shape[0], p, 2, "popxl.roi_align_grad", "batch index", f"the batch has {out.shape[0]} images"
+        )
         out.fill(0)
         for r, (wy, wx) in enumerate(_roi_matrices(rois, p, out.shape[2], out.shape[3])):
             out[int(bidx[r])] += np.einsum("ph,cpq,qw->chw", wy, dy[r], wx)

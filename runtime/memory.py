@@ -295,7 +295,9 @@ def memory_report(program: rt.ProgramOp) -> MemoryReport:
         live: tuple[int, int] | None = None
         if kind == ACTIVATION and uses[v]:
             assert isinstance(owner, Operation)
-            spans = [s for op in uses[v] if (s := layout.span_in(op, owner.parent)) is not None]  # type: ignore[arg-type]
+            block = owner.parent
+            assert block is not None, "a buffer is allocated inside the program"
+            spans = [s for op in uses[v] if (s := layout.span_in(op, block)) is not None]
             if spans:
                 live = (min(s[0] for s in spans), max(s[1] for s in spans))
         buffers.append(BufferInfo(names[v], kind, ipu.get(v, 0), shape_of(t), dtype_of(t), nbytes(t), live))
