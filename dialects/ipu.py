@@ -538,7 +538,7 @@ class RemoteVariableOp(_VariableHandle):
                 f"{what}: {fmt_type(self.result.type)} does not match remote buffer "
                 f"@{decl.buffer_name} ({fmt_type(bt)})"
             )
-        for other in self.parent.ops if self.parent is not None else ():  # type: ignore[union-attr]
+        for other in self.parent.ops if self.parent is not None else ():
             if other is self:
                 break
             if (
@@ -665,7 +665,7 @@ def _parse_init(parser: Parser) -> tuple[DenseIntOrFPElementsAttr | None, Tensor
         type = parser.parse_type()
     if not isinstance(type, TensorType):
         parser.raise_error(f"expected a tensor type, got {type}")
-    return init, type  # type: ignore[return-value]
+    return init, type
 
 
 class _RemoteAccess(IRDLOperation):
@@ -795,7 +795,7 @@ class _RemoteTensorAccess(_RemoteAccess):
         unresolved = parser.parse_unresolved_operand()
         parser.parse_punctuation(":")
         t = parser.resolve_operand(unresolved, parser.parse_type())
-        op = cls(ref.root_reference.data, t, operand if operand is not None else k)  # type: ignore[arg-type]
+        op = cls(ref.root_reference.data, t, operand if operand is not None else k)
         op.attributes |= parser.parse_optional_attr_dict()
         return op
 

@@ -309,7 +309,7 @@ class ResultTypedOp(PopxlOp):
     def check_results(cls, types, props, results):
         if len(results) != 1 or not isinstance(results[0], TensorType):
             raise cls.fail(f"expects one tensor result, got ({_types_str(results)})")
-        cls.check(types, props, results[0])  # type: ignore[arg-type]
+        cls.check(types, props, results[0])
         return list(results)
 
 

@@ -260,7 +260,7 @@ class _ReduceOp(CollectiveOp):
     op = prop_def(StringAttr)
 
     @classmethod
-    def make(cls, operands, result_types=None, *, reduction: str | None = None, **props):  # type: ignore[override]
+    def make(cls, operands, result_types=None, *, reduction: str | None = None, **props):
         """`PopxlOp.make`; the reduction may also be given as `reduction=` (builders whose
         own first parameter is called `op`, like `GradBuilder.v`, cannot pass `op=`)."""
         if reduction is not None:

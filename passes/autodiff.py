@@ -118,7 +118,7 @@ def check_not_modifying(graph: GraphOp) -> None:
         for i in written_operands(op):
             v = op.operands[i]
             if v in args:
-                idx = graph.body.block.args.index(v)  # type: ignore[arg-type]
+                idx = graph.body.block.args.index(v)
                 raise AutodiffError(
                     f"The graph {graph.graph_name} contains a modifying op: {op.name} modifies "
                     f"its input '{graph.input_name(idx)}' (input {idx}); autodiff needs a "

@@ -214,7 +214,7 @@ class GradGraphBuilder:
             v = outs[j]
             name_j = value_name(v, f"t{j}")
             if v in fblock.args:
-                name_j = fwd.input_name(fblock.args.index(v))  # type: ignore[arg-type]
+                name_j = fwd.input_name(fblock.args.index(v))
             arg = self._add_input(v.type, (FWD_GRAD, j), f"Gradient___{name_j}")
             if v in needs:
                 grads.setdefault(v, []).append(arg)

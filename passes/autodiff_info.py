@@ -96,7 +96,7 @@ class GradInfo:
             expected_outputs = tuple(int(v) for v in outs.get_values())
         else:
             assert isinstance(outs, ArrayAttr)
-            expected_outputs = tuple(int(v.value.data) for v in outs.data)  # type: ignore[attr-defined]
+            expected_outputs = tuple(int(v.value.data) for v in outs.data)
         return GradInfo(fwd.root_reference.data, tuple(expected_inputs), expected_outputs)
 
 

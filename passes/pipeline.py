@@ -195,7 +195,7 @@ def _lower_stashes(region: RegionOp, variable_names: set[str]) -> list[VariableO
         depth = stash.depth
         hint = stash.input.name_hint or f"t{k}"
         prefix = f"pipeline.stash{k}.{hint}"
-        buf = variable(f"{prefix}.buffer", stash.result.type)  # type: ignore[arg-type]
+        buf = variable(f"{prefix}.buffer", stash.result.type)
         counter = variable(f"{prefix}.stash_counter", counter_type)
         value_type = stash.input.type
         assert isinstance(value_type, TensorType)
@@ -436,7 +436,7 @@ def lower_region(module: ModuleOp, region: RegionOp) -> Pipelined:
     loads, computes, stores, copies, ordered = _groups(region, num_stages)
     top = region
     while not isinstance(top.parent_op(), ModuleOp):
-        top = top.parent_op()  # type: ignore[assignment]
+        top = top.parent_op()
         assert top is not None
     module_block = module.body.block
     for g in ordered:

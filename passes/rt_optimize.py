@@ -20,6 +20,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
+from xl.dialects import rt
 from xl.passes.rt_analysis import programs
 from xl.passes.rt_fold_all_reduce import fold_all_reduce_updates
 from xl.passes.rt_fold_update import fold_bias_adds, fold_updates
@@ -29,7 +30,8 @@ from xl.passes.rt_trivial_collectives import drop_trivial_collectives
 from xl.passes.rt_views import mark_views
 
 
-def optimize_program(program) -> None:  # type: ignore[no-untyped-def]
+def optimize_program(program: rt.ProgramOp) -> None:
+    """Every `rt` optimisation on `program`, in place (the steps listed above)."""
     drop_trivial_collectives(program)
     fold_all_reduce_updates(program)
     fold_updates(program)

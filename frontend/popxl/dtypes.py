@@ -101,7 +101,7 @@ class dtype:
         return self._np.type
 
     def as_torch(self) -> Any:
-        import torch  # type: ignore[import-not-found]
+        import torch
 
         return getattr(torch, _TORCH_NAMES.get(self._name, self._name))
 

@@ -316,7 +316,7 @@ class Tensor:
             if type(other).__module__.startswith("torch"):
                 other = np.asarray(other)
             else:
-                return NotImplemented  # type: ignore[return-value]
+                return NotImplemented
         other_t = self._ensure_tensor(other)
         fn = getattr(ops, fn_name)
         return fn(other_t, self) if reflected else fn(self, other_t)
@@ -445,7 +445,7 @@ class Variable(Tensor):
         assert isinstance(op, VariableOp | RemoteVariableOp | ReplicaShardedVariableOp), f"{self._name}: not a variable"
         return op.var_name.data
 
-    def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:  # type: ignore[override]
+    def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
         if source is None:
             raise ValueError(
                 "Variable.copy_to_ipu: the source IPU must be given for a variable "

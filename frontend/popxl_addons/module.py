@@ -286,7 +286,7 @@ def _scoped_build(build: Any) -> Any:
     return build_in_scope
 
 
-class NameScopeMeta(type(_PopxlModule)):  # type: ignore[misc]
+class NameScopeMeta(type(_PopxlModule)):
     """Wraps `build` so it runs inside `popxl.name_scope(module._name_scope)` when set."""
 
     def __new__(mcs, name: str, bases: tuple, namespace: dict, **kwargs: Any):

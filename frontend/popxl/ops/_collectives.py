@@ -282,7 +282,7 @@ def _ipus_of(ts: Sequence[Any], ipus: Sequence[int] | None) -> tuple[list[Tensor
                 f"{what}: could not infer the IPU of all input tensors `ts` "
                 f"({', '.join(t.id for t, i in zip(ts, found) if i is None)}); pass `ipus`"
             )
-        ipus = [int(i) for i in found]  # type: ignore[arg-type]
+        ipus = [int(i) for i in found]
     else:
         ipus = [as_int(i, "ipus") for i in ipus]
     if len(ts) != len(ipus):

@@ -673,7 +673,7 @@ def slice(
     return emit1(
         SliceOp, [t],
         start=tuple(b), stop=tuple(e), step=None if all(s == 1 for s in st) else tuple(st),
-        axes=tuple(as_int(a, "axes") for a in axes),  # type: ignore[arg-type]
+        axes=tuple(as_int(a, "axes") for a in axes),
     )
 
 
