@@ -14,10 +14,11 @@
 // before
 rt.kernel "popxl.transpose"(%x) -> (%xt) {perm = array<i64: 1, 0>} : (memref<8x784xf32>) -> memref<784x8xf32>
 rt.kernel "popxl.matmul"(%xt, %dy) -> (%dw) : (memref<784x8xf32>, memref<8x512xf32>) -> memref<784x512xf32>
-rt.kernel "popxl.scaled_add_"(%w, %dw) -> (%w) {a = 1.0 : f64, b = -0.05 : f64} : ...
+rt.kernel "popxl.scaled_add_"(%w, %dw) -> (%w) {a = 1.0 : f64, b = -0.05 : f64}
+    : (memref<784x512xf32>, memref<784x512xf32>) -> memref<784x512xf32>
 // after `xl-opt -p rt-fold-update`
-rt.kernel "xl.gemm_acc"(%x, %dy, %w) -> (%w)
-    {alpha = -0.05 : f64, beta = 1.0 : f64, trans_a = true, trans_b = false} : ...
+rt.kernel "xl.gemm_acc"(%x, %dy, %w) -> (%w) {alpha = -0.05 : f64, beta = 1.0 : f64, trans_a = true, trans_b = false}
+    : (memref<8x784xf32>, memref<8x512xf32>, memref<784x512xf32>) -> memref<784x512xf32>
 ```
 """
 

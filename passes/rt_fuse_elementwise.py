@@ -10,11 +10,12 @@ the fused kernel) and its attributes.
 
 ```mlir
 // before
-rt.kernel "popxl.add"(%mm, %b) -> (%z) : ...
-rt.kernel "popxl.gelu"(%z) -> (%h) : ...
+rt.kernel "popxl.add"(%mm, %b) -> (%z) : (memref<8x512xf32>, memref<512xf32>) -> memref<8x512xf32>
+rt.kernel "popxl.gelu"(%z) -> (%h) : (memref<8x512xf32>) -> memref<8x512xf32>
 // after `xl-opt -p rt-fuse-elementwise` (%z had no other reader)
 rt.kernel "xl.fused"(%mm, %b) -> (%h) {steps = [{kernel = "popxl.add", args = array<i64: 0, 1>},
-                                                {kernel = "popxl.gelu", args = array<i64: -1>}]} : ...
+                                                {kernel = "popxl.gelu", args = array<i64: -1>}]}
+    : (memref<8x512xf32>, memref<512xf32>) -> memref<8x512xf32>
 ```
 """
 
