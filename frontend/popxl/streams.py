@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from numpy.typing import DTypeLike
+
 from popxl._checks import check_dtype, check_name, check_shape
 from popxl.context import gcg
 from popxl.dtypes import dtype as _dtype
@@ -93,7 +95,7 @@ class DeviceToHostStream(_Stream):
     _KIND = "d2h"
 
 
-def _make(kind: str, shape: Iterable[int], dtype: _dtype, name: str | None) -> _Stream:
+def _make(kind: str, shape: Iterable[int] | int, dtype: _dtype | DTypeLike, name: str | None) -> _Stream:
     what = f"popxl.{kind}_stream"
     name = check_name(name, what)
     if name is not None:
@@ -114,7 +116,7 @@ def _make(kind: str, shape: Iterable[int], dtype: _dtype, name: str | None) -> _
     return s
 
 
-def h2d_stream(shape: Iterable[int], dtype: _dtype, name: str | None = None) -> HostToDeviceStream:
+def h2d_stream(shape: Iterable[int] | int, dtype: _dtype | DTypeLike, name: str | None = None) -> HostToDeviceStream:
     """A host-to-device stream (always declared at module level).
 
     `shape` is a tuple of non-negative ints and `dtype` a popxl dtype; anything else
@@ -124,7 +126,7 @@ def h2d_stream(shape: Iterable[int], dtype: _dtype, name: str | None = None) -> 
     return s
 
 
-def d2h_stream(shape: Iterable[int], dtype: _dtype, name: str | None = None) -> DeviceToHostStream:
+def d2h_stream(shape: Iterable[int] | int, dtype: _dtype | DTypeLike, name: str | None = None) -> DeviceToHostStream:
     """A device-to-host stream (always declared at module level); arguments are
     checked as for `h2d_stream`."""
     s = _make("d2h", shape, dtype, name)

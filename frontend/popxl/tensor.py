@@ -7,7 +7,7 @@ the same object for the same value, so tensors hash and compare by identity.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
@@ -398,6 +398,10 @@ class Tensor:
         from popxl import ops
 
         return ops.abs(self)
+
+# An op argument that becomes a constant when it is not a Tensor: a Tensor or host data.
+TensorLike = Tensor | ScalarType | np.ndarray | np.generic | Sequence[Any]
+
 
 class Variable(Tensor):
     """A variable: persistent state, created in the main graph with `popxl.variable`."""

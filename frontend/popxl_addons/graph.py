@@ -173,15 +173,15 @@ class GraphWithNamedArgs:
         """Whether this is a gradient graph (it has a `grad_graph_info`)."""
         return self._grad_graph_info is not None
 
-    def bind(self, args: Any = None) -> BoundGraph:
+    def bind(self, args: TensorMap | NamedTensors | None = None) -> BoundGraph:
         """A BoundGraph binding the named inputs to the tensors of `args` with the same keys."""
         return BoundGraph(self.graph, _as_tensor_map(self.args, args))
 
-    def call(self, *targs: Any, args: TensorMap | None = None) -> tuple:
+    def call(self, *targs: Any, args: TensorMap | NamedTensors | None = None) -> tuple:
         """Call without bound args: every input must come from `targs` or `args`."""
         return BoundGraph(self.graph, _as_tensor_map(self.args, args, "GraphWithNamedArgs.call")).call(*targs)
 
-    def call_with_info(self, *targs: Any, args: TensorMap | None = None) -> Any:
+    def call_with_info(self, *targs: Any, args: TensorMap | NamedTensors | None = None) -> Any:
         return BoundGraph(
             self.graph, _as_tensor_map(self.args, args, "GraphWithNamedArgs.call_with_info")
         ).call_with_info(*targs)

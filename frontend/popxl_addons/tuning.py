@@ -37,14 +37,14 @@ def _check_proportions(proportions: Any, what: str) -> list[float]:
     return out
 
 
-def set_available_memory_proportion_by_ipu(ir: popxl.Ir, proportions: Iterable[float]) -> None:
-    """No-op in xl (checks `ir` and that each proportion is in (0, 1])."""
+def set_available_memory_proportion_by_ipu(ir: popxl.Ir, proportions: Iterable[float] | float) -> None:
+    """No-op in xl (checks `ir` and that each proportion, or the one number, is in (0, 1])."""
     if not isinstance(ir, popxl.Ir):
         raise TypeError(f"set_available_memory_proportion_by_ipu: expected a popxl.Ir, got {type(ir).__name__}")
     _check_proportions(proportions, "set_available_memory_proportion_by_ipu")
 
 
-def set_graph_available_memory_proportion_by_ipu(graph: Any, proportions: Iterable[float]) -> None:
+def set_graph_available_memory_proportion_by_ipu(graph: Any, proportions: Iterable[float] | float) -> None:
     """No-op in xl (checks `graph`, a Graph or GraphWithNamedArgs, and the proportions)."""
     g = getattr(graph, "graph", graph)
     if not isinstance(g, popxl.Graph):

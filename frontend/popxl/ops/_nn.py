@@ -14,7 +14,7 @@ from popxl import dtypes
 from popxl.ops import _ops
 from popxl.ops._utils import as_float, as_int, axes_tuple, current_op, emit, emit1, to_tensor, wrap_public_ops
 from popxl.ops.conv import PadType, _ints, check_pad_type, same_pads
-from popxl.tensor import Tensor, constant
+from popxl.tensor import Tensor, TensorLike, constant
 from xl.dialects.popxl import (
     COORDINATE_MODES,
     INTERPOLATE_MODES,
@@ -172,7 +172,7 @@ def log_softmax(t: Tensor, axis: int) -> Tensor:
 
 
 def scatter(
-    t: Tensor, indices: Tensor, values: Tensor, axis: int = 0,
+    t: Tensor, indices: TensorLike, values: TensorLike, axis: int = 0,
     available_memory_proportion: float | None = None,
 ) -> Tensor:
     """A copy of `t` with `values[i]` written at position `indices[i]` along `axis` (the
@@ -188,7 +188,7 @@ def scatter(
 
 
 def scatter_reduce(
-    data: Tensor, indices: Tensor, reduction: str, initial_values: Tensor | None = None,
+    data: Tensor, indices: TensorLike, reduction: str, initial_values: Tensor | None = None,
     axis: int = 0, axis_size: int | None = None, enable_index_broadcast: bool = True,
     available_memory_proportion: float | None = None,
 ) -> Tensor:
@@ -236,7 +236,7 @@ def histogram(t: Tensor, levels: list[float], absolute_of_input: bool) -> Tensor
 
 
 def groupedgather(
-    t: Tensor, indices: Tensor, axis: int = 0, group_size: int = 1,
+    t: Tensor, indices: TensorLike, axis: int = 0, group_size: int = 1,
     available_memory_proportion: float | None = None, zero_OOR: bool = False,
 ) -> Tensor:
     """`gather` applied per group: `t` and `indices` have a leading group dim of size
@@ -312,7 +312,7 @@ def interpolate(
 
 
 def roi_align(
-    t: Tensor, rois: Tensor, batch_index: Tensor, output_size: tuple[int, int],
+    t: Tensor, rois: TensorLike, batch_index: TensorLike, output_size: tuple[int, int],
     spatial_scale: float, sampling_ratio: int, aligned: bool = False,
 ) -> Tensor:
     """Average RoI Align of the feature map `t` `(N, C, H, W)`: RoI `r` (`rois[r]` =

@@ -37,7 +37,7 @@ from popxl.ops._utils import (
     wrap_public_ops,
 )
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
-from popxl.tensor import Tensor, constant
+from popxl.tensor import Tensor, TensorLike, constant
 from xl.dialects.popxl import (
     AbsOp,
     AddOp,
@@ -169,7 +169,7 @@ def div(lhs: Tensor, rhs: Tensor) -> Tensor:
     return emit1(DivOp, _pair(lhs, rhs))
 
 
-def fmod(lhs: Tensor, rhs: Tensor) -> Tensor:
+def fmod(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """Elementwise remainder of `lhs / rhs` with the sign of `lhs` (C `fmod`,
     `lhs - trunc(lhs / rhs) * rhs`), NumPy broadcasting, operands of one dtype (float or
     integer; a Python number becomes a constant of the other operand's dtype). A float
@@ -961,7 +961,7 @@ def io_tile_copy(t: Tensor) -> Tensor:
 
 
 def matmul_pow2scaled(
-    lhs: Tensor, rhs: Tensor, log2_scale: Tensor, available_memory_proportion: float | None = None
+    lhs: Tensor, rhs: Tensor, log2_scale: Tensor | int, available_memory_proportion: float | None = None
 ) -> Tensor:
     """`matmul(lhs, rhs) * 2 ** log2_scale` of float8 operands (`popxl.float8_143` or
     `float8_152`, NumPy matmul shapes), computed exactly from the float8 values and
@@ -985,7 +985,7 @@ def _float8_operands(what: str, *ts: Tensor) -> None:
 
 
 def conv_pow2scaled(
-    t: Tensor, weight: Tensor, log2_scale: Tensor, stride: tuple[int, ...] = (1, 1),
+    t: Tensor, weight: Tensor, log2_scale: Tensor | int, stride: tuple[int, ...] = (1, 1),
     padding: tuple[int, ...] = (0, 0, 0, 0), dilation: tuple[int, ...] = (1, 1), groups: int = 1,
     pad_type: Any = "not_set", available_memory_proportions: list[float] | None = None,
     enable_conv_dithering: list[int] | None = None,
@@ -1009,7 +1009,7 @@ def conv_pow2scaled(
 
 
 def conv_transpose_pow2scaled(
-    t: Tensor, weight: Tensor, log2_scale: Tensor, stride: tuple[int, ...] = (1, 1),
+    t: Tensor, weight: Tensor, log2_scale: Tensor | int, stride: tuple[int, ...] = (1, 1),
     padding: tuple[int, ...] = (0, 0, 0, 0), dilation: tuple[int, ...] = (1, 1), groups: int = 1,
     pad_type: Any = "not_set", output_padding: tuple[int, ...] = (),
     output_shape: tuple[int, ...] = (), available_memory_proportions: list[float] | None = None,
@@ -1056,7 +1056,7 @@ def _log2_scale(log2_scale: Any) -> Tensor:
     return log2_scale
 
 
-def pow2scale_cast_to_fp8(t: Tensor, log2_scale: Tensor, data_type: dtype) -> Tensor:
+def pow2scale_cast_to_fp8(t: Tensor, log2_scale: Tensor | int, data_type: dtype) -> Tensor:
     """`cast(t * 2 ** log2_scale, data_type)`: a float tensor to `popxl.float8_143` or
     `popxl.float8_152` (round to nearest even; values beyond the format's range become
     NaN). `log2_scale`: a scalar int32 tensor in [-32, 32) (checked when the op runs).
@@ -1069,7 +1069,7 @@ def pow2scale_cast_to_fp8(t: Tensor, log2_scale: Tensor, data_type: dtype) -> Te
     )
 
 
-def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor, data_type: dtype) -> Tensor:
+def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor | int, data_type: dtype) -> Tensor:
     """`cast(t, data_type) * 2 ** log2_scale`: a float8 tensor to `popxl.float16` or
     `popxl.float32` (TypeError for other dtypes). `log2_scale`: a scalar int32 tensor in
     [-32, 32) (checked when the op runs)."""
