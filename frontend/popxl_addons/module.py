@@ -435,9 +435,10 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         """Whether this module's class overrides `build_grad`."""
         return type(self).build_grad is not Module.build_grad
 
-    def build_grad(self, *args: Any) -> Any:
+    def build_grad(self, *args: Any, **kwargs: Any) -> Any:
         """Override to define the gradient graph of `build` (see `create_grad_graph`): takes
-        the gradients of the forward outputs (in `grads_provided` order), returns the
+        the gradients of the forward outputs (positional parameters only, in `grads_provided`
+        order; the `*args, **kwargs` here only leave overrides free to name them), returns the
         gradients of the forward inputs that are not named variables, sets
         `self.var_grad[name]` for the named ones and reads forward tensors from `self.aux`."""
         raise NotImplementedError(
