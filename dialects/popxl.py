@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 from xdsl.dialects.builtin import (
@@ -248,7 +248,7 @@ class PopxlOp(IRDLOperation):
         operands: Sequence[SSAValue | Operation | None],
         result_types: Sequence[Attribute] | None = None,
         **props: Any,
-    ) -> PopxlOp:
+    ) -> Self:
         """Build the op, inferring result types unless they are given.
 
         Keyword arguments are properties (Python values or attributes; `None` is
