@@ -72,6 +72,7 @@ from xdsl.ir import Operation, SSAValue
 from xl.dialects import rt
 from xl.dialects.ipu import IPU_ATTR
 from xl.runtime.collectives import is_collective
+from xl.runtime.errors import PlanError
 from xl.runtime.plan import CHUNK_LINES, PlanBuilder, plan_filename, register_source
 from xl.runtime.profile import kernel_info
 from xl.runtime.registry import kernel_class
@@ -568,12 +569,20 @@ class Sync:
         self.c = [0] * streams
         self.conds = [threading.Condition(threading.Lock()) for _ in range(streams)]
         self.waiting = [0] * streams
+        self.done = [False] * streams
         self.aborted = False
 
     def reset(self) -> None:
         for s in range(len(self.c)):
             self.c[s] = 0
+            self.done[s] = False
         self.aborted = False
+
+    def finished(self, s: int) -> None:
+        """Stream `s` has run to its end (or failed): wake whoever waits for it."""
+        self.done[s] = True
+        with self.conds[s]:
+            self.conds[s].notify_all()
 
     def notifier(self, s: int) -> Callable[[], None]:
         """Wake the waiters on stream `s` (called after `s` bumped its counter)."""
@@ -595,6 +604,11 @@ class Sync:
                 while c[s] < target:
                     if self.aborted:
                         raise _Aborted()
+                    if self.done[s]:  # cannot happen by construction: never hang on it
+                        raise PlanError(
+                            f"runtime: internal error: a stream waits for stream {s} to reach "
+                            f"{target}, but it ended at {c[s]}"
+                        )
                     cond.wait(WAIT_POLL_S)
             finally:
                 self.waiting[s] -= 1
@@ -710,6 +724,19 @@ class ConcurrentStep:
             raise real[0]
 
 
+def _finishing(fn: Callable[[], None], sync: Sync, s: int) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            fn()
+        except BaseException:
+            sync.abort()  # the other streams stop at their next wait
+            raise
+        finally:
+            sync.finished(s)
+
+    return run
+
+
 # ------------------------------------------------------------------------------------
 # Building one replica
 # ------------------------------------------------------------------------------------
@@ -778,7 +805,7 @@ def build_concurrent_replica(
     scope = dict(g.ns)
     filename = b.filename = plan_filename("concurrent")
     exec(compile(src, filename, "exec"), scope)
-    fns = [scope[f"_stream{s}"] for s in range(n)]
+    fns = [_finishing(scope[f"_stream{s}"], sync, s) for s in range(n)]
     cores = os.cpu_count() or 1
     step = ConcurrentStep(fns, sync, max(1, cores // n), f"xl replica {replica}")
     register_source(filename, src, step)
