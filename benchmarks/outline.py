@@ -14,11 +14,16 @@ Programs (built with popxl / popxl.addons, training steps with `addons.autodiff`
 - `chain-10000`: 10,000 identical gelu ops in a row (the branch-and-bound worst case) and
   `random-10000`: 10,000 ops wired at random (almost nothing repeats).
 
-For each: ops in the module, outline time (median), graphs created and calls, then
-`compile_module` time, generated plan source lines and step time with and without
-outlining. While `lower-to-rt` expands every call (see the issue's item 2), the compile
-and step figures with outlining measure the pass's cost only: lowering produces the same
-program.
+For each: ops in the module, outline time (median), graphs created and calls.
+
+The default compile (`deep` rows, `bench_deep`; also a case of benchmarks/run.py): for
+`mlp-48` and `transformer-12`, `compile_module` time from the high-level module (median),
+generated plan source lines and steady-state step time, without outlining
+(`compile_module(..., outline=False)`) and with the default compile (automatic outlining,
+repeats kept as `rt.func` and one Python function each), step times measured alternately
+in chunks (median per step over chunks).
+
+    python benchmarks/outline.py --deep     # only the default-compile rows
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import popxl_addons as addons
 from xl.compiler import compile_module
 from xl.dialects.call import CallOp
 from xl.passes.outline import outline
+from xl.runtime.executable import Executable
 
 # -- models ---------------------------------------------------------------------------------
 
@@ -182,9 +188,9 @@ def time_outline(module: ModuleOp, reps: int) -> tuple[float, ModuleOp, list[str
     return statistics.median(times), m, names
 
 
-def downstream(module: ModuleOp, steps: int) -> tuple[float, int, float]:
+def downstream(module: ModuleOp, steps: int, outline: bool = True) -> tuple[float, int, float]:
     t0 = time.perf_counter()
-    exe = compile_module(module)
+    exe = compile_module(module, outline=outline)
     compile_s = time.perf_counter() - t0
     lines = sum(len(s.splitlines()) for s in exe.sources)
     rng = np.random.default_rng(0)
@@ -205,12 +211,86 @@ def downstream(module: ModuleOp, steps: int) -> tuple[float, int, float]:
     return compile_s, lines, statistics.median(times) * 1e3
 
 
+DEEP_MODELS = {
+    "mlp-48": lambda: training_module(MLP(48, 64, 10), 8, 32, 10),
+    "transformer-12": lambda: training_module(Transformer(12, 32, 10), 8, 32, 10),
+}
+
+
+def _inputs(exe: Executable) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    inputs = {}
+    for name, (shape, dtype) in exe.h2d_streams.items():
+        full = exe.full_shape(shape)
+        inputs[name] = (
+            rng.normal(size=full).astype(dtype)
+            if np.dtype(dtype).kind == "f"
+            else rng.integers(0, 10, size=full).astype(dtype)
+        )
+    return inputs
+
+
+def bench_deep(reps: int = 3, rounds: int = 15, steps: int = 10) -> dict:
+    """Compile time, plan lines and step time of the deep models with and without
+    outlining (see the module docstring)."""
+    out: dict = {}
+    variants = {"off": {"outline": False}, "on": {}}
+    for name, build in DEEP_MODELS.items():
+        module = build()
+        row: dict = {"ops": n_ops(module)}
+        exes: dict[str, Executable] = {}
+        for v, kw in variants.items():
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                exes[v] = compile_module(module, **kw)
+                times.append(time.perf_counter() - t0)
+            row[f"compile_s_{v}"] = statistics.median(times)
+            row[f"lines_{v}"] = sum(len(s.splitlines()) for s in exes[v].sources)
+            row[f"functions_{v}"] = sum(s.count("# rt.call") for s in exes[v].sources)
+        inputs = _inputs(exes["off"])
+        per: dict[str, list[float]] = {v: [] for v in variants}
+        for r in range(rounds):
+            order = list(variants) if r % 2 == 0 else list(reversed(variants))
+            for v in order:
+                exes[v].run(inputs)
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    exes[v].run(inputs)
+                per[v].append((time.perf_counter() - t0) / steps)
+        for v in variants:
+            row[f"step_ms_{v}"] = statistics.median(per[v]) * 1e3
+        out[name] = row
+    return out
+
+
+def deep_report(results: dict) -> list[str]:
+    lines = [
+        "",
+        "| default compile | ops | compile s (no outline / outlined) | ratio | plan lines | ratio "
+        "| rt.call lines | step ms | ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        lines.append(
+            f"| {name} | {r['ops']:,} | {r['compile_s_off']:.3f} / {r['compile_s_on']:.3f} | "
+            f"{r['compile_s_on'] / r['compile_s_off']:.2f} | {r['lines_off']:,} / {r['lines_on']:,} | "
+            f"{r['lines_on'] / r['lines_off']:.2f} | {r['functions_on']} | "
+            f"{r['step_ms_off']:.3f} / {r['step_ms_on']:.3f} | {r['step_ms_on'] / r['step_ms_off']:.3f} |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--deep", action="store_true", help="only the default-compile rows")
     args = ap.parse_args(argv)
     reps = 1 if args.quick else 3
     steps = 5 if args.quick else 30
+    print("\n".join(deep_report(bench_deep(reps, 5 if args.quick else 15))), flush=True)
+    if args.deep:
+        return
     cases = [
         ("mlp-48", lambda: training_module(MLP(48, 64, 10), 8, 32, 10), True),
         ("transformer-12", lambda: training_module(Transformer(12, 32, 10), 8, 32, 10), True),
@@ -231,9 +311,9 @@ def main(argv: list[str] | None = None) -> None:
         secs, outlined, names = time_outline(module, reps)
         calls = sum(isinstance(op, CallOp) and op.callee.root_reference.data in names for op in outlined.walk())
         row = f"| {name} | {n_ops(module):,} | {secs:.3f} | {len(names)} | {calls} |"
-        if run:
-            c0, l0, s0 = downstream(module, steps)
-            c1, l1, s1 = downstream(outlined, steps)
+        if run:  # without outlining / the default compile (outlining, functions)
+            c0, l0, s0 = downstream(module, steps, outline=False)
+            c1, l1, s1 = downstream(module, steps)
             row += f" {c0:.2f} / {c1:.2f} | {l0:,} / {l1:,} | {s0:.3f} / {s1:.3f} |"
         else:
             row += " | | |"

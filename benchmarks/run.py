@@ -15,6 +15,9 @@ Cases:
   data_parallel_mpi     data-parallel MNIST training (examples/mnist_data_parallel.py), 2 MPI
                         processes vs 2 simulated replicas in one process, 1 BLAS thread each
                         (benchmarks/dp_mpi.py; target >= 1.7x)
+  outline_deep          48 identical Linear+gelu layers and a 12x transformer-style block
+                        (addons.Module, training step): compile time, generated plan lines
+                        and step time without / with automatic outlining (benchmarks/outline.py)
   replicas_b8,          data-parallel training step (gradients all-reduced, mean) with 4
   replicas_b128         simulated replicas vs 1 replica at the same per-replica batch (8 / 128):
                         ratio of step times (target <= 4.4x), the plain 1-replica step and
@@ -49,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dp_mpi import bench_data_parallel_mpi
 from dp_mpi import report_lines as dp_mpi_report
 from models import chain_ir, count_ops, infer_ir, module_of, train_ir
+from outline import bench_deep, deep_report
 from references import NumpyMLP, jax_mlp, torch_mlp
 from replicas import NumpyDataParallel, dp_train_ir
 
@@ -498,6 +502,8 @@ def report(results: dict) -> str:
                 f"(compile without building the IR: "
                 f"{(big['total_s'] - big['build_s']) / (small['total_s'] - small['build_s']):.1f}x)"
             )
+    if "outline_deep" in results:
+        lines += deep_report(results["outline_deep"])
     return "\n".join(lines)
 
 
@@ -519,6 +525,7 @@ def main(argv: list[str] | None = None) -> dict:
         "data_parallel_mpi",
         "compile_mnist",
         "compile_scaling",
+        "outline_deep",
     ]
     if args.only:
         cases = [c for c in args.only.split(",") if c]
@@ -541,6 +548,8 @@ def main(argv: list[str] | None = None) -> dict:
             results[case] = bench_data_parallel_mpi(rounds=1 if args.quick else 2)
         elif case == "compile_mnist":
             results[case] = bench_compile_mnist(3 if args.quick else 7)
+        elif case == "outline_deep":  # automatic outlining on deep models (outline.py)
+            results[case] = bench_deep(reps=1 if args.quick else 3, rounds=5 if args.quick else 15)
         elif case == "compile_scaling":
             results[case] = bench_compile_scaling([100, 1000, 10000], 2 if args.quick else 3)
         else:

@@ -5,8 +5,20 @@ from xl.compiler import compile_module
 
 exe = compile_module(module)          # lowered, rt-optimised, generated plan
 ref = compile_module(module, optimize=False)  # the straightforward plan, as lowered
+flat = compile_module(module, outline=False)  # no automatic outlining
 outs = exe.run({"x": x})
 ```
+
+Automatic outlining. With the default pipeline, `compile_module` runs `OUTLINE_PIPELINE`:
+`outline` right after `inline`, so that repeated code (identical layers, their gradients,
+the same optimiser step on each weight) becomes one graph, which `lower-to-rt` keeps as one
+`rt.func` called at each repeat; later passes, the rt optimisations and the generated
+plan then work on one copy. The pass only runs on programs of at least
+`OUTLINE_MIN_PROGRAM_OPS` ops (400: below that, compiling is fast and repeats are few;
+MNIST's training program has 57 ops and is compiled exactly as without outlining), for
+runs of at least `OUTLINE_MIN_OPS` ops (3). `outline=False` compiles with
+`DEFAULT_PIPELINE` as is; `functions=False` expands every call when lowering
+(`lower-to-rt{functions=false}`). A pipeline given explicitly is used as given.
 """
 
 from __future__ import annotations
@@ -25,10 +37,55 @@ from xl.runtime.errors import PlanError
 from xl.runtime.executable import Executable, compile_program, gc_paused
 from xl.tools.context import xl_context
 
-__all__ = ["DEFAULT_PIPELINE", "RT_PIPELINE", "compile_module", "lower"]
+__all__ = ["DEFAULT_PIPELINE", "OUTLINE_PIPELINE", "RT_PIPELINE", "compile_module", "lower"]
 
 # From a high-level module (graphs, calls, popxl ops) to one `rt.program`.
 DEFAULT_PIPELINE = "pipeline,inline,canonicalize,cse,dce,lower-to-rt"
+
+# The size threshold of automatic outlining (ops of the graphs after `inline`), and the
+# shortest run outlined.
+OUTLINE_MIN_PROGRAM_OPS = 400
+OUTLINE_MIN_OPS = 3
+
+# `DEFAULT_PIPELINE` with automatic outlining: what `compile_module` runs by default.
+OUTLINE_PIPELINE = (
+    "pipeline,inline,"
+    f"outline{{min-ops={OUTLINE_MIN_OPS} min-program-ops={OUTLINE_MIN_PROGRAM_OPS}}},"
+    "canonicalize,cse,dce,lower-to-rt"
+)
+
+
+def split_pipeline(pipeline: str) -> list[str]:
+    """The passes of a pipeline string (commas inside `{...}` options kept)."""
+    parts: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(pipeline):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(pipeline[start:i])
+            start = i + 1
+    parts.append(pipeline[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _pass_name(spec: str) -> str:
+    return spec.split("{", 1)[0].strip()
+
+
+def compile_pipeline(pipeline: str = DEFAULT_PIPELINE, outline: bool = True, functions: bool = True) -> str:
+    """The pipeline `compile_module` runs for these options: `OUTLINE_PIPELINE` for the
+    default pipeline with `outline`; without `functions`, `lower-to-rt{functions=false}`."""
+    if pipeline == DEFAULT_PIPELINE and outline:
+        pipeline = OUTLINE_PIPELINE
+    if not functions:
+        pipeline = ",".join(
+            "lower-to-rt{functions=false}" if _pass_name(p) == "lower-to-rt" else p
+            for p in split_pipeline(pipeline)
+        )
+    return pipeline
 
 # The rt-level optimisations applied by `compile_module(..., optimize=True)`.
 RT_PIPELINE = "rt-optimize"
@@ -70,6 +127,8 @@ def compile_module(
     comm: Comm | None = None,
     profile: bool = False,
     concurrent: bool = True,
+    outline: bool = True,
+    functions: bool = True,
 ) -> Executable:
     """Compile a high-level or already lowered module into an `Executable`.
 
@@ -80,8 +139,11 @@ def compile_module(
     (`apply_extra_passes`). The input module is never modified. `comm`: which replicas
     run in this process (`compile_program`; default all). `profile=True`: the plan records
     kernel times (`xl.runtime.profile`). `concurrent=False`: virtual IPUs run serially
-    (`compile_program`).
+    (`compile_program`). `outline` / `functions`: automatic outlining with the default
+    pipeline, and calls kept as functions when lowering (see the module docstring,
+    `compile_pipeline`).
     """
+    pipeline = compile_pipeline(pipeline, outline, functions)
     with gc_paused():
         if extra_passes:
             module = apply_extra_passes(module, extra_passes)

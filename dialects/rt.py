@@ -627,8 +627,16 @@ class FuncOp(IRDLOperation):
         return tuple(args[len(args) - self.n_outs :])
 
     def written_args(self) -> frozenset[int]:
-        """The indices of the arguments some op of the body (or a function it calls) may write."""
-        return frozenset(i for i, a in enumerate(self.body.block.args) if _written_in_body(a))
+        """The indices of the arguments some op of the body (or a function it calls) may write
+        (all of them for a function that calls itself, directly or not)."""
+        args = self.body.block.args
+        if self in _ASKING:
+            return frozenset(range(len(args)))
+        _ASKING.add(self)
+        try:
+            return frozenset(i for i, a in enumerate(args) if _written_in_body(a))
+        finally:
+            _ASKING.discard(self)
 
     def verify_(self) -> None:
         args = self.body.block.args
@@ -684,6 +692,9 @@ class FuncOp(IRDLOperation):
         printer.print_op_attributes(self.attributes, print_keyword=True)
         printer.print_string(" ")
         printer.print_region(self.body, print_entry_block_args=False, print_empty_block=False)
+
+
+_ASKING: set[FuncOp] = set()  # functions whose written arguments are being computed
 
 
 def _written_in_body(a: SSAValue) -> bool:
@@ -759,12 +770,16 @@ class CallOp(IRDLOperation):
 
     def may_write(self, index: int) -> bool:
         """Whether the call may write operand `index` (an out, or an input the callee writes)."""
-        if index >= len(self.ins):
-            return True
+        return index in self.written_operands()
+
+    def written_operands(self) -> frozenset[int]:
+        """The operands the call may write: its destinations and the inputs its function
+        writes (every operand when the function is unknown or calls itself)."""
+        n = len(self.operands)
         f = lookup_func(self, self.callee_name)
         if f is None or f.is_ancestor(self):
-            return True
-        return index in f.written_args()
+            return frozenset(range(n))
+        return f.written_args() | frozenset(range(len(self.ins), n))
 
     def verify_(self) -> None:
         f = self.func()

@@ -573,14 +573,31 @@ def outline(module: ModuleOp, min_ops: int = 3, graph: str | None = None) -> lis
             created.append(calls[0].callee.root_reference.data)
 
 
+def count_ops(module: ModuleOp) -> int:
+    """The ops of the graph bodies of `module` (nested ops included, terminators too)."""
+    return sum(
+        1
+        for h in module.body.block.ops
+        if isinstance(h, GraphOp | MainGraphOp)
+        for _ in h.walk()
+    ) - sum(1 for h in module.body.block.ops if isinstance(h, GraphOp | MainGraphOp))
+
+
 @dataclass(frozen=True)
 class OutlinePass(ModulePass):
-    """`outline{min-ops=3 graph=G}`: repeated op runs of at least `min-ops` ops become one
-    graph and calls (every graph and `graph.main`, or only graph @G)."""
+    """`outline{min-ops=3 graph=G min-program-ops=0}`: repeated op runs of at least
+    `min-ops` ops become one graph and calls (every graph and `graph.main`, or only graph
+    @G). With `min-program-ops=N` the pass does nothing to a module whose graphs hold
+    fewer than N ops in all (`count_ops`): the size threshold of the default pipeline."""
 
     name = "outline"
     min_ops: int = 3
     graph: str | None = None
+    min_program_ops: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.min_program_ops > 0 and count_ops(op) < self.min_program_ops:
+            if self.min_ops < 1:
+                raise OutlineError(f"outline: min-ops must be >= 1, got {self.min_ops}")
+            return
         outline(op, self.min_ops, self.graph)

@@ -1,7 +1,9 @@
 """Memory-effect and liveness helpers shared by the `rt` optimisation passes.
 
 The `rt` dialect is flat: buffers are SSA values defined by `rt.alloc`, `rt.state` or
-`rt.const`, and every op says which buffers it reads and writes. Passes reason about
+`rt.const` (and, in an `rt.func` body, its arguments), and every op says which buffers it
+reads and writes (an `rt.call` reads its inputs and writes its destinations and the inputs
+its function writes). Passes reason about
 one block at a time: an op nested in a `rt.loop` / `rt.if` counts as a use at the
 position of its ancestor in the block being analysed (so a buffer used inside a loop is
 live over the whole loop).
@@ -17,7 +19,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 from xdsl.dialects.builtin import MemRefType, ModuleOp
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 
 from xl.dialects import rt
 from xl.dialects.effects import InPlaceInterface
@@ -108,7 +110,12 @@ def effects(op: Operation) -> tuple[Sequence[SSAValue], Sequence[SSAValue]] | No
         return (op.buffer,), ()
     if isinstance(op, rt.IfOp):
         return (op.condition,), ()
-    if isinstance(op, rt.LoopOp | rt.AllocOp | rt.StateOp | rt.ConstOp):
+    if isinstance(op, rt.CallOp):
+        # reads its inputs; writes its destinations and the inputs the function writes
+        operands = tuple(op.operands)
+        written = op.written_operands()
+        return operands[: len(op.ins)], tuple(v for i, v in enumerate(operands) if i in written)
+    if isinstance(op, rt.LoopOp | rt.AllocOp | rt.StateOp | rt.ConstOp | rt.FuncOp):
         return (), ()
     return None
 
@@ -238,6 +245,11 @@ def written_between(
             if anc is not None and lo <= pos[anc] <= hi:
                 return True
     return False
+
+
+def is_function_arg(v: SSAValue) -> bool:
+    """An argument of an `rt.func` (the buffer of the caller bound at each call)."""
+    return isinstance(v, BlockArgument) and isinstance(v.block.parent_op(), rt.FuncOp)
 
 
 def is_buffer(v: SSAValue) -> bool:

@@ -9,6 +9,8 @@ per IPU, and buffers of different IPUs stay apart so that IPUs can run concurren
 freed first. An elementwise kernel may also write into an input that dies
 at that kernel (in-place). Reused buffers are replaced by the buffer that owns the
 storage and their `rt.alloc` is erased. State, constants and views are never touched.
+Function bodies (`rt.func`) are blocks like any other; an `rt.call` overwrites a
+destination completely when the first op of the body using it does.
 
 ```mlir
 // before
@@ -57,7 +59,32 @@ def _full_write(op: Operation, v: SSAValue) -> bool:
         return op.dest is v and op.source is not v
     if isinstance(op, rt.H2DOp):
         return op.buffer is v
+    if isinstance(op, rt.CallOp):
+        return _call_fills(op, v)
     return False
+
+
+def _call_fills(call: rt.CallOp, v: SSAValue) -> bool:
+    """Whether `call` overwrites all of `v` without reading it: `v` is one of its
+    destinations (and no other operand), and the first op of the function body using that
+    argument overwrites it completely."""
+    operands = list(call.operands)
+    n_in = len(call.ins)
+    if operands.count(v) != 1 or operands.index(v) < n_in:
+        return False
+    func = rt.lookup_func(call, call.callee_name)
+    if func is None or func.is_ancestor(call):
+        return False
+    arg = func.body.block.args[operands.index(v)]
+    block = func.body.block
+    first: Operation | None = None
+    for use in arg.uses:
+        anc = ancestor_in(use.operation, block)
+        if anc is None:
+            return False
+        if first is None or block.get_operation_index(anc) < block.get_operation_index(first):
+            first = anc
+    return first is not None and _full_write(first, arg)
 
 
 @dataclass

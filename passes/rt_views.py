@@ -14,6 +14,10 @@ possible:
   runtime binds with): a transpose is always a view, but reshaping a transposed view
   into a flat vector is not, so that reshape stays a copying kernel.
 
+The viewed buffer is an `rt.alloc`, `rt.state` or `rt.const`, or an argument of an
+`rt.func` (the runtime binds the view at each call, to that call's array; where the
+caller's array cannot be viewed so, that call's kernel copies instead).
+
 Marks already present are dropped and recomputed, so a hand-written `rt.view` never
 makes an unsound plan. The runtime then binds the output and runs nothing.
 
@@ -40,6 +44,7 @@ from xl.passes.rt_analysis import (
     VIEW_ATTR,
     Memory,
     ancestor_in,
+    is_function_arg,
     is_view_kernel,
     kernel_io,
     parent_positions,
@@ -69,7 +74,7 @@ def mark_views(program: rt.ProgramOp) -> int:
         if (
             src is dst
             or not isinstance(dst.owner, rt.AllocOp)
-            or not isinstance(src.owner, rt.AllocOp | rt.StateOp | rt.ConstOp)
+            or not (isinstance(src.owner, rt.AllocOp | rt.StateOp | rt.ConstOp) or is_function_arg(src))
             or dtype_of(src.type) != dtype_of(dst.type)
             or mem.writers.get(dst) != [op]
             or dst in mem.unknown

@@ -18,10 +18,11 @@ The generated plan (`xl.runtime.plan`) emits one Python function per distinct bo
 (`emit_call`). The templates bind to the actual arrays (precomputed views, BLAS calls
 with fixed pointers, alias checks), so the body is generated at each call site with the
 arguments bound to that site's arrays, exactly as if it were expanded there; then every
-global name of those lines that is not the same at every site (the arguments, views of
-them, bound BLAS calls, ...) becomes a parameter `a0, a1, ...`, while the function's own
-buffers, the shared callables, constants and scratch buffers stay globals. Sites whose
-lines are then identical share one function `_f_<name>_<k>`, and each site is one line
+global name of those lines that may differ between sites (the arguments, views of them,
+bound BLAS calls and kernels, ...) becomes a parameter `a0, a1, ...`, while the function's
+own buffers, the shared callables (an equal callable bound under another name is written
+with the first name), constants and scratch buffers stay globals. Sites whose
+lines are then identical share one function `_f<k>_<name>`, and each site is one line
 calling it with its own names. A site whose code differs (e.g. a template that chose
 another path because the arguments alias) gets a function of its own; so does each site
 when profiling (the kernel indices in the timing lines differ). A body that stops at a
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 _IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 _YIELD = re.compile(r"^\s*yield\b")
+_HELPER = re.compile(r"_h\d+")
 
 
 @dataclass
@@ -67,7 +69,13 @@ class _State:
     stack: list[str] = field(default_factory=list)  # functions being walked (recursion check)
     own: dict[rt.FuncOp, frozenset[str]] = field(default_factory=dict)  # own buffers' names
     functions: dict[str, _Function] = field(default_factory=dict)  # by canonical body
-    variants: dict[str, int] = field(default_factory=dict)  # rt.func name -> functions made
+    # a shared callable -> the first global name bound to an equal one (templates bind
+    # e.g. `np.add.reduce`, a new but equal bound method each time, under a new name)
+    callables: dict[Any, str] = field(default_factory=dict)
+    # a kernel helper (`PlanBuilder.outline`) -> the first helper with the same code once
+    # its callables are written that way
+    helpers: dict[str, str] = field(default_factory=dict)
+    helper_bodies: dict[str, str] = field(default_factory=dict)
 
 
 def _state(walk: Any) -> _State:
@@ -149,10 +157,30 @@ def emit_call(b: PlanBuilder, op: rt.CallOp, depth: int) -> None:
     index: dict[str, int] = {}
     ns = g.ns
 
+    def shared(m: re.Match[str]) -> str:
+        t = m.group(0)
+        if t.startswith("_") and t in ns:  # a shared callable or constant: an equal one's name
+            try:
+                return st.callables.setdefault(ns[t], t)
+            except TypeError:  # unhashable (a constant array): its name is shared already
+                return t
+        return t
+
+    def helper(t: str) -> str:
+        name = st.helpers.get(t)
+        if name is None:
+            body = next(k for k, v in b.helpers.items() if v == t)
+            name = st.helpers[t] = st.helper_bodies.setdefault(_IDENT.sub(shared, body), t)
+        return name
+
     def param(m: re.Match[str]) -> str:
         t = m.group(0)
-        if t.startswith(("_", "s_")) or t not in ns or t in own:
+        if t not in ns:
+            return helper(t) if _HELPER.fullmatch(t) and t in b.helpers.values() else t
+        if t in own or t.startswith("s_"):
             return t
+        if t.startswith("_"):
+            return shared(m)
         j = index.get(t)
         if j is None:
             j = index[t] = len(params)
@@ -163,9 +191,7 @@ def emit_call(b: PlanBuilder, op: rt.CallOp, depth: int) -> None:
     key = "\n".join(body)
     fn = st.functions.get(key)
     if fn is None:
-        k = st.variants.get(func.func_name, 0)
-        st.variants[func.func_name] = k + 1
-        fname = f"_f_{re.sub(r'[^A-Za-z0-9_]', '_', func.func_name)}_{k}"
+        fname = f"_f{len(st.functions)}_{re.sub(r'[^A-Za-z0-9_]', '_', func.func_name)}"
         fn = st.functions[key] = _Function(fname, len(params), body, kernels)
     b.emit(f"{fn.name}({', '.join(params)})  # rt.call @{func.func_name}", depth)
 

@@ -255,7 +255,7 @@ def _run(args: argparse.Namespace) -> None:
     named: dict[str, Operation] = {}
     try:
         with _source_positions(module, named):
-            exe = compile_module(module, args.pipeline, profile=profile, concurrent=not args.serial)
+            exe = compile_module(module, args.pipeline, profile=profile, concurrent=not args.serial, outline=not args.no_outline)
     except LocatedError as e:
         raise _Located(format_located(e, source, PROG)) from None
     except MemoryError as e:
@@ -367,6 +367,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--pipeline",
         default=DEFAULT_PIPELINE,
         help=f"lowering pipeline (default: {DEFAULT_PIPELINE})",
+    )
+    ap.add_argument(
+        "--no-outline",
+        action="store_true",
+        help="no automatic outlining of repeated code (with the default pipeline, programs "
+        "of 400+ ops are outlined and repeats run as one function)",
     )
     ap.add_argument(
         "--serial",

@@ -56,6 +56,7 @@ class Session:
         passes: Sequence[Any] = (),
         profile: bool | str | Path = False,
         concurrent: bool = True,
+        outline: bool = True,
     ):
         """`passes`: xDSL `ModulePass` instances run on the program before xl's lowering
         (e.g. a plugin's pass; `xl.compiler.compile_module(..., extra_passes=...)`).
@@ -69,7 +70,10 @@ class Session:
         data, with results bit-identical to serial execution (`xl.runtime.concurrent`;
         programs with replica collectives run serially). `concurrent=False`, or `XL_SERIAL=1`
         in the environment, runs the IPUs one after another on the calling thread (for
-        debugging and comparison)."""
+        debugging and comparison).
+
+        `outline=False`: no automatic outlining of repeated code (`xl.compiler.driver`;
+        on by default for programs of 400+ ops)."""
         if not isinstance(ir, Ir):
             raise TypeError(f"Session expects a popxl.Ir, got {type(ir).__name__}")
         if not isinstance(device_desc, str):
@@ -86,6 +90,8 @@ class Session:
             raise TypeError(
                 f"Session: profile must be a bool or a trace file path, got {type(profile).__name__}"
             )
+        if not isinstance(outline, bool):
+            raise TypeError(f"Session: outline must be a bool, got {type(outline).__name__}")
         if not isinstance(concurrent, bool):
             raise TypeError(f"Session: concurrent must be a bool, got {type(concurrent).__name__}")
         if device_desc not in _DEVICES:
@@ -117,8 +123,12 @@ class Session:
         self._trace_path = None if isinstance(profile, bool) else Path(profile)
         with _source_names(ir):
             self._exe = compile_module(
-                module, extra_passes=tuple(passes), comm=comm, profile=profile is not False,
-                concurrent=concurrent
+                module,
+                extra_passes=tuple(passes),
+                comm=comm,
+                profile=profile is not False,
+                concurrent=concurrent,
+                outline=outline,
             )
         ir._sessions.append(self)
 
