@@ -30,10 +30,15 @@ from typing import Any
 
 import numpy as np
 from xdsl.ir import SSAValue
+from xdsl.irdl import IRDLOperation
 
 from xl.dialects import rt
 from xl.dialects.popxl import (
     AbsOp,
+    AccumulateMeanOp,
+    AccumulateMovingAverageOp,
+    AccumulateMovingAverageSquareOp,
+    AccumulateOp,
     AddOp,
     CastOp,
     CosOp,
@@ -76,6 +81,7 @@ from xl.dialects.popxl import (
     TanhOp,
     TransposeOp,
 )
+from xl.dialects.popxl_operands import operand_positions
 from xl.runtime import blas
 from xl.runtime.errors import PlanError
 from xl.runtime.kernels import KERNELS, check_range
@@ -687,3 +693,187 @@ def _t_fused(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
             step = [f"{g.bind(factory(props), 'k')}({', '.join(names + o)})"]
         lines += step
     return lines
+
+
+# ------------------------------------------------------------------------------------
+# Gradient accumulators: in place over one scratch buffer, the same arithmetic as the
+# kernels (Python float factors, float32 products, one add) without their temporaries
+# ------------------------------------------------------------------------------------
+
+
+def _update_operands(
+    g: Gen, op: K, p: dict[str, Any], factor: str, default: float | None
+) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(t, x, the factor as a source expression) of an accumulator update, or None (the
+    kernel is used): float t and x of one dtype and shape, not overlapping, the factor a
+    constant or a tensor read at run time (`.item()`, as the kernel does)."""
+    segs = p.get("operand_segments", p.get("operandSegmentSizes"))
+    cls = op.cls
+    if segs is None or len(op.outs) != 1 or op.outs[0] is not op.ins[0]:
+        return None
+    if not (isinstance(cls, type) and issubclass(cls, IRDLOperation)):
+        return None
+    pos = operand_positions(cls, segs)
+    t, x = g.arr(op.ins[pos["t"]]), g.arr(op.ins[pos["x"]])
+    if t.dtype not in (np.float16, np.float32, np.float64) or t.shape != x.shape:
+        return None
+    if t.dtype != x.dtype and not (
+        t.dtype == np.float16 and x.dtype == np.float32 and t.flags.c_contiguous
+    ):
+        return None
+    if np.may_share_memory(t, x):
+        return None
+    fi = pos.get(f"{factor}_tensor", -1)
+    if fi >= 0:
+        return t, x, f"{g.buf(op.ins[fi])}.item()"
+    const = p.get(factor, default)
+    return None if const is None else (t, x, repr(float(const)))
+
+
+# every float16 value as float32, by its bits: widening through this table is exact and
+# several times faster than NumPy's cast on subnormals (small Adam moments are subnormal)
+_HALF_TO_FLOAT = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+_HALF_TO_FLOAT.flags.writeable = False
+
+
+def _widen(g: Gen, t: np.ndarray, wide: str) -> str:
+    """A line writing float16 array `t` (bound) widened to float32 into `wide`."""
+    bits = as_view(t, t.shape)
+    assert bits is not None
+    return (
+        f"{g.fn(np.take)}({g.bind(_HALF_TO_FLOAT, 'h2f')}, {g.view(bits.view(np.uint16))}, "
+        f"None, {wide}, 'clip')"
+    )
+
+
+def half_rounder(size: int) -> Callable[[np.ndarray, np.ndarray], None]:
+    """A function `r(w, t)` doing `t[...] = w` (float32 -> float16, C-contiguous, `size`
+    elements) with the bits of NumPy's cast (round to nearest even, subnormals, signed
+    zeros), in integer passes over preallocated buffers: NumPy's cast is an element loop,
+    slow on values that become float16 subnormals. Overflow, infinities and NaN (rare) go
+    through NumPy's cast. Checked against NumPy over every float32 whose float16 is finite."""
+    a, sg, r, q = (np.empty(size, np.uint32) for _ in range(4))
+    m = np.empty(size, np.bool_)
+    af, qf = a.view(np.float32), q.view(np.float32)
+    u32 = np.uint32
+    half = np.float32(0.5)
+    band, shr, add, copyto = np.bitwise_and, np.right_shift, np.add, np.copyto
+
+    def r16(w: np.ndarray, t: np.ndarray) -> None:
+        u = w.reshape(-1).view(np.uint32)
+        band(u, u32(0x80000000), out=sg)
+        band(u, u32(0x7FFFFFFF), out=a)
+        # normal float16: drop 13 bits rounding to nearest even, rebias the exponent
+        shr(a, u32(13), out=r)
+        band(r, u32(1), out=r)
+        add(r, a, out=r)
+        add(r, u32(0xC8000FFF), out=r)  # (-112 << 23) + 0xfff, modulo 2**32
+        shr(r, u32(13), out=r)
+        # subnormal float16 and zero: the float adder rounds |w| + 0.5 to a multiple of 2**-24
+        with np.errstate(invalid="ignore"):
+            add(af, half, out=qf)
+        np.subtract(q, u32(0x3F000000), out=q)
+        np.less(a, u32(113 << 23), out=m)
+        copyto(r, q, where=m)
+        shr(sg, u32(16), out=sg)
+        np.bitwise_or(r, sg, out=r)
+        copyto(t.reshape(-1).view(np.uint16), r, casting="unsafe")
+        np.greater_equal(a, u32(0x47800000), out=m)  # overflow, infinities, NaN
+        if m.any():
+            copyto(t.reshape(-1), w.reshape(-1), casting="unsafe", where=m)
+
+    return r16
+
+
+def _half_scaled(g: Gen, ta: np.ndarray, t: str, f: str, wide: str) -> list[str]:
+    """Lines leaving `t * f` (t float16, f a Python float) in float16 `t` as NumPy's half
+    loop computes it: both operands as float32 (f rounded to float16 first), one float32
+    product (exact: two 11-bit significands), rounded once to float16. Through float32
+    scratch `wide` instead of the element-by-element half loop."""
+    return [
+        _widen(g, ta, wide),
+        f"{g.fn(np.multiply)}({wide}, {g.fn(np.float32)}({g.fn(np.float16)}({f})), {wide})",
+        f"{g.bind(half_rounder(ta.size), 'r16_')}({wide}, {t})",
+    ]
+
+
+def _half_add(g: Gen, ta: np.ndarray, t: str, y: str, wide: str) -> list[str]:
+    """`np.add(t, y, out=t, casting="unsafe")` for float16 `t` and float32 `y`: the float32
+    sum of t (exactly widened) and y, rounded to float16."""
+    return [
+        _widen(g, ta, wide),
+        f"{g.fn(np.add)}({wide}, {y}, {wide})",
+        f"{g.bind(half_rounder(ta.size), 'r16_')}({wide}, {t})",
+    ]
+
+
+@template(AccumulateMeanOp)
+def _t_accumulate_mean(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    """t = t * (s / (s + 1)) + x * (1 / (s + 1))."""
+    ops = _update_operands(g, op, p, "step", None)
+    if ops is None or ops[0].dtype != ops[1].dtype:
+        return None
+    t, x, s = ops
+    _, tmp = g.scratch(t.shape, t.dtype)
+    mul, tn, xn = g.fn(np.multiply), g.buf(op.ins[0]), g.buf(op.ins[1])
+    return [
+        f"_s = {s}",
+        f"{mul}({tn}, _s / (_s + 1.0), {tn})",
+        f"{mul}({xn}, 1.0 / (_s + 1.0), {tmp})",
+        f"{g.fn(np.add)}({tn}, {tmp}, {tn})",
+    ]
+
+
+@template(AccumulateOp)
+def _t_accumulate(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    """t = t + x * f (x * 1.0 is x exactly)."""
+    ops = _update_operands(g, op, p, "f", 1.0)
+    if ops is None or ops[0].dtype != ops[1].dtype:
+        return None
+    t, x, f = ops
+    tn, xn = g.buf(op.ins[0]), g.buf(op.ins[1])
+    if f == "1.0":
+        return [f"{g.fn(np.add)}({tn}, {xn}, {tn})"]
+    _, tmp = g.scratch(t.shape, t.dtype)
+    return [f"{g.fn(np.multiply)}({xn}, {f}, {tmp})", f"{g.fn(np.add)}({tn}, {tmp}, {tn})"]
+
+
+@template(AccumulateMovingAverageOp)
+def _t_moving_average(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    """t = t * f + x * (1 - f)."""
+    ops = _update_operands(g, op, p, "f", None)
+    if ops is None:
+        return None
+    t, x, f = ops
+    _, tmp = g.scratch(t.shape, x.dtype)
+    mul, tn, xn = g.fn(np.multiply), g.buf(op.ins[0]), g.buf(op.ins[1])
+    if t.dtype != x.dtype:  # a float16 moment of a float32 gradient (seed 003's Adam)
+        _, wide = g.scratch(t.shape, x.dtype)
+        return [
+            f"_f = {f}",
+            *_half_scaled(g, t, tn, "_f", wide),
+            f"{mul}({xn}, 1.0 - _f, {tmp})",
+            *_half_add(g, t, tn, tmp, wide),
+        ]
+    return [
+        f"_f = {f}",
+        f"{mul}({tn}, _f, {tn})",
+        f"{mul}({xn}, 1.0 - _f, {tmp})",
+        f"{g.fn(np.add)}({tn}, {tmp}, {tn})",
+    ]
+
+
+@template(AccumulateMovingAverageSquareOp)
+def _t_moving_average_square(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    """t = t * f + (x * x) * (1 - f)."""
+    ops = _update_operands(g, op, p, "f", None)
+    if ops is None:
+        return None
+    t, x, f = ops
+    _, tmp = g.scratch(t.shape, x.dtype)
+    mul, tn, xn = g.fn(np.multiply), g.buf(op.ins[0]), g.buf(op.ins[1])
+    head = [f"_f = {f}", f"{mul}({xn}, {xn}, {tmp})", f"{mul}({tmp}, 1.0 - _f, {tmp})"]
+    if t.dtype != x.dtype:
+        _, wide = g.scratch(t.shape, x.dtype)
+        return [*head, *_half_scaled(g, t, tn, "_f", wide), *_half_add(g, t, tn, tmp, wide)]
+    return [*head, f"{mul}({tn}, _f, {tn})", f"{g.fn(np.add)}({tn}, {tmp}, {tn})"]

@@ -1,0 +1,180 @@
+"""Concurrent virtual IPUs: seed 003's pipelined MNIST training step, concurrent vs serial.
+
+The program is `examples/mnist_pipeline.py`'s `train_program` (3 stages on 2 virtual IPUs,
+gradient accumulation 6, Adam), at micro batch 5 (the seed's) and 32. One `Session` runs
+it concurrently (`xl.runtime.concurrent`: 2 worker threads, OpenBLAS at 1 thread while the
+streams run), another serially (`Session(..., concurrent=False)`), timed in alternating
+chunks in one process:
+
+- `serial_1`: serial, OpenBLAS 1 thread (the issue's "1 BLAS thread per worker" baseline);
+- `serial_2`: serial, OpenBLAS 2 threads;
+- `concurrent`: 2 workers x 1 BLAS thread.
+
+Ratios: serial_1 / concurrent (target >= 1.6x on 2 cores) and serial_2 / concurrent
+(target >= 1.1x). BLAS threads are set with threadpoolctl. A profiled run of each
+session gives the busy time per IPU row and the step time, so the report says how much of
+the step each IPU keeps busy (the bound on the speed-up is step / max(IPU busy time)).
+
+    python benchmarks/pipeline.py            # both micro batches
+    python benchmarks/run.py --only pipeline_b5,pipeline_b32
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from threadpoolctl import ThreadpoolController
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+import popxl  # noqa: E402
+from xl.runtime.profile import Profile  # noqa: E402
+
+_BLAS = ThreadpoolController()
+
+
+def _program(micro_batch: int) -> tuple[popxl.Ir, list[Any], dict[Any, np.ndarray]]:
+    import mnist_pipeline as ex
+
+    opts = ex.Options()
+    opts.train.device = "cpu"
+    opts.train.micro_batch_size = micro_batch
+    np.random.seed(0)
+    session, streams, _, _, _ = ex.train_program(opts)
+    n = opts.train.gradient_accumulation
+    rng = np.random.default_rng(0)
+    inputs = {
+        streams[0]: rng.standard_normal((n, micro_batch, 784)).astype(np.float32),
+        streams[1]: rng.integers(0, 10, (n, micro_batch)).astype(np.int32),
+    }
+    return session.ir, streams, inputs
+
+
+def _timed(impls: dict[str, Callable[[], object]], rounds: int, target_s: float) -> dict[str, dict]:
+    """Median seconds per call of each impl, in alternating chunks (the order rotates)."""
+    chunk: dict[str, int] = {}
+    for name, f in impls.items():
+        for _ in range(3):
+            f()
+        t = time.perf_counter()
+        f()
+        chunk[name] = max(1, int(target_s / max(time.perf_counter() - t, 1e-6)))
+    samples: dict[str, list[float]] = {n: [] for n in impls}
+    names = list(impls)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                f, k = impls[name], chunk[name]
+                t = time.perf_counter()
+                for _ in range(k):
+                    f()
+                samples[name].append((time.perf_counter() - t) / k)
+    finally:
+        if was:
+            gc.enable()
+    return {n: {"median_s": statistics.median(s), "min_s": min(s), "chunks": len(s),
+                "steps_per_chunk": chunk[n]} for n, s in samples.items()}
+
+
+def _busy(ir: popxl.Ir, inputs: dict[Any, np.ndarray], concurrent: bool, blas: int) -> dict[str, float]:
+    """Per step: wall time and busy time of each IPU row (a profiled session)."""
+    session = popxl.Session(ir, "cpu", profile=True, concurrent=concurrent)
+    with session, _BLAS.limit(limits=blas, user_api="blas"):
+        for _ in range(3):
+            session.run(inputs)
+        with session.profile() as prof:
+            for _ in range(5):
+                session.run(inputs)
+    assert isinstance(prof, Profile)
+    steps = prof.steps()
+    out = {"step_s": statistics.median((b - a) / 1e9 for a, b in steps)}
+    for row in prof.key_averages("row"):
+        out[row.key] = row.total_ns / 1e9 / len(steps)
+    return out
+
+
+def bench_pipeline(micro_batch: int, rounds: int = 15, target_s: float = 0.3) -> dict:
+    ir, _, inputs = _program(micro_batch)
+    conc = popxl.Session(ir, "cpu")
+    serial = popxl.Session(ir, "cpu", concurrent=False)
+    workers = conc._exe.workers
+    with conc, serial:
+        def serial_n(n: int) -> Callable[[], object]:
+            def run() -> object:
+                with _BLAS.limit(limits=n, user_api="blas"):
+                    return serial.run(inputs)
+
+            return run
+
+        def concurrent() -> object:  # the step sets 1 BLAS thread per worker itself
+            return conc.run(inputs)
+
+        times = _timed({"serial_1": serial_n(1), "serial_2": serial_n(2), "concurrent": concurrent},
+                       rounds, target_s)
+    med = {k: v["median_s"] for k, v in times.items()}
+    return {
+        "micro_batch": micro_batch,
+        "workers": workers,
+        "cores": os.cpu_count(),
+        "times": times,
+        "speedup_vs_serial_1": med["serial_1"] / med["concurrent"],
+        "speedup_vs_serial_2": med["serial_2"] / med["concurrent"],
+        "busy_serial_1": _busy(ir, inputs, False, 1),
+        "busy_concurrent": _busy(ir, inputs, True, 1),
+        "loadavg": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
+
+
+def report_lines(results: dict) -> list[str]:
+    """The benchmark table rows for `bench_pipeline` results (one per micro batch)."""
+    lines = ["", "Pipelined MNIST (seed 003, 3 stages on 2 virtual IPUs), training step:",
+             "  micro batch  serial 1 BLAS  serial 2 BLAS  concurrent 2x1  vs serial_1 (>=1.6)  vs serial_2 (>=1.1)"]
+    for r in results.values():
+        t = {k: v["median_s"] * 1e3 for k, v in r["times"].items()}
+        lines.append(
+            f"  {r['micro_batch']:>11}  {t['serial_1']:>10.2f} ms  {t['serial_2']:>10.2f} ms  "
+            f"{t['concurrent']:>11.2f} ms  {r['speedup_vs_serial_1']:>17.2f}x  {r['speedup_vs_serial_2']:>17.2f}x"
+        )
+    for r in results.values():
+        b, c = r["busy_serial_1"], r["busy_concurrent"]
+        lines.append(
+            f"  micro batch {r['micro_batch']}: busy per step, serial IPU 0 {b.get('IPU 0', 0) * 1e3:.1f} ms + "
+            f"IPU 1 {b.get('IPU 1', 0) * 1e3:.1f} ms (step {b['step_s'] * 1e3:.1f} ms; bound on the "
+            f"speed-up {b['step_s'] / max(b.get('IPU 0', 0), b.get('IPU 1', 0), 1e-9):.2f}x); concurrent "
+            f"IPU 0 {c.get('IPU 0', 0) * 1e3:.1f} ms, IPU 1 {c.get('IPU 1', 0) * 1e3:.1f} ms in a "
+            f"{c['step_s'] * 1e3:.1f} ms step"
+        )
+    load = next(iter(results.values()))["loadavg"]
+    if load is not None:
+        lines.append(f"  (load average {load[0]:.2f} on {os.cpu_count()} cores during the run)")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> dict:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--micro-batch", type=int, action="append", help="default: 5 and 32")
+    args = ap.parse_args(argv)
+    results = {}
+    for mb in args.micro_batch or [5, 32]:
+        results[f"pipeline_b{mb}"] = bench_pipeline(mb, rounds=5 if args.quick else 15,
+                                                    target_s=0.15 if args.quick else 0.3)
+    print("\n".join(report_lines(results)))
+    return results
+
+
+if __name__ == "__main__":
+    main()
