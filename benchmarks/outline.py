@@ -180,7 +180,8 @@ def n_ops(module: ModuleOp) -> int:
 
 def time_outline(module: ModuleOp, reps: int) -> tuple[float, ModuleOp, list[str]]:
     times = []
-    for _ in range(reps):
+    m, names = module, []
+    for _ in range(max(reps, 1)):
         m = module.clone()
         t0 = time.perf_counter()
         names = outline(m)
@@ -282,7 +283,7 @@ def deep_report(results: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--deep", action="store_true", help="only the default-compile rows")
     args = ap.parse_args(argv)
