@@ -15,6 +15,10 @@ Cases:
   data_parallel_mpi     data-parallel MNIST training (examples/mnist_data_parallel.py), 2 MPI
                         processes vs 2 simulated replicas in one process, 1 BLAS thread each
                         (benchmarks/dp_mpi.py; target >= 1.7x)
+  pipeline_b5,          seed 003's pipelined MNIST training step (3 stages on 2 virtual IPUs),
+  pipeline_b32          micro batch 5 / 32: concurrent IPUs (2 workers x 1 BLAS thread) vs serial
+                        with 1 and with 2 BLAS threads (benchmarks/pipeline.py; targets >= 1.6x
+                        and >= 1.1x)
   outline_deep          48 identical Linear+gelu layers and a 12x transformer-style block
                         (addons.Module, training step): compile time, generated plan lines
                         and step time without / with automatic outlining (benchmarks/outline.py)
@@ -44,6 +48,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 # The sibling benchmark modules, also when this file is imported rather than run as a script
 # (ruff accepts imports after a `sys.path` change, not after other statements).
@@ -53,6 +58,8 @@ from dp_mpi import bench_data_parallel_mpi
 from dp_mpi import report_lines as dp_mpi_report
 from models import chain_ir, count_ops, infer_ir, module_of, train_ir
 from outline import bench_deep, deep_report
+from pipeline import bench_pipeline
+from pipeline import report_lines as pipeline_report
 from references import NumpyMLP, jax_mlp, torch_mlp
 from replicas import NumpyDataParallel, dp_train_ir
 
@@ -68,18 +75,8 @@ LR = 0.05
 
 
 def set_blas_threads(n: int) -> None:
-    """Pin NumPy's OpenBLAS (and torch) to `n` threads."""
-    import ctypes
-    import glob
-
-    libdir = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-    for path in glob.glob(os.path.join(libdir, "*openblas*.so*")):
-        lib = ctypes.CDLL(path)
-        for sym in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"):
-            f = getattr(lib, sym, None)
-            if f is not None:
-                f(ctypes.c_int(n))
-                break
+    """Pin NumPy's BLAS (threadpoolctl: OpenBLAS, MKL, ...) and torch to `n` threads."""
+    threadpool_limits(n, user_api="blas")
     try:
         import torch
 
@@ -504,6 +501,9 @@ def report(results: dict) -> str:
             )
     if "outline_deep" in results:
         lines += deep_report(results["outline_deep"])
+    pipelined = {k: v for k, v in results.items() if k.startswith("pipeline_b")}
+    if pipelined:
+        lines += pipeline_report(pipelined)
     return "\n".join(lines)
 
 
@@ -526,6 +526,8 @@ def main(argv: list[str] | None = None) -> dict:
         "compile_mnist",
         "compile_scaling",
         "outline_deep",
+        "pipeline_b5",
+        "pipeline_b32",
     ]
     if args.only:
         cases = [c for c in args.only.split(",") if c]
@@ -550,6 +552,8 @@ def main(argv: list[str] | None = None) -> dict:
             results[case] = bench_compile_mnist(3 if args.quick else 7)
         elif case == "outline_deep":  # automatic outlining on deep models (outline.py)
             results[case] = bench_deep(reps=1 if args.quick else 3, rounds=5 if args.quick else 15)
+        elif case in ("pipeline_b5", "pipeline_b32"):  # concurrent virtual IPUs (pipeline.py)
+            results[case] = bench_pipeline(int(case[len("pipeline_b"):]), rounds, 3 * target)
         elif case == "compile_scaling":
             results[case] = bench_compile_scaling([100, 1000, 10000], 2 if args.quick else 3)
         else:
