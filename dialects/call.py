@@ -96,6 +96,8 @@ class WritesByRefInputs(InPlaceInterface):
     (each op says which in `operand_is_by_ref`)."""
 
     def written_operands(self, op: Operation) -> tuple[int, ...]:
+        if isinstance(op, _CalleeByRef):  # one callee lookup for all operands
+            return op.by_ref_operands()
         by_ref = op.operand_is_by_ref  # pyright: ignore[reportAttributeAccessIssue]
         return tuple(i for i in range(len(op.operands)) if by_ref(i))
 
@@ -118,6 +120,17 @@ class _CalleeByRef:
         except VerifyException:
             return True  # unknown callee: assume the worst
         return i < len(g.body.block.args) and g.input_is_by_ref(i)
+
+    def by_ref_operands(self) -> tuple[int, ...]:
+        """The operands i with `operand_is_by_ref(i)`, looking the callee up once."""
+        off = self.arg_offset()
+        n = len(self.operands)  # pyright: ignore[reportAttributeAccessIssue]
+        try:
+            g = self.callee_graph()
+        except VerifyException:
+            return tuple(range(off, n))
+        m = len(g.body.block.args)
+        return tuple(i for i in range(off, n) if i - off < m and g.input_is_by_ref(i - off))
 
 
 @irdl_op_definition
