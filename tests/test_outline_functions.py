@@ -426,6 +426,33 @@ def test_gpt_char_example_trains_the_same_outlined_and_inlined() -> None:
         np.testing.assert_allclose(on.get_state(n), off.get_state(n), rtol=1e-6, atol=1e-6, err_msg=n)
 
 
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [("mnist_accumulate", []), ("mnist_rts", ["--train-micro-batch-size", "1"])],
+)
+def test_examples_above_the_threshold_train_the_same_outlined_and_inlined(name: str, args: list[str]) -> None:
+    """The examples whose programs reach the threshold (the others compile exactly as
+    without outlining, as MNIST's does): two training steps, outputs and every variable."""
+    example = _example(name)
+    session = example.train_program(example.parse_args(args))[0]
+    module = session._ir._module
+    assert count_ops(lower(module, "pipeline,inline")) >= OUTLINE_MIN_PROGRAM_OPS
+    on, off = compile_module(module), compile_module(module, outline=False)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        inputs = {
+            n: rng.normal(size=off.full_shape(s)).astype(d)
+            if np.dtype(d).kind == "f"
+            else rng.integers(0, 10, size=off.full_shape(s)).astype(d)
+            for n, (s, d) in off.h2d_streams.items()
+        }
+        a, b = on.run(inputs), off.run(inputs)
+        for k in b:
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-6, err_msg=k)
+    for n in off.state:
+        np.testing.assert_allclose(on.get_state(n), off.get_state(n), rtol=1e-6, atol=1e-6, err_msg=n)
+
+
 def test_seed_net_outlined_user_graph_is_one_function() -> None:
     """The seed's NetOutlined: fc2 and fc3 call one user graph; lowered without `inline`,
     it is one rt.func called twice, with the numbers of NumPy."""
