@@ -489,7 +489,7 @@ MISTAKES: list[tuple[str, Callable[[Env], Any], type, str]] = [
     ("GraphWithNamedArgs int", lambda e: GraphWithNamedArgs(5), TypeError, r"GraphWithNamedArgs: graph must be a popxl\.Graph, got int"),
     ("GraphWithNamedArgs args dict", lambda e: GraphWithNamedArgs(e.g, {"a": e.x}), TypeError, r"GraphWithNamedArgs: args must be a NamedTensors, got dict"),  # pyright: ignore[reportArgumentType]  # bad input
     ("GraphWithNamedArgs aux", lambda e: GraphWithNamedArgs(e.g, aux=[e.x]), TypeError, r"GraphWithNamedArgs: aux must be a NamedTensors, got list"),  # pyright: ignore[reportArgumentType]  # bad input
-    ("GraphWithNamedArgs bind list", lambda e: GraphWithNamedArgs(e.g).bind([e.x]), TypeError, r"GraphWithNamedArgs\.bind: args must be a NamedTensors or a mapping of graph inputs to tensors, got list"),
+    ("GraphWithNamedArgs bind list", lambda e: GraphWithNamedArgs(e.g).bind([e.x]), TypeError, r"GraphWithNamedArgs\.bind: args must be a NamedTensors or a mapping of graph inputs to tensors, got list"),  # pyright: ignore[reportArgumentType]  # bad input
     ("BoundGraph int", lambda e: addons.BoundGraph(5), TypeError, r"BoundGraph: graph must be a popxl\.Graph, got int"),
     ("BoundGraph args list", lambda e: addons.BoundGraph(e.g, [e.x]), TypeError, r"BoundGraph: args must be a mapping of graph inputs to tensors, got list"),  # pyright: ignore[reportArgumentType]  # bad input
     # -- transforms
