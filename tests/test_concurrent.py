@@ -562,3 +562,72 @@ def test_large_matmuls_overlap_in_the_trace() -> None:
         pytest.fail("the two IPUs' matmuls never overlapped in 5 runs")
     a = exe.get_state("a")
     np.testing.assert_allclose(exe.get_state("b"), a @ a, rtol=1e-4, atol=1e-3)
+
+
+# ------------------------------------------------------------------------------------
+# xl-run --serial; buffers are not shared between IPUs
+# ------------------------------------------------------------------------------------
+
+TWO_IPUS = """rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {
+  %a = rt.state "a" = dense<[[0.5, 0.25], [0.75, 0.125]]> : tensor<2x2xf32> : memref<2x2xf32>
+  %b = rt.state "b" = dense<[[0.5, -1.0], [2.0, 0.25]]> : tensor<2x2xf32> : memref<2x2xf32>
+  %t = rt.alloc : memref<2x2xf32>
+  %u = rt.alloc : memref<2x2xf32>
+  rt.loop 3 {
+    rt.kernel "popxl.matmul"(%a, %a) -> (%t) {ipu.id = 0 : i64} : (memref<2x2xf32>, memref<2x2xf32>) -> memref<2x2xf32>
+    rt.copy %t, %u : memref<2x2xf32>, memref<2x2xf32>
+    rt.kernel "popxl.tanh"(%u) -> (%u) {ipu.id = 1 : i64} : (memref<2x2xf32>) -> memref<2x2xf32>
+    rt.kernel "popxl.add"(%b, %u) -> (%b) {ipu.id = 1 : i64} : (memref<2x2xf32>, memref<2x2xf32>) -> memref<2x2xf32>
+    rt.kernel "popxl.mul"(%a, %a) -> (%a) {ipu.id = 0 : i64} : (memref<2x2xf32>, memref<2x2xf32>) -> memref<2x2xf32>
+  }
+}
+"""
+
+
+def test_xl_run_serial_flag(tmp_path: Path) -> None:
+    from tests.tool_runner import xl_run
+
+    prog = tmp_path / "two_ipus.mlir"
+    prog.write_text(TWO_IPUS)
+    outs = {}
+    for flags in ((), ("--serial",)):
+        path = tmp_path / f"vars{len(flags)}.npz"
+        trace = tmp_path / f"trace{len(flags)}.json"
+        code, _, err = xl_run(str(prog), "--steps", "2", "--save-vars", str(path), "--trace", str(trace), *flags)
+        assert code == 0, err
+        outs[flags] = dict(np.load(path))
+        names = {e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["name"] == "thread_name"}
+        assert {"IPU 0", "IPU 1"} <= names
+        # concurrently the copy runs on its destination's IPU (its own copies row)
+        assert ("copies (IPU 1)" in names) == (not flags)
+    for k in ("a", "b"):
+        assert np.array_equal(outs[()][k], outs[("--serial",)][k])
+    a = np.array([[0.5, 0.25], [0.75, 0.125]], np.float32)
+    b = np.array([[0.5, -1.0], [2.0, 0.25]], np.float32)
+    for _ in range(6):  # 2 steps x 3 iterations, in NumPy
+        b = b + np.tanh(a @ a)
+        a = a * a
+    np.testing.assert_allclose(outs[()]["b"], b, rtol=1e-6)
+    np.testing.assert_array_equal(outs[()]["a"], a)
+
+
+def test_buffer_reuse_keeps_ipus_apart() -> None:
+    """rt-reuse-buffers never gives a buffer of one IPU the storage of another's: in the
+    lowered pipelined MNIST, every temporary is used by kernels of one IPU only."""
+    from xdsl.dialects.builtin import IntegerAttr
+
+    from xl.compiler.driver import DEFAULT_PIPELINE, RT_PIPELINE, lower
+    from xl.dialects.ipu import IPU_ATTR
+
+    ir, *_ = _mnist_pipeline(2)
+    module = lower(ir._module, f"{DEFAULT_PIPELINE},{RT_PIPELINE}")
+    program = next(op for op in module.ops if isinstance(op, rt.ProgramOp))
+    users: dict[Any, set[int]] = {}
+    for op in program.walk():
+        ipu = op.attributes.get(IPU_ATTR)
+        if isinstance(op, rt.KernelOp) and isinstance(ipu, IntegerAttr) and "rt.view" not in op.attributes:
+            for v in op.operands:
+                if isinstance(v.owner, rt.AllocOp):
+                    users.setdefault(v, set()).add(ipu.value.data)
+    assert users and all(len(s) == 1 for s in users.values())
+    assert {next(iter(s)) for s in users.values()} == {0, 1}
