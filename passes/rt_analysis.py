@@ -16,6 +16,7 @@ the viewed buffer.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TypeGuard
 
 import numpy as np
 from xdsl.dialects.builtin import MemRefType, ModuleOp
@@ -124,7 +125,7 @@ def kernel_name(op: Operation) -> str | None:
     return op.kernel.data if isinstance(op, rt.KernelOp) else None
 
 
-def is_view(op: Operation) -> bool:
+def is_view(op: Operation) -> TypeGuard[rt.KernelOp]:
     return isinstance(op, rt.KernelOp) and VIEW_ATTR in op.attributes
 
 

@@ -255,7 +255,9 @@ def _run(args: argparse.Namespace) -> None:
     named: dict[str, Operation] = {}
     try:
         with _source_positions(module, named):
-            exe = compile_module(module, args.pipeline, profile=profile, concurrent=not args.serial, outline=not args.no_outline)
+            exe = compile_module(
+                module, args.pipeline, profile=profile, concurrent=not args.serial, outline=not args.no_outline
+            )
     except LocatedError as e:
         raise _Located(format_located(e, source, PROG)) from None
     except MemoryError as e:

@@ -342,6 +342,8 @@ class Session:
                 f"Session.{what}: variable {v.id} has retrieval_mode='all_replicas'; writing "
                 "its per-replica values is not supported (as in PopXL)"
             )
+        if type(data).__module__.startswith("torch"):  # (not a number or a popxl Tensor)
+            data = data.detach().cpu().numpy()
         if isinstance(data, int | float | bool) and not isinstance(data, np.generic):
             return np.full(host.shape, data, dtype=host.dtype)
         if isinstance(data, Tensor):
@@ -349,8 +351,6 @@ class Session:
                 f"Session.{what}: the data for variable {v.id} must be host data (an array), "
                 f"got the popxl Tensor {data!r}"
             )
-        if type(data).__module__.startswith("torch"):
-            data = data.detach().cpu().numpy()
         arr = np.asarray(data)
         if arr.dtype != host.dtype:
             raise TypeError(
