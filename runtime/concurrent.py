@@ -7,9 +7,10 @@ ops (`rt.loop` / `rt.if` kept as nodes) and emits one step function per *stream*
 is the code of the virtual IPUs given to one worker: IPU k goes to worker
 `rank(k) % workers` (workers = min(number of IPUs, `os.cpu_count()`), so with fewer cores
 than IPUs several IPUs share a worker, their ops interleaved in program order). The main
-thread runs stream 0; persistent worker threads, started on the first run and kept for the
-life of the executable, run the others. NumPy releases the GIL inside BLAS and ufunc loops,
-so streams overlap where the kernels are large enough.
+thread runs stream 0; the others run on a process-wide pool of daemon worker threads,
+started on first use and shared by every executable (never a thread per step). NumPy
+releases the GIL inside BLAS and ufunc loops, so streams overlap where the kernels are large
+enough.
 
 Placement of the ops without an `ipu.id` (the rule, in `op_placement`):
 
@@ -60,7 +61,6 @@ import os
 import queue
 import re
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -621,31 +621,39 @@ class Sync:
 
 
 class _Worker:
-    """A persistent thread running the stream functions it is given."""
+    """A persistent daemon thread of the process's pool, running the stream functions it
+    is given (with the queue its result goes to)."""
 
     def __init__(self, name: str) -> None:
-        self.jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self.done: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=_serve, args=(self.jobs, self.done), name=name, daemon=True)
+        self.jobs: queue.SimpleQueue[tuple[Callable[[], None], int, queue.SimpleQueue[Any]]] = (
+            queue.SimpleQueue()
+        )
+        self.thread = threading.Thread(target=_serve, args=(self.jobs,), name=name, daemon=True)
         self.thread.start()
 
 
-def _serve(jobs: queue.SimpleQueue[Any], done: queue.SimpleQueue[Any]) -> None:
+def _serve(jobs: queue.SimpleQueue[tuple[Callable[[], None], int, queue.SimpleQueue[Any]]]) -> None:
     while True:
-        job = jobs.get()
-        if job is None:
-            return
+        fn, s, done = jobs.get()
         try:
-            job()
+            fn()
         except BaseException as e:  # handed to the caller's thread
-            done.put(e)
+            done.put((s, e))
         else:
-            done.put(None)
+            done.put((s, None))
 
 
-def _stop(workers: list[_Worker]) -> None:
-    for w in workers:
-        w.jobs.put(None)
+_POOL: list[_Worker] = []
+_POOL_LOCK = threading.Lock()
+
+
+def worker_pool(n: int) -> list[_Worker]:
+    """The first `n` workers of the process-wide pool, started on first use and kept: every
+    concurrent executable shares them (no thread per step, none per executable)."""
+    with _POOL_LOCK:
+        while len(_POOL) < n:
+            _POOL.append(_Worker(f"xl worker {len(_POOL) + 1}"))
+        return _POOL[:n]
 
 
 class _Blas:
@@ -674,20 +682,14 @@ class ConcurrentStep:
         self.sync = sync
         self.blas_threads = blas_threads
         self._name = name
-        self._workers: list[_Worker] = []
+        self._done: queue.SimpleQueue[tuple[int, BaseException | None]] = queue.SimpleQueue()
 
     @property
     def workers(self) -> int:
         return len(self.streams)
 
-    def _start(self) -> list[_Worker]:
-        if not self._workers:
-            self._workers = [_Worker(f"{self._name} stream {s}") for s in range(1, len(self.streams))]
-            weakref.finalize(self, _stop, list(self._workers))
-        return self._workers
-
     def __call__(self) -> None:
-        workers = self._start()
+        workers = worker_pool(len(self.streams) - 1)
         sync = self.sync
         sync.reset()
         libs = _Blas.libs()
@@ -696,23 +698,24 @@ class ConcurrentStep:
             lib.set_num_threads(self.blas_threads)
         errors: list[BaseException] = []
         try:
-            for w, fn in zip(workers, self.streams[1:]):
-                w.jobs.put(fn)
+            for s, (w, fn) in enumerate(zip(workers, self.streams[1:]), 1):
+                w.jobs.put((fn, s, self._done))
             try:
                 self.streams[0]()
             except BaseException as e:
                 errors.append(e)
                 sync.abort()
-            for w in workers:
-                while True:
-                    try:
-                        r = w.done.get(timeout=WAIT_POLL_S)
-                        break
-                    except queue.Empty:
-                        continue
-                    except BaseException as e:  # e.g. KeyboardInterrupt while waiting
-                        errors.append(e)
-                        sync.abort()
+            pending = len(workers)
+            while pending:
+                try:
+                    _, r = self._done.get(timeout=WAIT_POLL_S)
+                except queue.Empty:
+                    continue
+                except BaseException as e:  # e.g. KeyboardInterrupt while waiting
+                    errors.append(e)
+                    sync.abort()
+                    continue
+                pending -= 1
                 if r is not None:
                     errors.append(r)
                     sync.abort()

@@ -40,7 +40,7 @@ def one_blas_thread() -> Iterator[None]:
 
 
 def _stream_threads() -> set[str]:
-    return {t.name for t in threading.enumerate() if " stream " in t.name and t.name.startswith("xl ")}
+    return {t.name for t in threading.enumerate() if t.name.startswith("xl worker ")}
 
 
 # ------------------------------------------------------------------------------------
@@ -279,6 +279,13 @@ def test_xl_serial_env_and_session_option(monkeypatch: pytest.MonkeyPatch) -> No
         assert session._exe.workers == 1
         session.run(feed)
     assert _stream_threads() <= before  # the serial sessions started no worker
+    # sessions live as long as their Ir, but the workers are one pool for the process
+    for _ in range(4):
+        with popxl.Session(ir, "cpu") as s:
+            s.run(feed)
+    import os
+
+    assert 1 <= len(_stream_threads()) <= (os.cpu_count() or 1)
     with pytest.raises(TypeError, match="concurrent must be a bool"):
         popxl.Session(ir, "cpu", concurrent="yes")  # pyright: ignore[reportArgumentType]
 
