@@ -38,7 +38,8 @@ input is updated in place; an input the body writes without being by-reference i
 inside the body) followed by its outputs (destinations: fresh buffers of the caller, which
 the body's kernels write directly). Graphs called once are expanded as before, and so are
 graphs that cannot be a function: those doing host I/O, remote buffer access or replica
-collectives (directly or in a graph they call). Programs whose ops are placed on more than
+collectives (directly or in a graph they call); so is a call passing one buffer as two
+inputs of which one is updated in place by reference. Programs whose ops are placed on more than
 one IPU (`ipu.id`) keep expanding every call (a current limitation: the runtime's
 per-IPU scheduling works on the expanded program). `functions=false` expands every call.
 
@@ -244,7 +245,7 @@ class _Emitter:
             buf = self.copy_to_new(block, env[op.input], op.result.name_hint)
             env[op.result] = buf
             fresh.add(buf)
-        elif isinstance(op, CallOp) and op.callee.root_reference.data in self.functions:
+        elif isinstance(op, CallOp) and self.call_as_function(op, env):
             func = self.function(op, op.callee.root_reference.data)
             outs = [self.alloc(block, r.type, r.name_hint) for r in op.res]
             block.add_op(rt.CallOp(func.func_name, [env[a] for a in op.args], outs))
@@ -275,6 +276,19 @@ class _Emitter:
         if name in self.stack:
             raise LoweringError(f"lower-to-rt: graph @{name} is recursive")
         return g
+
+    def call_as_function(self, op: CallOp, env: dict[SSAValue, SSAValue]) -> bool:
+        """Whether `op` becomes an `rt.call`: its graph is a function, unless the call passes
+        one buffer as two inputs and updates one of them in place (by reference): the body
+        is optimised for distinct arguments, so such a call is expanded."""
+        name = op.callee.root_reference.data
+        if name not in self.functions:
+            return False
+        ins = [env[a] for a in op.args]
+        if len(set(ins)) == len(ins):
+            return True
+        g = self.graphs[name]
+        return not any(g.input_is_by_ref(i) and is_written(a) for i, a in enumerate(g.body.block.args))
 
     def function(self, op: Operation, name: str) -> rt.FuncOp:
         """The `rt.func` of graph @name (emitted on first use, at the start of the program)."""

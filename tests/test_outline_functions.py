@@ -144,6 +144,40 @@ def test_functions_false_gives_the_expanded_program_exactly() -> None:
     assert strip(str(flat)) == strip(str(inlined))
 
 
+ALIASED = """
+graph.d2h_stream @y : tensor<3xf32>
+graph.d2h_stream @z : tensor<3xf32>
+graph.graph @upd(%acc: tensor<3xf32> {graph.by_ref, graph.name = "acc"}, %x: tensor<3xf32> {graph.name = "x"}) -> (tensor<3xf32>) {
+  %t = popxl.tanh %x : (tensor<3xf32>) -> tensor<3xf32>
+  popxl.scaled_add_ %acc, %t {a = 1.000000e+00 : f64, b = 5.000000e-01 : f64} : (tensor<3xf32>, tensor<3xf32>) -> ()
+  %m = popxl.mul %acc, %x : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  graph.output %m : tensor<3xf32>
+}
+graph.main {
+  %a = graph.variable "a" = dense<[1.0, 2.0, 3.0]> : tensor<3xf32>
+  %b = graph.variable "b" = dense<[-1.0, 0.5, 0.25]> : tensor<3xf32>
+  %m1 = call.call @upd(%a, %a) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  %m2 = call.call @upd(%b, %a) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  graph.host_store @y, %m1 : tensor<3xf32>
+  graph.host_store @z, %m2 : tensor<3xf32>
+}
+"""
+
+
+def test_a_call_passing_an_updated_buffer_twice_is_expanded() -> None:
+    m = parse(ALIASED)
+    assert funcs_and_calls(lower(m, "lower-to-rt")) == (1, 1)  # the second call only
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([-1.0, 0.5, 0.25])
+    a = a + 0.5 * np.tanh(a)  # x is acc itself: the update is seen by the product
+    y = a * a
+    b = b + 0.5 * np.tanh(a)
+    z = b * a
+    for optimize in (True, False):
+        out = compile_module(m, pipeline="lower-to-rt", optimize=optimize).run()
+        np.testing.assert_allclose(out["y"], y, rtol=1e-6)
+        np.testing.assert_allclose(out["z"], z, rtol=1e-6)
+
+
 # -- the runtime --------------------------------------------------------------------------------
 
 
