@@ -19,6 +19,8 @@ Cases:
   pipeline_b32          micro batch 5 / 32: concurrent IPUs (2 workers x 1 BLAS thread) vs serial
                         with 1 and with 2 BLAS threads (benchmarks/pipeline.py; targets >= 1.6x
                         and >= 1.1x)
+  pipeline_balanced     two virtual IPUs with equal independent matmul + tanh chains, concurrent vs
+                        serial (1 BLAS thread): the runtime's ceiling (benchmarks/pipeline.py)
   outline_deep          48 identical Linear+gelu layers and a 12x transformer-style block
                         (addons.Module, training step): compile time, generated plan lines
                         and step time without / with automatic outlining (benchmarks/outline.py)
@@ -58,7 +60,7 @@ from dp_mpi import bench_data_parallel_mpi
 from dp_mpi import report_lines as dp_mpi_report
 from models import chain_ir, count_ops, infer_ir, module_of, train_ir
 from outline import bench_deep, deep_report
-from pipeline import bench_pipeline
+from pipeline import bench_balanced, bench_pipeline
 from pipeline import report_lines as pipeline_report
 from references import NumpyMLP, jax_mlp, torch_mlp
 from replicas import NumpyDataParallel, dp_train_ir
@@ -501,7 +503,7 @@ def report(results: dict) -> str:
             )
     if "outline_deep" in results:
         lines += deep_report(results["outline_deep"])
-    pipelined = {k: v for k, v in results.items() if k.startswith("pipeline_b")}
+    pipelined = {k: v for k, v in results.items() if k.startswith("pipeline_")}
     if pipelined:
         lines += pipeline_report(pipelined)
     return "\n".join(lines)
@@ -528,6 +530,7 @@ def main(argv: list[str] | None = None) -> dict:
         "outline_deep",
         "pipeline_b5",
         "pipeline_b32",
+        "pipeline_balanced",
     ]
     if args.only:
         cases = [c for c in args.only.split(",") if c]
@@ -554,6 +557,8 @@ def main(argv: list[str] | None = None) -> dict:
             results[case] = bench_deep(reps=1 if args.quick else 3, rounds=5 if args.quick else 15)
         elif case in ("pipeline_b5", "pipeline_b32"):  # concurrent virtual IPUs (pipeline.py)
             results[case] = bench_pipeline(int(case[len("pipeline_b"):]), rounds, 3 * target)
+        elif case == "pipeline_balanced":  # two IPUs with equal work: the ceiling (pipeline.py)
+            results[case] = bench_balanced(rounds=rounds, target_s=3 * target)
         elif case == "compile_scaling":
             results[case] = bench_compile_scaling([100, 1000, 10000], 2 if args.quick else 3)
         else:
