@@ -625,18 +625,21 @@ class _Worker:
     is given (with the queue its result goes to)."""
 
     def __init__(self, name: str) -> None:
-        self.jobs: queue.SimpleQueue[tuple[Callable[[], None], int, queue.SimpleQueue[Any]]] = (
-            queue.SimpleQueue()
-        )
+        self.jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self.thread = threading.Thread(target=_serve, args=(self.jobs,), name=name, daemon=True)
         self.thread.start()
 
 
-def _serve(jobs: queue.SimpleQueue[tuple[Callable[[], None], int, queue.SimpleQueue[Any]]]) -> None:
+# a stream function, its index, where its result goes, the caller's NumPy error handling
+Job = tuple[Callable[[], None], int, "queue.SimpleQueue[Any]", Any]
+
+
+def _serve(jobs: queue.SimpleQueue[Job]) -> None:
     while True:
-        fn, s, done = jobs.get()
+        fn, s, done, errstate = jobs.get()
         try:
-            fn()
+            with np.errstate(**errstate):  # (per thread: np.seterr of the caller applies)
+                fn()
         except BaseException as e:  # handed to the caller's thread
             done.put((s, e))
         else:
@@ -698,8 +701,9 @@ class ConcurrentStep:
             lib.set_num_threads(self.blas_threads)
         errors: list[BaseException] = []
         try:
+            errstate = np.geterr()
             for s, (w, fn) in enumerate(zip(workers, self.streams[1:]), 1):
-                w.jobs.put((fn, s, self._done))
+                w.jobs.put((fn, s, self._done, errstate))
             try:
                 self.streams[0]()
             except BaseException as e:

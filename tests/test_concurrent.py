@@ -638,3 +638,25 @@ def test_buffer_reuse_keeps_ipus_apart() -> None:
                     users.setdefault(v, set()).add(ipu.value.data)
     assert users and all(len(s) == 1 for s in users.values())
     assert {next(iter(s)) for s in users.values()} == {0, 1}
+
+
+def test_numpy_error_handling_of_the_caller_applies_in_workers() -> None:
+    """np.errstate(over="raise") around a run: an overflow in a kernel on IPU 1 (a worker
+    thread) raises FloatingPointError naming the op, as it does serially."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xs = popxl.h2d_stream((2,), popxl.float32, "x")
+        ys = popxl.d2h_stream((2,), popxl.float32, "y")
+        with popxl.ipu(0):
+            x = ops.host_load(xs, "x") * 2.0
+            x1 = x.copy_to_ipu(1)
+        with popxl.ipu(1):
+            ops.host_store(ys, x1 * x1)
+    big = {xs: np.array([1e30, 1.0], np.float32)}
+    for concurrent in (True, False):
+        with popxl.Session(ir, "cpu", concurrent=concurrent) as session:
+            assert session._exe.workers == (2 if concurrent else 1)
+            with np.errstate(over="ignore"):
+                assert np.isinf(session.run(big)[ys][0])
+            with np.errstate(over="raise"), pytest.raises(FloatingPointError, match=r"on IPU 1\) failed"):
+                session.run(big)  # (in this thread: np.errstate is per thread)
