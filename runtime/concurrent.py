@@ -48,6 +48,10 @@ plan), and the next run starts clean.
 BLAS: OpenBLAS's thread count is one per process, so while streams run concurrently it is
 set (threadpoolctl) to `max(1, cores // workers)` threads, i.e. one BLAS thread per worker
 on a 2-core machine with 2 workers, and restored to the caller's setting after the step.
+OpenBLAS's own results can depend on its thread count (the pipelined MNIST's weights differ
+in the last bits between 1 and 2 BLAS threads, serial or not), so "bit-identical" compares
+runs with the same BLAS threads per kernel: e.g. `XL_SERIAL=1 OPENBLAS_NUM_THREADS=1`
+against the default concurrent run on 2 cores (both 92.90 % on examples/mnist_pipeline.py).
 
 Not concurrent (the serial plan is used): programs with a single virtual IPU, programs with
 replica collectives (their steps stop at collective sites) or `rt.call`s (which lowering

@@ -67,8 +67,9 @@ class Session:
 
         `concurrent`: a program placed on two or more virtual IPUs (`popxl.ipu(k)`, pipelining)
         runs each IPU's kernels on its own worker thread, synchronised where the IPUs share
-        data, with results bit-identical to serial execution (`xl.runtime.concurrent`;
-        programs with replica collectives run serially). `concurrent=False`, or `XL_SERIAL=1`
+        data, with results bit-identical to serial execution at the same number of BLAS
+        threads (1 per worker on 2 cores; `xl.runtime.concurrent`; programs with replica
+        collectives run serially). `concurrent=False`, or `XL_SERIAL=1`
         in the environment, runs the IPUs one after another on the calling thread (for
         debugging and comparison).
 
