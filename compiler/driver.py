@@ -10,15 +10,17 @@ outs = exe.run({"x": x})
 ```
 
 Automatic outlining. With the default pipeline, `compile_module` runs `OUTLINE_PIPELINE`:
-`outline` right after `inline`, so that repeated code (identical layers, their gradients,
-the same optimiser step on each weight) becomes one graph, which `lower-to-rt` keeps as one
-`rt.func` called at each repeat; later passes, the rt optimisations and the generated
-plan then work on one copy. The pass only runs on programs of at least
-`OUTLINE_MIN_PROGRAM_OPS` ops (400: below that, compiling is fast and repeats are few;
-MNIST's training program has 57 ops and is compiled exactly as without outlining), for
-runs of at least `OUTLINE_MIN_OPS` ops (3). `outline=False` compiles with
-`DEFAULT_PIPELINE` as is; `functions=False` expands every call when lowering
-(`lower-to-rt{functions=false}`). A pipeline given explicitly is used as given.
+`outline` right after `inline` and `dce` (an outlined call would keep dead code alive), so
+that repeated code (identical layers, their gradients, the same optimiser step on each
+weight) becomes one graph, which `lower-to-rt` keeps as one `rt.func` called at each
+repeat; later passes, the rt optimisations and the generated plan then work on one copy.
+The pass only runs on programs of at least `OUTLINE_MIN_PROGRAM_OPS` ops (400: below that,
+compiling is fast and repeats are few; MNIST's training program has 57 ops and is compiled
+exactly as without outlining), for runs of at least `OUTLINE_MIN_OPS` ops (6: a call costs
+about a microsecond, so shorter runs of small ops would slow the step down).
+`outline=False` compiles with `DEFAULT_PIPELINE` as is; `functions=False` expands every
+call when lowering (`lower-to-rt{functions=false}`). A pipeline given explicitly is used
+as given.
 """
 
 from __future__ import annotations
@@ -45,11 +47,12 @@ DEFAULT_PIPELINE = "pipeline,inline,canonicalize,cse,dce,lower-to-rt"
 # The size threshold of automatic outlining (ops of the graphs after `inline`), and the
 # shortest run outlined.
 OUTLINE_MIN_PROGRAM_OPS = 400
-OUTLINE_MIN_OPS = 3
+OUTLINE_MIN_OPS = 6
 
-# `DEFAULT_PIPELINE` with automatic outlining: what `compile_module` runs by default.
+# `DEFAULT_PIPELINE` with automatic outlining: what `compile_module` runs by default. `dce`
+# first: a call keeps its whole body alive, so dead code must be gone before outlining.
 OUTLINE_PIPELINE = (
-    "pipeline,inline,"
+    "pipeline,inline,dce,"
     f"outline{{min-ops={OUTLINE_MIN_OPS} min-program-ops={OUTLINE_MIN_PROGRAM_OPS}}},"
     "canonicalize,cse,dce,lower-to-rt"
 )

@@ -301,6 +301,28 @@ def test_mnist_is_below_the_threshold_and_compiles_exactly_as_before() -> None:
     assert "rt.call" not in on
 
 
+def test_dead_repeats_are_removed_not_outlined() -> None:
+    """A program over the threshold whose repeated layers are dead: `dce` runs before
+    `outline`, so the default compile is the one without outlining (an outlined call would
+    keep its dead body running)."""
+    t = "tensor<2x4xf32>"
+    lines = [f"graph.h2d_stream @x : {t}", f"graph.d2h_stream @y : {t}", "graph.main {",
+             f"  %v0 = graph.host_load @x : {t}"]  # fmt: skip
+    for i in range(100):
+        lines.append(f'  %w{i} = graph.variable "w{i}" = dense<0.25> : tensor<4x4xf32>')
+        lines.append(f"  %m{i} = popxl.matmul %v{i}, %w{i} : ({t}, tensor<4x4xf32>) -> {t}")
+        lines.append(f"  %a{i} = popxl.add %m{i}, %v{i} : ({t}, {t}) -> {t}")
+        lines.append(f"  %v{i + 1} = popxl.tanh %a{i} : ({t}) -> {t}")
+    lines += [f"  %y = popxl.neg %v0 : ({t}) -> {t}", f"  graph.host_store @y, %y : {t}", "}"]
+    m = parse("\n".join(lines))
+    assert count_ops(lower(m, "pipeline,inline")) >= OUTLINE_MIN_PROGRAM_OPS
+    on, off = compile_module(m), compile_module(m, outline=False)
+    assert "rt.call" not in on.sources[0]
+    assert _normalised(on.sources[0]) == _normalised(off.sources[0])
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(on.run({"x": x})["y"], -x)
+
+
 def test_session_outline_option() -> None:
     ir = popxl.Ir()
     with ir.main_graph:
