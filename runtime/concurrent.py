@@ -56,7 +56,8 @@ against the default concurrent run on 2 cores (both 92.90 % on examples/mnist_pi
 Not concurrent (the serial plan is used): programs with a single virtual IPU, programs with
 replica collectives (their steps stop at collective sites) or `rt.call`s (which lowering
 only makes for single-IPU programs), the straightforward plan,
-`compile_program(..., concurrent=False)`, and `XL_SERIAL=1` in the environment.
+`compile_program(..., concurrent=False)`, and `XL_SERIAL=1` in the environment (read when the
+program is compiled, e.g. at `Session` creation).
 """
 
 from __future__ import annotations
