@@ -25,7 +25,7 @@ dropped, and each replica reads its own slice.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from xdsl.dialects.builtin import (
     DenseArrayBase,
@@ -35,6 +35,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
     StringAttr,
     SymbolRefAttr,
+    TensorType,
     i32,
     i64,
 )
@@ -76,6 +77,7 @@ from xl.dialects.graph import (
     print_body_region,
     print_named_slot,
 )
+from xl.dialects.replica import ReplicaGroupingAttr
 from xl.dialects.utils import fmt_type
 
 
@@ -231,7 +233,12 @@ class StateOp(IRDLOperation):
             return 1
         program = self.parent_op()
         r = program.replication_factor if isinstance(program, ProgramOp) else 1
-        return int(self.grouping.num_groups(r))  # type: ignore[attr-defined]
+        return int(self.replica_grouping().num_groups(r))
+
+    def replica_grouping(self) -> ReplicaGroupingAttr:
+        """The `grouping` property as a replica grouping (the verifier checks its kind)."""
+        assert isinstance(self.grouping, ReplicaGroupingAttr), self.grouping
+        return self.grouping
 
     def replica_init(self, replica: int, replication_factor: int) -> Any:
         """The initial value of `replica` as an array (None without `init`)."""
@@ -241,7 +248,7 @@ class StateOp(IRDLOperation):
 
         value = dense_to_numpy(self.init)
         if self.grouping is not None and self.num_groups() > 1:
-            group = self.grouping.assignment(replication_factor)[replica]  # type: ignore[attr-defined]
+            group = self.replica_grouping().assignment(replication_factor)[replica]
             return value[group]
         return value
 
@@ -250,7 +257,7 @@ class StateOp(IRDLOperation):
         assert isinstance(r, MemRefType)
         groups = 1
         if self.grouping is not None:
-            if not hasattr(self.grouping, "assignment"):
+            if not isinstance(self.grouping, ReplicaGroupingAttr):
                 raise VerifyException(
                     f"rt.state \"{self.slot.data}\": grouping must be a replica grouping, got {self.grouping}"
                 )
@@ -261,6 +268,7 @@ class StateOp(IRDLOperation):
         if self.init is None:
             return
         t = self.init.get_type()
+        assert isinstance(t, TensorType)
         want = tuple(r.get_shape()) if groups == 1 else (groups, *r.get_shape())
         if tuple(t.get_shape()) != want or t.get_element_type() != r.get_element_type():
             per = "" if groups == 1 else f" ({groups} groups: one value per group)"
@@ -300,7 +308,7 @@ class ConstOp(IRDLOperation):
     def verify_(self) -> None:
         t = self.value.get_type()
         r = self.result.type
-        assert isinstance(r, MemRefType)
+        assert isinstance(r, MemRefType) and isinstance(t, TensorType)
         if tuple(t.get_shape()) != tuple(r.get_shape()) or t.get_element_type() != r.get_element_type():
             raise VerifyException(f"rt.const: value {t} does not fit buffer {r}")
 
@@ -384,11 +392,11 @@ class KernelOp(IRDLOperation):
 
     def io(self) -> tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]]:
         """(ins, outs); much cheaper than the `ins` / `outs` accessors."""
-        seg = self.properties["operandSegmentSizes"]
-        key = seg.data.data  # type: ignore[attr-defined]
+        seg = cast(DenseArrayBase[IntegerType], self.properties["operandSegmentSizes"])
+        key = seg.data.data
         n = _IN_COUNTS.get(key)
         if n is None:
-            n = _IN_COUNTS[key] = int(seg.get_values()[0])  # type: ignore[attr-defined]
+            n = _IN_COUNTS[key] = int(seg.get_values()[0])
         operands = tuple(self.operands)
         return operands[:n], operands[n:]
 
@@ -468,7 +476,8 @@ class LoopOp(IRDLOperation):
 
     ```mlir
     rt.loop 10 {
-      rt.kernel "popxl.scaled_add_"(%w, %g) -> (%w) {a = 1.0 : f64, b = -0.1 : f64} : (memref<4xf32>, memref<4xf32>) -> memref<4xf32>
+      rt.kernel "popxl.scaled_add_"(%w, %g) -> (%w) {a = 1.0 : f64, b = -0.1 : f64}
+          : (memref<4xf32>, memref<4xf32>) -> memref<4xf32>
     }
     ```
     """
@@ -666,9 +675,9 @@ class FuncOp(IRDLOperation):
         parser.parse_punctuation("->")
         outs = parser.parse_comma_separated_list(delim, lambda: parser.parse_argument())
         attrs = parser.parse_optional_attr_dict_with_keyword()
-        region = parser.parse_region([*ins, *outs])  # type: ignore[list-item]
+        region = parser.parse_region([*ins, *outs])
         if not region.blocks:
-            region.add_block(Block(arg_types=[a.type for a in [*ins, *outs]]))  # type: ignore[union-attr]
+            region.add_block(Block(arg_types=[a.type for a in [*ins, *outs]]))
         op = cls.__new__(cls)
         IRDLOperation.__init__(
             op,
