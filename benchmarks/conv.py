@@ -112,8 +112,10 @@ def main() -> None:
                 times[name].append((time.perf_counter() - t0) / args.steps)
     xl_ms = statistics.median(times["xl"]) * 1e3
     torch_ms = statistics.median(times["torch"]) * 1e3
-    print(f"batch {b}, {args.threads} thread(s): xl {xl_ms:.2f} ms/step, torch {torch_ms:.2f} ms/step, "
-          f"torch/xl {torch_ms / xl_ms:.2f}")
+    print(
+        f"batch {b}, {args.threads} thread(s): xl {xl_ms:.2f} ms/step, torch {torch_ms:.2f} ms/step, "
+        f"torch/xl {torch_ms / xl_ms:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -93,9 +93,7 @@ def _run_worker(mpi: bool, chunks: int, steps: int, warmup: int, timeout: float 
     if mpi:
         mpirun = Path(sys.executable).parent / "mpirun"
         cmd = [str(mpirun) if mpirun.exists() else "mpirun", "-n", "2", *cmd]
-    proc = subprocess.run(
-        cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout + 30
-    )
+    proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout + 30)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]

@@ -40,9 +40,7 @@ def train_ir(batch_size: int, learning_rate: float = 0.05):
         ops.host_store(loss_stream, loss)
         activations = bwd_graph.grad_graph_info.inputs_dict(fwd_info)
         bwd_info = bwd_graph.call_with_info(dx, args=activations)
-        grads_dict = bwd_graph.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(
-            fwd_info, bwd_info
-        )
+        grads_dict = bwd_graph.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(fwd_info, bwd_info)
         for t in variables.tensors:
             ops.scaled_add_(t, grads_dict[t], b=-learning_rate)
     ir.num_host_transfers = 1

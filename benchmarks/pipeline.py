@@ -77,7 +77,7 @@ def _timed(impls: dict[str, Callable[[], object]], rounds: int, target_s: float)
     gc.disable()
     try:
         for r in range(rounds):
-            for name in names[r % len(names):] + names[: r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 f, k = impls[name], chunk[name]
                 t = time.perf_counter()
                 for _ in range(k):
@@ -86,8 +86,10 @@ def _timed(impls: dict[str, Callable[[], object]], rounds: int, target_s: float)
     finally:
         if was:
             gc.enable()
-    return {n: {"median_s": statistics.median(s), "min_s": min(s), "chunks": len(s),
-                "steps_per_chunk": chunk[n]} for n, s in samples.items()}
+    return {
+        n: {"median_s": statistics.median(s), "min_s": min(s), "chunks": len(s), "steps_per_chunk": chunk[n]}
+        for n, s in samples.items()
+    }
 
 
 def _busy(ir: popxl.Ir, inputs: dict[Any, np.ndarray], concurrent: bool, blas: int) -> dict[str, float]:
@@ -113,6 +115,7 @@ def bench_pipeline(micro_batch: int, rounds: int = 15, target_s: float = 0.3) ->
     serial = popxl.Session(ir, "cpu", concurrent=False)
     workers = conc._exe.workers
     with conc, serial:
+
         def serial_n(n: int) -> Callable[[], object]:
             def run() -> object:
                 with _BLAS.limit(limits=n, user_api="blas"):
@@ -123,8 +126,7 @@ def bench_pipeline(micro_batch: int, rounds: int = 15, target_s: float = 0.3) ->
         def concurrent() -> object:  # the step sets 1 BLAS thread per worker itself
             return conc.run(inputs)
 
-        times = _timed({"serial_1": serial_n(1), "serial_2": serial_n(2), "concurrent": concurrent},
-                       rounds, target_s)
+        times = _timed({"serial_1": serial_n(1), "serial_2": serial_n(2), "concurrent": concurrent}, rounds, target_s)
     med = {k: v["median_s"] for k, v in times.items()}
     return {
         "micro_batch": micro_batch,
@@ -166,21 +168,31 @@ def bench_balanced(n: int = 256, k: int = 8, rounds: int = 15, target_s: float =
     module = Parser(xl_context(), text).parse_module()
     program = next(op for op in module.ops if isinstance(op, rt.ProgramOp))
     rng = np.random.default_rng(0)
-    exes = {"serial_1": compile_program(program, optimize=True, concurrent=False),
-            "concurrent": compile_program(program, optimize=True)}
+    exes = {
+        "serial_1": compile_program(program, optimize=True, concurrent=False),
+        "concurrent": compile_program(program, optimize=True),
+    }
     for exe in exes.values():
         for name in ("a", "c"):
             exe.set_state(name, (rng.standard_normal((n, n)) / n**0.5).astype(np.float32))
     with _BLAS.limit(limits=1, user_api="blas"):
         times = _timed({name: exe.run for name, exe in exes.items()}, rounds, target_s)
-    return {"n": n, "k": k, "workers": exes["concurrent"].workers, "times": times,
-            "speedup": times["serial_1"]["median_s"] / times["concurrent"]["median_s"]}
+    return {
+        "n": n,
+        "k": k,
+        "workers": exes["concurrent"].workers,
+        "times": times,
+        "speedup": times["serial_1"]["median_s"] / times["concurrent"]["median_s"],
+    }
 
 
 def report_lines(results: dict) -> list[str]:
     """The benchmark table rows for `bench_pipeline` results (one per micro batch)."""
-    lines = ["", "Pipelined MNIST (seed 003, 3 stages on 2 virtual IPUs), training step:",
-             "  micro batch  serial 1 BLAS  serial 2 BLAS  concurrent 2x1  vs serial_1 (>=1.6)  vs serial_2 (>=1.1)"]
+    lines = [
+        "",
+        "Pipelined MNIST (seed 003, 3 stages on 2 virtual IPUs), training step:",
+        "  micro batch  serial 1 BLAS  serial 2 BLAS  concurrent 2x1  vs serial_1 (>=1.6)  vs serial_2 (>=1.1)",
+    ]
     pipelined = [r for r in results.values() if "micro_batch" in r]
     for r in pipelined:
         t = {k: v["median_s"] * 1e3 for k, v in r["times"].items()}
@@ -220,8 +232,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     results = {}
     for mb in args.micro_batch or [5, 32]:
-        results[f"pipeline_b{mb}"] = bench_pipeline(mb, rounds=5 if args.quick else 15,
-                                                    target_s=0.15 if args.quick else 0.3)
+        results[f"pipeline_b{mb}"] = bench_pipeline(
+            mb, rounds=5 if args.quick else 15, target_s=0.15 if args.quick else 0.3
+        )
     results["balanced"] = bench_balanced(rounds=5 if args.quick else 15)
     print("\n".join(report_lines(results)))
     return results

@@ -33,9 +33,7 @@ class NumpyMLP:
 
     def gelu_grad(self, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
         t = np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * self.cube(x)))
-        return dy * (
-            0.5 * (1 + t) + 0.5 * x * (1 - t**2) * SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x**2)
-        )
+        return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t**2) * SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x**2))
 
     def forward(self, images: np.ndarray) -> np.ndarray:
         h = images.reshape(-1, 28 * 28)
@@ -89,10 +87,7 @@ def torch_mlp(weights: list[tuple[np.ndarray, np.ndarray]], lr: float = 0.05):
         import torch.nn.functional as F
     except Exception:
         return None
-    params = [
-        (torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True))
-        for w, b in weights
-    ]
+    params = [(torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True)) for w, b in weights]
     flat = [t for wb in params for t in wb]
 
     def forward(x):

@@ -147,7 +147,7 @@ def alternate(impls: dict[str, Callable[[], object]], rounds: int, target_s: flo
     gc.disable()
     try:
         for r in range(rounds):
-            order = names[r % len(names):] + names[: r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 f, k = impls[name], chunk[name]
                 t = time.perf_counter()
@@ -280,9 +280,7 @@ def bench_infer(batch: int, rounds: int, target_s: float) -> dict:
     ref = NumpyMLP(weights, LR)
     fast = NumpyMLP(weights, LR, pow3=False)
     with session:
-        diff = max(
-            float(np.abs(session.run({in_s: x})[out_s] - ref.forward(x)).max()) for x, _ in batches[:3]
-        )
+        diff = max(float(np.abs(session.run({in_s: x})[out_s] - ref.forward(x)).max()) for x, _ in batches[:3])
     session.__enter__()
     cx, cn, cf = Cycle(batches), Cycle(batches), Cycle(batches)
     impls: dict[str, Callable[[], object]] = {
@@ -556,7 +554,7 @@ def main(argv: list[str] | None = None) -> dict:
         elif case == "outline_deep":  # automatic outlining on deep models (outline.py)
             results[case] = bench_deep(reps=1 if args.quick else 3, rounds=5 if args.quick else 15)
         elif case in ("pipeline_b5", "pipeline_b32"):  # concurrent virtual IPUs (pipeline.py)
-            results[case] = bench_pipeline(int(case[len("pipeline_b"):]), rounds, 3 * target)
+            results[case] = bench_pipeline(int(case[len("pipeline_b") :]), rounds, 3 * target)
         elif case == "pipeline_balanced":  # two IPUs with equal work: the ceiling (pipeline.py)
             results[case] = bench_balanced(rounds=rounds, target_s=3 * target)
         elif case == "compile_scaling":

@@ -85,10 +85,10 @@ def compile_pipeline(pipeline: str = DEFAULT_PIPELINE, outline: bool = True, fun
         pipeline = OUTLINE_PIPELINE
     if not functions:
         pipeline = ",".join(
-            "lower-to-rt{functions=false}" if _pass_name(p) == "lower-to-rt" else p
-            for p in split_pipeline(pipeline)
+            "lower-to-rt{functions=false}" if _pass_name(p) == "lower-to-rt" else p for p in split_pipeline(pipeline)
         )
     return pipeline
+
 
 # The rt-level optimisations applied by `compile_module(..., optimize=True)`.
 RT_PIPELINE = "rt-optimize"
@@ -158,6 +158,4 @@ def compile_module(
         programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
         if len(programs) != 1:
             raise PlanError(f"runtime: expected one rt.program, found {len(programs)}")
-        return compile_program(
-            programs[0], optimize=optimize, comm=comm, profile=profile, concurrent=concurrent
-        )
+        return compile_program(programs[0], optimize=optimize, comm=comm, profile=profile, concurrent=concurrent)

@@ -65,5 +65,3 @@ def from_attr(attr: Attribute) -> Any:
             return tuple(int(v) for v in attr.get_values())
         return tuple(float(v) for v in attr.get_values())
     return attr
-
-

@@ -55,21 +55,15 @@ def lookup_graph(op: Operation, callee: SymbolRefAttr) -> GraphOp:
     else:
         what = "no such symbol" if g is None else f"it is a {g.name}"
     if not isinstance(g, GraphOp):
-        raise VerifyException(
-            f"{op.name}: @{callee.root_reference.data} does not name a graph.graph ({what})"
-        )
+        raise VerifyException(f"{op.name}: @{callee.root_reference.data} does not name a graph.graph ({what})")
     return g
 
 
-def check_signature(
-    op: Operation, g: GraphOp, args: Sequence[SSAValue], results: Sequence[SSAValue]
-) -> None:
+def check_signature(op: Operation, g: GraphOp, args: Sequence[SSAValue], results: Sequence[SSAValue]) -> None:
     ins = g.function_type.inputs.data
     outs = g.function_type.outputs.data
     if len(args) != len(ins):
-        raise VerifyException(
-            f"{op.name} @{g.graph_name}: {len(args)} inputs given, the graph takes {len(ins)}"
-        )
+        raise VerifyException(f"{op.name} @{g.graph_name}: {len(args)} inputs given, the graph takes {len(ins)}")
     for i, (a, t) in enumerate(zip(args, ins)):
         if a.type != t:
             raise VerifyException(
@@ -211,9 +205,7 @@ class RepeatOp(IRDLOperation, _CalleeByRef):
 
     def verify_(self) -> None:
         if self.repeat_count.value.data < 0:
-            raise VerifyException(
-                f"call.repeat: repeat_count must be >= 0, got {self.repeat_count.value.data}"
-            )
+            raise VerifyException(f"call.repeat: repeat_count must be >= 0, got {self.repeat_count.value.data}")
 
     @classmethod
     def parse(cls, parser: Parser) -> RepeatOp:
@@ -223,9 +215,7 @@ class RepeatOp(IRDLOperation, _CalleeByRef):
         if parser.parse_optional_punctuation(":") is not None:  # tolerate `N : i64`
             parser.parse_type()
         pos = parser.pos
-        args = parser.parse_comma_separated_list(
-            Parser.Delimiter.PAREN, parser.parse_unresolved_operand
-        )
+        args = parser.parse_comma_separated_list(Parser.Delimiter.PAREN, parser.parse_unresolved_operand)
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         ftype = parser.parse_function_type()
@@ -234,9 +224,7 @@ class RepeatOp(IRDLOperation, _CalleeByRef):
                 f"call.repeat: {len(args)} operands but {len(ftype.inputs.data)} operand types",
                 pos,
             )
-        operands = [
-            parser.resolve_operand(a, t) for a, t in zip(args, ftype.inputs.data, strict=True)
-        ]
+        operands = [parser.resolve_operand(a, t) for a, t in zip(args, ftype.inputs.data, strict=True)]
         op = cls(callee, count, operands, ftype.outputs.data)
         op.attributes |= attrs
         return op
@@ -300,9 +288,7 @@ class ConditionalOp(IRDLOperation):
         t = self.condition.type
         assert isinstance(t, TensorType)
         if t.get_shape() != () or str(t.get_element_type()) != "i1":
-            raise VerifyException(
-                f"call.conditional: condition must be a scalar bool tensor, got {fmt_type(t)}"
-            )
+            raise VerifyException(f"call.conditional: condition must be a scalar bool tensor, got {fmt_type(t)}")
 
     @classmethod
     def parse(cls, parser: Parser) -> ConditionalOp:
@@ -311,14 +297,10 @@ class ConditionalOp(IRDLOperation):
         cond = parser.parse_unresolved_operand()
         parser.parse_keyword("then")
         then_branch = parser.parse_symbol_name().data
-        then_args = parser.parse_comma_separated_list(
-            Parser.Delimiter.PAREN, parser.parse_unresolved_operand
-        )
+        then_args = parser.parse_comma_separated_list(Parser.Delimiter.PAREN, parser.parse_unresolved_operand)
         parser.parse_keyword("else")
         else_branch = parser.parse_symbol_name().data
-        else_args = parser.parse_comma_separated_list(
-            Parser.Delimiter.PAREN, parser.parse_unresolved_operand
-        )
+        else_args = parser.parse_comma_separated_list(Parser.Delimiter.PAREN, parser.parse_unresolved_operand)
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         cond_type = parser.parse_type()
@@ -342,9 +324,7 @@ class ConditionalOp(IRDLOperation):
         if parser.parse_optional_punctuation("(") is not None:
             result_types: list[Attribute] = []
             if parser.parse_optional_punctuation(")") is None:
-                result_types = parser.parse_comma_separated_list(
-                    Parser.Delimiter.NONE, parser.parse_type
-                )
+                result_types = parser.parse_comma_separated_list(Parser.Delimiter.NONE, parser.parse_type)
                 parser.parse_punctuation(")")
         else:
             result_types = [parser.parse_type()]
@@ -390,9 +370,7 @@ class ConditionalOp(IRDLOperation):
         if index == 0:
             return False
         n_then = len(self.then_args)
-        callee, i = (
-            (self.then_branch, index - 1) if index - 1 < n_then else (self.else_branch, index - 1 - n_then)
-        )
+        callee, i = (self.then_branch, index - 1) if index - 1 < n_then else (self.else_branch, index - 1 - n_then)
         try:
             return lookup_graph(self, callee).input_is_by_ref(i)
         except VerifyException:
@@ -455,13 +433,9 @@ def add_graph_outputs(
         sites = call_sites(module).get(name, [])
     for op in sites:
         if isinstance(op, RepeatOp):
-            raise CallSiteError(
-                f"cannot add outputs to graph @{name}: it is the body of a call.repeat"
-            )
+            raise CallSiteError(f"cannot add outputs to graph @{name}: it is the body of a call.repeat")
         if isinstance(op, ConditionalOp):
-            raise CallSiteError(
-                f"cannot add outputs to graph @{name}: it is a branch of a call.conditional"
-            )
+            raise CallSiteError(f"cannot add outputs to graph @{name}: it is a branch of a call.conditional")
     out_op = graph.output_op
     n = len(out_op.outs)
     out_op.operands = [*out_op.operands, *values]

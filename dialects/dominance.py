@@ -113,10 +113,7 @@ def _message(user: Operation, index: int, value: SSAValue) -> str:
             f"{user.name}: operand #{index} ({name}) is used before its definition: "
             f"{how}, by {definer.name}{_where(definer)}"
         )
-    return (
-        f"{user.name}: operand #{index} ({name}) is an argument of a block that does not "
-        f"enclose this use"
-    )
+    return f"{user.name}: operand #{index} ({name}) is an argument of a block that does not enclose this use"
 
 
 def _follows_in_same_block(user: Operation, definer: Operation) -> bool:

@@ -53,9 +53,7 @@ class WritesOperands(InPlaceInterface):
 
         for w in self.indices:
             if not 0 <= w < len(op.operands):
-                raise VerifyException(
-                    f"{op.name}: writes operand {w}, but has {len(op.operands)} operands"
-                )
+                raise VerifyException(f"{op.name}: writes operand {w}, but has {len(op.operands)} operands")
 
 
 def written_operands(op: Operation) -> tuple[int, ...]:

@@ -146,9 +146,7 @@ class GraphOp(IRDLOperation):
         arg_attrs = None
         if input_names is not None:
             refs = by_ref if by_ref is not None else [False] * len(input_names)
-            arg_attrs = ArrayAttr(
-                [_arg_attr(n, r) for n, r in zip(input_names, refs, strict=True)]
-            )
+            arg_attrs = ArrayAttr([_arg_attr(n, r) for n, r in zip(input_names, refs, strict=True)])
         super().__init__(
             properties={
                 "sym_name": StringAttr(name),
@@ -185,9 +183,7 @@ class GraphOp(IRDLOperation):
         return BY_REF_ATTR in self.arg_attrs.data[index].data
 
     def set_arg_attrs(self, names: Sequence[str], by_ref: Sequence[bool]) -> None:
-        self.arg_attrs = ArrayAttr(
-            [_arg_attr(n, r) for n, r in zip(names, by_ref, strict=True)]
-        )
+        self.arg_attrs = ArrayAttr([_arg_attr(n, r) for n, r in zip(names, by_ref, strict=True)])
 
     def add_input(
         self,
@@ -213,9 +209,7 @@ class GraphOp(IRDLOperation):
         arg = block.insert_arg(type, at)
         dicts.insert(at, graph_input_attrs(name, by_ref, attrs))
         self.arg_attrs = ArrayAttr(dicts)
-        self.function_type = FunctionType.from_lists(
-            [a.type for a in block.args], self.function_type.outputs.data
-        )
+        self.function_type = FunctionType.from_lists([a.type for a in block.args], self.function_type.outputs.data)
         return arg
 
     def update_function_type(self) -> None:
@@ -305,9 +299,7 @@ def unique_graph_name(module: Operation, base: str) -> str:
     return f"{base}_{i}"
 
 
-def graph_input_attrs(
-    name: str, by_ref: bool = False, attrs: Mapping[str, Attribute] | None = None
-) -> DictionaryAttr:
+def graph_input_attrs(name: str, by_ref: bool = False, attrs: Mapping[str, Attribute] | None = None) -> DictionaryAttr:
     """The argument attribute dictionary of a graph input named `name` (plus `attrs`)."""
     d: dict[str, Attribute] = dict(attrs or {})
     if by_ref:
@@ -553,18 +545,16 @@ class VariableOp(IRDLOperation):
         return self.grouping.num_groups(rf)
 
     def verify_(self) -> None:
-        what = f"graph.variable \"{self.var_name.data}\""
+        what = f'graph.variable "{self.var_name.data}"'
         parent = self.parent_op()
         if parent is not None and not isinstance(parent, MainGraphOp):
             where = f"graph @{parent.graph_name}" if isinstance(parent, GraphOp) else parent.name
             raise VerifyException(
-                f"{what}: variables can only be created in "
-                f"the main graph (graph.main), not in {where}"
+                f"{what}: variables can only be created in the main graph (graph.main), not in {where}"
             )
         if self.retrieval_mode is not None and self.retrieval_mode.data not in RETRIEVAL_MODES:
             raise VerifyException(
-                f"{what}: retrieval_mode {self.retrieval_mode.data!r} is not one of "
-                f"{', '.join(RETRIEVAL_MODES)}"
+                f"{what}: retrieval_mode {self.retrieval_mode.data!r} is not one of {', '.join(RETRIEVAL_MODES)}"
             )
         groups = 1
         if self.grouping is not None and isinstance(parent, MainGraphOp):
@@ -581,10 +571,7 @@ class VariableOp(IRDLOperation):
             expected = TensorType(expected.get_element_type(), [groups, *expected.get_shape()])
         if t != expected:
             per = f" ({groups} groups of {self.result.type})" if groups > 1 else ""
-            raise VerifyException(
-                f"{what}: initial value of type {t} does not match the variable type "
-                f"{expected}{per}"
-            )
+            raise VerifyException(f"{what}: initial value of type {t} does not match the variable type {expected}{per}")
 
 
 @irdl_op_definition
@@ -656,10 +643,7 @@ def _lookup_stream(op: Operation, ref: SymbolRefAttr, kind: type[_StreamDecl]) -
     else:
         what = "no such symbol" if decl is None else f"it is a {decl.name}"
     if not isinstance(decl, kind):
-        raise VerifyException(
-            f"{op.name}: @{ref.root_reference.data} does not name a {kind.name} "
-            f"declaration ({what})"
-        )
+        raise VerifyException(f"{op.name}: @{ref.root_reference.data} does not name a {kind.name} declaration ({what})")
     return decl
 
 

@@ -159,11 +159,7 @@ def _main_of(op: Operation) -> Operation | None:
 
 def remote_buffers(main: Operation) -> dict[str, RemoteBufferOp]:
     """The `ipu.remote_buffer` declarations of a `graph.main`, by name."""
-    return {
-        op.buffer_name: op
-        for op in main.regions[0].blocks[0].ops
-        if isinstance(op, RemoteBufferOp)
-    }
+    return {op.buffer_name: op for op in main.regions[0].blocks[0].ops if isinstance(op, RemoteBufferOp)}
 
 
 def lookup_remote_buffer(op: Operation, ref: SymbolRefAttr) -> RemoteBufferOp:
@@ -180,9 +176,7 @@ def lookup_remote_buffer(op: Operation, ref: SymbolRefAttr) -> RemoteBufferOp:
         where = "no graph.main" if main is None else "graph.main declares no such buffer"
         raise VerifyException(f"{op.name}: @{name} does not name an ipu.remote_buffer ({where})")
     if op.parent is decl.parent and not decl.is_before_in_block(op):
-        raise VerifyException(
-            f"{op.name}: remote buffer @{name} is used before its ipu.remote_buffer declaration"
-        )
+        raise VerifyException(f"{op.name}: remote buffer @{name} is used before its ipu.remote_buffer declaration")
     return decl
 
 
@@ -237,9 +231,7 @@ class RemoteBufferOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
 
     def __init__(self, name: str, type: TensorType, entries: int):
-        super().__init__(
-            properties={"sym_name": StringAttr(name), "type": type, "entries": IntegerAttr(entries, i64)}
-        )
+        super().__init__(properties={"sym_name": StringAttr(name), "type": type, "entries": IntegerAttr(entries, i64)})
 
     @property
     def buffer_name(self) -> str:
@@ -303,7 +295,7 @@ class _VariableHandle(IRDLOperation):
     _EXTRA: ClassVar[tuple[str, ...]] = ("grouping", "retrieval_mode", "shard_over")
 
     def _what(self) -> str:
-        return f"{self.name} \"{self.var_name.data}\""
+        return f'{self.name} "{self.var_name.data}"'
 
     def replication_factor(self) -> int:
         return _replication_factor(self)
@@ -432,8 +424,7 @@ class _VariableHandle(IRDLOperation):
             if shape_of(t) != want or dtype_of(t) != dtype_of(full.type):
                 per = "" if groups == 1 else f" ({groups} groups: one value per group)"
                 raise VerifyException(
-                    f"{what}: initial value {fmt_type(t)} does not fit the variable "
-                    f"{fmt_type(full.type)}{per}"
+                    f"{what}: initial value {fmt_type(t)} does not fit the variable {fmt_type(full.type)}{per}"
                 )
 
 
@@ -548,7 +539,7 @@ class RemoteVariableOp(_VariableHandle):
             ):
                 raise VerifyException(
                     f"{what}: entry {self.entry} of @{self.buffer_name} already holds remote "
-                    f"variable \"{other.var_name.data}\""
+                    f'variable "{other.var_name.data}"'
                 )
 
 
@@ -865,9 +856,7 @@ class RemoteCodeLoadOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
 
     def __init__(self, graph: str, destination: str):
-        super().__init__(
-            properties={"graph": SymbolRefAttr(graph), "destination": StringAttr(destination)}
-        )
+        super().__init__(properties={"graph": SymbolRefAttr(graph), "destination": StringAttr(destination)})
 
     @classmethod
     def parse(cls, parser: Parser) -> RemoteCodeLoadOp:
@@ -889,9 +878,7 @@ class RemoteCodeLoadOp(IRDLOperation):
     def verify_(self) -> None:
         dest = self.destination.data
         if dest not in CODE_LOCATIONS:
-            raise VerifyException(
-                f"{self.name}: destination {dest!r} is not one of {', '.join(CODE_LOCATIONS)}"
-            )
+            raise VerifyException(f"{self.name}: destination {dest!r} is not one of {', '.join(CODE_LOCATIONS)}")
         try:
             g = SymbolTable.lookup_symbol(self, self.graph)
         except ValueError:  # detached op: nothing to look up yet

@@ -151,13 +151,11 @@ class RegionOp(IRDLOperation):
             s = stage_of(op)
             if s is None:
                 raise VerifyException(
-                    f"pipeline.region: '{op.name}' has {STAGE_ATTR} = {a}, expected a "
-                    "non-negative integer"
+                    f"pipeline.region: '{op.name}' has {STAGE_ATTR} = {a}, expected a non-negative integer"
                 )
             if op.regions and not isinstance(op, RegionOp):
                 raise VerifyException(
-                    f"pipeline.region: '{op.name}' has regions; a stage holds only plain ops "
-                    "(call subgraphs instead)"
+                    f"pipeline.region: '{op.name}' has regions; a stage holds only plain ops (call subgraphs instead)"
                 )
             if isinstance(op, RegionOp):
                 raise VerifyException("pipeline.region: pipelines cannot be nested")
@@ -168,9 +166,7 @@ class RegionOp(IRDLOperation):
         num = max(order) + 1
         for i in range(num):
             if i not in order:
-                raise VerifyException(
-                    f"pipeline.region: stage {i} is never used (stages must be 0..{num - 1})"
-                )
+                raise VerifyException(f"pipeline.region: stage {i} is never used (stages must be 0..{num - 1})")
         for earlier, later in zip(order, order[1:]):
             if later < earlier:
                 raise VerifyException(
@@ -223,15 +219,15 @@ def is_stage_copy(op: IpuCopyOp) -> bool:
     """Whether an `ipu.copy` of a pipeline region carries its value to the next stage
     (some use is in a later stage) rather than within its own stage."""
     s = stage_of(op)
-    return s is not None and any(
-        (t := stage_of(u.operation)) is not None and t > s for u in op.result.uses
-    )
+    return s is not None and any((t := stage_of(u.operation)) is not None and t > s for u in op.result.uses)
 
 
 def _check_stash_types(name: str, value: TensorType, buffer: TensorType) -> int:
     vshape, bshape = value.get_shape(), buffer.get_shape()
-    if len(bshape) != len(vshape) + 1 or bshape[1:] != vshape or (
-        value.get_element_type() != buffer.get_element_type()
+    if (
+        len(bshape) != len(vshape) + 1
+        or bshape[1:] != vshape
+        or (value.get_element_type() != buffer.get_element_type())
     ):
         raise VerifyException(
             f"{name}: the stash buffer {fmt_type(buffer)} must be the tensor type "
@@ -310,9 +306,7 @@ class RestoreOp(IRDLOperation):
         depth = _check_stash_types("pipeline.restore", self.result.type, self.stash.type)
         stash = self.stash.owner
         if not isinstance(stash, StashOp):
-            raise VerifyException(
-                "pipeline.restore: the operand must be the result of a pipeline.stash"
-            )
+            raise VerifyException("pipeline.restore: the operand must be the result of a pipeline.stash")
         s, t = stage_of(stash), stage_of(self)
         if s is not None and t is not None and depth != t - s + 1:
             raise VerifyException(

@@ -199,9 +199,7 @@ class PopxlOp(IRDLOperation):
         """Operand types as `infer` takes them (per definition when some are optional)."""
         if not self.has_optional_operands():
             return [o.type for o in self.operands]
-        return [
-            None if (v := getattr(self, n)) is None else v.type for n in self.operand_names()
-        ]
+        return [None if (v := getattr(self, n)) is None else v.type for n in self.operand_names()]
 
     # ---- syntax (xl.dialects.popxl_syntax) ------------------------------------------
 
@@ -415,18 +413,14 @@ def update_compatible(cls: type[PopxlOp], t: TensorType, x: TensorType, what: st
         raise cls.fail(f"cannot update {fmt_type(t)} in place with {what} {fmt_type(x)}")
 
 
-def slice_shape(
-    cls: type[PopxlOp], shape: Sequence[int], props: dict[str, Any]
-) -> tuple[int, ...]:
+def slice_shape(cls: type[PopxlOp], shape: Sequence[int], props: dict[str, Any]) -> tuple[int, ...]:
     """Result shape of `popxl.slice` / operand shape of `popxl.slice_grad` (NumPy rules)."""
     start, stop, step = props.get("start"), props.get("stop"), props.get("step")
     given = [len(a) for a in (start, stop, step) if a is not None]
     axes = props.get("axes")
     n = given[0] if given else (len(axes) if axes is not None else 0)
     if any(g != n for g in given) or (axes is not None and len(axes) != n):
-        raise cls.fail(
-            f"start {start}, stop {stop}, step {step} and axes {axes} must have equal lengths"
-        )
+        raise cls.fail(f"start {start}, stop {stop}, step {step} and axes {axes} must have equal lengths")
     if axes is None:
         if n > len(shape):
             raise cls.fail(f"{n} slice entries for rank {len(shape)}")
@@ -640,9 +634,7 @@ class UnaryOp(PopxlOp):
 _EX_DT = {"f": "f32", "fi": "f32", "b": "i1", "fiub": "f32", "iu": "i32"}
 
 
-def _unary(
-    op_name: str, doc: str, kinds: str = "f", traits: tuple[OpTrait, ...] = ()
-) -> type[UnaryOp]:
+def _unary(op_name: str, doc: str, kinds: str = "f", traits: tuple[OpTrait, ...] = ()) -> type[UnaryOp]:
     cls = type(
         "".join(p.capitalize() for p in op_name.split(".")[1].split("_")) + "Op",
         (UnaryOp,),
@@ -661,9 +653,7 @@ def _unary(
 
 NegOp = _unary("popxl.neg", "`-x` (popxl.ops.negate).", "fi")
 AbsOp = _unary("popxl.abs", "`|x|` (popxl.ops.abs).", "fi")
-SignOp = _unary(
-    "popxl.sign", "sign of x: -1, 0 or 1 (popxl.ops.sign).", "fi", (NoGradient(),)
-)
+SignOp = _unary("popxl.sign", "sign of x: -1, 0 or 1 (popxl.ops.sign).", "fi", (NoGradient(),))
 ReluOp = _unary("popxl.relu", "`max(x, 0)` (popxl.ops.relu).")
 GeluOp = _unary(
     "popxl.gelu",
@@ -677,14 +667,11 @@ LogOp = _unary("popxl.log", "natural logarithm (popxl.ops.log).")
 SqrtOp = _unary("popxl.sqrt", "square root (popxl.ops.sqrt).")
 CosOp = _unary("popxl.cos", "`cos(x)` (popxl.ops.cos).")
 SinOp = _unary("popxl.sin", "`sin(x)` (popxl.ops.sin).")
-LogicalNotOp = _unary(
-    "popxl.logical_not", "`not x` on bool tensors.", "b", (NoGradient(), PopartType("Not"))
-)
+LogicalNotOp = _unary("popxl.logical_not", "`not x` on bool tensors.", "b", (NoGradient(), PopartType("Not")))
 IdentityOp = _unary("popxl.identity", "A copy of the input (popxl.ops.identity).", "fiub")
 DetachOp = _unary(
     "popxl.detach",
-    "A copy of the input that autodiff treats as a constant: no gradient flows "
-    "through it (popxl.ops.detach).",
+    "A copy of the input that autodiff treats as a constant: no gradient flows through it (popxl.ops.detach).",
     "fiub",
     (NoGradient(),),
 )
@@ -875,10 +862,7 @@ class PrintTensorOp(PopxlOp):
             if k in props and len(props[k]) != 1:
                 raise cls.fail(f"{k} must be exactly one character, got {props[k]!r}")
         if props.get("float_format", "auto") not in cls.FLOAT_FORMATS:
-            raise cls.fail(
-                f"float_format must be one of {', '.join(cls.FLOAT_FORMATS)}, "
-                f"got {props['float_format']!r}"
-            )
+            raise cls.fail(f"float_format must be one of {', '.join(cls.FLOAT_FORMATS)}, got {props['float_format']!r}")
         for k in ("summarise_threshold", "edge_items", "max_line_width", "digits"):
             if props.get(k, 0) < 0:
                 raise cls.fail(f"{k} must be >= 0, got {props[k]}")
@@ -914,10 +898,7 @@ class CastOp(PopxlOp):
 
     def verify_(self) -> None:
         if shape_of(self.input.type) != shape_of(self.result.type):
-            raise self.fail(
-                f"cannot cast {fmt_type(self.input.type)} to {fmt_type(self.result.type)}: "
-                "shapes differ"
-            )
+            raise self.fail(f"cannot cast {fmt_type(self.input.type)} to {fmt_type(self.result.type)}: shapes differ")
 
 
 def require_float8(cls: type[PopxlOp], t: TensorType, what: str = "input") -> None:
@@ -1001,8 +982,7 @@ def matmul_shape(cls: type[PopxlOp], lhs: TensorType, rhs: TensorType) -> tuple[
     b2 = (*b, 1) if len(b) == 1 else b
     if a2[-1] != b2[-2]:
         raise cls.fail(
-            f"contracting dimensions differ: {fmt_type(types[0])} @ {fmt_type(types[1])} "
-            f"({a2[-1]} vs {b2[-2]})"
+            f"contracting dimensions differ: {fmt_type(types[0])} @ {fmt_type(types[1])} ({a2[-1]} vs {b2[-2]})"
         )
     try:
         batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
@@ -1145,9 +1125,7 @@ class ReshapeOp(PopxlOp):
         if -1 in shape:
             rest = math.prod(d for d in shape if d != -1)
             if rest == 0 or n % rest:
-                raise ValueError(
-                    f"popxl.reshape: cannot reshape {tuple(in_shape)} to {shape}"
-                )
+                raise ValueError(f"popxl.reshape: cannot reshape {tuple(in_shape)} to {shape}")
             shape = tuple(n // rest if d == -1 else d for d in shape)
         if any(d < 0 for d in shape) or math.prod(shape) != n:
             raise ValueError(f"popxl.reshape: cannot reshape {tuple(in_shape)} to {shape}")
@@ -1155,12 +1133,8 @@ class ReshapeOp(PopxlOp):
 
     def verify_(self) -> None:
         a, b = shape_of(self.input.type), shape_of(self.result.type)
-        if math.prod(a) != math.prod(b) or dtype_of(self.input.type) != dtype_of(
-            self.result.type
-        ):
-            raise self.fail(
-                f"cannot reshape {fmt_type(self.input.type)} to {fmt_type(self.result.type)}"
-            )
+        if math.prod(a) != math.prod(b) or dtype_of(self.input.type) != dtype_of(self.result.type):
+            raise self.fail(f"cannot reshape {fmt_type(self.input.type)} to {fmt_type(self.result.type)}")
 
 
 @irdl_op_definition
@@ -1202,9 +1176,7 @@ class ReduceOp(PopxlOp):
         shape = shape_of(types[0])
         axes = norm_axes(cls, props.get("axis"), len(shape))
         keep = props.get("keepdims", False)
-        out = tuple(
-            (1 if i in axes else d) for i, d in enumerate(shape) if keep or i not in axes
-        )
+        out = tuple((1 if i in axes else d) for i, d in enumerate(shape) if keep or i not in axes)
         return [tensor_type(out, dtype_of(types[0]))]
 
 
@@ -1287,9 +1259,7 @@ class ConcatOp(PopxlOp):
         axis = norm_axis(cls, props["axis"], rank)
         for s in shapes:
             if len(s) != rank or any(a != b for i, (a, b) in enumerate(zip(s, shapes[0])) if i != axis):
-                raise cls.fail(
-                    f"shapes must match except on axis {axis}: {', '.join(str(x) for x in shapes)}"
-                )
+                raise cls.fail(f"shapes must match except on axis {axis}: {', '.join(str(x) for x in shapes)}")
         out = list(shapes[0])
         out[axis] = sum(s[axis] for s in shapes)
         return [tensor_type(out, dt)]
@@ -1520,7 +1490,7 @@ class InitOp(ResultTypedOp):
     @classmethod
     def check(cls, types, props, result):
         if props["init_type"] not in ("zero", "undef"):
-            raise cls.fail(f"init_type must be \"zero\" or \"undef\", got {props['init_type']!r}")
+            raise cls.fail(f'init_type must be "zero" or "undef", got {props["init_type"]!r}')
 
 
 class ArgReduceOp(PopxlOp):
@@ -1581,8 +1551,7 @@ def _nll_check(cls: type[PopxlOp], probs: TensorType, labels: TensorType, props:
     ps = shape_of(probs)
     if not ps or shape_of(labels) != ps[:-1]:
         raise cls.fail(
-            f"labels {fmt_type(labels)} must have the shape of probs {fmt_type(probs)} "
-            "without its last (class) dim"
+            f"labels {fmt_type(labels)} must have the shape of probs {fmt_type(probs)} without its last (class) dim"
         )
     if props["reduction"] not in REDUCTIONS:
         raise cls.fail(f"reduction must be one of {REDUCTIONS}, got {props['reduction']!r}")
@@ -1827,10 +1796,7 @@ class SliceGradOp(ResultTypedOp):
         (dy,) = types
         expected = tensor_type(slice_shape(cls, shape_of(result), props), dtype_of(result))
         if dy != expected:
-            raise cls.fail(
-                f"dy {fmt_type(dy)} is not the slice of {fmt_type(result)} "
-                f"(expected {fmt_type(expected)})"
-            )
+            raise cls.fail(f"dy {fmt_type(dy)} is not the slice of {fmt_type(result)} (expected {fmt_type(expected)})")
 
 
 @irdl_op_definition
@@ -2231,9 +2197,7 @@ def _dynamic_update_check(cls: type[PopxlOp], types, props) -> TensorType:
     t, index, update = types
     expected = _dynamic_slice_type(cls, t, index, props)
     if shape_of(update) != shape_of(expected):
-        raise cls.fail(
-            f"update {fmt_type(update)} must have the slice shape {shape_of(expected)} of {fmt_type(t)}"
-        )
+        raise cls.fail(f"update {fmt_type(update)} must have the slice shape {shape_of(expected)} of {fmt_type(t)}")
     if dtype_of(update) != dtype_of(t):
         raise cls.fail(f"update {fmt_type(update)} and tensor {fmt_type(t)} dtypes differ")
     return t
@@ -2481,13 +2445,10 @@ class AdamVarUpdateOp(PopxlOp):
         return []
 
 
-
 # -- neural-network ops: convolution, pooling, normalisation, resampling -------------------
 
 
-def _spatial(
-    cls: type[PopxlOp], name: str, value: Sequence[int] | None, nd: int, default: int
-) -> tuple[int, ...]:
+def _spatial(cls: type[PopxlOp], name: str, value: Sequence[int] | None, nd: int, default: int) -> tuple[int, ...]:
     """A per-spatial-dim property (stride, dilation, kernel): `nd` entries, each >= 1."""
     if value is None:
         return (default,) * nd
@@ -2528,9 +2489,7 @@ class Window:
         """Input elements one window spans along spatial dim `i`."""
         return self.dilation[i] * (self.kernel[i] - 1) + 1
 
-    def out_shape(
-        self, cls: type[PopxlOp], in_sp: Sequence[int], ceil_mode: bool = False
-    ) -> tuple[int, ...]:
+    def out_shape(self, cls: type[PopxlOp], in_sp: Sequence[int], ceil_mode: bool = False) -> tuple[int, ...]:
         out = []
         for i, x in enumerate(in_sp):
             span = x + self.pads[i] + self.pads[self.nd + i] - self.extent(i)
@@ -2548,9 +2507,7 @@ class Window:
         return tuple(out)
 
 
-def _window(
-    cls: type[PopxlOp], props: dict[str, Any], kernel: Sequence[int], nd: int
-) -> Window:
+def _window(cls: type[PopxlOp], props: dict[str, Any], kernel: Sequence[int], nd: int) -> Window:
     return Window(
         _spatial(cls, "kernel", kernel, nd, 1),
         _spatial(cls, "stride", props.get("stride"), nd, 1),
@@ -2668,9 +2625,7 @@ class ConvTransposeOp(_ConvBase):
         out = []
         for i in range(nd):
             if not 0 <= op[i] < max(win.stride[i], win.dilation[i]):
-                raise cls.fail(
-                    f"output_padding {op} must be >= 0 and smaller than the stride or the dilation"
-                )
+                raise cls.fail(f"output_padding {op} must be >= 0 and smaller than the stride or the dilation")
             o = (xs[2 + i] - 1) * win.stride[i] - win.pads[i] - win.pads[nd + i] + win.extent(i) + op[i]
             if o < 1:
                 raise cls.fail(f"padding {win.pads} leaves no output along spatial dim {i}")
@@ -2841,9 +2796,7 @@ class AveragePoolGradOp(_PoolBase):
         return list(results)
 
 
-def _index_broadcast(
-    cls: type[PopxlOp], data: Sequence[int], idx: Sequence[int], axis: int
-) -> None:
+def _index_broadcast(cls: type[PopxlOp], data: Sequence[int], idx: Sequence[int], axis: int) -> None:
     """`indices` of a scatter-reduce: the shape of `data`, or 1-D along `axis` (broadcast
     over the other dims)."""
     if tuple(idx) == tuple(data):
@@ -3155,8 +3108,11 @@ def _interpolate_props(cls: type[PopxlOp], t: TensorType, props: dict[str, Any])
     scales = tuple(float(s) for s in props["scales"])
     if len(scales) != len(shape):
         raise cls.fail(f"scales {scales} must have one entry per dim of {fmt_type(t)}")
-    for name, allowed in (("mode", INTERPOLATE_MODES), ("nearest_mode", NEAREST_MODES),
-                          ("coordinate_transformation_mode", COORDINATE_MODES)):
+    for name, allowed in (
+        ("mode", INTERPOLATE_MODES),
+        ("nearest_mode", NEAREST_MODES),
+        ("coordinate_transformation_mode", COORDINATE_MODES),
+    ):
         if name in props and props[name] not in allowed:
             raise cls.fail(f"{name} {props[name]!r} must be one of {', '.join(allowed)}")
     out = tuple(int(math.floor(d * s)) for d, s in zip(shape, scales))
@@ -3510,107 +3466,111 @@ RANDOM_OPS: list[type[IRDLOperation]] = [
 ]
 
 
-OPS: list[type[IRDLOperation]] = [
-    AddOp,
-    SubOp,
-    MulOp,
-    DivOp,
-    PowOp,
-    MaximumOp,
-    MinimumOp,
-    EqualOp,
-    GreaterOp,
-    LogicalAndOp,
-    LogicalOrOp,
-    NegOp,
-    AbsOp,
-    SignOp,
-    ReluOp,
-    GeluOp,
-    TanhOp,
-    SigmoidOp,
-    SwishOp,
-    ExpOp,
-    LogOp,
-    SqrtOp,
-    CosOp,
-    SinOp,
-    LogicalNotOp,
-    IdentityOp,
-    DetachOp,
-    CastOp,
-    MatmulOp,
-    SoftmaxOp,
-    CumsumOp,
-    CeilOp,
-    FloorOp,
-    ErfOp,
-    GeluErfOp,
-    GeluErfGradOp,
-    FmodOp,
-    BitwiseNotOp,
-    BitwiseAndOp,
-    BitwiseOrOp,
-    BitwiseXorOp,
-    BitwiseXnorOp,
-    LogicalXorOp,
-    ClipOp,
-    PrintTensorOp,
-    Pow2ScaleCastToFp8Op,
-    Pow2ScaleCastFromFp8Op,
-    MatmulPow2ScaledOp,
-    ReshapeOp,
-    TransposeOp,
-    ReduceSumOp,
-    ReduceMeanOp,
-    ReduceMaxOp,
-    ReduceMinOp,
-    ScaledAddOp,
-    ScaledAddInplaceOp,
-    # shape / index
-    ConcatOp,
-    SliceOp,
-    GatherOp,
-    WhereOp,
-    OnehotOp,
-    SqueezeOp,
-    ExpandOp,
-    ReduceToShapeOp,
-    InitOp,
-    ArgmaxOp,
-    ArgminOp,
-    # losses
-    NllLossOp,
-    NllLossWithSoftmaxGradOp,
-    # gradient helpers
-    GeluGradOp,
-    ReluGradOp,
-    SoftmaxGradOp,
-    NllLossGradOp,
-    GatherGradOp,
-    SliceGradOp,
-    ReduceMaxGradOp,
-    # in-place updates
-    AccumulateOp,
-    AccumulateSquareOp,
-    AccumulateMeanOp,
-    AccumulateMovingAverageOp,
-    AccumulateMovingAverageSquareOp,
-    AccumulatorScaleOp,
-    AccumulatorZeroOp,
-    SparseAccumulateOp,
-    CopyVarUpdateOp,
-    IncrementModOp,
-    IncrementModInplaceOp,
-    DynamicSliceOp,
-    DynamicUpdateOp,
-    DynamicUpdateInplaceOp,
-    # optimiser maths
-    AdamUpdaterOp,
-    LambUpdaterOp,
-    AdamaxUpdaterOp,
-    AdamVarUpdateOp,
-] + NN_OPS + RANDOM_OPS
+OPS: list[type[IRDLOperation]] = (
+    [
+        AddOp,
+        SubOp,
+        MulOp,
+        DivOp,
+        PowOp,
+        MaximumOp,
+        MinimumOp,
+        EqualOp,
+        GreaterOp,
+        LogicalAndOp,
+        LogicalOrOp,
+        NegOp,
+        AbsOp,
+        SignOp,
+        ReluOp,
+        GeluOp,
+        TanhOp,
+        SigmoidOp,
+        SwishOp,
+        ExpOp,
+        LogOp,
+        SqrtOp,
+        CosOp,
+        SinOp,
+        LogicalNotOp,
+        IdentityOp,
+        DetachOp,
+        CastOp,
+        MatmulOp,
+        SoftmaxOp,
+        CumsumOp,
+        CeilOp,
+        FloorOp,
+        ErfOp,
+        GeluErfOp,
+        GeluErfGradOp,
+        FmodOp,
+        BitwiseNotOp,
+        BitwiseAndOp,
+        BitwiseOrOp,
+        BitwiseXorOp,
+        BitwiseXnorOp,
+        LogicalXorOp,
+        ClipOp,
+        PrintTensorOp,
+        Pow2ScaleCastToFp8Op,
+        Pow2ScaleCastFromFp8Op,
+        MatmulPow2ScaledOp,
+        ReshapeOp,
+        TransposeOp,
+        ReduceSumOp,
+        ReduceMeanOp,
+        ReduceMaxOp,
+        ReduceMinOp,
+        ScaledAddOp,
+        ScaledAddInplaceOp,
+        # shape / index
+        ConcatOp,
+        SliceOp,
+        GatherOp,
+        WhereOp,
+        OnehotOp,
+        SqueezeOp,
+        ExpandOp,
+        ReduceToShapeOp,
+        InitOp,
+        ArgmaxOp,
+        ArgminOp,
+        # losses
+        NllLossOp,
+        NllLossWithSoftmaxGradOp,
+        # gradient helpers
+        GeluGradOp,
+        ReluGradOp,
+        SoftmaxGradOp,
+        NllLossGradOp,
+        GatherGradOp,
+        SliceGradOp,
+        ReduceMaxGradOp,
+        # in-place updates
+        AccumulateOp,
+        AccumulateSquareOp,
+        AccumulateMeanOp,
+        AccumulateMovingAverageOp,
+        AccumulateMovingAverageSquareOp,
+        AccumulatorScaleOp,
+        AccumulatorZeroOp,
+        SparseAccumulateOp,
+        CopyVarUpdateOp,
+        IncrementModOp,
+        IncrementModInplaceOp,
+        DynamicSliceOp,
+        DynamicUpdateOp,
+        DynamicUpdateInplaceOp,
+        # optimiser maths
+        AdamUpdaterOp,
+        LambUpdaterOp,
+        AdamaxUpdaterOp,
+        AdamVarUpdateOp,
+    ]
+    + NN_OPS
+    + RANDOM_OPS
+)
 
 Popxl = Dialect("popxl", [*OPS], [])
 

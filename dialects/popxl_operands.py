@@ -86,9 +86,7 @@ def operand_positions(cls: type[IRDLOperation], segments: Sequence[int]) -> dict
     """Index among the present operands of each single-operand definition (-1: absent)."""
     names = operand_names(cls)
     if len(segments) != len(names):
-        raise ValueError(
-            f"{cls.name}: operand_segments {tuple(segments)} do not match operands {names}"
-        )
+        raise ValueError(f"{cls.name}: operand_segments {tuple(segments)} do not match operands {names}")
     out: dict[str, int] = {}
     i = 0
     for n, k in zip(names, segments, strict=True):

@@ -28,9 +28,12 @@ OpT = TypeVar("OpT", bound=IRDLOperation)
 def parse_popxl_op(cls: type[OpT], parser: Parser) -> OpT:
     """Parses `%a, %b {props} : (types) -> result types` into a `cls` op."""
     pos = parser.pos
-    unresolved = parser.parse_optional_undelimited_comma_separated_list(
-        parser.parse_optional_unresolved_operand, parser.parse_unresolved_operand
-    ) or []
+    unresolved = (
+        parser.parse_optional_undelimited_comma_separated_list(
+            parser.parse_optional_unresolved_operand, parser.parse_unresolved_operand
+        )
+        or []
+    )
     attrs = parser.parse_optional_attr_dict()
     parser.parse_punctuation(":")
     ftype = parser.parse_function_type()
@@ -47,8 +50,7 @@ def parse_popxl_op(cls: type[OpT], parser: Parser) -> OpT:
         segs = greedy_segments(cls, len(operands))
         if segs is None:
             parser.raise_error(
-                f"{cls.name}: cannot match {len(operands)} operands to "
-                f"({', '.join(operand_names(cls))})",
+                f"{cls.name}: cannot match {len(operands)} operands to ({', '.join(operand_names(cls))})",
                 pos,
             )
         props[SEGMENTS] = DenseArrayBase.from_list(i32, list(segs))

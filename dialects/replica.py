@@ -74,9 +74,7 @@ class ReplicaGroupingAttr(ParametrizedAttribute):
     group_size: IntAttr
     explicit: ArrayAttr[IntAttr]
 
-    def __init__(
-        self, stride: int = 1, group_size: int = 1, assignment: Sequence[int] | None = None
-    ):
+    def __init__(self, stride: int = 1, group_size: int = 1, assignment: Sequence[int] | None = None):
         if assignment is not None:
             a = [int(v) for v in assignment]
             sizes = {a.count(g) for g in set(a)}
@@ -94,9 +92,7 @@ class ReplicaGroupingAttr(ParametrizedAttribute):
         with parser.in_angle_brackets():
             if parser.parse_optional_keyword("assignment") is not None:
                 parser.parse_punctuation("=")
-                values = parser.parse_comma_separated_list(
-                    parser.Delimiter.SQUARE, parser.parse_integer
-                )
+                values = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
                 return ReplicaGroupingAttr(assignment=values).parameters
             parser.parse_keyword("stride")
             parser.parse_punctuation("=")
@@ -112,9 +108,7 @@ class ReplicaGroupingAttr(ParametrizedAttribute):
             values = ", ".join(str(v.data) for v in self.explicit.data)
             printer.print_string(f"<assignment = [{values}]>")
         else:
-            printer.print_string(
-                f"<stride = {self.stride.data}, group_size = {self.group_size.data}>"
-            )
+            printer.print_string(f"<stride = {self.stride.data}, group_size = {self.group_size.data}>")
 
     def verify(self) -> None:
         if self.explicit.data:
@@ -125,13 +119,10 @@ class ReplicaGroupingAttr(ParametrizedAttribute):
                     order.append(v)
             if order != list(range(len(order))):
                 raise VerifyException(
-                    f"replica.grouping: assignment {a} must number its groups 0, 1, ... in "
-                    "order of first appearance"
+                    f"replica.grouping: assignment {a} must number its groups 0, 1, ... in order of first appearance"
                 )
             if self.group_size.data == 0:
-                raise VerifyException(
-                    f"replica.grouping: the groups of assignment {a} differ in size"
-                )
+                raise VerifyException(f"replica.grouping: the groups of assignment {a} differ in size")
             return
         if self.stride.data < 1 or self.group_size.data < 1:
             raise VerifyException(
@@ -157,10 +148,7 @@ class ReplicaGroupingAttr(ParametrizedAttribute):
             return None
         s, g = self.stride.data, self.group_size.data
         if rf % (s * g):
-            return (
-                f"{self}: the replication factor {rf} is not divisible by stride * group_size "
-                f"= {s * g}"
-            )
+            return f"{self}: the replication factor {rf} is not divisible by stride * group_size = {s * g}"
         return None
 
     def check(self, replication_factor: int) -> None:
@@ -238,9 +226,7 @@ class CollectiveOp(PopxlOp):
     def check_op_kind(cls, props: dict[str, Any], dtype: Any) -> None:
         kind = props.get("op")
         if kind not in COLLECTIVE_OPS:
-            raise cls.fail(
-                f"op {kind!r} is not a collective reduction; one of {', '.join(COLLECTIVE_OPS)}"
-            )
+            raise cls.fail(f"op {kind!r} is not a collective reduction; one of {', '.join(COLLECTIVE_OPS)}")
         is_bool = np.dtype(dtype) == np.bool_
         if kind in LOGICAL_OPS and not is_bool:
             raise cls.fail(f"op {kind!r} needs a bool tensor, got {dtype}")
@@ -421,9 +407,7 @@ def _shard_len(cls: type[PopxlOp], t: TensorType, g: int) -> int:
     for d in shape_of(t):
         n *= d
     if n % g:
-        raise cls.fail(
-            f"{fmt_type(t)} has {n} elements, not divisible by the group size {g}"
-        )
+        raise cls.fail(f"{fmt_type(t)} has {n} elements, not divisible by the group size {g}")
     return n // g
 
 
@@ -474,10 +458,7 @@ class SliceOp(CollectiveOp):
             raise cls.fail("cannot slice a scalar")
         ax = _axis(cls, int(props.get("axis", 0)), len(shape))
         if shape[ax] % g:
-            raise cls.fail(
-                f"axis {ax} of {fmt_type(t)} (size {shape[ax]}) is not divisible by the "
-                f"group size {g}"
-            )
+            raise cls.fail(f"axis {ax} of {fmt_type(t)} (size {shape[ax]}) is not divisible by the group size {g}")
         if shape[ax] == g:
             del shape[ax]
         else:
@@ -497,4 +478,3 @@ COLLECTIVES: tuple[type[CollectiveOp], ...] = (
 )
 
 Replica = Dialect("replica", list(COLLECTIVES), [ReplicaGroupingAttr])
-

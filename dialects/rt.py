@@ -259,12 +259,12 @@ class StateOp(IRDLOperation):
         if self.grouping is not None:
             if not isinstance(self.grouping, ReplicaGroupingAttr):
                 raise VerifyException(
-                    f"rt.state \"{self.slot.data}\": grouping must be a replica grouping, got {self.grouping}"
+                    f'rt.state "{self.slot.data}": grouping must be a replica grouping, got {self.grouping}'
                 )
             try:
                 groups = self.num_groups()
             except (ValueError, VerifyException) as e:
-                raise VerifyException(f"rt.state \"{self.slot.data}\": {e}") from None
+                raise VerifyException(f'rt.state "{self.slot.data}": {e}') from None
         if self.init is None:
             return
         t = self.init.get_type()
@@ -272,9 +272,7 @@ class StateOp(IRDLOperation):
         want = tuple(r.get_shape()) if groups == 1 else (groups, *r.get_shape())
         if tuple(t.get_shape()) != want or t.get_element_type() != r.get_element_type():
             per = "" if groups == 1 else f" ({groups} groups: one value per group)"
-            raise VerifyException(
-                f"rt.state \"{self.slot.data}\": initial value {t} does not fit buffer {r}{per}"
-            )
+            raise VerifyException(f'rt.state "{self.slot.data}": initial value {t} does not fit buffer {r}{per}')
 
     def print(self, printer: Printer) -> None:
         print_named_slot(printer, self.slot.data, self.init, self.result.type, {})
@@ -369,9 +367,7 @@ class KernelOp(IRDLOperation):
     outs = var_operand_def(MemRefType)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
-    assembly_format = (
-        "$kernel `(` $ins `)` `->` `(` $outs `)` attr-dict `:` functional-type($ins, $outs)"
-    )
+    assembly_format = "$kernel `(` $ins `)` `->` `(` $outs `)` attr-dict `:` functional-type($ins, $outs)"
 
     def __init__(
         self,
@@ -405,9 +401,7 @@ class KernelOp(IRDLOperation):
         """The kernel's parameters (the high-level op's properties) as Python values:
         every attribute except the markers of other layers (`ipu.*`, `rt.*`)."""
         return {
-            k: from_attr(v)
-            for k, v in self.attributes.items()
-            if not k.startswith("ipu.") and not k.startswith("rt.")
+            k: from_attr(v) for k, v in self.attributes.items() if not k.startswith("ipu.") and not k.startswith("rt.")
         }
 
 
@@ -431,9 +425,7 @@ class CopyOp(IRDLOperation):
 
     def verify_(self) -> None:
         if self.source.type != self.dest.type:
-            raise VerifyException(
-                f"rt.copy: cannot copy {fmt_type(self.source.type)} into {fmt_type(self.dest.type)}"
-            )
+            raise VerifyException(f"rt.copy: cannot copy {fmt_type(self.source.type)} into {fmt_type(self.dest.type)}")
 
 
 class _StreamIO(IRDLOperation):
@@ -552,9 +544,7 @@ class IfOp(IRDLOperation):
         t = self.condition.type
         assert isinstance(t, MemRefType)
         if tuple(t.get_shape()) != () or t.get_element_type() != IntegerType(1):
-            raise VerifyException(
-                f"rt.if: condition must be a scalar bool buffer (memref<i1>), got {t}"
-            )
+            raise VerifyException(f"rt.if: condition must be a scalar bool buffer (memref<i1>), got {t}")
 
     @classmethod
     def parse(cls, parser: Parser) -> IfOp:
@@ -656,13 +646,11 @@ class FuncOp(IRDLOperation):
             )
         for a in args:
             if not isinstance(a.type, MemRefType):
-                raise VerifyException(
-                    f"rt.func @{self.func_name}: arguments must be memrefs, got {a.type}"
-                )
+                raise VerifyException(f"rt.func @{self.func_name}: arguments must be memrefs, got {a.type}")
         for op in self.body.walk():
             if isinstance(op, H2DOp | D2HOp):
                 raise VerifyException(
-                    f"rt.func @{self.func_name}: {op.name} \"{op.stream.data}\" in a function "
+                    f'rt.func @{self.func_name}: {op.name} "{op.stream.data}" in a function '
                     "(host streams are read and written by the program body only)"
                 )
         verify_dominance(self)
@@ -762,9 +750,7 @@ class CallOp(IRDLOperation):
     assembly_format = "$callee `(` $ins `)` `->` `(` $outs `)` attr-dict `:` functional-type($ins, $outs)"
 
     def __init__(self, callee: str, ins: Sequence[SSAValue], outs: Sequence[SSAValue]):
-        super().__init__(
-            properties={"callee": SymbolRefAttr(callee)}, operands=[list(ins), list(outs)]
-        )
+        super().__init__(properties={"callee": SymbolRefAttr(callee)}, operands=[list(ins), list(outs)])
 
     @property
     def callee_name(self) -> str:

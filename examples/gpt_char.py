@@ -40,11 +40,34 @@ from popxl_addons.optimizers.adam import AdamOptimizerStep  # noqa: E402
 # stdlib modules making up the corpus, in this order (the ones missing from an install
 # are skipped)
 CORPUS_MODULES = (
-    "textwrap.py", "string/__init__.py", "string.py", "shlex.py", "fnmatch.py", "glob.py",
-    "argparse.py", "dataclasses.py", "functools.py", "heapq.py", "bisect.py", "queue.py",
-    "difflib.py", "pprint.py", "reprlib.py", "csv.py", "configparser.py", "calendar.py",
-    "random.py", "statistics.py", "fractions.py", "contextlib.py", "abc.py", "copy.py",
-    "enum.py", "inspect.py", "typing.py", "collections/__init__.py",
+    "textwrap.py",
+    "string/__init__.py",
+    "string.py",
+    "shlex.py",
+    "fnmatch.py",
+    "glob.py",
+    "argparse.py",
+    "dataclasses.py",
+    "functools.py",
+    "heapq.py",
+    "bisect.py",
+    "queue.py",
+    "difflib.py",
+    "pprint.py",
+    "reprlib.py",
+    "csv.py",
+    "configparser.py",
+    "calendar.py",
+    "random.py",
+    "statistics.py",
+    "fractions.py",
+    "contextlib.py",
+    "abc.py",
+    "copy.py",
+    "enum.py",
+    "inspect.py",
+    "typing.py",
+    "collections/__init__.py",
 )
 
 # an additive causal mask: 0 where a position may attend, this below (exp underflows to 0)
@@ -222,14 +245,16 @@ def train_program(cfg: Config, device: str = "cpu", seed_variable: bool = True):
         variables = facts.init()
         call = fwd.bind(variables).call_with_info(tokens, targets, *extra)
         loss = call.outputs[0]
-        gcall = grad.call_with_info(
-            popxl.constant(np.float32(1.0)), args=grad.grad_graph_info.inputs_dict(call)
-        )
+        gcall = grad.call_with_info(popxl.constant(np.float32(1.0)), args=grad.grad_graph_info.inputs_dict(call))
         grads = grad.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(call, gcall)
         optimizer = AdamOptimizerStep(cache=True)
         for var in variables.tensors:
             state, step = optimizer.create_graph(
-                var, grads[var].spec, lr=cfg.lr, weight_decay=0.0, eps=1e-8,
+                var,
+                grads[var].spec,
+                lr=cfg.lr,
+                weight_decay=0.0,
+                eps=1e-8,
                 first_order_dtype=popxl.float32,
             )
             step.bind(state.init()).call(var, grads[var])
@@ -252,8 +277,17 @@ def logits_program(cfg: Config, device: str = "cpu"):
     return popxl.Session(ir, device), tok_s, variables, out_s
 
 
-def sample(session, stream, out_stream, vocab: Vocab, prompt: str, n_chars: int, seq_len: int,
-           temperature: float = 0.8, seed: int = 0) -> str:
+def sample(
+    session,
+    stream,
+    out_stream,
+    vocab: Vocab,
+    prompt: str,
+    n_chars: int,
+    seq_len: int,
+    temperature: float = 0.8,
+    seed: int = 0,
+) -> str:
     """Generate `n_chars` characters after `prompt` (its last `seq_len` characters are
     the first context), sampling each from softmax(logits / temperature)."""
     rng = np.random.default_rng(seed)
@@ -298,11 +332,20 @@ def main(argv: list[str] | None = None) -> dict:
     split = int(0.9 * len(data))
     train_data, held_out = data[:split], text[split:]
     cfg = Config(
-        vocab_size=len(vocab), seq_len=args.seq_len, hidden=args.hidden, heads=args.heads,
-        layers=args.layers, batch=args.batch, dropout=args.dropout, lr=args.lr, seed=args.seed,
+        vocab_size=len(vocab),
+        seq_len=args.seq_len,
+        hidden=args.hidden,
+        heads=args.heads,
+        layers=args.layers,
+        batch=args.batch,
+        dropout=args.dropout,
+        lr=args.lr,
+        seed=args.seed,
     )
-    print(f"corpus: {len(text):,} characters of stdlib sources, vocabulary {len(vocab)}; "
-          f"model: {cfg.layers} blocks, hidden {cfg.hidden}, {cfg.heads} heads, context {cfg.seq_len}")
+    print(
+        f"corpus: {len(text):,} characters of stdlib sources, vocabulary {len(vocab)}; "
+        f"model: {cfg.layers} blocks, hidden {cfg.hidden}, {cfg.heads} heads, context {cfg.seq_len}"
+    )
     session, streams, variables, loss_s = train_program(cfg, args.device)
     n_params = sum(int(np.prod(t.shape)) for t in variables.tensors)
     print(f"{n_params:,} parameters")
@@ -313,7 +356,7 @@ def main(argv: list[str] | None = None) -> dict:
         for step, (x, y) in zip(range(1, args.steps + 1), batches(train_data, cfg.batch, cfg.seq_len, rng)):
             losses.append(float(session.run(dict(zip(streams, (x, y))))[loss_s]))
             if step == 1 or step % args.log_every == 0 or step == args.steps:
-                recent = np.mean(losses[-args.log_every:])
+                recent = np.mean(losses[-args.log_every :])
                 window = min(len(losses), args.log_every)
                 print(f"step {step:5d}  loss {losses[-1]:.4f}  (mean of last {window}: {recent:.4f})")
         trained = session.get_tensors_data(variables.tensors)

@@ -106,9 +106,7 @@ def train_program(batch_size, device, learning_rate):
 
         # Optimiser: get a mapping between forward tensors and corresponding
         # gradients and use it to update each tensor
-        grads_dict = bwd_graph.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(
-            fwd_info, bwd_info
-        )
+        grads_dict = bwd_graph.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(fwd_info, bwd_info)
         for t in variables.tensors:
             ops.scaled_add_(t, grads_dict[t], b=-learning_rate)
 
@@ -152,8 +150,9 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--test-batch-size", type=int, default=80)
     ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--max-steps", type=int, default=None,
-                    help="stop each epoch after this many steps (default: the whole epoch)")
+    ap.add_argument(
+        "--max-steps", type=int, default=None, help="stop each epoch after this many steps (default: the whole epoch)"
+    )
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--device", default="ipu_hw", help="ipu_hw, ipu_model or cpu: all run on NumPy")
     args = ap.parse_args(argv)
@@ -176,23 +175,18 @@ def main(argv: list[str] | None = None) -> float:
             print(f"Epoch {epoch}/{args.epochs}")
             bar = progress(itertools.islice(training_data, num_batches), total=num_batches)
             for data, labels in bar:
-                inputs: Mapping[popxl.HostToDeviceStream, np.ndarray] = dict(
-                    zip(train_input_streams, [data, labels])
-                )
+                inputs: Mapping[popxl.HostToDeviceStream, np.ndarray] = dict(zip(train_input_streams, [data, labels]))
                 loss = train_session.run(inputs)[loss_stream]
                 bar.set_description(f"Loss:{loss:0.4f}")
 
     train_vars_to_data = train_session.get_tensors_data(train_variables.tensors)
 
-    test_session, test_input_streams, test_variables, out_stream = test_program(
-        args.test_batch_size, args.device
-    )
+    test_session, test_input_streams, test_variables, out_stream = test_program(args.test_batch_size, args.device)
     # dictionary { train_session variables : test_session variables }
     train_vars_to_test_vars = train_variables.to_mapping(test_variables)
     # Create a dictionary { test_session variables : tensor data (numpy) }
     test_vars_to_data = {
-        test_var: train_vars_to_data[train_var].copy()
-        for train_var, test_var in train_vars_to_test_vars.items()
+        test_var: train_vars_to_data[train_var].copy() for train_var, test_var in train_vars_to_test_vars.items()
     }
     # Copy trained weights to the program, with a single host to device transfer
     test_session.write_variables_data(test_vars_to_data)

@@ -117,7 +117,7 @@ class Adam(addons.Module):
         eps: float | popxl.Tensor = 1e-5,
         weight_decay: float | popxl.Tensor = 1e-2,
         first_order_dtype: popxl.dtype = popxl.float16,
-        bias_correction: bool = True
+        bias_correction: bool = True,
     ):
 
         # gradient estimators for the variable var - same shape as the variable
@@ -127,17 +127,13 @@ class Adam(addons.Module):
         ops.var_updates.accumulate_moving_average_(first_order, grad, f=beta1)
 
         # variance estimators for the variable var - same shape as the variable
-        second_order = self.add_variable_input(
-            "second_order", partial(np.zeros, var.shape), popxl.float32, by_ref=True
-        )
+        second_order = self.add_variable_input("second_order", partial(np.zeros, var.shape), popxl.float32, by_ref=True)
         ops.var_updates.accumulate_moving_average_square_(second_order, grad, f=beta2)
 
         # adam is a biased estimator: provide the step to correct bias
         step = None
         if bias_correction:
-            step = self.add_variable_input(
-                "step", partial(np.zeros, ()), popxl.float32, by_ref=True
-            )
+            step = self.add_variable_input("step", partial(np.zeros, ()), popxl.float32, by_ref=True)
 
         # calculate the weight increment with adam heuristic
         updater = ops.var_updates.adam_updater(
@@ -195,9 +191,7 @@ class Graphs:
         var_dict = self.vars.fwd.named_tensors
         grad_dict = self.vars.bwd.accum.to_dict()
         for name, var in var_dict.items():
-            opt_facts, opt = self.optimizer.create_graph(
-                var, var.spec, lr=lr, weight_decay=0.0, bias_correction=True
-            )
+            opt_facts, opt = self.optimizer.create_graph(var, var.spec, lr=lr, weight_decay=0.0, bias_correction=True)
             state = opt_facts.init()
             opt.bind(state).call(var, grad_dict[name])
 
@@ -208,13 +202,7 @@ class Graphs:
 
 
 def create_graphs(
-    layer_name: str,
-    layer: addons.Module,
-    optimizer: addons.Module,
-    opts,
-    require_input0: bool,
-    *args,
-    **kwargs
+    layer_name: str, layer: addons.Module, optimizer: addons.Module, opts, require_input0: bool, *args, **kwargs
 ):
     facts, graph = layer.create_graph(*args)
     # tensors_to_accumulate_grads = graph.args.tensors : accumulate gradients of the weights
@@ -400,8 +388,11 @@ def parse_args(argv: list[str] | None = None) -> Options:
     ap.add_argument("--gradient-accumulation", type=int, default=6)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--recomputation", action="store_true")
-    ap.add_argument("--addons-adam", action="store_true",
-                    help="use popxl_addons.optimizers.adam.AdamOptimizerStep instead of the seed's Adam")
+    ap.add_argument(
+        "--addons-adam",
+        action="store_true",
+        help="use popxl_addons.optimizers.adam.AdamOptimizerStep instead of the seed's Adam",
+    )
     ap.add_argument("--max-steps", type=int, default=None, help="stop each epoch after this many steps")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--device", default="ipu_hw", help="ipu_hw, ipu_model or cpu: all run on NumPy")
@@ -424,9 +415,7 @@ def main(argv: list[str] | None = None) -> float:
     opts = parse_args(argv)
     np.random.seed(opts.seed)
 
-    global_batch_size = (
-        opts.train.micro_batch_size * opts.train.gradient_accumulation * opts.train.data_parallel
-    )
+    global_batch_size = opts.train.micro_batch_size * opts.train.gradient_accumulation * opts.train.data_parallel
     train_x, train_y, test_x, test_y = load_mnist(opts.data_dir)
     training_data = batches(train_x, train_y, global_batch_size, shuffle=True, seed=opts.seed)
     test_data = batches(test_x, test_y, opts.test.micro_batch_size, shuffle=False)
@@ -474,8 +463,7 @@ def main(argv: list[str] | None = None) -> float:
     train_vars_to_test_vars = train_variables.to_mapping(test_variables)
     # Create a dictionary { test_session variables : tensor data (numpy) }
     test_vars_to_data = {
-        test_var: train_vars_to_data[train_var].copy()
-        for train_var, test_var in train_vars_to_test_vars.items()
+        test_var: train_vars_to_data[train_var].copy() for train_var, test_var in train_vars_to_test_vars.items()
     }
     # Copy trained weights to the program, with a single host to device transfer at the end
     test_session.write_variables_data(test_vars_to_data)

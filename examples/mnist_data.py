@@ -66,8 +66,7 @@ def read_idx(path: str | Path) -> np.ndarray:
     count = int(np.prod(dims)) if dims else 1
     if len(data) - header < count * dtype.itemsize:
         raise ValueError(
-            f"{path}: truncated IDX data: shape {dims} needs {count * dtype.itemsize} bytes, "
-            f"found {len(data) - header}"
+            f"{path}: truncated IDX data: shape {dims} needs {count * dtype.itemsize} bytes, found {len(data) - header}"
         )
     arr = np.frombuffer(data, dtype=dtype, count=count, offset=header).reshape(dims)
     return arr.astype(dtype.newbyteorder("="))
@@ -81,10 +80,7 @@ def _find_idx(data_dir: Path, stem: str) -> Path:
     for c in candidates:
         if c.is_file():
             return c
-    raise FileNotFoundError(
-        f"MNIST file '{stem}' not found; looked for: "
-        + ", ".join(str(c) for c in candidates)
-    )
+    raise FileNotFoundError(f"MNIST file '{stem}' not found; looked for: " + ", ".join(str(c) for c in candidates))
 
 
 def _load_idx_split(data_dir: Path, prefix: str) -> tuple[np.ndarray, np.ndarray]:
@@ -93,9 +89,7 @@ def _load_idx_split(data_dir: Path, prefix: str) -> tuple[np.ndarray, np.ndarray
     if images.ndim != 3:
         raise ValueError(f"MNIST {prefix} images must have 3 dims (N, 28, 28), got {images.shape}")
     if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
-        raise ValueError(
-            f"MNIST {prefix}: {images.shape[0]} images but labels of shape {labels.shape}"
-        )
+        raise ValueError(f"MNIST {prefix}: {images.shape[0]} images but labels of shape {labels.shape}")
     return normalise(images), labels.astype(np.int32)
 
 

@@ -115,9 +115,7 @@ class Adam(addons.Module):
         ops.var_updates.accumulate_moving_average_(first_order, grad, f=beta1)
 
         # variance estimators for the variable var - same shape as the variable
-        second_order = self.add_variable_input(
-            "second_order", partial(np.zeros, var.shape), popxl.float32, by_ref=True
-        )
+        second_order = self.add_variable_input("second_order", partial(np.zeros, var.shape), popxl.float32, by_ref=True)
         ops.var_updates.accumulate_moving_average_square_(second_order, grad, f=beta2)
 
         # adam is a biased estimator: provide the step to correct bias
@@ -369,7 +367,7 @@ def evaluate_throughput(session, samples_per_step, epochs: int = 5):
 
     duration = np.mean(durations)
 
-    say(f"Mean duration: {duration} s Throughput: {samples_per_step/duration:6.1f} samples/s ")
+    say(f"Mean duration: {duration} s Throughput: {samples_per_step / duration:6.1f} samples/s ")
     return samples_per_step / duration
 
 

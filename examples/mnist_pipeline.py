@@ -84,10 +84,7 @@ def evaluate_throughput(session, samples_per_step, epochs: int = 5):
 
     duration = np.mean(durations)
 
-    result_str = (
-        f"Mean duration: {duration} s "
-        f"Throughput: {samples_per_step/duration:6.1f} samples/s "
-    )
+    result_str = f"Mean duration: {duration} s Throughput: {samples_per_step / duration:6.1f} samples/s "
     say(result_str)
     return samples_per_step / duration
 
@@ -148,7 +145,6 @@ def train_program(opts):
         with popxl.in_sequence(True):
             # context for pipeline: when the context closes the pipeline transformation is applied  to the graph
             with addons.pipelined_execution(steps) as pipeline:
-
                 with pipeline.stage(0), popxl.ipu(0):
                     # fc1 fc2 forward
                     img_t = ops.host_load(img_stream)
@@ -242,8 +238,7 @@ def parse_args(argv: list[str] | None = None) -> PipelineOptions:
     ap.add_argument("--data-dir", help="folder with MNIST IDX files (torchvision layout)")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--micro-batch-size", type=int, default=5)
-    ap.add_argument("--gradient-accumulation", type=int, default=6,
-                    help="pipeline steps per run (>= 2 x 3 stages)")
+    ap.add_argument("--gradient-accumulation", type=int, default=6, help="pipeline steps per run (>= 2 x 3 stages)")
     ap.add_argument("--data-parallel", type=int, default=1)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--recomputation", action="store_true")
@@ -274,9 +269,7 @@ def main(argv: list[str] | None = None) -> float:
     popdist.init()
     np.random.seed(opts.seed)
 
-    global_batch_size = (
-        opts.train.micro_batch_size * opts.train.gradient_accumulation * opts.train.data_parallel
-    )
+    global_batch_size = opts.train.micro_batch_size * opts.train.gradient_accumulation * opts.train.data_parallel
     train_x, train_y, test_x, test_y = load_mnist(opts.data_dir)
     training_data = batches(train_x, train_y, global_batch_size, shuffle=True, seed=opts.seed)
     test_data = batches(test_x, test_y, opts.test.micro_batch_size, shuffle=False)
@@ -324,8 +317,7 @@ def main(argv: list[str] | None = None) -> float:
     # Create a dictionary { test_session variables : tensor data (numpy) }
     # We want to copy the values before evaluating throughput on synthetic data, otherwise weights are changed
     test_vars_to_data = {
-        test_var: train_vars_to_data[train_var].copy()
-        for train_var, test_var in train_vars_to_test_vars.items()
+        test_var: train_vars_to_data[train_var].copy() for train_var, test_var in train_vars_to_test_vars.items()
     }
 
     # Copy trained weights to the program, with a single host to device transfer at the end

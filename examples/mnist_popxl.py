@@ -34,9 +34,7 @@ class Linear(popxl.Module):
         self.W: popxl.Tensor | None = None
         self.b: popxl.Tensor | None = None
 
-    def build(
-        self, x: popxl.Tensor, out_features: int, bias: bool = True, gelu: bool = True
-    ) -> popxl.Tensor:
+    def build(self, x: popxl.Tensor, out_features: int, bias: bool = True, gelu: bool = True) -> popxl.Tensor:
         self.W = popxl.graph_input((x.shape[-1], out_features), popxl.float32, "W")
         y = x @ self.W
         if bias:
@@ -67,9 +65,7 @@ def create_network_fwd_graph(ir, x):
     assert linear_0.W is not None and linear_0.b is not None  # inputs made by build (bias=True)
 
     # Call the linear layer 0 graph
-    fwd_call_info_0 = ops.call_with_info(
-        linear_graph_0, x, inputs_dict={linear_0.W: W0, linear_0.b: b0}
-    )
+    fwd_call_info_0 = ops.call_with_info(linear_graph_0, x, inputs_dict={linear_0.W: W0, linear_0.b: b0})
     # Output of linear layer 0
     x1 = fwd_call_info_0.outputs[0]
 
@@ -79,9 +75,7 @@ def create_network_fwd_graph(ir, x):
     assert linear_1.W is not None and linear_1.b is not None
 
     # Call the linear layer 1 graph
-    fwd_call_info_1 = ops.call_with_info(
-        linear_graph_1, x1, inputs_dict={linear_1.W: W1, linear_1.b: b1}
-    )
+    fwd_call_info_1 = ops.call_with_info(linear_graph_1, x1, inputs_dict={linear_1.W: W1, linear_1.b: b1})
     # Output of linear layer 1
     y = fwd_call_info_1.outputs[0]
 
@@ -100,24 +94,16 @@ def calculate_grads(dy, outputs, graphs, fwd_call_infos, linears, params):
     # Layer 1: gradients of all its inputs (x1, W1, b1)
     bwd_graph_info_1 = transforms.autodiff(graphs[1])
     activations_1 = bwd_graph_info_1.inputs_dict(fwd_call_infos[1])
-    grads_1_call_info = ops.call_with_info(
-        bwd_graph_info_1.graph, dy, inputs_dict=activations_1
-    )
-    grads_1 = bwd_graph_info_1.fwd_parent_ins_to_grad_parent_outs(
-        fwd_call_infos[1], grads_1_call_info
-    )
+    grads_1_call_info = ops.call_with_info(bwd_graph_info_1.graph, dy, inputs_dict=activations_1)
+    grads_1 = bwd_graph_info_1.fwd_parent_ins_to_grad_parent_outs(fwd_call_infos[1], grads_1_call_info)
     grad_x_1 = grads_1[x1]
     grad_w_1 = grads_1[W1]
     grad_b_1 = grads_1[b1]
 
     # Layer 0: only the gradients of W0 and b0, returned directly by the call
-    bwd_graph_info_0 = transforms.autodiff(
-        graphs[0], grads_required=[linears[0].W, linears[0].b]
-    )
+    bwd_graph_info_0 = transforms.autodiff(graphs[0], grads_required=[linears[0].W, linears[0].b])
     activations_0 = bwd_graph_info_0.inputs_dict(fwd_call_infos[0])
-    grad_w_0, grad_b_0 = ops.call(
-        bwd_graph_info_0.graph, grad_x_1, inputs_dict=activations_0
-    )
+    grad_w_0, grad_b_0 = ops.call(bwd_graph_info_0.graph, grad_x_1, inputs_dict=activations_0)
     return grad_w_0, grad_b_0, grad_w_1, grad_b_1
 
 
@@ -171,17 +157,16 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--test-batch-size", type=int, default=80)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--device", default="ipu_hw")
-    ap.add_argument("--max-steps", type=int, default=None,
-                    help="stop each epoch after this many steps (default: the whole epoch)")
+    ap.add_argument(
+        "--max-steps", type=int, default=None, help="stop each epoch after this many steps (default: the whole epoch)"
+    )
     args = ap.parse_args(argv)
     if args.max_steps is not None and args.max_steps < 1:
         ap.error(f"--max-steps must be at least 1, got {args.max_steps}")
 
     np.random.seed(0)
     train_x, train_y, test_x, test_y = load_mnist(args.data_dir)
-    train_ir, (img_stream, label_stream), train_params, loss_stream = build_train_ir(
-        args.batch_size, args.lr
-    )
+    train_ir, (img_stream, label_stream), train_params, loss_stream = build_train_ir(args.batch_size, args.lr)
     train_session = popxl.Session(train_ir, args.device)
     training_data = batches(train_x, train_y, args.batch_size, shuffle=True, seed=0)
     num_batches = len(training_data)
@@ -197,9 +182,7 @@ def main(argv: list[str] | None = None) -> float:
 
     test_ir, test_stream, test_params, out_stream = build_test_ir(args.test_batch_size)
     test_session = popxl.Session(test_ir, args.device)
-    test_session.write_variables_data(
-        {tp: trained_weights_data_dict[p] for p, tp in zip(train_params, test_params)}
-    )
+    test_session.write_variables_data({tp: trained_weights_data_dict[p] for p, tp in zip(train_params, test_params)})
     test_data = batches(test_x, test_y, args.test_batch_size, shuffle=False)
     correct = 0
     total = 0

@@ -28,10 +28,7 @@ def torch_net(weights: Mapping[str, np.ndarray]):
         def __init__(self) -> None:
             super().__init__()
             self.params = torch.nn.ParameterDict(
-                {
-                    k.replace(".", "_"): torch.nn.Parameter(torch.tensor(np.array(v)))
-                    for k, v in weights.items()
-                }
+                {k.replace(".", "_"): torch.nn.Parameter(torch.tensor(np.array(v))) for k, v in weights.items()}
             )
 
         def forward(self, x):

@@ -134,7 +134,5 @@ def progress(
     `TTY_MININTERVAL` seconds; anything else gets at most `LOG_LINES` plain lines.
     """
     if _is_terminal(file):
-        return TerminalProgress(
-            iterable, total=total, desc=desc or None, file=file, mininterval=TTY_MININTERVAL
-        )
+        return TerminalProgress(iterable, total=total, desc=desc or None, file=file, mininterval=TTY_MININTERVAL)
     return LogProgress(iterable, total=total, desc=desc, file=file)

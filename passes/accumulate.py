@@ -114,9 +114,7 @@ def accumulate(
     if len(set(inputs)) != len(inputs):
         raise AccumulateError(f"accumulate: repeated forward input in inputs={tuple(inputs)}")
     if names is not None and len(names) != len(inputs):
-        raise AccumulateError(
-            f"accumulate: {len(names)} names for {len(inputs)} accumulated inputs"
-        )
+        raise AccumulateError(f"accumulate: {len(names)} names for {len(inputs)} accumulated inputs")
     keep_set = {int(k) for k in keep}
     for k in keep_set:
         if k not in inputs:
@@ -126,8 +124,7 @@ def accumulate(
     for i in inputs:
         if not 0 <= i < n_fwd_in:
             raise AccumulateError(
-                f"accumulate: {i} is not an input of the forward graph @{fwd.graph_name} "
-                f"({n_fwd_in} inputs)"
+                f"accumulate: {i} is not an input of the forward graph @{fwd.graph_name} ({n_fwd_in} inputs)"
             )
         if i not in exp_out:
             raise AccumulateError(
@@ -204,9 +201,7 @@ class AccumulatePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.graph is None:
-            raise AccumulateError(
-                "accumulate: the 'graph' option (the gradient graph to accumulate) is required"
-            )
+            raise AccumulateError("accumulate: the 'graph' option (the gradient graph to accumulate) is required")
         accumulate(
             op,
             self.graph.lstrip("@"),

@@ -129,9 +129,7 @@ def check_not_modifying(graph: GraphOp) -> None:
 def _check_index(arg: str, index: int, kind: str, n: int, graph: str) -> None:
     """Raise unless `index` (from argument `arg`) names one of the `n` `kind`s of `@graph`."""
     if not 0 <= index < n:
-        raise AutodiffError(
-            f"autodiff: {arg} index {index} is not an {kind} of graph @{graph} ({n} {kind}s)"
-        )
+        raise AutodiffError(f"autodiff: {arg} index {index} is not an {kind} of graph @{graph} ({n} {kind}s)")
 
 
 # ------------------------------------------------------------------------------------
@@ -229,9 +227,7 @@ class Autodiff:
         return grad
 
     # -- call.call --------------------------------------------------------------------
-    def call_grad(
-        self, b: GradGraphBuilder, call: CallOp, dys: list[SSAValue | None]
-    ) -> list[SSAValue | None]:
+    def call_grad(self, b: GradGraphBuilder, call: CallOp, dys: list[SSAValue | None]) -> list[SSAValue | None]:
         callee_name = call.callee.root_reference.data
         callee = self.graph(callee_name)
         n_args = len(call.args)
@@ -248,8 +244,7 @@ class Autodiff:
         info = GradInfo.from_graph(grad)
         if info.forward != callee_name:
             raise AutodiffError(
-                f"autodiff: @{grad.graph_name} is the gradient graph of @{info.forward}, "
-                f"not of @{callee_name}"
+                f"autodiff: @{grad.graph_name} is the gradient graph of @{info.forward}, not of @{callee_name}"
             )
         n_grad_inputs = len(grad.body.block.args)
         if len(info.expected_inputs) != n_grad_inputs:
@@ -324,9 +319,7 @@ class AutodiffPass(ModulePass):
         for pair in self.called_grad_graphs:
             f, sep, g = pair.partition(":")
             if not sep:
-                raise AutodiffError(
-                    f"autodiff: called_grad_graphs entries are 'fwd:grad' pairs, got '{pair}'"
-                )
+                raise AutodiffError(f"autodiff: called_grad_graphs entries are 'fwd:grad' pairs, got '{pair}'")
             called[f.strip().lstrip("@")] = g.strip().lstrip("@")
         autodiff(
             op,

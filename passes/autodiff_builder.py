@@ -133,9 +133,7 @@ class GradGraphBuilder:
         result_type: Attribute | None = None,
         **props: Any,
     ) -> SSAValue:
-        new = self.op(
-            op, *operands, result_types=[result_type] if result_type is not None else None, **props
-        )
+        new = self.op(op, *operands, result_types=[result_type] if result_type is not None else None, **props)
         return new.results[0]
 
     def const(self, value: float, dtype: Any) -> SSAValue:
@@ -158,9 +156,7 @@ class GradGraphBuilder:
         except Exception:
             pass
         dt = dtype_of(type)
-        c = ConstantOp(
-            DenseIntOrFPElementsAttr.from_list(type, [0.0 if dt.kind == "f" else 0])
-        )
+        c = ConstantOp(DenseIntOrFPElementsAttr.from_list(type, [0.0 if dt.kind == "f" else 0]))
         self.block.add_op(c)
         return c.results[0]
 
@@ -178,9 +174,7 @@ class GradGraphBuilder:
         self.input_names.append(name)
         return arg
 
-    def build(
-        self, provided: Sequence[int], required: Sequence[int], name: str
-    ) -> GraphOp:
+    def build(self, provided: Sequence[int], required: Sequence[int], name: str) -> GraphOp:
         fwd = self.fwd_graph
         fblock = fwd.body.block
         outs = list(fwd.output_op.outs)

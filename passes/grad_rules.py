@@ -263,10 +263,12 @@ def _y(op: Operation) -> SSAValue:
 
 grad_rule(AddOp)(_binary(lambda b, op, dy: dy, lambda b, op, dy: dy))
 grad_rule(SubOp)(_binary(lambda b, op, dy: dy, lambda b, op, dy: _neg(b, dy)))
-grad_rule(MulOp)(_binary(
-    lambda b, op, dy: _mul(b, dy, b.fwd(_y(op))),
-    lambda b, op, dy: _mul(b, dy, b.fwd(_x(op))),
-))
+grad_rule(MulOp)(
+    _binary(
+        lambda b, op, dy: _mul(b, dy, b.fwd(_y(op))),
+        lambda b, op, dy: _mul(b, dy, b.fwd(_x(op))),
+    )
+)
 
 
 def _div_rhs(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
@@ -275,9 +277,7 @@ def _div_rhs(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
     return _neg(b, _mul(b, dy, b.v(DivOp, b.fwd(op.results[0]), y)))
 
 
-grad_rule(DivOp)(_binary(
-    lambda b, op, dy: b.v(DivOp, dy, b.fwd(_y(op))), _div_rhs
-))
+grad_rule(DivOp)(_binary(lambda b, op, dy: b.v(DivOp, dy, b.fwd(_y(op))), _div_rhs))
 
 
 def _pow_lhs(b: GradBuilder, op: Operation, dy: SSAValue) -> SSAValue:
@@ -355,19 +355,13 @@ def _where(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
 
 grad_rule(NegOp)(_unary_dx(lambda b, op, dy: _neg(b, dy)))
 grad_rule(IdentityOp)(_unary_dx(lambda b, op, dy: dy))
-grad_rule(AbsOp)(_unary_dx(
-    lambda b, op, dy: _mul(b, dy, b.v(SignOp, b.fwd(_x(op))))
-))
+grad_rule(AbsOp)(_unary_dx(lambda b, op, dy: _mul(b, dy, b.v(SignOp, b.fwd(_x(op))))))
 grad_rule(ReluOp)(_unary_dx(lambda b, op, dy: b.v(ReluGradOp, dy, b.fwd(_x(op)))))
 grad_rule(GeluOp)(_unary_dx(lambda b, op, dy: b.v(GeluGradOp, dy, b.fwd(_x(op)))))
 grad_rule(ExpOp)(_unary_dx(lambda b, op, dy: _mul(b, dy, b.fwd(op.results[0]))))
 grad_rule(LogOp)(_unary_dx(lambda b, op, dy: b.v(DivOp, dy, b.fwd(_x(op)))))
-grad_rule(SqrtOp)(_unary_dx(
-    lambda b, op, dy: b.v(DivOp, _scale(b, dy, 0.5), b.fwd(op.results[0]))
-))
-grad_rule(CosOp)(_unary_dx(
-    lambda b, op, dy: _neg(b, _mul(b, dy, b.v(SinOp, b.fwd(_x(op)))))
-))
+grad_rule(SqrtOp)(_unary_dx(lambda b, op, dy: b.v(DivOp, _scale(b, dy, 0.5), b.fwd(op.results[0]))))
+grad_rule(CosOp)(_unary_dx(lambda b, op, dy: _neg(b, _mul(b, dy, b.v(SinOp, b.fwd(_x(op)))))))
 grad_rule(SinOp)(_unary_dx(lambda b, op, dy: _mul(b, dy, b.v(CosOp, b.fwd(_x(op))))))
 
 
@@ -680,9 +674,7 @@ def _ipu_copy(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grad
     (placed on the source IPU)."""
     (dy,) = dys
     assert dy is not None and isinstance(op, IpuCopyOp)
-    back = b.op(
-        IpuCopyOp, dy, source=op.destination.value.data, destination=op.source.value.data
-    )
+    back = b.op(IpuCopyOp, dy, source=op.destination.value.data, destination=op.source.value.data)
     return [back.results[0]]
 
 

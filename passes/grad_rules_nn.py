@@ -77,7 +77,10 @@ def _conv(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     if b.needs(x):
         opad = _conv_output_padding(x, dy, w, props)
         out[0] = b.v(
-            ConvTransposeOp, dy, b.fwd(w), **props,
+            ConvTransposeOp,
+            dy,
+            b.fwd(w),
+            **props,
             output_padding=opad if any(opad) else None,
         )
     if b.needs(w):
@@ -161,8 +164,7 @@ def _topk(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     p = op_props(op)
     axis = p["axis"] % len(shape_of(x.type))
     return [
-        b.v(ScatterReduceOp, dy, b.fwd(op.results[1]), axis=axis,
-            axis_size=shape_of(x.type)[axis], reduction="sum")
+        b.v(ScatterReduceOp, dy, b.fwd(op.results[1]), axis=axis, axis_size=shape_of(x.type)[axis], reduction="sum")
     ]
 
 

@@ -100,9 +100,7 @@ def _all_reduce_identical_inputs(b: GradBuilder, op: Operation, dys: list[SSAVal
 
 
 @grad_rule(AllReduceIdenticalGradInputsOp)
-def _all_reduce_identical_grad_inputs(
-    b: GradBuilder, op: Operation, dys: list[SSAValue | None]
-) -> Grads:
+def _all_reduce_identical_grad_inputs(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     (dy,) = dys
     return [dy]
 

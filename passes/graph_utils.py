@@ -40,7 +40,5 @@ def grad_and_forward(
         raise error(f"{pass_name}: {e}") from None
     fwd = graphs.get(info.forward)
     if fwd is None:
-        raise error(
-            f"{pass_name}: @{graph} is the gradient graph of @{info.forward}, which is not in the module"
-        )
+        raise error(f"{pass_name}: @{graph} is the gradient graph of @{info.forward}, which is not in the module")
     return graphs, grad, info, fwd

@@ -88,7 +88,11 @@ def is_remote_state(op: Operation) -> bool:
 
 
 def _per_replica_state(
-    emitter: Any, name: str, values: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype,
+    emitter: Any,
+    name: str,
+    values: list[np.ndarray],
+    shape: tuple[int, ...],
+    dtype: np.dtype,
     any_init: bool,
 ) -> rt.StateOp:
     """An `rt.state` whose replica r starts from `values[r]` (one value, or one per
@@ -98,7 +102,7 @@ def _per_replica_state(
     if name in emitter.slots:
         from xl.passes.lower_to_rt import LoweringError
 
-        raise LoweringError(f"lower-to-rt: two variables are named \"{name}\"")
+        raise LoweringError(f'lower-to-rt: two variables are named "{name}"')
     emitter.slots.add(name)
     mtype = memref_type(shape, dtype)
     if not any_init:
@@ -118,9 +122,7 @@ def _per_replica_state(
     sizes = {assignment.count(g) for g in range(len(distinct))}
     if len(sizes) != 1:  # groups of unequal size: one value per replica
         distinct, assignment = values, list(range(len(values)))
-    return rt.StateOp(
-        name, mtype, dense_attr(np.stack(distinct)), ReplicaGroupingAttr(assignment=assignment)
-    )
+    return rt.StateOp(name, mtype, dense_attr(np.stack(distinct)), ReplicaGroupingAttr(assignment=assignment))
 
 
 @lowering(RemoteBufferOp)
@@ -132,9 +134,7 @@ def _lower_buffer(emitter: Any, op: Operation, env: Env, block: Block, fresh: se
     rf = int(getattr(main, "replication_factor", 1) or 1)
     parent = op.parent_block()
     assert parent is not None, "ipu.remote_buffer is declared in graph.main"
-    variables = [
-        v for v in parent.ops if isinstance(v, RemoteVariableOp) and v.buffer_name == op.buffer_name
-    ]
+    variables = [v for v in parent.ops if isinstance(v, RemoteVariableOp) and v.buffer_name == op.buffer_name]
     values = [np.zeros((entries, *shape), dtype) for _ in range(rf)]
     for v in variables:
         for r, x in enumerate(v.replica_values()):
@@ -189,8 +189,7 @@ def _state(emitter: Any, op: _RemoteAccess) -> SSAValue:
         from xl.passes.lower_to_rt import LoweringError
 
         raise LoweringError(
-            f"lower-to-rt: {op.name} uses remote buffer @{op.buffer_name}, which graph.main "
-            "does not declare before it"
+            f"lower-to-rt: {op.name} uses remote buffer @{op.buffer_name}, which graph.main does not declare before it"
         )
     return state
 

@@ -195,9 +195,7 @@ class _Emitter:
         for op in ops:
             self.emit(op, env, block, fresh)
 
-    def emit(
-        self, op: Operation, env: dict[SSAValue, SSAValue], block: Block, fresh: set[SSAValue]
-    ) -> None:
+    def emit(self, op: Operation, env: dict[SSAValue, SSAValue], block: Block, fresh: set[SSAValue]) -> None:
         if isinstance(op, PopxlOp) or is_cross_replica(op):
             ins = [env[o] for o in op.operands]
             outs = [env[op.operands[i]] for i in written_operands(op)]
@@ -216,7 +214,7 @@ class _Emitter:
         elif isinstance(op, VariableOp):
             name = op.var_name.data
             if name in self.slots:
-                raise LoweringError(f"lower-to-rt: two variables are named \"{name}\"")
+                raise LoweringError(f'lower-to-rt: two variables are named "{name}"')
             self.slots.add(name)
             # a grouped variable (`grouping` of several groups) keeps one value per group
             st = rt.StateOp(name, to_memref(op.result.type), op.init, op.properties.get("grouping"))
@@ -324,9 +322,7 @@ class _Emitter:
         self.funcs[name] = func
         return func
 
-    def bind_args(
-        self, g: GraphOp, args: Sequence[SSAValue], block: Block
-    ) -> dict[SSAValue, SSAValue]:
+    def bind_args(self, g: GraphOp, args: Sequence[SSAValue], block: Block) -> dict[SSAValue, SSAValue]:
         env: dict[SSAValue, SSAValue] = {}
         for i, (arg, buf) in enumerate(zip(g.body.block.args, args, strict=True)):
             if not g.input_is_by_ref(i) and is_written(arg):
@@ -334,9 +330,7 @@ class _Emitter:
             env[arg] = buf
         return env
 
-    def emit_body(
-        self, g: GraphOp, env: dict[SSAValue, SSAValue], block: Block
-    ) -> list[SSAValue]:
+    def emit_body(self, g: GraphOp, env: dict[SSAValue, SSAValue], block: Block) -> list[SSAValue]:
         """Emit the graph body; returns the output buffers (fresh ones, copies otherwise)."""
         self.stack.append(g.graph_name)
         fresh: set[SSAValue] = set()
@@ -356,9 +350,7 @@ class _Emitter:
     def emit_graph(self, g: GraphOp, args: Sequence[SSAValue], block: Block) -> list[SSAValue]:
         return self.emit_body(g, self.bind_args(g, args, block), block)
 
-    def emit_repeat(
-        self, op: RepeatOp, env: dict[SSAValue, SSAValue], block: Block, fresh: set[SSAValue]
-    ) -> None:
+    def emit_repeat(self, op: RepeatOp, env: dict[SSAValue, SSAValue], block: Block, fresh: set[SSAValue]) -> None:
         g = self.callee(op, op.callee.root_reference.data)
         n_out = len(op.res)
         carried: list[SSAValue] = []
@@ -414,9 +406,7 @@ def lower_module(module: ModuleOp, functions: bool = True) -> None:
         raise LoweringError(f"lower-to-rt: expected one graph.main, found {len(mains)}")
     (main,) = mains
     graphs = {op.graph_name: op for op in module.ops if isinstance(op, GraphOp)}
-    program = rt.ProgramOp(
-        attributes=rt.ProgramOp.program_attributes(main.num_host_transfers, main.replication_factor)
-    )
+    program = rt.ProgramOp(attributes=rt.ProgramOp.program_attributes(main.num_host_transfers, main.replication_factor))
     emitter = _Emitter(graphs, function_graphs(module, graphs) if functions else None)
     emitter.program = program
     emitter.emit_ops(list(main.body.block.ops), {}, program.body.block, set())

@@ -575,12 +575,9 @@ def outline(module: ModuleOp, min_ops: int = 3, graph: str | None = None) -> lis
 
 def count_ops(module: ModuleOp) -> int:
     """The ops of the graph bodies of `module` (nested ops included, terminators too)."""
-    return sum(
-        1
-        for h in module.body.block.ops
-        if isinstance(h, GraphOp | MainGraphOp)
-        for _ in h.walk()
-    ) - sum(1 for h in module.body.block.ops if isinstance(h, GraphOp | MainGraphOp))
+    return sum(1 for h in module.body.block.ops if isinstance(h, GraphOp | MainGraphOp) for _ in h.walk()) - sum(
+        1 for h in module.body.block.ops if isinstance(h, GraphOp | MainGraphOp)
+    )
 
 
 @dataclass(frozen=True)

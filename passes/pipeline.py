@@ -174,8 +174,7 @@ def _lower_stashes(region: RegionOp, variable_names: set[str]) -> list[VariableO
         return []
     if not isinstance(region.parent_op(), MainGraphOp):
         raise PipelineError(
-            "pipeline: a pipeline.region with stashes must be in graph.main (the ring buffers "
-            "are variables)"
+            "pipeline: a pipeline.region with stashes must be in graph.main (the ring buffers are variables)"
         )
     made: list[VariableOp] = []
 
@@ -203,9 +202,7 @@ def _lower_stashes(region: RegionOp, variable_names: set[str]) -> list[VariableO
         ipu = stash.attributes.get(IPU_ATTR)
         new: list[Operation] = [
             reshape := ReshapeOp.make([stash.input], [one]),
-            DynamicUpdateInplaceOp.make(
-                [buf, counter, reshape.results[0]], axes=(0,), sizes=(1,), no_overlap=True
-            ),
+            DynamicUpdateInplaceOp.make([buf, counter, reshape.results[0]], axes=(0,), sizes=(1,), no_overlap=True),
             IncrementModInplaceOp.make([counter], increment=1.0, modulus=float(depth)),
         ]
         for op in new:
@@ -244,9 +241,9 @@ def _lower_stashes(region: RegionOp, variable_names: set[str]) -> list[VariableO
 # ---------------------------------------------------------------------------------------
 
 
-def _groups(region: RegionOp, num_stages: int) -> tuple[
-    dict[int, _Group], dict[int, _Group], dict[int, _Group], _Group | None, list[_Group]
-]:
+def _groups(
+    region: RegionOp, num_stages: int
+) -> tuple[dict[int, _Group], dict[int, _Group], dict[int, _Group], _Group | None, list[_Group]]:
     loads: dict[int, _Group] = {}
     computes: dict[int, _Group] = {s: _Group(f"stage_{s}") for s in range(num_stages)}
     stores: dict[int, _Group] = {}
@@ -473,9 +470,7 @@ def lower_region(module: ModuleOp, region: RegionOp) -> Pipelined:
     )
     module_block.insert_op_before(rgraph, top)
     rargs = [pscope.get(v) for v in carried] + [rscope.outer(v) for v, _ in rscope.implicit]
-    repeat = RepeatOp(
-        rgraph.graph_name, steps - (num_stages - 1), rargs, [v.type for v in carried]
-    )
+    repeat = RepeatOp(rgraph.graph_name, steps - (num_stages - 1), rargs, [v.type for v in carried])
     pblock.add_op(repeat)
     for v, r in zip(carried, repeat.res, strict=True):
         _set_hint(r, v.name_hint)
@@ -492,9 +487,7 @@ def lower_region(module: ModuleOp, region: RegionOp) -> Pipelined:
         sched.cycle(pscope, i, num_stages)
 
     pnames = [_name_hint(v, f"arg{i}") for i, (v, _) in enumerate(pscope.implicit)]
-    pgraph = _finish_graph(
-        _unique(used, "pipeline_graph"), pblock, [], pnames, [True] * len(pscope.implicit)
-    )
+    pgraph = _finish_graph(_unique(used, "pipeline_graph"), pblock, [], pnames, [True] * len(pscope.implicit))
     module_block.insert_op_before(pgraph, top)
 
     call = CallOp(pgraph.graph_name, [v for v, _ in pscope.implicit], [])

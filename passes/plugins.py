@@ -51,10 +51,7 @@ def _check_pass(obj: object, where: str, name: str | None = None) -> type[Module
     if not isinstance(pass_name, str) or not pass_name:
         raise PluginError(f"{where}: pass class {obj.__name__} has no 'name'")
     if name is not None and pass_name != name:
-        raise PluginError(
-            f"{where}: the entry point is named '{name}' but {obj.__name__}.name is "
-            f"'{pass_name}'"
-        )
+        raise PluginError(f"{where}: the entry point is named '{name}' but {obj.__name__}.name is '{pass_name}'")
     return obj
 
 
@@ -109,9 +106,7 @@ def load_pass_plugin(path: str | Path) -> dict[str, type[ModulePass]]:
         ):
             found[obj.name] = obj
     if not found:
-        raise PluginError(
-            f"pass plugin '{path}' defines no ModulePass subclass with a 'name'"
-        )
+        raise PluginError(f"pass plugin '{path}' defines no ModulePass subclass with a 'name'")
     clash = sorted(set(found) & set(builtin_passes()))
     if clash:
         raise PluginError(f"pass plugin '{path}': {', '.join(clash)} is already an xl pass")

@@ -87,16 +87,13 @@ def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomput
     fblock = fwd.body.block
     n_conn = len(info.expected_inputs)
     if n_conn > len(gblock.args):
-        raise RecomputeError(
-            f"recompute: @{graph} has {len(gblock.args)} inputs but {n_conn} expected connections"
-        )
+        raise RecomputeError(f"recompute: @{graph} has {len(gblock.args)} inputs but {n_conn} expected connections")
     n_fwd_out = len(fwd.output_op.outs)
     for kind, idx in info.expected_inputs:
         bound = n_fwd_out if kind != FWD_INPUT else len(fblock.args)
         if not 0 <= idx < bound:
             raise RecomputeError(
-                f"recompute: @{graph} expects {kind} {idx}, which the forward graph "
-                f"@{fwd.graph_name} does not have"
+                f"recompute: @{graph} expects {kind} {idx}, which the forward graph @{fwd.graph_name} does not have"
             )
 
     block = Block()
@@ -131,9 +128,7 @@ def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomput
     for p, (kind, idx) in enumerate(info.expected_inputs):
         if kind == FWD_INPUT and idx not in fwd_in:
             fwd_in[idx] = add(fblock.args[idx].type, arg_attr(grad, p, False), (FWD_INPUT, idx))
-    rest = sorted(
-        (i for i in range(len(fblock.args)) if i not in fwd_in), key=lambda i: (fwd.input_name(i), i)
-    )
+    rest = sorted((i for i in range(len(fblock.args)) if i not in fwd_in), key=lambda i: (fwd.input_name(i), i))
     for i in rest:
         fwd_in[i] = add(fblock.args[i].type, arg_attr(fwd, i, False), (FWD_INPUT, i))
     for p in range(n_conn, len(gblock.args)):
@@ -182,9 +177,7 @@ def recompute(module: ModuleOp, graph: str, name: str | None = None) -> Recomput
         Region(block),
     )
     new.arg_attrs = ArrayAttr(attrs)
-    new.attributes.update(
-        GradInfo(info.forward, tuple(conns), info.expected_outputs).to_attributes()
-    )
+    new.attributes.update(GradInfo(info.forward, tuple(conns), info.expected_outputs).to_attributes())
     Rewriter.insert_op(new, InsertPoint.after(grad))
     index: dict[SSAValue, int] = {a: j for j, a in enumerate(block.args)}
     input_map = {p: index[v] for p, v in enumerate(operands) if v in index}
@@ -202,7 +195,5 @@ class RecomputePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.graph is None:
-            raise RecomputeError(
-                "recompute: the 'graph' option (the gradient graph to recompute) is required"
-            )
+            raise RecomputeError("recompute: the 'graph' option (the gradient graph to recompute) is required")
         recompute(op, self.graph.lstrip("@"), self.new_graph)

@@ -32,6 +32,7 @@ from xl.runtime.views import view_array
 
 VIEW_ATTR = "rt.view"
 
+
 def kernel_class_of(op: Operation) -> KernelClass | None:
     """The op class (or `RtKernel`) an `rt.kernel` implements; None for other ops."""
     return kernel_class(op.kernel.data) if isinstance(op, rt.KernelOp) else None
@@ -221,9 +222,7 @@ def positions(block: Block) -> dict[Operation, int]:
     return {op: i for i, op in enumerate(block.ops)}
 
 
-def parent_positions(
-    op: Operation, cache: dict[Block, dict[Operation, int]]
-) -> tuple[Block, dict[Operation, int]]:
+def parent_positions(op: Operation, cache: dict[Block, dict[Operation, int]]) -> tuple[Block, dict[Operation, int]]:
     """The block of `op` and `positions` of that block, computed once per block into
     `cache` (a caller that rewrites the block keeps the cached map valid)."""
     block = op.parent
@@ -234,9 +233,7 @@ def parent_positions(
     return block, pos
 
 
-def written_between(
-    mem: Memory, v: SSAValue, block: Block, pos: dict[Operation, int], lo: int, hi: int
-) -> bool:
+def written_between(mem: Memory, v: SSAValue, block: Block, pos: dict[Operation, int], lo: int, hi: int) -> bool:
     """Whether some op of `block` at a position in [lo, hi] (or nested in one) writes `v`'s storage."""
     for a in mem.aliases(mem.root(v)):
         for w in mem.writers.get(a, ()):

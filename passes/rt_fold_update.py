@@ -109,9 +109,7 @@ def _users(v: SSAValue) -> set[Operation]:
     return {u.operation for u in v.uses}
 
 
-def _sole_matmul(
-    mem: Memory, v: SSAValue, user: Operation
-) -> tuple[rt.KernelOp, tuple[SSAValue, ...]] | None:
+def _sole_matmul(mem: Memory, v: SSAValue, user: Operation) -> tuple[rt.KernelOp, tuple[SSAValue, ...]] | None:
     """If alloc `v` is written only by a `popxl.matmul` in `user`'s block and read only by
     `user`, that matmul and its two inputs."""
     mm = _single_writer(mem, v)
@@ -135,13 +133,7 @@ def _transpose_src(mem: Memory, v: SSAValue) -> tuple[SSAValue, Operation] | Non
     if not isinstance(w, rt.KernelOp) or kernel_class_of(w) is not TransposeOp:
         return None
     ins, outs = kernel_io(w)
-    if (
-        len(ins) == 1
-        and len(outs) == 1
-        and outs[0] is v
-        and ins[0] is not v
-        and len(shape_of(ins[0].type)) == 2
-    ):
+    if len(ins) == 1 and len(outs) == 1 and outs[0] is v and ins[0] is not v and len(shape_of(ins[0].type)) == 2:
         perm = w.attributes.get("perm")
         if perm is None or tuple(from_attr(perm)) == (1, 0):
             return ins[0], w
@@ -173,9 +165,7 @@ def fold_updates(program: rt.ProgramOp) -> int:
     mem = Memory(program)
     n = 0
     candidates = [
-        op
-        for op in program.walk()
-        if isinstance(op, rt.KernelOp) and kernel_class_of(op) is ScaledAddInplaceOp
+        op for op in program.walk() if isinstance(op, rt.KernelOp) and kernel_class_of(op) is ScaledAddInplaceOp
     ]
     pos_cache: dict[Block, dict[Operation, int]] = {}
     for upd in candidates:
@@ -188,9 +178,7 @@ def fold_updates(program: rt.ProgramOp) -> int:
             continue
         mm, mm_ins = found
         if not (
-            g.type == w.type
-            and all(_float2d(v) for v in (w, *mm_ins))
-            and all(_dtype(v) == _dtype(w) for v in mm_ins)
+            g.type == w.type and all(_float2d(v) for v in (w, *mm_ins)) and all(_dtype(v) == _dtype(w) for v in mm_ins)
         ):
             continue
         block, pos = parent_positions(upd, pos_cache)
@@ -207,16 +195,13 @@ def fold_updates(program: rt.ProgramOp) -> int:
         # A view/transposed source must also be unchanged since the transpose ran.
         ok = True
         for v, _, reader in operands:
-            if mem.root(v) is mem.root(w) or written_between(
-                mem, v, block, pos, pos[reader] + 1, pos[upd] - 1
-            ):
+            if mem.root(v) is mem.root(w) or written_between(mem, v, block, pos, pos[reader] + 1, pos[upd] - 1):
                 ok = False
         if not ok:
             # Retry with the matmul's own operands (no transpose folding).
             operands = [(v, False, mm) for v in mm_ins]
             if any(
-                mem.root(v) is mem.root(w)
-                or written_between(mem, v, block, pos, pos[mm] + 1, pos[upd] - 1)
+                mem.root(v) is mem.root(w) or written_between(mem, v, block, pos, pos[mm] + 1, pos[upd] - 1)
                 for v, _, _ in operands
             ):
                 continue
@@ -257,9 +242,7 @@ def fold_bias_adds(program: rt.ProgramOp) -> int:
     """Pattern 2 (see the module docstring); returns the number of folds."""
     mem = Memory(program)
     n = 0
-    adds = [
-        op for op in program.walk() if isinstance(op, rt.KernelOp) and kernel_class_of(op) is AddOp
-    ]
+    adds = [op for op in program.walk() if isinstance(op, rt.KernelOp) and kernel_class_of(op) is AddOp]
     pos_cache: dict[Block, dict[Operation, int]] = {}
     for add in adds:
         ins, outs = kernel_io(add)
@@ -285,8 +268,7 @@ def fold_bias_adds(program: rt.ProgramOp) -> int:
                 continue
             block, pos = parent_positions(add, pos_cache)
             if pos[mm] > pos[add] or any(
-                mem.root(v) is mem.root(z)
-                or written_between(mem, v, block, pos, pos[mm] + 1, pos[add] - 1)
+                mem.root(v) is mem.root(z) or written_between(mem, v, block, pos, pos[mm] + 1, pos[add] - 1)
                 for v in mm_ins
             ):
                 continue

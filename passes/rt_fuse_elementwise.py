@@ -129,10 +129,7 @@ def _fuse_block(block: Block, mem: Memory) -> int:
                 and users == {g.ops[-1], op}
                 and mem.writers.get(v) == [g.ops[-1]]
                 and v not in mem.views
-                and not any(
-                    written_between(mem, x, block, pos, g.last_pos + 1, p - 1)
-                    for x in g.inputs
-                )
+                and not any(written_between(mem, x, block, pos, g.last_pos + 1, p - 1) for x in g.inputs)
             ):
                 joined = g
                 break

@@ -61,11 +61,7 @@ def mark_views(program: rt.ProgramOp) -> int:
     pos_cache: dict[Block, dict[Operation, int]] = {}
     n = 0
     for op in list(program.walk()):
-        if not (
-            isinstance(op, rt.KernelOp)
-            and is_view_kernel(op)
-            and VIEW_ATTR not in op.attributes
-        ):
+        if not (isinstance(op, rt.KernelOp) and is_view_kernel(op) and VIEW_ATTR not in op.attributes):
             continue
         ins, outs = kernel_io(op)
         if len(ins) != 1 or len(outs) != 1:

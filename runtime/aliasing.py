@@ -22,9 +22,7 @@ from xl.runtime.errors import PlanError
 from xl.runtime.registry import RtKernel, kernel_class
 
 
-def inputs_to_snapshot(
-    kernel: str, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]
-) -> list[int]:
+def inputs_to_snapshot(kernel: str, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> list[int]:
     """Positions of the inputs to copy before the kernel runs (see the module docstring)."""
     cls = kernel_class(kernel)
     # A fused chain writes its output at every step and reads its inputs again later.
@@ -45,6 +43,4 @@ def check_writable(kernel: str, outs: Sequence[np.ndarray], describe: Callable[[
     `describe(i)` names output `i`."""
     for i, o in enumerate(outs):
         if not o.flags.writeable:
-            raise PlanError(
-                f"runtime: '{kernel}' writes the constant {describe(i)} (constants are read-only)"
-            )
+            raise PlanError(f"runtime: '{kernel}' writes the constant {describe(i)} (constants are read-only)")

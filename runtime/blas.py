@@ -123,14 +123,12 @@ def gemm_acc(
         def call() -> None:
             fn(*args)
 
-        call.keep = keep  # type: ignore[attr-defined]
+        call.__dict__["keep"] = keep
         return call
     return _numpy_gemm_acc(opa, opb, c, alpha, beta)
 
 
-def _numpy_gemm_acc(
-    opa: np.ndarray, opb: np.ndarray, c: np.ndarray, alpha: float, beta: float
-) -> Callable[[], None]:
+def _numpy_gemm_acc(opa: np.ndarray, opb: np.ndarray, c: np.ndarray, alpha: float, beta: float) -> Callable[[], None]:
     tmp = np.empty(c.shape, c.dtype)
     mm, mul, add = np.matmul, np.multiply, np.add
 

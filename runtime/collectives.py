@@ -85,8 +85,8 @@ def is_collective(cls: type | None) -> bool:
     return has_trait is not None and has_trait(CrossReplica)
 
 
-def collective_factory(cls: type, name: str) -> CollectiveFactory:
-    factory = COLLECTIVES.get(cls)
+def collective_factory(cls: type | None, name: str) -> CollectiveFactory:
+    factory = COLLECTIVES.get(cls) if cls is not None else None
     if factory is None:
         raise PlanError(f"runtime: no collective kernel for '{name}'")
     return factory
@@ -415,18 +415,14 @@ def replicated_slice(site: Site) -> Step:
                 raise PlanError(f"{site.name}: cannot slice a scalar over replicas")
             ax = axis % x.ndim
             if x.shape[ax] % gs:
-                raise PlanError(
-                    f"{site.name}: axis {axis} of size {x.shape[ax]} does not split into {gs} equal parts"
-                )
+                raise PlanError(f"{site.name}: axis {axis} of size {x.shape[ax]} does not split into {gs} equal parts")
             part = x.shape[ax] // gs
             index = [slice(None)] * x.ndim
             index[ax] = slice(i * part, (i + 1) * part)
             src = x[tuple(index)]
             if src.shape != out.shape:
                 if src.size != out.size:
-                    raise PlanError(
-                        f"{site.name}: output shape {out.shape} is not the part shape {src.shape}"
-                    )
+                    raise PlanError(f"{site.name}: output shape {out.shape} is not the part shape {src.shape}")
                 src = src.reshape(out.shape)  # a part of size 1 drops the axis (as upstream)
             copies.append((out, src))
     return _copies(copies)

@@ -56,8 +56,7 @@ def split_replicas(replication_factor: int, num_instances: int, instance_index: 
         raise ValueError(f"instance {instance_index} of {num_instances} instances does not exist")
     if replication_factor % num_instances:
         raise ValueError(
-            f"replication_factor {replication_factor} cannot be split evenly over "
-            f"{num_instances} instances"
+            f"replication_factor {replication_factor} cannot be split evenly over {num_instances} instances"
         )
     per = replication_factor // num_instances
     return range(instance_index * per, (instance_index + 1) * per)

@@ -286,8 +286,7 @@ def _streams_in(nodes: list[Any]) -> set[int]:
 class StreamBuilder(PlanBuilder):
     """`PlanBuilder` recording a tree of executed ops with their streams and accesses."""
 
-    def __init__(self, placement: dict[Operation, int], stream_of: dict[int, int],
-                 *args: Any, **kwargs: Any) -> None:
+    def __init__(self, placement: dict[Operation, int], stream_of: dict[int, int], *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.placement = placement
         self.stream_of = stream_of
@@ -684,8 +683,7 @@ class _Blas:
 class ConcurrentStep:
     """The step of one replica: its streams on the main thread and the workers."""
 
-    def __init__(self, streams: list[Callable[[], None]], sync: Sync, blas_threads: int,
-                 name: str) -> None:
+    def __init__(self, streams: list[Callable[[], None]], sync: Sync, blas_threads: int, name: str) -> None:
         self.streams = streams
         self.sync = sync
         self.blas_threads = blas_threads
@@ -771,8 +769,9 @@ def build_concurrent_replica(
     n = workers if workers is not None else default_workers(len(ipus))
     n = max(1, min(n, len(ipus)))
     stream_of = stream_of_ipus(ipus, n)
-    b = StreamBuilder(placement, stream_of, stream_in, stream_out, replica,
-                      program.replication_factor, shared_state, profile)
+    b = StreamBuilder(
+        placement, stream_of, stream_in, stream_out, replica, program.replication_factor, shared_state, profile
+    )
     for op in program.body.block.ops:
         b.visit(op, 0)
     analyse(b.root, n)

@@ -37,6 +37,7 @@ traceback after the fact (no cost per step). `compile_program(..., profile=True)
 every kernel execution and each run (`Executable.profile`, a `Recorder`; read it with
 `xl.runtime.profile.Profile`).
 """
+
 from __future__ import annotations
 
 import gc
@@ -135,9 +136,7 @@ class Executable:
         if not isinstance(replica, int | np.integer) or isinstance(replica, bool):
             raise TypeError(f"replica must be an int, got {type(replica).__name__}")
         if not 0 <= replica < self.replication_factor:
-            raise IndexError(
-                f"replica {replica} does not exist (replication_factor={self.replication_factor})"
-            )
+            raise IndexError(f"replica {replica} does not exist (replication_factor={self.replication_factor})")
         start = self.replicas[0].index
         if not start <= replica < start + len(self.replicas):
             raise IndexError(
@@ -156,7 +155,7 @@ class Executable:
         local replica). The array is the live buffer: copy it to keep a value."""
         rep = self.replicas[0] if replica is None else self._replica(replica)
         if name not in rep.state:
-            raise KeyError(f"no variable named \"{name}\" in the program")
+            raise KeyError(f'no variable named "{name}" in the program')
         return rep.state[name]
 
     def gather_state(self, name: str) -> np.ndarray:
@@ -171,21 +170,15 @@ class Executable:
         buf = self.get_state(name)
         value = np.asarray(value)
         if value.shape != buf.shape:
-            raise ValueError(
-                f"variable \"{name}\": expected shape {buf.shape}, got {value.shape}"
-            )
+            raise ValueError(f'variable "{name}": expected shape {buf.shape}, got {value.shape}')
         if value.dtype != buf.dtype:
-            raise ValueError(
-                f"variable \"{name}\": expected dtype {buf.dtype}, got {value.dtype}"
-            )
+            raise ValueError(f'variable "{name}": expected dtype {buf.dtype}, got {value.dtype}')
         targets = self.replicas if replicas is None else [self._replica(r) for r in replicas]
         others = [r for r in self.replicas if all(r is not t for t in targets)]
         for t in targets:
-            if any(o.state[name] is t.state[name] for o in others) and not np.array_equal(
-                t.state[name], value
-            ):
+            if any(o.state[name] is t.state[name] for o in others) and not np.array_equal(t.state[name], value):
                 raise ValueError(
-                    f"variable \"{name}\" is replica-invariant (one buffer for every replica: "
+                    f'variable "{name}" is replica-invariant (one buffer for every replica: '
                     "each update is the same all-reduced one); it cannot take a value on "
                     "some replicas only"
                 )
@@ -223,17 +216,14 @@ class Executable:
             full = self.full_shape(shape)
             if arr.shape != full:
                 raise ValueError(
-                    f"stream \"{name}\": expected input of shape {full} "
+                    f'stream "{name}": expected input of shape {full} '
                     f"([num_host_transfers={n}, {what}={reps}] + {shape}, "
                     f"size-1 dims dropped), got {arr.shape}"
                 )
             if arr.dtype != dtype:
-                raise ValueError(f"stream \"{name}\": expected dtype {dtype}, got {arr.dtype}")
+                raise ValueError(f'stream "{name}": expected dtype {dtype}, got {arr.dtype}')
             canon[name] = arr.reshape((n, reps, *shape))
-        outs = {
-            name: np.zeros((n, reps, *shape), dtype=dtype)
-            for name, (shape, dtype) in self.d2h_streams.items()
-        }
+        outs = {name: np.zeros((n, reps, *shape), dtype=dtype) for name, (shape, dtype) in self.d2h_streams.items()}
         for r, rep in enumerate(self.replicas):
             for name, s in rep.inputs.items():
                 s.data = canon[name][:, r]
@@ -286,7 +276,7 @@ class Executable:
             for g in gens:
                 g.close()
 
-    def _explain(self, e: Exception) -> Exception:
+    def _explain(self, e: BaseException) -> BaseException:
         """`e` (raised by a step) naming the kernel it came from, when it came from one:
         the innermost frame of a generated plan line, or of a block of the straightforward
         plan running a kernel closure."""
@@ -308,12 +298,12 @@ class Executable:
                         return self._named(e, rep, k)
         return e
 
-    def _named(self, e: Exception, rep: _Replica, k: int, all_replicas: bool = False) -> Exception:
+    def _named(self, e: BaseException, rep: _Replica, k: int, all_replicas: bool = False) -> BaseException:
         reps = 1 if all_replicas else self.replication_factor
         new = renamed(e, failure_message(rep.infos[k], rep.index, reps, e))
-        new._xl_kernel = True  # type: ignore[attr-defined]
-        new.xl_kernel = rep.infos[k]  # type: ignore[attr-defined]  (the KernelInfo, for tools)
-        return new  # type: ignore[return-value]
+        new.__dict__["_xl_kernel"] = True
+        new.__dict__["xl_kernel"] = rep.infos[k]  # the KernelInfo, for tools
+        return new
 
     def _where(self, k: int | None) -> str:
         return "the end of the step" if k is None else f"collective #{k} ({self.site_names[k]})"
@@ -377,6 +367,10 @@ class _Stops:
 
     def __init__(self, gen: Callable[[], Iterator[int]]) -> None:
         self.gen = gen
+
+    def __call__(self) -> None:
+        # A block holding a site runs through `_run_block`, which iterates `gen()` instead.
+        raise AssertionError("runtime: a collective site was called outside the lockstep run")
 
 
 def _run_block(steps: list[Any]) -> Iterator[int]:
@@ -534,8 +528,12 @@ def compile_program(
     """
     with gc_paused():
         return _compile_program(
-            program, optimize, comm if comm is not None else LocalComm(), profile,
-            concurrent and not serial_forced(), workers,
+            program,
+            optimize,
+            comm if comm is not None else LocalComm(),
+            profile,
+            concurrent and not serial_forced(),
+            workers,
         )
 
 
@@ -553,8 +551,7 @@ def _compile_program(
     local = comm.local_replicas(reps)
     if len(local) == 0 or local.start < 0 or local.stop > reps or local.step != 1:
         raise PlanError(
-            f"runtime: {comm!r} runs replicas {list(local)}, not a contiguous non-empty part of "
-            f"0..{reps - 1}"
+            f"runtime: {comm!r} runs replicas {list(local)}, not a contiguous non-empty part of 0..{reps - 1}"
         )
     replicas: list[_Replica] = []
     sources: list[str] = []
@@ -567,13 +564,12 @@ def _compile_program(
         if ev is not None:
             events.append(ev)
         if placement is not None:
-            cb, cstep, src = build_concurrent_replica(
-                program, placement, StreamIn, StreamOut, r, shared, ev, workers
-            )
+            cb, cstep, src = build_concurrent_replica(program, placement, StreamIn, StreamOut, r, shared, ev, workers)
             sources.append(src)
             replicas.append(
-                _Replica(r, cstep, cb.state, cb.inputs, cb.outputs, cb.infos, cb.site_kernels,
-                         cb.filename, cb.line_kernels)
+                _Replica(
+                    r, cstep, cb.state, cb.inputs, cb.outputs, cb.infos, cb.site_kernels, cb.filename, cb.line_kernels
+                )
             )
             walks.append(cb)
         elif optimize:
@@ -581,8 +577,7 @@ def _compile_program(
             fn, src = b.finish(marks)
             sources.append(src)
             replicas.append(
-                _Replica(r, fn, b.state, b.inputs, b.outputs, b.infos, b.site_kernels,
-                         b.filename, b.line_kernels)
+                _Replica(r, fn, b.state, b.inputs, b.outputs, b.infos, b.site_kernels, b.filename, b.line_kernels)
             )
             walks.append(b)
         else:
@@ -593,8 +588,7 @@ def _compile_program(
             else:
                 step = partial(_loop, 1, steps)
             replicas.append(
-                _Replica(r, step, c.state, c.inputs, c.outputs, c.infos, c.site_kernels,
-                         closures=c.closures)
+                _Replica(r, step, c.state, c.inputs, c.outputs, c.infos, c.site_kernels, closures=c.closures)
             )
             walks.append(c)
     sites, names = _bind_sites(walks, local, reps, comm)
@@ -610,16 +604,12 @@ def _compile_program(
         site_names=names,
         comm=comm,
         profile=(
-            Recorder([rep.index for rep in replicas], [rep.infos for rep in replicas], events)
-            if profile
-            else None
+            Recorder([rep.index for rep in replicas], [rep.infos for rep in replicas], events) if profile else None
         ),
     )
 
 
-def _bind_sites(
-    walks: list[Any], local: range, reps: int, comm: Comm
-) -> tuple[list[Callable[[], None]], list[str]]:
+def _bind_sites(walks: list[Any], local: range, reps: int, comm: Comm) -> tuple[list[Callable[[], None]], list[str]]:
     """One step function per collective site, over the buffers of every local replica."""
     sites: list[Callable[[], None]] = []
     names: list[str] = []
@@ -627,7 +617,7 @@ def _bind_sites(
     for k, (op, _, _) in enumerate(first.sites):
         name = op.kernel.data
         cls = kernel_class(name)
-        factory = collective_factory(cls, name)  # type: ignore[arg-type]
+        factory = collective_factory(cls, name)
         props: dict[str, Any] = op.params
         if op.ins:
             what = first.describe(op.ins[0])

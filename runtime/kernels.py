@@ -201,8 +201,15 @@ def op_label(p: dict[str, Any], default: str) -> str:
 
 
 def check_range(
-    a: np.ndarray, lo: int, hi: int, p: dict[str, Any], i: int, op: str, what: str,
-    note: str = "", allowed: int | None = None,
+    a: np.ndarray,
+    lo: int,
+    hi: int,
+    p: dict[str, Any],
+    i: int,
+    op: str,
+    what: str,
+    note: str = "",
+    allowed: int | None = None,
 ) -> None:
     """Raise `DataRangeError` unless every value of `a` is in [lo, hi) (or == `allowed`).
 
@@ -267,9 +274,7 @@ def _optional_kernel(
             g = greedy_segments(cls, n_in)
             if g is not None and n_in + n_outs(operand_positions(cls, g)) == n_args:
                 return build(operand_positions(cls, g))
-        raise ValueError(
-            f"{cls.name}: cannot match {n_args} kernel arguments to operands {operand_names(cls)}"
-        )
+        raise ValueError(f"{cls.name}: cannot match {n_args} kernel arguments to operands {operand_names(cls)}")
 
     def k(*a: np.ndarray) -> None:
         nonlocal inner
@@ -597,8 +602,16 @@ def _gather(p: dict[str, Any]) -> Kernel:
 
         def k(data: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
             n = data.shape[axis]
-            check_range(idx, -n, n, p, 1, "popxl.gather", "index",
-                        f"axis {axis % data.ndim} has size {n}; zero_OOR=True gives zeros instead")
+            check_range(
+                idx,
+                -n,
+                n,
+                p,
+                1,
+                "popxl.gather",
+                "index",
+                f"axis {axis % data.ndim} has size {n}; zero_OOR=True gives zeros instead",
+            )
             np.take(data, idx, axis=axis, out=out)
 
         return k
@@ -1169,14 +1182,15 @@ def _dynamic_update_inplace(p: dict[str, Any]) -> Kernel:
 # Optimiser maths
 # ------------------------------------------------------------------------------------
 
+
 def _updater(cls: type[IRDLOperation], kind: str) -> KernelFactory:
     """adam / lamb: mc/(sqrt(vc)+eps) + wd*w; adamax: mc/(v+eps) + wd*w.
 
     With time_step: it is incremented in place first and t = its new value gives the
     bias corrections mc = m/(1-beta1^t), vc = v/(1-beta2^t) (adamax: mc only).
     """
-    factors = ("weight_decay", "beta1", "epsilon") if kind == "adamax" else (
-        "weight_decay", "beta1", "beta2", "epsilon"
+    factors = (
+        ("weight_decay", "beta1", "epsilon") if kind == "adamax" else ("weight_decay", "beta1", "beta2", "epsilon")
     )
     defaults = {"weight_decay": 0.0, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7}
 
@@ -1392,7 +1406,6 @@ def _clip(p: dict[str, Any]) -> Kernel:
     return k
 
 
-
 def format_tensor(x: np.ndarray, p: dict[str, Any]) -> str:
     """The text `popxl.print_tensor` prints for `x` (NumPy's array printing with the op's
     format properties: summarising, edge items, line width, digits, float format,
@@ -1415,10 +1428,9 @@ def format_tensor(x: np.ndarray, p: dict[str, Any]) -> str:
         mags = np.abs(finite)
         big = float(mags.max()) if mags.size else 0.0
         small = float(mags[mags > 0].min()) if (mags > 0).any() else 0.0
-        sci = fmt == "scientific" or (
-            fmt == "auto" and (big >= 10.0**digits or (small and small < 1e-4))
-        )
+        sci = fmt == "scientific" or (fmt == "auto" and (big >= 10.0**digits or (small and small < 1e-4)))
         if sci:
+
             def sci_str(v: float) -> str:
                 return np.format_float_scientific(v, precision=digits - 1, unique=False)
 

@@ -78,9 +78,7 @@ class _Geometry:
 
     def interior(self, x_shape: tuple[int, ...]) -> tuple[slice, ...]:
         """Where `x` sits in the padded buffer."""
-        return (slice(None), slice(None)) + tuple(
-            slice(b, b + n) for b, n in zip(self.begin, x_shape[2:])
-        )
+        return (slice(None), slice(None)) + tuple(slice(b, b + n) for b, n in zip(self.begin, x_shape[2:]))
 
     def taps(self, out_sp: tuple[int, ...]) -> list[tuple[slice, ...]]:
         """For each kernel position (row-major), the strided slice `(:, :, ...)` of the
@@ -88,7 +86,8 @@ class _Geometry:
         out = []
         for pos in itertools.product(*(range(k) for k in self.kernel)):
             out.append(
-                (slice(None), slice(None)) + tuple(
+                (slice(None), slice(None))
+                + tuple(
                     slice(j * d, j * d + (o - 1) * s + 1, s)
                     for j, d, o, s in zip(pos, self.dilation, out_sp, self.stride)
                 )
@@ -699,9 +698,7 @@ def _interpolate_grad(p: dict[str, Any]) -> Kernel:
     return k
 
 
-def _roi_axis_weights(
-    start: float, length: float, bins: int, grid: int, size: int
-) -> np.ndarray:
+def _roi_axis_weights(start: float, length: float, bins: int, grid: int, size: int) -> np.ndarray:
     """`(bins, size)`: each bin the mean over its `grid` samples of the bilinear weights
     along one axis (samples beyond [-1, size] contribute nothing)."""
     bin_len = length / bins
@@ -722,9 +719,7 @@ def _roi_axis_weights(
     return w.reshape(bins, grid, size).mean(axis=1)
 
 
-def _roi_matrices(
-    rois: np.ndarray, p: dict[str, Any], h: int, w: int
-) -> list[tuple[np.ndarray, np.ndarray]]:
+def _roi_matrices(rois: np.ndarray, p: dict[str, Any], h: int, w: int) -> list[tuple[np.ndarray, np.ndarray]]:
     ph, pw = (int(v) for v in p["output_size"])
     scale = float(p["spatial_scale"])
     ratio = int(p["sampling_ratio"])

@@ -40,7 +40,7 @@ def _entry(p: dict[str, Any], default: str, index_operand: int) -> Callable[[np.
         if not 0 <= k < entries:
             raise DataRangeError(
                 f"{op_label(p, default)}: offset {k} of {operand(p, index_operand)} is out of "
-                f"range [0, {entries}) for remote buffer \"{buffer}\" ({entries} entries)"
+                f'range [0, {entries}) for remote buffer "{buffer}" ({entries} entries)'
             )
         return k
 

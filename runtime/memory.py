@@ -111,10 +111,25 @@ class MemoryReport:
 
     def table(self) -> str:
         """The report as a text table (one row per virtual IPU, then the totals)."""
-        cols = ("variables", "stashes", "remote_staging", "constants", "activations_peak",
-                "activations_allocated", "total")
-        heads = ("IPU", "variables", "stashes", "remote (off-chip)", "constants",
-                 "activations (peak)", "(allocated)", "total (resident)")
+        cols = (
+            "variables",
+            "stashes",
+            "remote_staging",
+            "constants",
+            "activations_peak",
+            "activations_allocated",
+            "total",
+        )
+        heads = (
+            "IPU",
+            "variables",
+            "stashes",
+            "remote (off-chip)",
+            "constants",
+            "activations (peak)",
+            "(allocated)",
+            "total (resident)",
+        )
         rows = [[str(m.ipu), *(format_bytes(getattr(m, c)) for c in cols)] for m in self.ipus]
         if len(self.ipus) > 1:
             rows.append(["all", *(format_bytes(sum(getattr(m, c) for m in self.ipus)) for c in cols)])
@@ -229,9 +244,7 @@ def memory_report(program: rt.ProgramOp) -> MemoryReport:
     # the buffers with storage, with their uses (of any alias) in program order
     storage: list[SSAValue] = []
     for op in layout.ops:
-        if isinstance(op, rt.StateOp | rt.ConstOp) or (
-            isinstance(op, rt.AllocOp) and op.result not in view_src
-        ):
+        if isinstance(op, rt.StateOp | rt.ConstOp) or (isinstance(op, rt.AllocOp) and op.result not in view_src):
             storage.append(op.results[0])
     uses: dict[SSAValue, list[Operation]] = {v: [] for v in storage}
     writers: dict[SSAValue, list[Operation]] = {v: [] for v in storage}

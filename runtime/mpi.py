@@ -97,9 +97,7 @@ class MpiComm:
         shape, dtype = first.shape, first.dtype
         for a in local[1:]:
             if a.shape != shape or a.dtype != dtype:
-                raise ValueError(
-                    f"MpiComm.gather: local arrays differ: {shape} {dtype} and {a.shape} {a.dtype}"
-                )
+                raise ValueError(f"MpiComm.gather: local arrays differ: {shape} {dtype} and {a.shape} {a.dtype}")
         n, nbytes = len(local), first.nbytes
         seq = self._exchanges
         self._exchanges += 1
@@ -117,9 +115,7 @@ class MpiComm:
             for i, a in enumerate(local):
                 send[i] = a
         recv = np.empty((self.num_instances * n, *shape), dtype=dtype)
-        self.comm.Allgather(
-            [send.reshape(-1).view(np.uint8), MPI.BYTE], [recv.reshape(-1).view(np.uint8), MPI.BYTE]
-        )
+        self.comm.Allgather([send.reshape(-1).view(np.uint8), MPI.BYTE], [recv.reshape(-1).view(np.uint8), MPI.BYTE])
         return list(recv)
 
     def _mismatch(self, headers: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> None:

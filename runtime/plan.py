@@ -49,6 +49,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Block, SSAValue
 
 from xl.dialects import rt
@@ -132,18 +133,14 @@ class PlanBuilder(ProgramWalk[int]):
     def h2d(self, op: rt.H2DOp, stream: Any, depth: int) -> None:
         g = self.g
         sn, b = g.bind(stream, "s"), g.buf(op.buffer)
-        line = (
-            f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}({b}, _d[_i % _d.shape[0]]); "
-            f"{sn}.index = _i + 1"
-        )
+        line = f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}({b}, _d[_i % _d.shape[0]]); {sn}.index = _i + 1"
         self.emit_kernel(op, [line], depth, op.name)
 
     def d2h(self, op: rt.D2HOp, stream: Any, depth: int) -> None:
         g = self.g
         sn, b = g.bind(stream, "s"), g.buf(op.buffer)
         line = (
-            f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}(_d[_i % _d.shape[0], ...], {b}); "
-            f"{sn}.index = _i + 1"
+            f"_d = {sn}.data; _i = {sn}.index; {g.fn(np.copyto)}(_d[_i % _d.shape[0], ...], {b}); {sn}.index = _i + 1"
         )
         self.emit_kernel(op, [line], depth, op.name)
 
@@ -158,7 +155,8 @@ class PlanBuilder(ProgramWalk[int]):
         self.block(op.else_region.block, depth + 1)
 
     def call(self, op: rt.CallOp, depth: int) -> None:
-        emit_call(self, op, depth)  # one shared Python function per distinct body
+        # one shared Python function per distinct body
+        emit_call(self, op, depth)  # pyright: ignore[reportArgumentType]  (checked as runtime.*, imported as xl.runtime.*: two names of one class)
 
     def collective(self, op: rt.KernelOp, site: int, depth: int) -> None:
         # the step is a generator: it stops here until every replica has arrived
@@ -193,7 +191,9 @@ class PlanBuilder(ProgramWalk[int]):
             in_vals = list(op.ins)
             for j in snap:
                 x = g.arr(op.ins[j])
-                copy = rt.AllocOp(op.ins[j].type).result  # a private buffer for the copy
+                t = op.ins[j].type
+                assert isinstance(t, MemRefType)
+                copy = rt.AllocOp(t).result  # a private buffer for the copy
                 g.set_buffer(copy, np.empty_like(x, order="C"), "snap")
                 pre.append(f"{g.fn(np.copyto)}({g.buf(copy)}, {ins[j]})")
                 ins[j] = g.buf(copy)
@@ -263,7 +263,8 @@ class PlanBuilder(ProgramWalk[int]):
             n = len(set(re.findall(r"\ba(\d+)\b", body)))
             src_lines.append(f"def {fname}({', '.join(f'a{j}' for j in range(n))}):")
             src_lines += ["    " + line for line in body.split("\n")]
-        src_lines += function_source(self, len(src_lines))  # rt.func bodies
+        # rt.func bodies
+        src_lines += function_source(self, len(src_lines))  # pyright: ignore[reportArgumentType]  (checked as runtime.*, imported as xl.runtime.*: two names of one class)
         if len(cuts) <= 2:
             src_lines.append("def _step():")
             self._number_lines(len(src_lines), 0, len(lines))
@@ -331,9 +332,7 @@ def build_replica(
     With collective sites (`b.sites`), the step function is a generator yielding the
     index of each site it reaches. `profile`: the list the step appends kernel events to
     (None: not profiled)."""
-    b = PlanBuilder(
-        stream_in, stream_out, replica, program.replication_factor, shared_state, profile
-    )
+    b = PlanBuilder(stream_in, stream_out, replica, program.replication_factor, shared_state, profile)
     marks = []
     for op in program.body.block.ops:
         marks.append(len(b.g.lines))

@@ -99,9 +99,7 @@ class K:
 
     __slots__ = ("cls", "ins", "name", "outs")
 
-    def __init__(
-        self, name: str, cls: KernelClass | None, ins: Sequence[SSAValue], outs: Sequence[SSAValue]
-    ):
+    def __init__(self, name: str, cls: KernelClass | None, ins: Sequence[SSAValue], outs: Sequence[SSAValue]):
         self.name = name
         self.cls = cls
         self.ins = tuple(ins)
@@ -220,7 +218,7 @@ _BINARY = {
     LogicalAndOp: np.logical_and,
     LogicalOrOp: np.logical_or,
 }
-_UNARY = {
+_UNARY: dict[type, Callable[..., Any]] = {
     NegOp: np.negative,
     AbsOp: np.abs,
     SignOp: np.sign,
@@ -255,7 +253,7 @@ def _t_div(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
 
 @template(*_UNARY)
 def _t_unary(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    if not _arity(op, 1, 1):
+    if not _arity(op, 1, 1) or op.cls not in _UNARY:
         return None
     return [f"{g.fn(_UNARY[op.cls])}({i[0]}, {o[0]})"]
 
@@ -536,9 +534,7 @@ def _t_reduce_to_shape(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, A
         return None
     x, out = g.arr(op.ins[0]), g.arr(op.outs[0])
     lead = x.ndim - out.ndim
-    axes = tuple(range(lead)) + tuple(
-        lead + k for k, d in enumerate(out.shape) if d == 1 and x.shape[lead + k] != 1
-    )
+    axes = tuple(range(lead)) + tuple(lead + k for k, d in enumerate(out.shape) if d == 1 and x.shape[lead + k] != 1)
     if not axes:
         return [f"{g.fn(np.copyto)}({o[0]}, {i[0]})"]
     if x.dtype != out.dtype:
@@ -628,8 +624,7 @@ def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, 
     # A label outside [0, C) would read another row. Seen as unsigned, a negative label
     # is huge: one max() over the labels per step, the full check only when it fails.
     uv = g.view(lab.view(np.dtype(f"u{lab.dtype.itemsize}")))
-    chk = g.bind(partial(check_range, lo=0, hi=c, p=p, i=1, op=op.name,
-                         what="label", note=f"{c} classes"), "chk")
+    chk = g.bind(partial(check_range, lo=0, hi=c, p=p, i=1, op=op.name, what="label", note=f"{c} classes"), "chk")
     lines = [
         f"if {uv}.max() >= {c}: {chk}({lv_})",
         f"{g.fn(np.add)}({g.view(rows_c)}, {lv_}, {idx})",
@@ -638,12 +633,15 @@ def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, 
         f"{g.fn(np.negative)}({pk}, {pk})",
     ]
     if red == "none":
+        assert loss_n is not None  # checked above
         lines.append(f"{copyto}({g.view(loss_n)}, {pk})")
         scale = lg
     elif red == "sum":
+        assert loss_0 is not None  # checked above
         lines.append(f"{g.fn(np.add.reduce)}({pk}, 0, None, {g.view(loss_0)})")
         scale = lg
     else:
+        assert loss_0 is not None  # checked above
         lv = g.view(loss_0)
         lines.append(f"{g.fn(np.add.reduce)}({pk}, 0, None, {lv})")
         lines.append(f"{g.fn(np.divide)}({lv}, {g.const(n, probs.dtype)}, {lv})")
@@ -666,9 +664,7 @@ def _t_gemm_acc(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     a, b, c = (g.arr(v) for v in op.ins)
     if np.may_share_memory(a, c) or np.may_share_memory(b, c):
         return None  # BLAS must not write an operand it reads (the kernel copies)
-    call = blas.gemm_acc(
-        a, b, c, float(p["alpha"]), float(p["beta"]), bool(p["trans_a"]), bool(p["trans_b"])
-    )
+    call = blas.gemm_acc(a, b, c, float(p["alpha"]), float(p["beta"]), bool(p["trans_a"]), bool(p["trans_b"]))
     return [f"{g.bind(call, 'gemm')}()"]
 
 
@@ -717,9 +713,7 @@ def _update_operands(
     t, x = g.arr(op.ins[pos["t"]]), g.arr(op.ins[pos["x"]])
     if t.dtype not in (np.float16, np.float32, np.float64) or t.shape != x.shape:
         return None
-    if t.dtype != x.dtype and not (
-        t.dtype == np.float16 and x.dtype == np.float32 and t.flags.c_contiguous
-    ):
+    if t.dtype != x.dtype and not (t.dtype == np.float16 and x.dtype == np.float32 and t.flags.c_contiguous):
         return None
     if np.may_share_memory(t, x):
         return None
@@ -740,10 +734,7 @@ def _widen(g: Gen, t: np.ndarray, wide: str) -> str:
     """A line writing float16 array `t` (bound) widened to float32 into `wide`."""
     bits = as_view(t, t.shape)
     assert bits is not None
-    return (
-        f"{g.fn(np.take)}({g.bind(_HALF_TO_FLOAT, 'h2f')}, {g.view(bits.view(np.uint16))}, "
-        f"None, {wide}, 'clip')"
-    )
+    return f"{g.fn(np.take)}({g.bind(_HALF_TO_FLOAT, 'h2f')}, {g.view(bits.view(np.uint16))}, None, {wide}, 'clip')"
 
 
 def half_rounder(size: int) -> Callable[[np.ndarray, np.ndarray], None]:

@@ -53,7 +53,6 @@ SOURCE_ATTR = "rt.source"  # "MatMul.101": PopART type name and frontend op id
 GRAPH_ATTR = "rt.graph"  # the graph the op was written in
 
 
-
 def fused_source_attrs(*ops: Operation) -> dict[str, Attribute]:
     """The source attributes of a kernel an rt pass fuses from `ops` (in program order):
     their sources joined (`MatMul.101+Add.102`), the first one's graph."""
@@ -295,33 +294,27 @@ class Profile:
             for graph, run in _graph_runs(evs, [s0 for s0, _ in steps]):
                 g0, g1 = run[0].start_ns, run[-1].end_ns
                 out.append(
-                    _complete(graph, "graph call", rep, t, us(g0), (g1 - g0) / 1000.0,
-                              {"graph": graph, "kernels": len(run)})
+                    _complete(
+                        graph, "graph call", rep, t, us(g0), (g1 - g0) / 1000.0, {"graph": graph, "kernels": len(run)}
+                    )
                 )
             for e in evs:
                 i = e.info
-                args = {"op": i.name, "type": i.op_type}
+                args: dict[str, Any] = {"op": i.name, "type": i.op_type}
                 if i.source:
                     args["source"] = i.source
                 if i.graph:
                     args["graph"] = i.graph
                 if i.ipu is not None:
                     args["ipu"] = i.ipu
-                out.append(
-                    _complete(i.label, i.graph or i.kind, rep, t, us(e.start_ns),
-                              e.duration_ns / 1000.0, args)
-                )
+                out.append(_complete(i.label, i.graph or i.kind, rep, t, us(e.start_ns), e.duration_ns / 1000.0, args))
         meta: list[dict[str, Any]] = []
         for rep in sorted({r for r, _ in rows}):
-            meta.append({"ph": "M", "name": "process_name", "pid": rep, "tid": 0,
-                         "args": {"name": f"replica {rep}"}})
-            meta.append({"ph": "M", "name": "process_sort_index", "pid": rep, "tid": 0,
-                         "args": {"sort_index": rep}})
+            meta.append({"ph": "M", "name": "process_name", "pid": rep, "tid": 0, "args": {"name": f"replica {rep}"}})
+            meta.append({"ph": "M", "name": "process_sort_index", "pid": rep, "tid": 0, "args": {"sort_index": rep}})
         for (rep, row), t in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[1])):
-            meta.append({"ph": "M", "name": "thread_name", "pid": rep, "tid": t,
-                         "args": {"name": row}})
-            meta.append({"ph": "M", "name": "thread_sort_index", "pid": rep, "tid": t,
-                         "args": {"sort_index": t}})
+            meta.append({"ph": "M", "name": "thread_name", "pid": rep, "tid": t, "args": {"name": row}})
+            meta.append({"ph": "M", "name": "thread_sort_index", "pid": rep, "tid": t, "args": {"sort_index": t}})
         return {"traceEvents": meta + out, "displayTimeUnit": "ms"}
 
     def export_chrome_trace(self, path: str | Path) -> None:
@@ -342,9 +335,7 @@ def _row_order(row: str) -> int:
     return {COPY_ROW: 1001, HOST_ROW: 1002}.get(head, 1009) + 10 * k
 
 
-def _graph_runs(
-    evs: Sequence[Event], step_starts: Sequence[int]
-) -> Iterator[tuple[str, list[Event]]]:
+def _graph_runs(evs: Sequence[Event], step_starts: Sequence[int]) -> Iterator[tuple[str, list[Event]]]:
     """Maximal runs of consecutive events of one non-main graph on a row (one graph call's
     kernels), never crossing the start of a step (`step_starts`, ascending)."""
     run: list[Event] = []
@@ -362,10 +353,8 @@ def _graph_runs(
         yield run[0].info.graph or "", run
 
 
-def _complete(name: str, cat: str, pid: int, tid: int, ts: float, dur: float,
-              args: dict[str, Any]) -> dict[str, Any]:
-    return {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": ts,
-            "dur": max(dur, 0.0), "args": args}
+def _complete(name: str, cat: str, pid: int, tid: int, ts: float, dur: float, args: dict[str, Any]) -> dict[str, Any]:
+    return {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": ts, "dur": max(dur, 0.0), "args": args}
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,8 +402,7 @@ class OpTable:
         for r in rows:
             pct = 100.0 * r.total_ns / total if total else 0.0
             lines.append(
-                f"{r.key:<{width}}  {r.count:>8}  {_fmt_ns(r.total_ns):>11}  "
-                f"{_fmt_ns(r.mean_ns):>11}  {pct:>5.1f}%"
+                f"{r.key:<{width}}  {r.count:>8}  {_fmt_ns(r.total_ns):>11}  {_fmt_ns(r.mean_ns):>11}  {pct:>5.1f}%"
             )
         lines.append("-" * len(cols))
         lines.append(f"{'Total':<{width}}  {sum(r.count for r in self.rows):>8}  {_fmt_ns(total):>11}")

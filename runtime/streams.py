@@ -47,7 +47,5 @@ def stream_entry(op: rt.H2DOp | rt.D2HOp, table: dict[str, Any], cls: type, verb
     if s is None:
         s = table[name] = cls(name, shape, dtype)
     elif (s.shape, s.dtype) != (shape, dtype):
-        raise PlanError(
-            f"runtime: stream \"{name}\" is {verb} as {s.shape} {s.dtype} and as {shape} {dtype}"
-        )
+        raise PlanError(f'runtime: stream "{name}" is {verb} as {s.shape} {s.dtype} and as {shape} {dtype}')
     return s

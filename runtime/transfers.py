@@ -90,13 +90,15 @@ def check_transfers(program: rt.ProgramOp) -> None:
             head = f'stream "{name}": host_load runs {_times(lo, hi)} per run but num_host_transfers is {n}'
             if hi > n:
                 warnings.warn(
-                    f"{head}: loads beyond the first {n} wrap around and read transfer 0, 1, ... again "
-                    "(as PopXL)", HostTransferWarning, stacklevel=3,
+                    f"{head}: loads beyond the first {n} wrap around and read transfer 0, 1, ... again (as PopXL)",
+                    HostTransferWarning,
+                    stacklevel=3,
                 )
             if lo < n:
                 warnings.warn(
                     f"{head}: {_span(lo, n - 1)} of the input are never read",
-                    HostTransferWarning, stacklevel=3,
+                    HostTransferWarning,
+                    stacklevel=3,
                 )
         else:
             head = f'stream "{name}": host_store runs {_times(lo, hi)} per run but num_host_transfers is {n}'
@@ -104,13 +106,15 @@ def check_transfers(program: rt.ProgramOp) -> None:
                 errors.append(f"{head}: {_span(hi, n - 1)} of the output would be undefined")
             elif lo < n:
                 warnings.warn(
-                    f"{head}: on some paths {_span(lo, n - 1)} of the output are not set "
-                    "(they keep zeros)", HostTransferWarning, stacklevel=3,
+                    f"{head}: on some paths {_span(lo, n - 1)} of the output are not set (they keep zeros)",
+                    HostTransferWarning,
+                    stacklevel=3,
                 )
             if hi > n:
                 warnings.warn(
                     f"{head}: stores beyond the first {n} wrap around and overwrite transfer 0, 1, ...",
-                    HostTransferWarning, stacklevel=3,
+                    HostTransferWarning,
+                    stacklevel=3,
                 )
     if errors:
         raise PlanError("; ".join(errors))

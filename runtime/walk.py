@@ -11,10 +11,10 @@ closures or an indentation depth.
 
 One walk builds one replica (`replica`, a global index): a grouped `rt.state` starts from
 its group's value; an `rt.state` marked `rt.replica_invariant` (`rt-fold-all-reduce`) is
-one buffer shared by every replica of the process (`shared_state`). A kernel of a replica collective (`xl.runtime.collectives`) becomes a
-*site*: the walk records its arrays (`sites`, in walk order, the same for every replica)
-and the plan makes the step stop there (`yield k`) so that the executable can run the
-collective over all replicas at once.
+one buffer shared by every replica of the process (`shared_state`). A kernel of a replica
+collective (`xl.runtime.collectives`) becomes a *site*: the walk records its arrays
+(`sites`, in walk order, the same for every replica) and the plan makes the step stop
+there (`yield k`) so that the executable can run the collective over all replicas at once.
 """
 
 from __future__ import annotations
@@ -71,9 +71,7 @@ def only_updated_by_all_replicas(v: SSAValue, replication_factor: int) -> bool:
 def _reads_only(user: Operation, index: int) -> bool:
     """The use (operand `index` of `user`) only reads: a stored value, a copy's source, a
     branch condition."""
-    return (
-        isinstance(user, rt.D2HOp | rt.IfOp) or (isinstance(user, rt.CopyOp) and index == 0)
-    )
+    return isinstance(user, rt.D2HOp | rt.IfOp) or (isinstance(user, rt.CopyOp) and index == 0)
 
 
 def only_read(v: SSAValue, producer: Operation) -> bool:
@@ -126,29 +124,29 @@ class ProgramWalk(ABC, Generic[At]):
 
     # -- what each op does per step -------------------------------------------------------
     @abstractmethod
-    def kernel(self, op: rt.KernelOp, at: At) -> None: ...
+    def kernel(self, op: rt.KernelOp, at: At, /) -> None: ...
 
     @abstractmethod
-    def copy(self, op: rt.CopyOp, at: At) -> None: ...
+    def copy(self, op: rt.CopyOp, at: At, /) -> None: ...
 
     @abstractmethod
-    def h2d(self, op: rt.H2DOp, stream: Any, at: At) -> None: ...
+    def h2d(self, op: rt.H2DOp, stream: Any, at: At, /) -> None: ...
 
     @abstractmethod
-    def d2h(self, op: rt.D2HOp, stream: Any, at: At) -> None: ...
+    def d2h(self, op: rt.D2HOp, stream: Any, at: At, /) -> None: ...
 
     @abstractmethod
-    def loop(self, op: rt.LoopOp, at: At) -> None: ...
+    def loop(self, op: rt.LoopOp, at: At, /) -> None: ...
 
     @abstractmethod
-    def branch(self, op: rt.IfOp, at: At) -> None: ...
+    def branch(self, op: rt.IfOp, at: At, /) -> None: ...
 
-    def call(self, op: rt.CallOp, at: At) -> None:
+    def call(self, op: rt.CallOp, at: At, /) -> None:
         """Run the function `op` calls (`xl.runtime.functions`; here: its body at this call)."""
-        expand_call(self, op, at)
+        expand_call(self, op, at)  # pyright: ignore[reportArgumentType]  (checked as runtime.*, imported as xl.runtime.*: two names of one class)
 
     @abstractmethod
-    def collective(self, op: rt.KernelOp, site: int, at: At) -> None:
+    def collective(self, op: rt.KernelOp, site: int, at: At, /) -> None:
         """Stop the step at collective `site` (the executable runs it over all replicas)."""
 
     # -- the walk ---------------------------------------------------------------------------
@@ -181,9 +179,7 @@ class ProgramWalk(ABC, Generic[At]):
             if is_collective(kernel_class(op.kernel.data)):
                 ins, outs = op.io()
                 check_writable(op.kernel.data, [self.array(v) for v in outs], lambda i: self.describe(outs[i]))
-                self.sites.append(
-                    (op, tuple(self.array(v) for v in ins), tuple(self.array(v) for v in outs))
-                )
+                self.sites.append((op, tuple(self.array(v) for v in ins), tuple(self.array(v) for v in outs)))
                 self.collective(op, len(self.sites) - 1, at)
             else:
                 self.kernel(op, at)

@@ -19,7 +19,13 @@ _PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shri
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 
 settings.register_profile(
-    "xl-ci", max_examples=200, deadline=None, derandomize=True, database=None, suppress_health_check=_SLOW_OK, phases=_PHASES
+    "xl-ci",
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=_SLOW_OK,
+    phases=_PHASES,
 )
 settings.register_profile(
     "long", max_examples=3000, deadline=None, database=None, suppress_health_check=_SLOW_OK, phases=_PHASES

@@ -49,17 +49,76 @@ _TOKEN = re.compile(
 )
 
 _TYPES = [
-    "f32", "f16", "f64", "i1", "i8", "i32", "i64", "ui8", "si32", "bf16", "complex<f32>",
-    "index", "tensor<?xf32>", "tensor<0xf32>", "tensor<99999999999999999999xf32>", "none",
-    "memref<2xf32>", "tensor<2x3xf32>", "tensor<f32>", "f80", "tf32", "i0",
+    "f32",
+    "f16",
+    "f64",
+    "i1",
+    "i8",
+    "i32",
+    "i64",
+    "ui8",
+    "si32",
+    "bf16",
+    "complex<f32>",
+    "index",
+    "tensor<?xf32>",
+    "tensor<0xf32>",
+    "tensor<99999999999999999999xf32>",
+    "none",
+    "memref<2xf32>",
+    "tensor<2x3xf32>",
+    "tensor<f32>",
+    "f80",
+    "tf32",
+    "i0",
 ]
 _NUMBERS = [
-    "0", "-1", "1", "2", "7", "99999999999999999999", "-99999999999999999999", "1e400",
-    "0.5", "-0.0", "1.0e-45", "4294967296", "0x7FFFFFFF", "3.4e38", "nan", "inf",
+    "0",
+    "-1",
+    "1",
+    "2",
+    "7",
+    "99999999999999999999",
+    "-99999999999999999999",
+    "1e400",
+    "0.5",
+    "-0.0",
+    "1.0e-45",
+    "4294967296",
+    "0x7FFFFFFF",
+    "3.4e38",
+    "nan",
+    "inf",
 ]
 _INSERTS = [
-    '"', '"', '"', "%", "@", "{", "}", "(", ")", "<", ">", "[", "]", ",", ":", "->", "=",
-    "loc(", "dense<", "tensor<", "// ", "\\", "#", "^bb0:", "\n", "-", "?", "x",
+    '"',
+    '"',
+    '"',
+    "%",
+    "@",
+    "{",
+    "}",
+    "(",
+    ")",
+    "<",
+    ">",
+    "[",
+    "]",
+    ",",
+    ":",
+    "->",
+    "=",
+    "loc(",
+    "dense<",
+    "tensor<",
+    "// ",
+    "\\",
+    "#",
+    "^bb0:",
+    "\n",
+    "-",
+    "?",
+    "x",
 ]
 
 
@@ -132,9 +191,7 @@ def corpus(include_frontend: bool = True) -> list[tuple[str, str]]:
     from xl.tools.diagnostics import verify_located
     from xl.tools.parse import parse_source
 
-    files = sorted((ROOT / "tests" / "filecheck").rglob("*.mlir")) + sorted(
-        (ROOT / "examples" / "ir").glob("*.mlir")
-    )
+    files = sorted((ROOT / "tests" / "filecheck").rglob("*.mlir")) + sorted((ROOT / "examples" / "ir").glob("*.mlir"))
     out: list[tuple[str, str]] = []
     for f in files:
         for i, chunk in enumerate(f.read_text().split("// -----")):
@@ -172,9 +229,22 @@ def mutate(text: str, rng: random.Random) -> tuple[bytes, list[str]]:
             break
         kind = rng.choice(
             [
-                "delete", "duplicate", "swap", "swap-adjacent", "flip-char", "insert-quote",
-                "insert", "truncate", "number", "type", "rename-ssa", "non-utf8",
-                "delete-line", "duplicate-line", "swap-lines", "replace-token",
+                "delete",
+                "duplicate",
+                "swap",
+                "swap-adjacent",
+                "flip-char",
+                "insert-quote",
+                "insert",
+                "truncate",
+                "number",
+                "type",
+                "rename-ssa",
+                "non-utf8",
+                "delete-line",
+                "duplicate-line",
+                "swap-lines",
+                "replace-token",
             ]
         )
         a, b = toks[rng.randrange(len(toks))]
@@ -317,7 +387,7 @@ def _inputs_for(data: bytes, folder: Path) -> list[str]:
     rng = np.random.default_rng(0)
     for name, shape, dtype in specs:
         full = ((nht,) if nht > 1 else ()) + shape
-        arr = (rng.integers(0, 2, size=full) if dtype.kind in "iub" else rng.normal(size=full))
+        arr = rng.integers(0, 2, size=full) if dtype.kind in "iub" else rng.normal(size=full)
         path = folder / f"{abs(hash(name))}.npy"
         np.save(path, arr.astype(dtype))
         args.append(f"{name}={path}")
@@ -352,8 +422,16 @@ def fuzz(
             tool = tools[k % len(tools)]
             argv = [str(path)]
             if tool == "xl-opt":
-                argv += rng.choice([[], [], ["-p", "canonicalize,cse,dce"], ["-p", "inline,lower-to-rt"],
-                                    ["--print-op-generic"], ["--print-debuginfo"]])
+                argv += rng.choice(
+                    [
+                        [],
+                        [],
+                        ["-p", "canonicalize,cse,dce"],
+                        ["-p", "inline,lower-to-rt"],
+                        ["--print-op-generic"],
+                        ["--print-debuginfo"],
+                    ]
+                )
             else:
                 argv += _inputs_for(data, folder)
             runs += 1
@@ -361,9 +439,7 @@ def fuzz(
                 with _time_limit(TIME_LIMIT):
                     code, _out, err, secs = run_in_process(tool, argv)
             except _Timeout:
-                findings.append(
-                    Finding(tool, "timeout", f"> {TIME_LIMIT} s", name, muts, data.decode("latin-1"), argv)
-                )
+                findings.append(Finding(tool, "timeout", f"> {TIME_LIMIT} s", name, muts, data.decode("latin-1"), argv))
                 continue
             except BaseException as e:  # noqa: BLE001 - an escaping exception is the finding
                 detail = f"{type(e).__name__}: {e}"[:500]
@@ -372,8 +448,17 @@ def fuzz(
             stats["max_seconds"] = max(stats["max_seconds"], secs)
             if code == 1 and _INTERNAL.search(err):
                 # a clear, located error whose text still shows xl's internals: noted, not failed
-                notes.append(Finding(tool, "internal-message", err.decode(errors="replace")[:800],
-                                     name, muts, data.decode("latin-1"), argv))
+                notes.append(
+                    Finding(
+                        tool,
+                        "internal-message",
+                        err.decode(errors="replace")[:800],
+                        name,
+                        muts,
+                        data.decode("latin-1"),
+                        argv,
+                    )
+                )
             problem = _check_output(code, err)
             if problem is not None:
                 detail = err.decode(errors="replace")[-800:]
@@ -400,7 +485,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the findings as JSON here")
     ap.add_argument("--progress", type=Path, help="each input is written here before it runs")
     ap.add_argument(
-        "--memory-gb", type=float, default=6.0,
+        "--memory-gb",
+        type=float,
+        default=6.0,
         help="address-space limit of this process: a mutated shape that asks for gigabytes "
         "fails fast (and is reported by the tool) instead of swapping",
     )

@@ -315,8 +315,10 @@ def resolve(recipe: Recipe) -> Program:
             red = set(range(ra)) if not axes else set(axes)
             if axes == ():
                 axes = None
-            shape = tuple(1 if d in red else s for d, s in enumerate(sa)) if keep else tuple(
-                s for d, s in enumerate(sa) if d not in red
+            shape = (
+                tuple(1 if d in red else s for d, s in enumerate(sa))
+                if keep
+                else tuple(s for d, s in enumerate(sa) if d not in red)
             )
             emit("reduce", kind, (a,), shape, axes=axes, keepdims=keep)
         elif kind == "softmax":
@@ -370,7 +372,9 @@ def resolve(recipe: Recipe) -> Program:
         elif kind == "all_reduce_1":
             emit("nn", kind, (a,), sa, red=("add", "mean", "max", "min", "mul")[k % 5])
         elif kind == "all_reduce_1_":
-            emit("inplace", kind, (a, a), None, red=("add", "mean", "max", "min", "mul")[k % 5], a=c, b=c2, f=c, step=0.0)
+            emit(
+                "inplace", kind, (a, a), None, red=("add", "mean", "max", "min", "mul")[k % 5], a=c, b=c2, f=c, step=0.0
+            )
         elif kind in NN_KINDS:
             _resolve_nn(kind, a, j, k, c, c2, shapes, first, emit, rng)
         elif kind == "const":
@@ -592,7 +596,9 @@ def _unary(op: str, x: np.ndarray, e: float) -> tuple[np.ndarray, float]:
     return r, slope * e + 16 * U * (_mx(r) + m)
 
 
-def reference(p: Program) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]], list[list[float]], list[list[float]]]:
+def reference(
+    p: Program,
+) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]], list[list[float]], list[list[float]]]:
     """Per run: the stored values, the variables after the run, and their error bounds."""
     var_vals = [v.astype(np.float64) for v in p.var_init]
     var_errs = [0.0] * len(var_vals)
@@ -813,8 +819,10 @@ def _resolve_nn(kind: str, a: int, j: int, k: int, c: float, c2: float, shapes: 
         axes = None if mask == 2**ra else tuple(d for d in range(ra) if (mask >> d) & 1) or None
         keep = bool(j % 2)
         red = set(range(ra)) if axes is None else set(axes)
-        shape = tuple(1 if d in red else s for d, s in enumerate(sa)) if keep else tuple(
-            s for d, s in enumerate(sa) if d not in red
+        shape = (
+            tuple(1 if d in red else s for d, s in enumerate(sa))
+            if keep
+            else tuple(s for d, s in enumerate(sa) if d not in red)
         )
         emit("nn", "prod", (a,), shape, axes=axes, keepdims=keep)
     elif kind == "log_softmax":
@@ -879,7 +887,9 @@ def _resolve_nn(kind: str, a: int, j: int, k: int, c: float, c2: float, shapes: 
             pads = tuple(int(r.integers(0, kern[d % nd] // 2 + 1)) for d in range(2 * nd))
         ceil = kind != "conv" and bool(r.integers(0, 2))
         wins = [_pool_windows(sx[2 + d], kern[d], stride[d], dil[d], pads[d], pads[nd + d], ceil) for d in range(nd)]
-        if any(not w or (kind != "conv" and any(not v for v in w)) for w in wins):  # empty, or a pool window of padding only
+        if any(
+            not w or (kind != "conv" and any(not v for v in w)) for w in wins
+        ):  # empty, or a pool window of padding only
             kern, dil, stride, pads, ceil = (1,) * nd, (1,) * nd, (1,) * nd, (0,) * (2 * nd), False
             wins = [[[i] for i in range(sx[2 + d])] for d in range(nd)]
         out_sp = tuple(len(w) for w in wins)
@@ -1026,7 +1036,9 @@ def _nn_reference(s: Step, x: list[np.ndarray], e: list[float]) -> tuple[np.ndar
     if op == "scatter_reduce":
         ax, size = q["axis"], q["axis_size"]
         idx = np.broadcast_to(
-            q["indices"].reshape([-1 if d == ax else 1 for d in range(A.ndim)]) if q["indices"].ndim == 1 else q["indices"],
+            q["indices"].reshape([-1 if d == ax else 1 for d in range(A.ndim)])
+            if q["indices"].ndim == 1
+            else q["indices"],
             A.shape,
         )
         out_shape = tuple(size if d == ax else n for d, n in enumerate(A.shape))
@@ -1092,7 +1104,9 @@ def _conv_ref(x: np.ndarray, w: np.ndarray, stride: tuple[int, ...], pads: tuple
     for g in range(groups):
         xs = xp[:, g * cg : (g + 1) * cg]
         for t in itertools.product(*(range(kk) for kk in kern)):
-            sl = tuple(slice(t[d] * dil[d], t[d] * dil[d] + (out_sp[d] - 1) * stride[d] + 1, stride[d]) for d in range(nd))
+            sl = tuple(
+                slice(t[d] * dil[d], t[d] * dil[d] + (out_sp[d] - 1) * stride[d] + 1, stride[d]) for d in range(nd)
+            )
             patch = xs[(slice(None), slice(None), *sl)]  # (N, cg, *out)
             wt = w[(slice(g * mg, (g + 1) * mg), slice(None), *t)]  # (mg, cg)
             out[:, g * mg : (g + 1) * mg] += np.einsum("nc...,mc->nm...", patch, wt)

@@ -57,9 +57,7 @@ class ReplicatedGrad:
         return self.run(x, c)[0]
 
 
-def finite_difference(
-    f: Callable[[np.ndarray], float], x: np.ndarray, eps: float = 1e-6
-) -> np.ndarray:
+def finite_difference(f: Callable[[np.ndarray], float], x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """Central differences of the scalar `f` at every element of `x`."""
     g = np.zeros_like(x)
     for i in np.ndindex(x.shape):

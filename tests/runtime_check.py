@@ -62,6 +62,4 @@ def check_all(
                     got[name], arr, rtol=rtol, atol=atol, err_msg=f"{path}: run {k}, stream {name}"
                 )
         for name, arr in (state or {}).items():
-            np.testing.assert_allclose(
-                st[name], arr, rtol=rtol, atol=atol, err_msg=f"{path}: variable {name}"
-            )
+            np.testing.assert_allclose(st[name], arr, rtol=rtol, atol=atol, err_msg=f"{path}: variable {name}")

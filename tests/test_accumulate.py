@@ -121,9 +121,7 @@ def test_accumulated_and_required_is_kept_once():
     with ir.main_graph:
         _, fwd = Layer().create_graph(X_SPEC)
         w2 = fwd.args.w2
-        facts, bwd = addons.autodiff_with_accumulation(
-            fwd, [fwd.args.w1, w2, w2], grads_required=[w2]
-        )
+        facts, bwd = addons.autodiff_with_accumulation(fwd, [fwd.args.w1, w2, w2], grads_required=[w2])
     assert set(facts.to_dict()) == {"mean_accum_counter", "accum.w1", "accum.w2"}
     assert [ec.fwd_tensor for ec in bwd.grad_graph_info.expected_outputs] == [w2]
     names = [o.name for o in bwd.graph._op.body.block.ops]
@@ -134,9 +132,7 @@ def test_subset_and_grads_provided():
     ir = popxl.Ir()
     with ir.main_graph:
         _, fwd = Layer().create_graph(X_SPEC)
-        facts, bwd = addons.autodiff_with_accumulation(
-            fwd, [fwd.args.w2], grads_provided=fwd.graph.outputs
-        )
+        facts, bwd = addons.autodiff_with_accumulation(fwd, [fwd.args.w2], grads_provided=fwd.graph.outputs)
     assert set(facts.to_dict()) == {"mean_accum_counter", "accum.w2"}
     assert _input_names(bwd.graph)[-2:] == ["mean_accum_counter", "accum.w2"]
 
@@ -323,9 +319,7 @@ def _accum_program(recompute: bool = False):
         dys = popxl.h2d_stream((B, O), popxl.float32, "dy")
         dxs = popxl.d2h_stream((B, I), popxl.float32, "dx")
         facts, fwd = Layer().create_graph(X_SPEC)
-        bwd_facts, bwd = addons.autodiff_with_accumulation(
-            fwd, fwd.args.tensors, grads_required=[fwd.graph.inputs[0]]
-        )
+        bwd_facts, bwd = addons.autodiff_with_accumulation(fwd, fwd.args.tensors, grads_required=[fwd.graph.inputs[0]])
         if recompute:
             bwd = addons.transforms.recompute_graph(bwd)
         variables = facts.init()
@@ -418,7 +412,6 @@ def test_factories_partial_zeros_are_fresh():
     a, b = f.next_data(), f.next_data()
     a[0] = 1
     assert b[0] == 0
-
 
 
 def test_remap_grad_info_on_an_accumulating_grad_graph():

@@ -74,12 +74,16 @@ def numpy_adam(
 @pytest.mark.parametrize("bias_correction", [True, False])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.05])
 def test_matches_numpy_reference(fo_dtype, bias_correction, weight_decay):
-    kw: dict[str, Any] = dict(lr=0.01, weight_decay=weight_decay, first_order_dtype=fo_dtype, bias_correction=bias_correction)
+    kw: dict[str, Any] = dict(
+        lr=0.01, weight_decay=weight_decay, first_order_dtype=fo_dtype, bias_correction=bias_correction
+    )
     w, st = run_adam(3, **kw)
     w_ref, st_ref = numpy_adam(3, **kw)
     np.testing.assert_allclose(w, w_ref, rtol=1e-6, atol=1e-6)
     assert st["first_order"].dtype == fo_dtype.as_numpy()
-    np.testing.assert_allclose(st["first_order"], st_ref["first_order"], rtol=1e-3 if fo_dtype == popxl.float16 else 1e-6)
+    np.testing.assert_allclose(
+        st["first_order"], st_ref["first_order"], rtol=1e-3 if fo_dtype == popxl.float16 else 1e-6
+    )
     np.testing.assert_allclose(st["second_order"], st_ref["second_order"], rtol=1e-6)
     if bias_correction:
         assert float(st["step"]) == 3.0
@@ -105,7 +109,12 @@ def test_loss_scaling_and_global_norm_clipping():
         grad = popxl.variable(GRADS[0] * 8, popxl.float32, "g")
         norm = popxl.variable(gn * 8, popxl.float32, "norm")
         facts, opt = AdamOptimizerStep().create_graph(
-            var, grad.spec, lr=0.1, loss_scaling=8, global_norm=norm, global_norm_max=gn / 4,
+            var,
+            grad.spec,
+            lr=0.1,
+            loss_scaling=8,
+            global_norm=norm,
+            global_norm_max=gn / 4,
             first_order_dtype=popxl.float32,
         )
         # the norm is a tensor argument: a graph input bound at the call

@@ -85,9 +85,20 @@ SPEC = popxl.TensorSpec((2, 4), popxl.float32)
 
 def test_namespace():
     for name in [
-        "Module", "NamedTensors", "NamedVariableFactories", "VariableFactory",
-        "GraphWithNamedArgs", "BoundGraph", "GraphCache", "add_variable_input", "DotTree",
-        "InputStreams", "OutputStreams", "ops", "transforms", "cross_entropy",
+        "Module",
+        "NamedTensors",
+        "NamedVariableFactories",
+        "VariableFactory",
+        "GraphWithNamedArgs",
+        "BoundGraph",
+        "GraphCache",
+        "add_variable_input",
+        "DotTree",
+        "InputStreams",
+        "OutputStreams",
+        "ops",
+        "transforms",
+        "cross_entropy",
         "cross_entropy_with_grad",
     ]:
         assert hasattr(addons, name), name
@@ -293,9 +304,7 @@ def test_variable_factory_basics():
     assert VariableFactory(lambda: np.zeros(2, np.int64)).dtype == popxl.int32
     assert VariableFactory(lambda: np.zeros(2), popxl.float16).dtype == popxl.float16
     assert VariableFactory(partial(np.zeros, ())).shape == ()
-    assert re.fullmatch(
-        r"<popxl_addons\.variable_factory\.VariableFactory object at 0x[0-9a-f]+>", repr(f)
-    )
+    assert re.fullmatch(r"<popxl_addons\.variable_factory\.VariableFactory object at 0x[0-9a-f]+>", repr(f))
 
 
 def test_variable_factory_bad_callable():
@@ -683,7 +692,7 @@ def test_graph_cache_key_includes_ipu():
 
 
 # Seed 003's optimizer module, verbatim (a cached Module with by-ref state and in_sequence)
-SEED_003_ADAM = '''
+SEED_003_ADAM = """
 class Adam(addons.Module):
     # we need to specify in_sequence because a lot of operations are in place and their order
     # shouldn't be rearranged
@@ -735,18 +744,24 @@ class Adam(addons.Module):
 
         # in place weight update: w += (-lr)*dw
         ops.scaled_add_(var, updater, b=-lr)
-'''
+"""
 
 
 def test_seed_003_adam_cached_optimizer():
     from typing import Union
 
-    ns = {"addons": addons, "popxl": popxl, "ops": ops, "np": np, "partial": partial,
-          "Union": Union, "__name__": "seed003"}
+    ns = {
+        "addons": addons,
+        "popxl": popxl,
+        "ops": ops,
+        "np": np,
+        "partial": partial,
+        "Union": Union,
+        "__name__": "seed003",
+    }
     exec(SEED_003_ADAM, ns)
     rng = np.random.default_rng(1)
-    data = {n: rng.normal(size=s).astype(np.float32) for n, s in
-            [("w1", (3, 2)), ("w2", (3, 2)), ("b", (2,))]}
+    data = {n: rng.normal(size=s).astype(np.float32) for n, s in [("w1", (3, 2)), ("w2", (3, 2)), ("b", (2,))]}
     grads = {n: rng.normal(size=d.shape).astype(np.float32) for n, d in data.items()}
     ir = popxl.Ir()
     optimizer = ns["Adam"](cache=True)
@@ -755,9 +770,7 @@ def test_seed_003_adam_cached_optimizer():
         variables = {n: popxl.variable(d, name=n) for n, d in data.items()}
         for name, var in variables.items():
             g = popxl.variable(grads[name], name=f"grad_{name}")
-            opt_facts, opt = optimizer.create_graph(
-                var, var.spec, lr=1e-3, weight_decay=0.0, bias_correction=True
-            )
+            opt_facts, opt = optimizer.create_graph(var, var.spec, lr=1e-3, weight_decay=0.0, bias_correction=True)
             graphs[name] = opt
             assert list(opt_facts.to_dict()) == ["first_order", "second_order", "step"]
             assert opt_facts.first_order.dtype == popxl.float16

@@ -411,9 +411,7 @@ def test_signature_and_grads_provided_required():
         with pytest.raises(ValueError, match="is not a input of `fwd_graph`"):
             fwd.autodiff(method="build_grad", grads_provided=fwd.graph.outputs[:1], grads_required=[dy])
         with pytest.raises(ValueError, match="Too many outputs in the grad graph"):
-            fwd.autodiff(
-                method="build_grad", grads_provided=fwd.graph.outputs[:1], grads_required=[fwd.args.b]
-            )
+            fwd.autodiff(method="build_grad", grads_provided=fwd.graph.outputs[:1], grads_required=[fwd.args.b])
         g = fwd.autodiff(
             method="build_grad",
             grads_provided=fwd.graph.outputs[:1],

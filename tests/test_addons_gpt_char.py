@@ -144,8 +144,28 @@ def test_example_runs_loss_falls_and_samples(capsys):
     import popxl.ops as ops
 
     out = gpt_char.main(
-        ["--steps", "40", "--batch", "8", "--seq-len", "16", "--hidden", "32", "--heads", "2", "--layers", "1",
-         "--corpus-bytes", "30000", "--sample-chars", "20", "--log-every", "20", "--dropout", "0"]
+        [
+            "--steps",
+            "40",
+            "--batch",
+            "8",
+            "--seq-len",
+            "16",
+            "--hidden",
+            "32",
+            "--heads",
+            "2",
+            "--layers",
+            "1",
+            "--corpus-bytes",
+            "30000",
+            "--sample-chars",
+            "20",
+            "--log-every",
+            "20",
+            "--dropout",
+            "0",
+        ]
     )
     text = capsys.readouterr().out
     assert "---- sample ----" in text and "parameters" in text

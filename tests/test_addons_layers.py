@@ -147,8 +147,14 @@ def test_embedding_vs_torch():
     "kwargs,torch_kwargs",
     [
         (dict(kernel_size=3), dict(kernel_size=3)),
-        (dict(kernel_size=(3, 2), strides=(2, 1), paddings=(1, 0, 1, 0)), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0))),
-        (dict(kernel_size=3, dilations=(2, 2), groups=2, bias=False), dict(kernel_size=3, dilation=2, groups=2, bias=False)),
+        (
+            dict(kernel_size=(3, 2), strides=(2, 1), paddings=(1, 0, 1, 0)),
+            dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0)),
+        ),
+        (
+            dict(kernel_size=3, dilations=(2, 2), groups=2, bias=False),
+            dict(kernel_size=3, dilation=2, groups=2, bias=False),
+        ),
         (dict(kernel_size=3, paddings="same_upper"), dict(kernel_size=3, padding="same")),
     ],
 )

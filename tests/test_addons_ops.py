@@ -26,6 +26,7 @@ def _ce_run(logits, labels, reduction, ignore_index, with_grad, loss_scaling=1.0
             )
             streams = [addons.host_store(loss), addons.host_store(dx)]
         else:
+
             def f(x, t):
                 return addons.cross_entropy(x, t, ignore_index, reduction)
 
@@ -45,7 +46,9 @@ def _torch_ce(logits, labels, reduction, ignore_index):
     xt = torch.tensor(logits, requires_grad=True)
     kw = {} if ignore_index is None else {"ignore_index": ignore_index}
     c = logits.shape[-1]
-    loss = F.cross_entropy(xt.reshape(-1, c), torch.tensor(labels, dtype=torch.long).reshape(-1), reduction=reduction, **kw)
+    loss = F.cross_entropy(
+        xt.reshape(-1, c), torch.tensor(labels, dtype=torch.long).reshape(-1), reduction=reduction, **kw
+    )
     loss.backward(torch.ones_like(loss))
     return loss.detach().numpy(), xt.grad.numpy()
 

@@ -72,8 +72,10 @@ def _phased(replicas: int, threshold: int, layers: int = 3):
             layer.bind(full).call(x, y)
             # shard the reduction like the buffers: all replicas for sharded buffers, none else
             shard_groups = NamedReplicaGrouping.from_dict(
-                {k: ir.replica_grouping(group_size=replicas if b.meta_shape else 1)
-                 for k, b in buffers.to_dict().items()}  # fmt: skip
+                {
+                    k: ir.replica_grouping(group_size=replicas if b.meta_shape else 1)
+                    for k, b in buffers.to_dict().items()
+                }  # fmt: skip
             )
             reduce, rnames = reduce_replica_sharded_graph(full, shard_groups=shard_groups)
             reduced = addons.NamedTensors.pack(rnames, reduce.bind(full).call())
@@ -121,9 +123,7 @@ def test_named_buffers_and_load_store_in_main() -> None:
     a0 = np.arange(8, dtype=np.float32).reshape(2, 4)
     c0 = np.arange(3, dtype=np.float32)
     with ir.main_graph, popxl.in_sequence():
-        ts = addons.NamedTensors.from_dict(
-            {"l.a": popxl.variable(a0, name="a"), "l.c": popxl.variable(c0, name="c")}
-        )
+        ts = addons.NamedTensors.from_dict({"l.a": popxl.variable(a0, name="a"), "l.c": popxl.variable(c0, name="c")})
         bufs = named_buffers(ts, entries=2, sharded_threshold=8)
         assert isinstance(bufs, NamedRemoteBuffers)
         assert bufs.l.a.meta_shape == (2, 4) and bufs.l.a.tensor_shape == (4,)

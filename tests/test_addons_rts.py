@@ -39,7 +39,9 @@ def test_replica_sharded_spec() -> None:
         assert replica_sharded_spec(t, ir.replica_grouping(group_size=1)) == t.spec
         odd = popxl.variable(np.zeros((5,), np.float32))
         assert replica_sharded_spec(odd, ir.replica_grouping()).meta_shape == ()  # 5 % 4
-        assert replica_sharded_spec(popxl.TensorSpec((6,), popxl.float32, (4, 6)), ir.replica_grouping(1, 2)).shape == (6,)
+        assert replica_sharded_spec(popxl.TensorSpec((6,), popxl.float32, (4, 6)), ir.replica_grouping(1, 2)).shape == (
+            6,
+        )
         # upstream's earlier signature: a threshold
         assert replica_sharded_spec(t, threshold=24).shape == (6,)
         assert replica_sharded_spec(t, 25) == t.spec
@@ -62,7 +64,9 @@ def test_sharded_then_gathered_equals_original(group_size: int) -> None:
         _, shard = popxl.replica_sharded_variable(data, popxl.float32, "w", replica_grouping=rg if groups > 1 else None)
         assert shard.shape == (24 // group_size,) and shard.meta_shape == (4, 6)
         ts = addons.NamedTensors.from_dict({"w": shard, "b": popxl.variable(small, name="b")})
-        g, names = all_gather_replica_sharded_graph(ts, replica_groups=NamedReplicaGrouping.build_groups(["w", "b"], rg))
+        g, names = all_gather_replica_sharded_graph(
+            ts, replica_groups=NamedReplicaGrouping.build_groups(["w", "b"], rg)
+        )
         assert names == ["b", "w"]
         outs = g.bind(ts).call()
         got = {n: _out(t, n) for n, t in zip(names, outs)}

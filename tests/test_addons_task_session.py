@@ -79,7 +79,9 @@ def test_save_load_roundtrip(tmp_path):
     assert session2.dataloader.position == 17
     # both sessions now compute the same outputs
     with session, session2:
-        np.testing.assert_array_equal(session.run({x_in.x: data})[session.outputs.y], session2.run({x2.x: data})[session2.outputs.y])
+        np.testing.assert_array_equal(
+            session.run({x_in.x: data})[session.outputs.y], session2.run({x2.x: data})[session2.outputs.y]
+        )
 
 
 def test_missing_and_mismatched_tensors(tmp_path, caplog):
@@ -100,7 +102,9 @@ def test_missing_and_mismatched_tensors(tmp_path, caplog):
     # a checkpoint of another shape names the tensor and both shapes, writes nothing
     other, _ = build_session(hidden=20)
     before = other.get_named_tensors_data().to_dict()
-    with pytest.raises(ValueError, match=r"tensor 'l1\.bias' .* is \(30,\) float32, the session's variable is \(20,\) float32"):
+    with pytest.raises(
+        ValueError, match=r"tensor 'l1\.bias' .* is \(30,\) float32, the session's variable is \(20,\) float32"
+    ):
         other.load_checkpoint(str(tmp_path), report_missing="none")
     for k, v in other.get_named_tensors_data().to_dict().items():
         np.testing.assert_array_equal(v, before[k])  # l3.* fit, but nothing was written

@@ -233,21 +233,15 @@ def test_repeat_helpers_docs():
     a = np.arange(4)
     np.testing.assert_array_equal(am.repeat_shard(a, 2, 2, 0, "contiguous"), [[0, 1], [2, 3], [0, 1], [2, 3]])
     np.testing.assert_array_equal(am.repeat_shard(a, 2, 2, 0, "strided"), [[0, 1], [0, 1], [2, 3], [2, 3]])
-    np.testing.assert_array_equal(
-        am.repeat_shard(np.arange(6), 3, 2, 0, "strided"), [[0, 1, 2]] * 3 + [[3, 4, 5]] * 3
-    )
+    np.testing.assert_array_equal(am.repeat_shard(np.arange(6), 3, 2, 0, "strided"), [[0, 1, 2]] * 3 + [[3, 4, 5]] * 3)
     with pytest.raises(ValueError, match="'contiguous' or 'strided'"):
         am.repeat_shard(a, 2, 2, 0, "bogus")
 
 
 def test_shard2d_docs():
     data = np.arange(8).reshape(4, 2)
-    np.testing.assert_array_equal(
-        am.shard2D(data, 2, 2, 0, 1), [[[0], [2]], [[1], [3]], [[4], [6]], [[5], [7]]]
-    )
-    np.testing.assert_array_equal(
-        am.shard2D(data, 2, 2, 1, 0), [[[0], [2]], [[4], [6]], [[1], [3]], [[5], [7]]]
-    )
+    np.testing.assert_array_equal(am.shard2D(data, 2, 2, 0, 1), [[[0], [2]], [[1], [3]], [[4], [6]], [[5], [7]]])
+    np.testing.assert_array_equal(am.shard2D(data, 2, 2, 1, 0), [[[0], [2]], [[4], [6]], [[1], [3]], [[5], [7]]])
     x = np.random.default_rng(1).random((10, 3, 4))
     s = am.shard2D(x, 2, 4, 0, 2)
     assert s.shape == (8, 5, 3, 1)

@@ -515,7 +515,9 @@ def test_popxl_two_layers_structure() -> None:
     text = str(ir._module)
     assert "autodiff.expected_inputs" in text
     r = repr(info1)
-    assert r.startswith(f"GradGraphInfo[\n  graph={info1.graph.id}\n  expected_inputs=[\n    (ExpectedConnectionType.FwdGrad, Tensor[")
+    assert r.startswith(
+        f"GradGraphInfo[\n  graph={info1.graph.id}\n  expected_inputs=[\n    (ExpectedConnectionType.FwdGrad, Tensor["
+    )
     assert r.endswith("  ]\n]")
 
 
@@ -539,7 +541,14 @@ def test_popxl_autodiff_errors() -> None:
         g0 = ir.create_graph(l0, x, 3)
         g1 = ir.create_graph(l1, x, 3)
         assert l1.W is not None and l1.b is not None
-        i1 = ops.call_with_info(g1, x, inputs_dict={l1.W: popxl.variable(np.ones((4, 3), np.float32)), l1.b: popxl.variable(np.ones(3, np.float32))})
+        i1 = ops.call_with_info(
+            g1,
+            x,
+            inputs_dict={
+                l1.W: popxl.variable(np.ones((4, 3), np.float32)),
+                l1.b: popxl.variable(np.ones(3, np.float32)),
+            },
+        )
         with pytest.raises(ValueError, match=r"grads_required: tensor .*W.* is not in graph"):
             transforms.autodiff(g0, grads_required=[l1.W])
         with pytest.raises(ValueError, match=r"grads_required: tensor .* is not an input of graph"):
@@ -582,9 +591,7 @@ def test_popxl_return_all_grad_graphs() -> None:
         # reuse it for another graph calling `inner`
         g2 = ir.create_graph(outer, spec((2, 4)), spec((4, 4)), spec((4,)))
         info2 = transforms.autodiff(g2, called_graphs_grad_info={inner: all_infos[inner]})
-        callees = {
-            op.callee.root_reference.data for op in info2.graph._op.body.walk() if isinstance(op, CallOp)
-        }
+        callees = {op.callee.root_reference.data for op in info2.graph._op.body.walk() if isinstance(op, CallOp)}
         assert callees == {all_infos[inner].graph.name}
 
 
@@ -603,9 +610,7 @@ def test_addons_autodiff_mnist_like() -> None:
             self.n = n
 
         def build(self, x):
-            w = self.add_variable_input(
-                "weight", lambda: np.full((x.shape[-1], self.n), 0.1, np.float32), x.dtype
-            )
+            w = self.add_variable_input("weight", lambda: np.full((x.shape[-1], self.n), 0.1, np.float32), x.dtype)
             b = self.add_variable_input("bias", lambda: np.zeros(self.n, np.float32), x.dtype)
             return ops.gelu(x @ w + b)
 

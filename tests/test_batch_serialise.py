@@ -139,11 +139,15 @@ def _grad_programs(io_mode: str, remote_input: bool):
         x_s = popxl.h2d_stream((BF * CB, 3), popxl.float32, "x")
         dx_s = popxl.d2h_stream((BF * CB, 3), popxl.float32, "dx")
         args, graph = Dense().create_graph(x_s.spec)
-        dargs, dgraph = addons.autodiff_with_accumulation(graph, graph.args.tensors, grads_required=graph.graph.inputs[:1])
+        dargs, dgraph = addons.autodiff_with_accumulation(
+            graph, graph.args.tensors, grads_required=graph.graph.inputs[:1]
+        )
         weights = args.init()
         accum = dargs.init()
         info = graph.bind(weights).call_with_info(ops.host_load(x_s))
-        (dx,) = dgraph.bind(accum).call(popxl.constant(gs.reshape(-1, 4)), args=dgraph.grad_graph_info.inputs_dict(info))
+        (dx,) = dgraph.bind(accum).call(
+            popxl.constant(gs.reshape(-1, 4)), args=dgraph.grad_graph_info.inputs_dict(info)
+        )
         ops.host_store(dx_s, dx)
     with popxl.Session(ir) as s:
         s.write_variable_data(weights.w, w)
@@ -156,7 +160,9 @@ def _grad_programs(io_mode: str, remote_input: bool):
         x_s = popxl.h2d_stream((CB, 3), popxl.float32, "x")
         dx_s = popxl.d2h_stream((CB, 3), popxl.float32, "dx")
         args, graph = Dense().create_graph(x_s.spec)
-        dargs, dgraph = addons.autodiff_with_accumulation(graph, graph.args.tensors, grads_required=graph.graph.inputs[:1])
+        dargs, dgraph = addons.autodiff_with_accumulation(
+            graph, graph.args.tensors, grads_required=graph.graph.inputs[:1]
+        )
         g_in = dgraph.graph.inputs[0]
         g_buf = batch_serial_buffer(g_in, steps=BF)
         x_buf = popxl.remote_buffer((CB, 3), popxl.float32, BF)
@@ -221,7 +227,9 @@ def test_sharded_activation_over_replicas(io_mode: str) -> None:
         x_s = popxl.h2d_stream((CB, 3), popxl.float32, "x")
         dx_s = popxl.d2h_stream((CB, 3), popxl.float32, "dx")
         args, graph = Dense().create_graph(x_s.spec)
-        dargs, dgraph = addons.autodiff_with_accumulation(graph, graph.args.tensors, grads_required=graph.graph.inputs[:1])
+        dargs, dgraph = addons.autodiff_with_accumulation(
+            graph, graph.args.tensors, grads_required=graph.graph.inputs[:1]
+        )
         acts = [ec.fwd_tensor for ec in dgraph.grad_graph_info.expected_inputs
                 if ec.connection_type == ExpectedConnectionType.Fwd and ec.fwd_tensor not in graph.args.tensors]  # fmt: skip
         assert acts
@@ -232,7 +240,9 @@ def test_sharded_activation_over_replicas(io_mode: str) -> None:
             {dgraph.graph.outputs[0]: dx_s}, {a: group for a in acts}, io_mode=io_mode,
         )  # fmt: skip
         sharded = [h for t, h in fwd.stored_buffers.items() if t in acts]
-        assert sharded and all(h.buffer.meta_shape == tuple(t.shape) for t, h in fwd.stored_buffers.items() if t in acts)
+        assert sharded and all(
+            h.buffer.meta_shape == tuple(t.shape) for t, h in fwd.stored_buffers.items() if t in acts
+        )
         weights = args.init()
         grad_vars = dargs.init()
         grad_vars.update(weights)

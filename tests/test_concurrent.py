@@ -62,8 +62,9 @@ def _mnist_pipeline(micro_batch: int, recomputation: bool = False, data_parallel
     return session.ir, streams, variables, loss_stream, opts
 
 
-def _train(ir: popxl.Ir, streams: Any, variables: Any, loss_stream: Any, batches: list[Any],
-           **session_kw: Any) -> tuple[list[np.ndarray], dict[str, np.ndarray], int]:
+def _train(
+    ir: popxl.Ir, streams: Any, variables: Any, loss_stream: Any, batches: list[Any], **session_kw: Any
+) -> tuple[list[np.ndarray], dict[str, np.ndarray], int]:
     session = popxl.Session(ir, "cpu", **session_kw)
     losses = []
     with session:
@@ -114,8 +115,9 @@ def test_mnist_pipeline_data_parallel_runs_serially() -> None:
     ir, streams, variables, loss_stream, opts = _mnist_pipeline(2, data_parallel=2)
     n = opts.train.gradient_accumulation
     rng = np.random.default_rng(2)
-    batches = [(rng.standard_normal((n, 2, 2, 784)).astype(np.float32),
-                rng.integers(0, 10, (n, 2, 2)).astype(np.int32))]
+    batches = [
+        (rng.standard_normal((n, 2, 2, 784)).astype(np.float32), rng.integers(0, 10, (n, 2, 2)).astype(np.int32))
+    ]
     c = _train(ir, streams, variables, loss_stream, batches)
     s = _train(ir, streams, variables, loss_stream, batches, concurrent=False)
     assert c[2] == s[2] == 1
@@ -128,8 +130,12 @@ def test_mnist_pipeline_trace_rows_overlap(tmp_path: Path) -> None:
     ir, streams, _, _, opts = _mnist_pipeline(32)
     n = opts.train.gradient_accumulation
     rng = np.random.default_rng(3)
-    inputs = dict(zip(streams, [rng.standard_normal((n, 32, 784)).astype(np.float32),
-                                rng.integers(0, 10, (n, 32)).astype(np.int32)]))
+    inputs = dict(
+        zip(
+            streams,
+            [rng.standard_normal((n, 32, 784)).astype(np.float32), rng.integers(0, 10, (n, 32)).astype(np.int32)],
+        )
+    )
     path = tmp_path / "trace.json"
     overlap = False
     for _ in range(5):
@@ -179,7 +185,9 @@ def test_pipeline_training_programs(num_stages: int) -> None:
             init = [{k: session.get_tensor_data(v).copy() for k, v in fv.named_tensors.items()} for fv in prog["fwd"]]
             for _ in range(3):
                 session.run({prog["x"]: x, prog["t"]: t})
-            weights = [{k: session.get_tensor_data(v).copy() for k, v in fv.named_tensors.items()} for fv in prog["fwd"]]
+            weights = [
+                {k: session.get_tensor_data(v).copy() for k, v in fv.named_tensors.items()} for fv in prog["fwd"]
+            ]
             results.append((init, weights, session._exe.workers))
     (init, w_c, workers), (_, w_s, serial_workers) = results
     assert workers == 2 and serial_workers == 1
@@ -365,10 +373,12 @@ class _Gen:
 
         out: list[tuple[Any, ...]] = []
         for _ in range(self.draw(st.integers(1, 6 if depth == 0 else 3))):
-            kind = self.draw(st.sampled_from(
-                ["add", "mul", "tanh", "matmul", "scaled_add_", "copy", "h2d"]
-                + (["loop", "if"] if depth < 2 else [])
-            ))
+            kind = self.draw(
+                st.sampled_from(
+                    ["add", "mul", "tanh", "matmul", "scaled_add_", "copy", "h2d"]
+                    + (["loop", "if"] if depth < 2 else [])
+                )
+            )
             buf = st.integers(0, 4)  # 4: the transposed view of v1
             ipu = self.draw(st.integers(0, self.ipus - 1))
             if kind == "loop":
@@ -391,12 +401,14 @@ def _names(i: int) -> str:
 
 
 def _text(stmts: list[tuple[Any, ...]], init: list[np.ndarray]) -> str:
-    lines = ['rt.program attributes {num_host_transfers = 3 : i64, replication_factor = 1 : i64} {']
+    lines = ["rt.program attributes {num_host_transfers = 3 : i64, replication_factor = 1 : i64} {"]
     for i, a in enumerate(init):
         vals = ", ".join("[" + ", ".join(f"{float(v):.8e}" for v in row) + "]" for row in a)
         lines.append(f'  %v{i} = rt.state "v{i}" = dense<[{vals}]> : tensor<4x4xf32> : {T}')
     lines.append(f"  %t = rt.alloc : {T}")
-    lines.append(f'  rt.kernel "popxl.transpose"(%v1) -> (%t) {{perm = array<i64: 1, 0>, rt.view, ipu.id = 1 : i64}} : ({T}) -> {T}')
+    lines.append(
+        f'  rt.kernel "popxl.transpose"(%v1) -> (%t) {{perm = array<i64: 1, 0>, rt.view, ipu.id = 1 : i64}} : ({T}) -> {T}'
+    )
     lines.append("  %c = rt.alloc : memref<i1>")
 
     def emit(ss: list[tuple[Any, ...]], ind: str) -> None:
@@ -407,7 +419,7 @@ def _text(stmts: list[tuple[Any, ...]], init: list[np.ndarray]) -> str:
                 emit(s[2], ind + "  ")
                 lines.append(f"{ind}}}")
             elif k == "if":
-                lines.append(f"{ind}rt.h2d \"c\", %c : memref<i1>")
+                lines.append(f'{ind}rt.h2d "c", %c : memref<i1>')
                 lines.append(f"{ind}rt.if %c : memref<i1> {{")
                 emit(s[1], ind + "  ")
                 lines.append(f"{ind}}} else {{")
@@ -416,17 +428,23 @@ def _text(stmts: list[tuple[Any, ...]], init: list[np.ndarray]) -> str:
             elif k in ("add", "mul", "matmul"):
                 _, ipu, a, b, o = s
                 name = {"add": "popxl.add", "mul": "popxl.mul", "matmul": "popxl.matmul"}[k]
-                lines.append(f'{ind}rt.kernel "{name}"({_names(a)}, {_names(b)}) -> ({_names(o)}) {{ipu.id = {ipu} : i64}} : ({T}, {T}) -> {T}')
+                lines.append(
+                    f'{ind}rt.kernel "{name}"({_names(a)}, {_names(b)}) -> ({_names(o)}) {{ipu.id = {ipu} : i64}} : ({T}, {T}) -> {T}'
+                )
             elif k == "scaled_add_":
                 _, ipu, a, b, _o = s
-                lines.append(f'{ind}rt.kernel "popxl.scaled_add_"({_names(a)}, {_names(b)}) -> ({_names(a)}) {{a = 5.0e-01 : f64, b = 5.0e-01 : f64, ipu.id = {ipu} : i64}} : ({T}, {T}) -> {T}')
+                lines.append(
+                    f'{ind}rt.kernel "popxl.scaled_add_"({_names(a)}, {_names(b)}) -> ({_names(a)}) {{a = 5.0e-01 : f64, b = 5.0e-01 : f64, ipu.id = {ipu} : i64}} : ({T}, {T}) -> {T}'
+                )
             elif k == "tanh":
                 _, ipu, a, o = s
-                lines.append(f'{ind}rt.kernel "popxl.tanh"({_names(a)}) -> ({_names(o)}) {{ipu.id = {ipu} : i64}} : ({T}) -> {T}')
+                lines.append(
+                    f'{ind}rt.kernel "popxl.tanh"({_names(a)}) -> ({_names(o)}) {{ipu.id = {ipu} : i64}} : ({T}) -> {T}'
+                )
             elif k == "copy":
                 lines.append(f"{ind}rt.copy {_names(s[1])}, {_names(s[2])} : {T}, {T}")
             elif k == "cond":
-                lines.append(f"{ind}rt.h2d \"c\", %c : memref<i1>")
+                lines.append(f'{ind}rt.h2d "c", %c : memref<i1>')
             else:
                 lines.append(f'{ind}rt.h2d "x", %v{s[1]} : {T}')
 
@@ -520,11 +538,15 @@ def test_three_ipus_on_two_workers_and_a_loop_carried_dependency() -> None:
     previous one, and IPU 0 overwrites what IPU 1 read (WAR across iterations)."""
     init = [np.full(SHAPE, k + 1, np.float32) for k in range(4)]
     stmts: list[tuple[Any, ...]] = [
-        ("loop", 5, [
-            ("add", 1, 0, 2, 2),        # IPU 1: v2 = v0 + v2 (v0 from the previous iteration)
-            ("mul", 0, 0, 3, 0),        # IPU 0: v0 = v0 * v3 (after IPU 1 read it)
-            ("tanh", 2, 2, 3),          # IPU 2: v3 = tanh(v2)
-        ]),
+        (
+            "loop",
+            5,
+            [
+                ("add", 1, 0, 2, 2),  # IPU 1: v2 = v0 + v2 (v0 from the previous iteration)
+                ("mul", 0, 0, 3, 0),  # IPU 0: v0 = v0 * v3 (after IPU 1 read it)
+                ("tanh", 2, 2, 3),  # IPU 2: v3 = tanh(v2)
+            ],
+        ),
     ]
     text = _text(stmts, init)
     exe = _compile(text, workers=2)

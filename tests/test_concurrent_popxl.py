@@ -29,13 +29,15 @@ def programs(draw: Any) -> tuple[int, list[tuple[Any, ...]]]:
     ipus = draw(st.integers(2, 3))
     steps = []
     for _ in range(draw(st.integers(2, 10))):
-        steps.append((
-            draw(st.sampled_from(KINDS)),
-            draw(st.integers(0, 99)),  # operands: indices modulo the values so far
-            draw(st.integers(0, 99)),
-            draw(st.integers(0, ipus - 1)),
-            draw(st.integers(1, 3)),  # repeat count
-        ))
+        steps.append(
+            (
+                draw(st.sampled_from(KINDS)),
+                draw(st.integers(0, 99)),  # operands: indices modulo the values so far
+                draw(st.integers(0, 99)),
+                draw(st.integers(0, ipus - 1)),
+                draw(st.integers(1, 3)),  # repeat count
+            )
+        )
     return ipus, steps
 
 
@@ -116,12 +118,14 @@ def test_random_popxl_programs(program: tuple[int, list[tuple[Any, ...]]], seed:
             with popxl.Session(ir, "cpu", concurrent=concurrent) as session:
                 got = session.run({xs: x})
                 got2 = session.run({xs: x})  # a second step: variables carried over
-                results.append((
-                    [got[s] for s, _ in outs],
-                    [got2[s] for s, _ in outs],
-                    [session.get_tensor_data(v) for v in variables],
-                    session._exe.workers,
-                ))
+                results.append(
+                    (
+                        [got[s] for s, _ in outs],
+                        [got2[s] for s, _ in outs],
+                        [session.get_tensor_data(v) for v in variables],
+                        session._exe.workers,
+                    )
+                )
     (c1, c2, cv, cw), (s1, s2, sv, sw) = results
     assert sw == 1 and cw >= 1
     event(f"workers={cw}")

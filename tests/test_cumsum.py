@@ -20,9 +20,7 @@ def test_cumsum_gradient_matches_finite_differences(dim: int) -> None:
 def test_reverse_cumsum_gradient_and_chain() -> None:
     check_grads(lambda e, c, x: [e("popxl.cumsum", x, dim=0, reverse=True)], [rand((4, 2))])
     # a cumsum feeding a nonlinearity: the rule composes with the others
-    check_grads(
-        lambda e, c, x: [e("popxl.tanh", e("popxl.cumsum", x, dim=1))], [rand((2, 5), low=-0.5, high=0.5)]
-    )
+    check_grads(lambda e, c, x: [e("popxl.tanh", e("popxl.cumsum", x, dim=1))], [rand((2, 5), low=-0.5, high=0.5)])
 
 
 @pytest.mark.parametrize("optimize", [True, False])

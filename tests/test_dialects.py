@@ -246,17 +246,13 @@ def test_main_attributes() -> None:
 
 def test_host_load_unknown_stream() -> None:
     m, _ = main_with(lambda: graph.HostLoadOp("nope", T2))
-    verify_error(
-        m, r"graph.host_load: @nope does not name a graph.h2d_stream declaration \(no such symbol\)"
-    )
+    verify_error(m, r"graph.host_load: @nope does not name a graph.h2d_stream declaration \(no such symbol\)")
 
 
 def test_host_load_wrong_type() -> None:
     m, _ = main_with(lambda: graph.HostLoadOp("x", T3))
     m.body.block.insert_op_before(graph.H2DStreamOp("x", T2), first_op(m))
-    verify_error(
-        m, r"graph.host_load: stream @x carries \(2,\) float32 but the load produces \(3,\) float32"
-    )
+    verify_error(m, r"graph.host_load: stream @x carries \(2,\) float32 but the load produces \(3,\) float32")
 
 
 def test_host_load_from_d2h_stream() -> None:
@@ -361,9 +357,7 @@ def test_call_type_mismatch_names_the_input() -> None:
 
 def test_call_result_types() -> None:
     g = identity_graph("g")
-    m = _call_module(
-        lambda: call.CallOp("g", [const([1.0, 2.0]).result], [TensorType(f16, [2])]), g
-    )
+    m = _call_module(lambda: call.CallOp("g", [const([1.0, 2.0]).result], [TensorType(f16, [2])]), g)
     verify_error(m, r"call.call @g: result types .* differ from the graph outputs")
 
 
@@ -394,9 +388,7 @@ def test_repeat_more_outputs_than_inputs() -> None:
     with ImplicitBuilder(body.body.block) as (a,):
         graph.OutputOp([a, a])
     m = _call_module(lambda: call.RepeatOp("body", 3, [const([1.0, 2.0]).result], [T2, T2]), body)
-    verify_error(
-        m, "call.repeat @body: the graph has 2 outputs but only 1 inputs to carry them into"
-    )
+    verify_error(m, "call.repeat @body: the graph has 2 outputs but only 1 inputs to carry them into")
 
 
 def test_repeat_negative_count() -> None:
@@ -432,9 +424,7 @@ def test_conditional_checks_else_branch() -> None:
         x = const([1.0, 2.0]).result
         call.ConditionalOp(c, "a", [x], "b", [x], [T2])
 
-    verify_error(
-        _call_module(build, a, b), "call.conditional @b: 1 inputs given, the graph takes 2"
-    )
+    verify_error(_call_module(build, a, b), "call.conditional @b: 1 inputs given, the graph takes 2")
 
 
 # ------------------------------------------------------------------------------------
@@ -531,9 +521,7 @@ def test_rt_empty_regions_round_trip(ctx: Context) -> None:
 
 
 def test_rt_copy_type_mismatch() -> None:
-    m, _ = _program(
-        lambda: rt.CopyOp(rt.AllocOp(M4).result, rt.AllocOp(MemRefType(f16, [4])).result)
-    )
+    m, _ = _program(lambda: rt.CopyOp(rt.AllocOp(M4).result, rt.AllocOp(MemRefType(f16, [4])).result))
     verify_error(m, r"rt.copy: cannot copy \(4,\) float32 into \(4,\) float16")
 
 
@@ -556,9 +544,7 @@ def test_rt_loop_negative_count() -> None:
 
 def test_rt_if_condition() -> None:
     m, _ = _program(lambda: rt.IfOp(rt.AllocOp(MemRefType(f32, [])).result))
-    verify_error(
-        m, r"rt.if: condition must be a scalar bool buffer \(memref<i1>\), got memref<f32>"
-    )
+    verify_error(m, r"rt.if: condition must be a scalar bool buffer \(memref<i1>\), got memref<f32>")
 
 
 def test_rt_streams_take_buffers() -> None:

@@ -46,9 +46,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _run(args: list[str], cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        args, cwd=cwd, env=_env(**extra), capture_output=True, text=True, timeout=300
-    )
+    return subprocess.run(args, cwd=cwd, env=_env(**extra), capture_output=True, text=True, timeout=300)
 
 
 def test_the_guide_has_its_files() -> None:
@@ -87,12 +85,8 @@ def test_entry_point_from_the_guide(guide_dir: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
-    )
-    (info / "entry_points.txt").write_text(
-        "[xl.passes]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items())
-    )
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    (info / "entry_points.txt").write_text("[xl.passes]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()))
     (site / "fold_double_neg.py").write_text((guide_dir / "fold_double_neg.py").read_text())
     r = _run(["xl-opt", "--list-passes"], tmp_path, PYTHONPATH=str(site))
     assert r.returncode == 0, r.stderr
@@ -105,10 +99,7 @@ def test_entry_point_from_the_guide(guide_dir: Path, tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "popxl.neg" not in r.stdout and "graph.host_store @y, %x" in r.stdout
-    code = (
-        "from xl.passes import get_all_passes; "
-        "print(get_all_passes()['fold-double-neg']().__name__)"
-    )
+    code = "from xl.passes import get_all_passes; print(get_all_passes()['fold-double-neg']().__name__)"
     r = _run([sys.executable, "-c", code], tmp_path, PYTHONPATH=str(site))
     assert r.stdout.strip() == "FoldDoubleNegPass", r.stderr
 
@@ -154,7 +145,5 @@ def test_op_guide_builds_verifies_and_computes(guide_dir: Path) -> None:
     r = _run([sys.executable, "-c", OP_CHECK], guide_dir, PYTHONPATH=str(guide_dir))
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
-    assert re.fullmatch(
-        r"%\d+ = popxl.softsign %\d+ : \(tensor<2x3xf32>\) -> tensor<2x3xf32>", lines[0]
-    ), lines[0]
+    assert re.fullmatch(r"%\d+ = popxl.softsign %\d+ : \(tensor<2x3xf32>\) -> tensor<2x3xf32>", lines[0]), lines[0]
     assert lines[-1].startswith("rejected:")

@@ -22,9 +22,7 @@ from xl.tools.context import xl_context
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("dialects", "passes", "runtime", "tools")  # xl.dialects, xl.passes, ...
 BLOCK = re.compile(r"```mlir\n(.*?)```", re.S)
-SPLIT = re.compile(
-    r"^[ \t]*//[ \t]*(?:after|canonicali[sz]es to|becomes|rewritten to|=>)[^\n]*$", re.M | re.I
-)
+SPLIT = re.compile(r"^[ \t]*//[ \t]*(?:after|canonicali[sz]es to|becomes|rewritten to|=>)[^\n]*$", re.M | re.I)
 # Modules whose examples still elide IR with `...` (owned by the runtime work; issue 10 phase 2).
 ELIDED = {"passes/rt_fold_update.py", "passes/rt_fuse_elementwise.py", "passes/rt_reuse_buffers.py",
           "passes/outline.py"}  # fmt: skip

@@ -35,9 +35,7 @@ from xl.tools.parse import parse_source
 # subgraphs; IDs bare or double-quoted with backslash escapes)
 # ---------------------------------------------------------------------------------------
 
-_TOKEN = re.compile(
-    r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<arrow>->)|(?P<punct>[\[\]{};,=])|(?P<id>[A-Za-z0-9_.\-]+))'
-)
+_TOKEN = re.compile(r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<arrow>->)|(?P<punct>[\[\]{};,=])|(?P<id>[A-Za-z0-9_.\-]+))')
 
 
 def _tokens(text: str) -> list[str]:
@@ -47,7 +45,7 @@ def _tokens(text: str) -> list[str]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None or m.end() == pos:
-            raise ValueError(f"DOT: cannot read {text[pos:pos + 20]!r}")
+            raise ValueError(f"DOT: cannot read {text[pos : pos + 20]!r}")
         tok = m.group("str") or m.group("arrow") or m.group("punct") or m.group("id")
         out.append(tok)
         pos = m.end()
@@ -151,13 +149,15 @@ def parse_dot(text: str) -> Dot:
 
 
 def test_parser_reads_escapes_and_clusters() -> None:
-    d = parse_dot('digraph "g" { a=b; subgraph "cluster_1" { label="x \\"y\\"\\nz"; "n 1" [shape=box, label="L"]; }\n "n 1" -> m [label="%1"]; }')
+    d = parse_dot(
+        'digraph "g" { a=b; subgraph "cluster_1" { label="x \\"y\\"\\nz"; "n 1" [shape=box, label="L"]; }\n "n 1" -> m [label="%1"]; }'
+    )
     assert d.attrs == {"a": "b"}
     assert d.clusters["cluster_1"]["label"] == 'x "y"\nz'
     assert d.node_clusters["n 1"] == ("cluster_1",)
     assert d.edges == [("n 1", "m", {"label": "%1"})]
     with pytest.raises(ValueError):
-        parse_dot('digraph g { a -> ; }')
+        parse_dot("digraph g { a -> ; }")
 
 
 # ---------------------------------------------------------------------------------------
@@ -309,9 +309,7 @@ def test_emit_dot_high_level_pipeline(tmp_path: Path) -> None:
     module = _module(text)
     ops_ = _scheduled(module)
     assert len(d.boxes()) == len(ops_)
-    assert Counter(v.split(".")[0] for v in d.boxes().values()) == Counter(
-        dotmod.op_type(o) for o in ops_
-    )
+    assert Counter(v.split(".")[0] for v in d.boxes().values()) == Counter(dotmod.op_type(o) for o in ops_)
     # one cluster per graph, named as the graph
     graphs = [op.graph_name for op in module.ops if isinstance(op, GraphOp)] + ["main"]
     graph_clusters = {c: a["label"] for c, a in d.clusters.items() if a["label"].startswith("Graph : ")}
@@ -323,12 +321,8 @@ def test_emit_dot_high_level_pipeline(tmp_path: Path) -> None:
     expected = Counter(f"Graph : {n}" for o in calls for n in called_graph_names(o))
     assert Counter(d.cluster_label(a["lhead"]) for a in call_edges) == expected
     # placement: every op with ipu.id k lies in a cluster `ipu k`, the others in none
-    boxes_by_ipu = Counter(
-        next((lab for lab in d.labels_of(n) if lab.startswith("ipu ")), None) for n in d.boxes()
-    )
-    want = Counter(
-        f"ipu {o.attributes[IPU_ATTR].value.data}" if IPU_ATTR in o.attributes else None for o in ops_
-    )
+    boxes_by_ipu = Counter(next((lab for lab in d.labels_of(n) if lab.startswith("ipu ")), None) for n in d.boxes())
+    want = Counter(f"ipu {o.attributes[IPU_ATTR].value.data}" if IPU_ATTR in o.attributes else None for o in ops_)
     assert boxes_by_ipu == want and want["ipu 0"] > 0 and want["ipu 1"] > 0
     # non-dashed edges: one per operand use of every op and graph output
     uses = sum(len(o.operands) for o in module.walk() if o is not module and not isinstance(o, GraphOp | MainGraphOp))
@@ -362,14 +356,16 @@ def test_emit_dot_rt_follows_data_through_buffers(tmp_path: Path) -> None:
     (state,) = [n for n, a in d.nodes.items() if a.get("label") == 'State "acc"']
     named = {**names, state: "acc"}
     flow = sorted((named[s], named[t], a["label"]) for s, t, a in d.edges if t in named and s in named)
-    assert flow == sorted([
-        ("H2d", "Add", "%1 [(2,) float32]"),
-        ("acc", "Add", "%2 [(2,) float32]"),   # first iteration
-        ("Add", "Add", "%2 [(2,) float32]"),   # the previous iteration's sum
-        ("Add", "Reshape", "%2 [(2,) float32]"),
-        ("Reshape", "Relu", "%3 [(2, 1) float32]"),
-        ("Relu", "D2h", "%3 [(2, 1) float32]"),
-    ])
+    assert flow == sorted(
+        [
+            ("H2d", "Add", "%1 [(2,) float32]"),
+            ("acc", "Add", "%2 [(2,) float32]"),  # first iteration
+            ("Add", "Add", "%2 [(2,) float32]"),  # the previous iteration's sum
+            ("Add", "Reshape", "%2 [(2,) float32]"),
+            ("Reshape", "Relu", "%3 [(2, 1) float32]"),
+            ("Relu", "D2h", "%3 [(2, 1) float32]"),
+        ]
+    )
     # the kernel placed on ipu 1 sits in the loop's cluster, inside `ipu 1`
     assert d.labels_of(nid["Add"]) == ("Graph : rt.program", "Loop.100 x3", "ipu 1")
     assert d.labels_of(nid["H2d"]) == ("Graph : rt.program", "Loop.100 x3")
@@ -386,20 +382,21 @@ def test_emit_dot_lowered_pipeline_clusters_per_ipu(tmp_path: Path) -> None:
     kernels = [op for op in program.walk() if isinstance(op, rt.KernelOp)]
     others = [op for op in program.walk() if isinstance(op, rt.CopyOp | rt.H2DOp | rt.D2HOp | rt.LoopOp | rt.IfOp)]
     assert len(d.boxes()) == len(kernels) + len(others)
-    in_ipu = Counter(
-        next((lab for lab in d.labels_of(n) if lab.startswith("ipu ")), None) for n in d.boxes()
-    )
+    in_ipu = Counter(next((lab for lab in d.labels_of(n) if lab.startswith("ipu ")), None) for n in d.boxes())
     want = Counter(
-        f"ipu {o.attributes[IPU_ATTR].value.data}" if IPU_ATTR in o.attributes else None
-        for o in [*kernels, *others]
+        f"ipu {o.attributes[IPU_ATTR].value.data}" if IPU_ATTR in o.attributes else None for o in [*kernels, *others]
     )
     assert in_ipu == want and want["ipu 0"] and want["ipu 1"]
 
 
 def test_emit_svg_without_dot_is_one_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dotmod, "dot_program", lambda: None)
-    code, out, err = xl_opt("examples/ir/linear.mlir" if Path("examples/ir/linear.mlir").exists()
-                            else str(Path(__file__).parent.parent / "examples/ir/linear.mlir"), "--emit=svg")
+    code, out, err = xl_opt(
+        "examples/ir/linear.mlir"
+        if Path("examples/ir/linear.mlir").exists()
+        else str(Path(__file__).parent.parent / "examples/ir/linear.mlir"),
+        "--emit=svg",
+    )
     assert code == 1 and out == ""
     assert err.strip() == (
         "xl-opt: error: --emit=svg needs the Graphviz 'dot' program, which is not installed; "

@@ -99,9 +99,7 @@ def test_mnist_accumulate_example(recomputation):
     # differences between the plans (a fused gemm sums in another order) can flip the
     # float16 rounding of tiny moments, moving a few weights by a fraction of lr per step.
     # Everything before the optimiser (losses, accumulated gradients) must agree to 1e-6.
-    weights = tuple(f"fc{i}.{p}" for i in range(1, 5) for p in ("weight", "bias")) + (
-        "first_order*",
-    )
+    weights = tuple(f"fc{i}.{p}" for i in range(1, 5) for p in ("weight", "bias")) + ("first_order*",)
     assert_same(
         run_both(module, mnist_inputs(full_shapes(module)), steps=steps),
         loose=weights,

@@ -38,8 +38,10 @@ def _private_attribute_names(root: Path) -> set[str]:
                 for item in node.body:
                     if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and _private(item.name):
                         names.add(item.name)
-                    targets = item.targets if isinstance(item, ast.Assign) else (
-                        [item.target] if isinstance(item, ast.AnnAssign) else []
+                    targets = (
+                        item.targets
+                        if isinstance(item, ast.Assign)
+                        else ([item.target] if isinstance(item, ast.AnnAssign) else [])
                     )
                     value = item.value if isinstance(item, ast.Assign | ast.AnnAssign) else None
                     for t in targets:

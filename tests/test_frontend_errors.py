@@ -87,8 +87,17 @@ def test_call_of_a_graph_of_another_ir_is_refused():
         lambda x: ops.host_store(popxl.d2h_stream((3,), popxl.float32, "s"), x),
         lambda x: ops.ipu_copy(x, 1, 0),
     ],
-    ids=["add", "operator", "relu", "concat", "accumulate_", "copy_var_update_", "scaled_add_",
-         "host_store", "ipu_copy"],
+    ids=[
+        "add",
+        "operator",
+        "relu",
+        "concat",
+        "accumulate_",
+        "copy_var_update_",
+        "scaled_add_",
+        "host_store",
+        "ipu_copy",
+    ],
 )
 def test_tensor_of_another_ir_is_refused(build):
     ir1, x1, g1, ir2, x2, g2 = _two_irs_with_same_named_graphs()
@@ -230,7 +239,7 @@ def test_graph_input_variable_constant_cast_bad_dtype(dt, exc, msg):
         x = popxl.variable(np.ones(2, np.float32), name="x")
         with pytest.raises(exc, match=r"ops\.cast \(dtype\): " + msg):
             ops.cast(x, dt)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
-    assert "\"v\"" not in ir.to_mlir()
+    assert '"v"' not in ir.to_mlir()
 
 
 @pytest.mark.parametrize(
@@ -363,7 +372,9 @@ def test_write_variables_data_is_all_or_nothing(attached, case):
 def test_write_variables_data_needs_a_mapping():
     ir, w, v, out = _counter_ir()
     session = popxl.Session(ir, "cpu")
-    with pytest.raises(TypeError, match=r"Session\.write_variables_data: expected a mapping of variables to data, got list"):
+    with pytest.raises(
+        TypeError, match=r"Session\.write_variables_data: expected a mapping of variables to data, got list"
+    ):
         session.write_variables_data([(w, np.zeros(2, np.float32))])  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
 
 
@@ -405,7 +416,9 @@ def _session(fn: Callable[[Env, popxl.Session], Any]) -> Callable[[Env], Any]:
 
 
 # Each entry makes one mistake on purpose; where the mistake is an argument of the wrong type, the line
-# carries a `# pyright: ignore[...]` for it (the error raised is what the test checks).
+# carries a `# pyright: ignore[...]` for it (the error raised is what the test checks). The table is left unformatted
+# (`fmt: off`) so that each ignore stays on its entry's line.
+# fmt: off
 MISTAKES: list[tuple[str, Callable[[Env], Any], type, str]] = [
     # -- ops: wrong argument types
     ("add None", _in_main(lambda e: ops.add(e.x, None)), TypeError, r"ops\.add: expected host data \(array, scalar\), got None"),  # pyright: ignore[reportArgumentType]  # bad input
@@ -516,6 +529,7 @@ MISTAKES: list[tuple[str, Callable[[Env], Any], type, str]] = [
     ("addons host_store list", _in_main(lambda e: addons.host_store([e.x])), TypeError, r"addons\.host_store: expected a popxl Tensor, got list"),  # pyright: ignore[reportArgumentType]  # bad input
     ("addons host_load dtype", _in_main(lambda e: addons.host_load(np.ones(2), "nope")), ValueError, r"addons\.host_load: 'nope' is not a popxl dtype"),
 ]
+# fmt: on
 
 
 class Linear(addons.Module):

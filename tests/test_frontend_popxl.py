@@ -290,7 +290,12 @@ def test_variable_dtypes_and_init():
         f = popxl.variable([True, False])
         k = popxl.constant(np.arange(3, dtype=np.int64))
     assert (a.dtype, b.dtype, c.dtype, d.dtype, e.dtype, f.dtype) == (
-        popxl.float32, popxl.int32, popxl.float16, popxl.float64, popxl.float32, popxl.bool,
+        popxl.float32,
+        popxl.int32,
+        popxl.float16,
+        popxl.float64,
+        popxl.float32,
+        popxl.bool,
     )
     assert e.shape == () and k.dtype == popxl.int32
     assert isinstance(a, popxl.Variable) and isinstance(k, popxl.Constant)
@@ -362,9 +367,21 @@ def test_operators_emit_ops():
         r = np.ones((2, 2), np.float16) + x  # __array_ufunc__ = None -> __radd__
     names = op_names(main)[n0:]
     assert names == [
-        "graph.constant", "popxl.add", "graph.constant", "popxl.mul", "graph.constant",
-        "popxl.div", "popxl.sub", "popxl.neg", "graph.constant", "popxl.sub",
-        "graph.constant", "popxl.pow", "popxl.matmul", "graph.constant", "popxl.add",
+        "graph.constant",
+        "popxl.add",
+        "graph.constant",
+        "popxl.mul",
+        "graph.constant",
+        "popxl.div",
+        "popxl.sub",
+        "popxl.neg",
+        "graph.constant",
+        "popxl.sub",
+        "graph.constant",
+        "popxl.pow",
+        "popxl.matmul",
+        "graph.constant",
+        "popxl.add",
     ]
     # Python scalars become constants of the tensor's dtype
     assert all(t.dtype == popxl.float16 for t in (y, z, p, m, r))
@@ -433,8 +450,22 @@ def test_all_ops_build_and_reparse():
         step = popxl.variable(np.zeros((), np.float32), name="step")
         lbl = popxl.constant(np.array([0, 1, 2, 1], np.int32))
         b = ops.greater(x, popxl.constant(0.5))
-        for fn in (ops.abs, ops.negate, ops.relu, ops.gelu, ops.tanh, ops.exp, ops.log,
-                   ops.sqrt, ops.sigmoid, ops.cos, ops.sin, ops.sign, ops.identity, ops.detach):
+        for fn in (
+            ops.abs,
+            ops.negate,
+            ops.relu,
+            ops.gelu,
+            ops.tanh,
+            ops.exp,
+            ops.log,
+            ops.sqrt,
+            ops.sigmoid,
+            ops.cos,
+            ops.sin,
+            ops.sign,
+            ops.identity,
+            ops.detach,
+        ):
             assert fn(x).shape == (4, 3)
         assert ops.logical_not(b).dtype == popxl.bool
         assert ops.logical_and(b, b).dtype == popxl.bool and ops.logical_or(b, b).shape == (4, 3)
@@ -476,7 +507,9 @@ def test_all_ops_build_and_reparse():
         assert vu.accumulate_moving_average_square_(w, x, f=step) is w
         assert vu.accumulator_scale_(w, 0.0) is w
         assert vu.accumulator_zero_(w) is w
-        assert vu.sparse_accumulate_(w, ops.init((2, 3), popxl.float32), popxl.constant(np.array([0, 3], np.int32))) is w
+        assert (
+            vu.sparse_accumulate_(w, ops.init((2, 3), popxl.float32), popxl.constant(np.array([0, 3], np.int32))) is w
+        )
         assert vu.copy_var_update_(w, x) is w
         u = vu.adam_updater(h, w, weight=x, time_step=step, weight_decay=0.01, beta1=0.9, beta2=0.999)
         assert u.shape == (4, 3) and u.dtype == popxl.float32
@@ -730,21 +763,46 @@ def test_indexing_and_shape_numerics():
     with ir.main_graph:
         x = popxl.variable(X, name="x")
         outs = [
-            x[0], x[:, 1:3, ::2], x[..., -1], x[1, None, ::-1],
+            x[0],
+            x[:, 1:3, ::2],
+            x[..., -1],
+            x[1, None, ::-1],
             x[popxl.constant(np.array([1, 0], np.int32))],
             x[ops.greater(x, popxl.constant(5.0))],
-            x.reshape((4, -1)).T, ops.concat([x, x], axis=1), ops.split(x, 2, axis=2)[1],
-            (2.0 - x) * 3 / (x + 1) ** 2, ops.sum(x, axis=(0, 2)), ops.mean(x, 1, keepdims=True),
-            ops.argmax(x, 2), ops.onehot(popxl.constant(np.array([0, 2], np.int32)), 3, [0.0, 1.0]),
+            x.reshape((4, -1)).T,
+            ops.concat([x, x], axis=1),
+            ops.split(x, 2, axis=2)[1],
+            (2.0 - x) * 3 / (x + 1) ** 2,
+            ops.sum(x, axis=(0, 2)),
+            ops.mean(x, 1, keepdims=True),
+            ops.argmax(x, 2),
+            ops.onehot(popxl.constant(np.array([0, 2], np.int32)), 3, [0.0, 1.0]),
             ops.where(ops.greater(x, popxl.constant(3.0)), x, 0.0),
             ops.dynamic_slice(x, popxl.constant(np.array([1], np.uint32)), [1], [2]),
-            ops.clip(x, 2, 5), ops.logsumexp(x, axis=1), ops.scaled_add(x, x, 2.0, popxl.constant(3.0)),
+            ops.clip(x, 2, 5),
+            ops.logsumexp(x, axis=1),
+            ops.scaled_add(x, x, 2.0, popxl.constant(3.0)),
         ]
     expected = [
-        X[0], X[:, 1:3, ::2], X[..., -1], X[1, None, ::-1], X[[1, 0]], np.where(X > 5, X, 0),
-        X.reshape(4, -1).T, np.concatenate([X, X], 1), X[..., 2:], (2 - X) * 3 / (X + 1) ** 2,
-        X.sum((0, 2)), X.mean(1, keepdims=True), X.argmax(2), np.eye(3)[[0, 2]],
-        np.where(X > 3, X, 0), X[:, 1:3], np.clip(X, 2, 5), np.log(np.exp(X).sum(1)), 5 * X,
+        X[0],
+        X[:, 1:3, ::2],
+        X[..., -1],
+        X[1, None, ::-1],
+        X[[1, 0]],
+        np.where(X > 5, X, 0),
+        X.reshape(4, -1).T,
+        np.concatenate([X, X], 1),
+        X[..., 2:],
+        (2 - X) * 3 / (X + 1) ** 2,
+        X.sum((0, 2)),
+        X.mean(1, keepdims=True),
+        X.argmax(2),
+        np.eye(3)[[0, 2]],
+        np.where(X > 3, X, 0),
+        X[:, 1:3],
+        np.clip(X, 2, 5),
+        np.log(np.exp(X).sum(1)),
+        5 * X,
     ]
     for got, exp in zip(run(ir, outs), expected):
         assert got.shape == exp.shape
@@ -797,7 +855,10 @@ def test_composite_ops_numerics():
         outs = [
             ops.group_norm(x, w, b, 2, eps=1e-5),
             ops.layer_norm(x2, popxl.constant(np.ones(12, np.float32)), popxl.constant(np.zeros(12, np.float32))),
-            ops.swish(x), ops.log2(ops.abs(x)), ops.isnan(ops.log(x)), ops.isfinite(ops.div(x, x - x)),
+            ops.swish(x),
+            ops.log2(ops.abs(x)),
+            ops.isnan(ops.log(x)),
+            ops.isfinite(ops.div(x, x - x)),
             ops.batch_norm_inference(x, w, b, b, ops.abs(w)),
             ops.lamb_square(ops.cast(x, popxl.float16)),
         ]
@@ -811,9 +872,13 @@ def test_composite_ops_numerics():
     expected = [
         gn * Wt[:, None] + Bs[:, None],
         (r - r.mean(1, keepdims=True)) / np.sqrt(r.var(1, keepdims=True) + 1e-5),
-        X / (1 + np.exp(-X)), np.log2(np.abs(X)), X < 0, np.zeros_like(X, bool),
+        X / (1 + np.exp(-X)),
+        np.log2(np.abs(X)),
+        X < 0,
+        np.zeros_like(X, bool),
         (X - Bs[:, None]) / np.sqrt(np.abs(Wt)[:, None] + 1e-5) * Wt[:, None] + Bs[:, None],
-        np.sum(X.astype(np.float16).astype(np.float32) ** 2), X + 1,
+        np.sum(X.astype(np.float16).astype(np.float32) ** 2),
+        X + 1,
     ]
     with np.errstate(all="ignore"):
         got = run(ir, outs)

@@ -35,8 +35,18 @@ def test_mutated_inputs_end_in_a_result_or_a_located_error(tmp_path: Path) -> No
     budget = 120 + N * 0.5
     try:
         r = subprocess.run(
-            [sys.executable, fuzz_mlir.__file__, "--n", str(N), "--seed", str(SEED),
-             "--out", str(out), "--progress", str(progress)],
+            [
+                sys.executable,
+                fuzz_mlir.__file__,
+                "--n",
+                str(N),
+                "--seed",
+                str(SEED),
+                "--out",
+                str(out),
+                "--progress",
+                str(progress),
+            ],
             capture_output=True,
             text=True,
             timeout=budget,
@@ -51,8 +61,7 @@ def test_mutated_inputs_end_in_a_result_or_a_located_error(tmp_path: Path) -> No
     assert report["stats"]["programs"] >= 20  # the corpus was found
     findings = report["findings"]
     detail = "\n\n".join(
-        f"{f['tool']} {f['kind']} ({f['source']}, {f['mutations']}):\n{f['detail']}\n"
-        f"--- input ---\n{f['input'][:2000]}"
+        f"{f['tool']} {f['kind']} ({f['source']}, {f['mutations']}):\n{f['detail']}\n--- input ---\n{f['input'][:2000]}"
         for f in findings[:5]
     )
     assert not findings, f"{len(findings)} of {N} mutated inputs failed:\n{detail}"
@@ -71,7 +80,7 @@ def test_mutated_inputs_with_the_installed_tools(tmp_path: Path) -> None:
         if k == 0:  # always one stray quote and one non-UTF-8 input
             data = text.encode()[: len(text) // 2] + b'"' + b"x" * 2000
         elif k == 1:
-            data = b"graph.main {\n  %w = graph.variable \"\xff\" : tensor<2xf32>\n}\n"
+            data = b'graph.main {\n  %w = graph.variable "\xff" : tensor<2xf32>\n}\n'
         prog = tmp_path / f"m{k}.mlir"
         prog.write_bytes(data)
         tool = ("xl-opt", "xl-run")[k % 2]

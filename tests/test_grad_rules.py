@@ -155,10 +155,7 @@ def check_grads(
     in_types = [tensor_type(x.shape, x.dtype) for x in inputs]
     g = make_graph("f", in_types, body)
     prog = GradProgram([*extra_graphs, g], "f", in_types, grads_provided, grads_required)
-    dys = {
-        j: rand(prog.out_types[j].get_shape(), dtype_of(prog.out_types[j]))
-        for j in prog.provided
-    }
+    dys = {j: rand(prog.out_types[j].get_shape(), dtype_of(prog.out_types[j])) for j in prog.provided}
     _, grads = prog.run(inputs, dys)
 
     def loss(xs: list[np.ndarray]) -> float:
@@ -212,9 +209,7 @@ def test_minimum() -> None:
 @pytest.mark.parametrize("ab", [(1.0, 1.0), (0.5, -2.0)])
 def test_scaled_add(ab) -> None:
     a, b = ab
-    check_grads(
-        lambda e, c, x, y: [e("popxl.scaled_add", x, y, a=a, b=b)], [rand((2, 3)), rand((3,))]
-    )
+    check_grads(lambda e, c, x, y: [e("popxl.scaled_add", x, y, a=a, b=b)], [rand((2, 3)), rand((3,))])
 
 
 def test_where() -> None:
@@ -325,9 +320,11 @@ def test_reduce(name: str, axis, keep: bool) -> None:
 def test_squeeze() -> None:
     cls = op_cls("popxl.squeeze")
     check_grads(
-        lambda e, c, x: [e("popxl.squeeze", x, result_types=[tensor_type((3, 4), np.float64)], axes=(0, 2))]
-        if "axes" in cls.get_irdl_definition().properties
-        else [e("popxl.squeeze", x, result_types=[tensor_type((3, 4), np.float64)])],
+        lambda e, c, x: (
+            [e("popxl.squeeze", x, result_types=[tensor_type((3, 4), np.float64)], axes=(0, 2))]
+            if "axes" in cls.get_irdl_definition().properties
+            else [e("popxl.squeeze", x, result_types=[tensor_type((3, 4), np.float64)])]
+        ),
         [rand((1, 3, 1, 4))],
     )
 
@@ -343,9 +340,7 @@ def test_expand() -> None:
 def test_reduce_to_shape() -> None:
     op_cls("popxl.reduce_to_shape")
     check_grads(
-        lambda e, c, x: [
-            e("popxl.reduce_to_shape", x, result_types=[tensor_type((3, 1), np.float64)])
-        ],
+        lambda e, c, x: [e("popxl.reduce_to_shape", x, result_types=[tensor_type((3, 1), np.float64)])],
         [rand((2, 3, 4))],
     )
 
@@ -437,6 +432,7 @@ def test_detach_stops_the_gradient():
 
     ir = popxl.Ir()
     with ir.main_graph:
+
         def f(x: popxl.Tensor) -> popxl.Tensor:
             return x * ops.detach(x)
 

@@ -75,8 +75,11 @@ def test_more_loads_than_transfers_wrap_with_a_warning() -> None:
         ops.host_store(ys, acc)
         ops.host_store(ys, acc)
     x = np.array([[1.0], [2.0]], np.float32)
-    with pytest.warns(HostTransferWarning, match=r'stream "x": host_load runs 4 times per run but '
-                      r"num_host_transfers is 2: loads beyond the first 2 wrap around"):
+    with pytest.warns(
+        HostTransferWarning,
+        match=r'stream "x": host_load runs 4 times per run but '
+        r"num_host_transfers is 2: loads beyond the first 2 wrap around",
+    ):
         results = run_all(ir, [{"x": x}])
     for path, (runs, state) in results.items():
         np.testing.assert_allclose(state["acc"], [60.0], err_msg=path)  # 10 (1 + 2 + 1 + 2)
@@ -86,8 +89,10 @@ def test_more_loads_than_transfers_wrap_with_a_warning() -> None:
 def test_fewer_stores_than_transfers_is_refused() -> None:
     """4 transfers, 4 loads, 3 stores: transfer 3 of `y` would be undefined."""
     ir = _repeat_program(4, 4, 3)
-    msg = (r'stream "y": host_store runs 3 times per run but num_host_transfers is 4: '
-           r"transfer 3 of the output would be undefined")
+    msg = (
+        r'stream "y": host_store runs 3 times per run but num_host_transfers is 4: '
+        r"transfer 3 of the output would be undefined"
+    )
     for opt in (False, True):
         with pytest.raises(PlanError, match=msg):
             compile_module(ir._module, optimize=opt)
@@ -107,8 +112,11 @@ def test_fewer_loads_than_transfers_warns() -> None:
             ops.host_store(ys, popxl.constant(np.ones(1, np.float32)))
         ops.repeat(g, 2)
         ops.host_store(ys, x + 1.0)
-    with pytest.warns(HostTransferWarning, match=r'stream "x": host_load runs 1 time per run but '
-                      r"num_host_transfers is 3: transfers 1\.\.2 of the input are never read"):
+    with pytest.warns(
+        HostTransferWarning,
+        match=r'stream "x": host_load runs 1 time per run but '
+        r"num_host_transfers is 3: transfers 1\.\.2 of the input are never read",
+    ):
         results = run_all(ir, [{"x": np.array([[5.0], [6.0], [7.0]], np.float32)}])
     for path, (runs, _) in results.items():
         np.testing.assert_array_equal(runs[0]["y"], [[1.0], [1.0], [6.0]], err_msg=path)
@@ -116,8 +124,11 @@ def test_fewer_loads_than_transfers_warns() -> None:
 
 def test_more_stores_than_transfers_warns() -> None:
     ir = _repeat_program(1, 1, 1, extra_store=True)
-    with pytest.warns(HostTransferWarning, match=r'stream "y": host_store runs 2 times per run but '
-                      r"num_host_transfers is 1: stores beyond the first 1 wrap around"):
+    with pytest.warns(
+        HostTransferWarning,
+        match=r'stream "y": host_store runs 2 times per run but '
+        r"num_host_transfers is 1: stores beyond the first 1 wrap around",
+    ):
         results = run_all(ir, [{"x": np.array([1.0, 2.0], np.float32)}])
     for path, (runs, _) in results.items():
         np.testing.assert_array_equal(runs[0]["y"], [0.0, 0.0], err_msg=path)  # the last store wins
@@ -157,18 +168,24 @@ def test_conditional_counts_are_ranges() -> None:
     (2 stores); `z` is stored once of 2 transfers (refused); `c` is loaded once."""
     module, program = _rt(COND)
     assert count_transfers(program) == {
-        ("h2d", "c"): (1, 1), ("h2d", "x"): (0, 2), ("d2h", "y"): (2, 2), ("d2h", "z"): (1, 1),
+        ("h2d", "c"): (1, 1),
+        ("h2d", "x"): (0, 2),
+        ("d2h", "y"): (2, 2),
+        ("d2h", "z"): (1, 1),
     }
     with pytest.warns(HostTransferWarning) as record:
-        with pytest.raises(PlanError, match=r'stream "z": host_store runs 1 time per run but '
-                           r"num_host_transfers is 2: transfer 1 of the output would be undefined"):
+        with pytest.raises(
+            PlanError,
+            match=r'stream "z": host_store runs 1 time per run but '
+            r"num_host_transfers is 2: transfer 1 of the output would be undefined",
+        ):
             compile_module(module, optimize=False)
     messages = [str(w.message) for w in record]
     assert any(
         'stream "c": host_load runs 1 time per run but num_host_transfers is 2: transfer 1 of the '
-        "input are never read" in m for m in messages
-    ), messages
-    assert any(
-        'stream "x": host_load runs between 0 and 2 times (depending on a condition)' in m
+        "input are never read" in m
         for m in messages
     ), messages
+    assert any('stream "x": host_load runs between 0 and 2 times (depending on a condition)' in m for m in messages), (
+        messages
+    )

@@ -41,7 +41,9 @@ class Case:
     op: str
     init: dict[str, np.ndarray]  # variables
     build: Callable[[dict[str, popxl.Tensor]], dict[str, popxl.Tensor]]  # -> stored tensors
-    step: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray | np.generic]]  # NumPy: updates vars, returns stored
+    step: Callable[
+        [dict[str, np.ndarray]], Mapping[str, np.ndarray | np.generic]
+    ]  # NumPy: updates vars, returns stored
 
 
 def _np_adam(m, v, w, t, b1, b2, eps, wd, kind):
@@ -53,8 +55,11 @@ def _np_adam(m, v, w, t, b1, b2, eps, wd, kind):
 
 
 def _updater_case(kind: str) -> Case:
-    fn = {"adam": ops.var_updates.adam_updater, "lamb": ops.var_updates.lamb_updater,
-          "adamax": ops.var_updates.adamax_updater}[kind]
+    fn = {
+        "adam": ops.var_updates.adam_updater,
+        "lamb": ops.var_updates.lamb_updater,
+        "adamax": ops.var_updates.adamax_updater,
+    }[kind]
     b1, b2, eps, wd = 0.9, 0.99, 1e-3, 0.1
 
     def build(t):
@@ -85,43 +90,79 @@ def _cases() -> list[Case]:
         return {}
 
     # scaled_add_
-    add("popxl.scaled_add_", {"t": T0},
+    add(
+        "popxl.scaled_add_",
+        {"t": T0},
         lambda t: (ops.scaled_add_(t["t"], t["t"], a=0.5, b=-2.0), {})[1],
-        lambda vs: upd(vs, "t", 0.5 * vs["t"] - 2.0 * vs["t"]))
-    add("popxl.scaled_add_", {"t": T0},
+        lambda vs: upd(vs, "t", 0.5 * vs["t"] - 2.0 * vs["t"]),
+    )
+    add(
+        "popxl.scaled_add_",
+        {"t": T0},
         lambda t: (ops.scaled_add_(t["t"], t["t"].transpose((1, 0)), a=0.5, b=1.0), {})[1],
-        lambda vs: upd(vs, "t", 0.5 * vs["t"] + vs["t"].T))
-    add("popxl.scaled_add_", {"t": T0},
+        lambda vs: upd(vs, "t", 0.5 * vs["t"] + vs["t"].T),
+    )
+    add(
+        "popxl.scaled_add_",
+        {"t": T0},
         lambda t: (ops.scaled_add_(t["t"], t["t"], a=3.0, b=1.0), {})[1],
-        lambda vs: upd(vs, "t", 3.0 * vs["t"] + vs["t"]))
+        lambda vs: upd(vs, "t", 3.0 * vs["t"] + vs["t"]),
+    )
     # accumulators
-    add("popxl.accumulate_", {"t": T0},
+    add(
+        "popxl.accumulate_",
+        {"t": T0},
         lambda t: (vu.accumulate_(t["t"], t["t"].transpose((1, 0)), f=0.5), {})[1],
-        lambda vs: upd(vs, "t", vs["t"] + 0.5 * vs["t"].T))
-    add("popxl.accumulate_", {"s": S0},
+        lambda vs: upd(vs, "t", vs["t"] + 0.5 * vs["t"].T),
+    )
+    add(
+        "popxl.accumulate_",
+        {"s": S0},
         lambda t: (vu.accumulate_(t["s"], t["s"], f=t["s"]), {})[1],
-        lambda vs: upd(vs, "s", vs["s"] + vs["s"] * vs["s"]))
-    add("popxl.accumulate_square_", {"t": T0},
+        lambda vs: upd(vs, "s", vs["s"] + vs["s"] * vs["s"]),
+    )
+    add(
+        "popxl.accumulate_square_",
+        {"t": T0},
         lambda t: (vu.accumulate_square_(t["t"], t["t"].transpose((1, 0)), f=0.5), {})[1],
-        lambda vs: upd(vs, "t", vs["t"] + 0.5 * vs["t"].T ** 2))
-    add("popxl.accumulate_mean_", {"t": T0},
+        lambda vs: upd(vs, "t", vs["t"] + 0.5 * vs["t"].T ** 2),
+    )
+    add(
+        "popxl.accumulate_mean_",
+        {"t": T0},
         lambda t: (vu.accumulate_mean_(t["t"], t["t"].transpose((1, 0)), step=2.0), {})[1],
-        lambda vs: upd(vs, "t", vs["t"] * (2.0 / 3.0) + vs["t"].T / 3.0))
-    add("popxl.accumulate_mean_", {"s": S0},
+        lambda vs: upd(vs, "t", vs["t"] * (2.0 / 3.0) + vs["t"].T / 3.0),
+    )
+    add(
+        "popxl.accumulate_mean_",
+        {"s": S0},
         lambda t: (vu.accumulate_mean_(t["s"], t["s"], step=t["s"]), {})[1],
-        lambda vs: upd(vs, "s", vs["s"] * (vs["s"] / (vs["s"] + 1)) + vs["s"] / (vs["s"] + 1)))
-    add("popxl.accumulate_moving_average_", {"t": T0},
+        lambda vs: upd(vs, "s", vs["s"] * (vs["s"] / (vs["s"] + 1)) + vs["s"] / (vs["s"] + 1)),
+    )
+    add(
+        "popxl.accumulate_moving_average_",
+        {"t": T0},
         lambda t: (vu.accumulate_moving_average_(t["t"], t["t"].transpose((1, 0)), f=0.25), {})[1],
-        lambda vs: upd(vs, "t", 0.25 * vs["t"] + 0.75 * vs["t"].T))
-    add("popxl.accumulate_moving_average_square_", {"t": T0},
+        lambda vs: upd(vs, "t", 0.25 * vs["t"] + 0.75 * vs["t"].T),
+    )
+    add(
+        "popxl.accumulate_moving_average_square_",
+        {"t": T0},
         lambda t: (vu.accumulate_moving_average_square_(t["t"], t["t"].transpose((1, 0)), f=0.25), {})[1],
-        lambda vs: upd(vs, "t", 0.25 * vs["t"] + 0.75 * vs["t"].T ** 2))
-    add("popxl.accumulator_scale_", {"s": S0},
+        lambda vs: upd(vs, "t", 0.25 * vs["t"] + 0.75 * vs["t"].T ** 2),
+    )
+    add(
+        "popxl.accumulator_scale_",
+        {"s": S0},
         lambda t: (vu.accumulator_scale_(t["s"], t["s"]), {})[1],
-        lambda vs: upd(vs, "s", vs["s"] * vs["s"]))
-    add("popxl.accumulator_zero_", {"t": T0},
+        lambda vs: upd(vs, "s", vs["s"] * vs["s"]),
+    )
+    add(
+        "popxl.accumulator_zero_",
+        {"t": T0},
         lambda t: (vu.accumulator_zero_(t["t"]), {"r": t["t"] + 1.0})[1],
-        lambda vs: (upd(vs, "t", 0 * vs["t"]), {"r": vs["t"] + 1.0})[1])
+        lambda vs: (upd(vs, "t", 0 * vs["t"]), {"r": vs["t"] + 1.0})[1],
+    )
 
     def sparse_ref(vs):
         t = vs["t"]
@@ -129,16 +170,27 @@ def _cases() -> list[Case]:
         np.add.at(new, np.array([2, 0, 2]), 0.5 * t)
         return upd(vs, "t", new)
 
-    add("popxl.sparse_accumulate_", {"t": T0},
-        lambda t: (vu.sparse_accumulate_(
-            t["t"], t["t"], popxl.constant(np.array([2, 0, 2], np.int32)), axis=0, f=0.5), {})[1],
-        sparse_ref)
-    add("popxl.copy_var_update_", {"t": T0},
+    add(
+        "popxl.sparse_accumulate_",
+        {"t": T0},
+        lambda t: (
+            vu.sparse_accumulate_(t["t"], t["t"], popxl.constant(np.array([2, 0, 2], np.int32)), axis=0, f=0.5),
+            {},
+        )[1],
+        sparse_ref,
+    )
+    add(
+        "popxl.copy_var_update_",
+        {"t": T0},
         lambda t: (vu.copy_var_update_(t["t"], t["t"].transpose((1, 0))), {})[1],
-        lambda vs: upd(vs, "t", vs["t"].T))
-    add("popxl.increment_mod_", {"t": T0},
+        lambda vs: upd(vs, "t", vs["t"].T),
+    )
+    add(
+        "popxl.increment_mod_",
+        {"t": T0},
         lambda t: (ops.increment_mod_(t["t"], 1.5, 4.0), {})[1],
-        lambda vs: upd(vs, "t", np.fmod(vs["t"] + 1.5, 4.0)))
+        lambda vs: upd(vs, "t", np.fmod(vs["t"] + 1.5, 4.0)),
+    )
 
     def dyn_ref(vs):
         t = vs["t"]
@@ -146,16 +198,28 @@ def _cases() -> list[Case]:
         new[1:3, :] = t.T[0:2, :]  # index 1 on axis 0, update = rows 0..1 of t.T
         return upd(vs, "t", new)
 
-    add("popxl.dynamic_update_", {"t": T0},
-        lambda t: (ops.dynamic_update_(
-            t["t"], popxl.constant(np.array([1], np.uint32)), t["t"].transpose((1, 0))[0:2],
-            axes=[0], sizes=[2]), {})[1],
-        dyn_ref)
-    add("popxl.dynamic_update_", {"t": T0},
-        lambda t: (ops.dynamic_update_(
-            t["t"], popxl.constant(np.array([0, 0], np.uint32)), t["t"].transpose((1, 0)),
-            axes=[0, 1], sizes=[3, 3]), {})[1],
-        lambda vs: upd(vs, "t", vs["t"].T))
+    add(
+        "popxl.dynamic_update_",
+        {"t": T0},
+        lambda t: (
+            ops.dynamic_update_(
+                t["t"], popxl.constant(np.array([1], np.uint32)), t["t"].transpose((1, 0))[0:2], axes=[0], sizes=[2]
+            ),
+            {},
+        )[1],
+        dyn_ref,
+    )
+    add(
+        "popxl.dynamic_update_",
+        {"t": T0},
+        lambda t: (
+            ops.dynamic_update_(
+                t["t"], popxl.constant(np.array([0, 0], np.uint32)), t["t"].transpose((1, 0)), axes=[0, 1], sizes=[3, 3]
+            ),
+            {},
+        )[1],
+        lambda vs: upd(vs, "t", vs["t"].T),
+    )
     for kind in ("adam", "lamb", "adamax"):
         cases.append(_updater_case(kind))
 
@@ -164,9 +228,12 @@ def _cases() -> list[Case]:
         ratio = np.sqrt(s) / np.sqrt(s)
         return upd(vs, "s", s - 0.1 * ratio * s)
 
-    add("popxl.adam_var_update", {"s": np.array(2.0, np.float32)},
+    add(
+        "popxl.adam_var_update",
+        {"s": np.array(2.0, np.float32)},
         lambda t: (vu.adam_var_update(t["s"], t["s"], t["s"], t["s"], learning_rate=0.1), {})[1],
-        avu_ref)
+        avu_ref,
+    )
     return cases
 
 

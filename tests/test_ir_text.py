@@ -17,9 +17,7 @@ BIN = Path(sys.executable).parent
 
 def test_training_ir_as_text_runs_like_the_session(tmp_path):
     np.random.seed(1)
-    session, (img_stream, label_stream), variables, loss_stream = mnist_example.train_program(
-        4, "cpu", 0.05
-    )
+    session, (img_stream, label_stream), variables, loss_stream = mnist_example.train_program(4, "cpu", 0.05)
     text = session.ir.to_mlir()
     prog = tmp_path / "train.mlir"
     prog.write_text(text)
@@ -31,7 +29,7 @@ def test_training_ir_as_text_runs_like_the_session(tmp_path):
         text=True,
     )
     assert lowered.returncode == 0, lowered.stderr
-    assert "rt.program" in lowered.stdout and "rt.kernel \"popxl.matmul\"" in lowered.stdout
+    assert "rt.program" in lowered.stdout and 'rt.kernel "popxl.matmul"' in lowered.stdout
 
     rng = np.random.default_rng(0)
     images = rng.normal(size=(4, 28, 28)).astype(np.float32)

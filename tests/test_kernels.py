@@ -135,8 +135,9 @@ def test_int_div_truncates_toward_zero():
     assert out.dtype == np.int32
     np.testing.assert_array_equal(out, expected)
     big = np.array([2**62 + 1, -(2**62) - 3], np.int64)
-    np.testing.assert_array_equal(run1(P.DivOp, [big, np.array([3, 7], np.int64)]),
-                                  [(2**62 + 1) // 3, -((2**62 + 3) // 7)])
+    np.testing.assert_array_equal(
+        run1(P.DivOp, [big, np.array([3, 7], np.int64)]), [(2**62 + 1) // 3, -((2**62 + 3) // 7)]
+    )
 
 
 def test_logical(rng):
@@ -332,8 +333,7 @@ def test_argmax_argmin(rng, keep):
     out = run1(P.ArgmaxOp, [x], axis=1, keepdims=keep)
     assert out.dtype == np.int32
     np.testing.assert_array_equal(out, np.argmax(x, axis=1, keepdims=keep))
-    np.testing.assert_array_equal(run1(P.ArgminOp, [x], axis=0, keepdims=keep),
-                                  np.argmin(x, axis=0, keepdims=keep))
+    np.testing.assert_array_equal(run1(P.ArgminOp, [x], axis=0, keepdims=keep), np.argmin(x, axis=0, keepdims=keep))
 
 
 @pytest.mark.parametrize(
@@ -473,7 +473,10 @@ def test_nll_loss_with_softmax_grad_fd(rng, reduction):
 
     num = numeric_grad(loss, x)
     (_, dx), _ = run(
-        P.NllLossWithSoftmaxGradOp, [_softmax_ref(x, -1), labels], loss_grad=3.0, reduction=reduction,
+        P.NllLossWithSoftmaxGradOp,
+        [_softmax_ref(x, -1), labels],
+        loss_grad=3.0,
+        reduction=reduction,
         ignore_index=0,
     )
     close(dx, 3.0 * num, rtol=1e-5, atol=1e-7)
@@ -648,7 +651,9 @@ def _adam_ref(m, v, w, t, wd, b1, b2, eps, kind="adam"):
     return x
 
 
-@pytest.mark.parametrize("cls,kind", [(P.AdamUpdaterOp, "adam"), (P.LambUpdaterOp, "lamb"), (P.AdamaxUpdaterOp, "adamax")])
+@pytest.mark.parametrize(
+    "cls,kind", [(P.AdamUpdaterOp, "adam"), (P.LambUpdaterOp, "lamb"), (P.AdamaxUpdaterOp, "adamax")]
+)
 @pytest.mark.parametrize("variant", ["props", "tensors", "no_bias", "no_weight"])
 def test_updaters(rng, cls, kind, variant):
     m = f32(rng, 5).astype(np.float16)
@@ -737,8 +742,13 @@ def test_torch_softmax_cross_entropy_grad(rng):
     loss = torch.nn.functional.cross_entropy(x, labels, ignore_index=2)
     loss.backward()
     probs = torch.softmax(x, 1).detach().numpy()
-    (l, dx), _ = run(P.NllLossWithSoftmaxGradOp, [probs, labels.numpy().astype(np.int32)],
-                     loss_grad=1.0, reduction="mean", ignore_index=2)
+    (l, dx), _ = run(
+        P.NllLossWithSoftmaxGradOp,
+        [probs, labels.numpy().astype(np.int32)],
+        loss_grad=1.0,
+        reduction="mean",
+        ignore_index=2,
+    )
     close(l, loss.item(), rtol=1e-10)
     close(dx, x.grad.numpy(), rtol=1e-8, atol=1e-12)
 
@@ -776,8 +786,7 @@ def test_optional_operands_without_op_props(rng, props_from):
         close(out, ref)
     _, (out, _) = run(P.AccumulatorScaleOp, [t, f], props_from=props_from)
     close(out, t * 0.5)
-    _, (out, *_) = run(P.SparseAccumulateOp, [t, x[:1], np.array([2], np.int32), f], axis=0,
-                       props_from=props_from)
+    _, (out, *_) = run(P.SparseAccumulateOp, [t, x[:1], np.array([2], np.int32), f], axis=0, props_from=props_from)
     close(out, t + np.array([0, 0, 0.5 * x[0]]))
     probs, labels = _probs(rng, 2, 3).astype(np.float32), np.array([0, 2], np.int32)
     (loss, dx), _ = run(P.NllLossWithSoftmaxGradOp, [probs, labels, f], reduction="sum", props_from=props_from)
@@ -792,18 +801,40 @@ def test_optional_operands_without_op_props(rng, props_from):
         close(u, _adam_ref(m, v, None, 1.0, 0.0, 0.9, 0.99, 1e-7), rtol=1e-5)
         (u,), _ = run(P.AdamUpdaterOp, [m, v, w, None, np.array(0.1, np.float32)], props_from=props_from)
         close(u, _adam_ref(m, v, w, None, 0.1, 0.9, 0.999, 1e-7), rtol=1e-5)
-    _, (out, *_) = run(P.AdamVarUpdateOp, [w, x, np.ones((), np.float32), np.ones((), np.float32),
-                                           np.array(0.1, np.float32)], props_from=props_from)
+    _, (out, *_) = run(
+        P.AdamVarUpdateOp,
+        [w, x, np.ones((), np.float32), np.ones((), np.float32), np.array(0.1, np.float32)],
+        props_from=props_from,
+    )
     close(out, w - 0.1 * x, rtol=1e-6)
 
 
 # Kernels that must stay correct when the output shares storage with a same-typed input
 # (the rt buffer-reuse passes rely on it).
 ALIAS_SAFE = [
-    (P.AddOp, 2), (P.SubOp, 2), (P.MulOp, 2), (P.DivOp, 2), (P.PowOp, 2), (P.MaximumOp, 2),
-    (P.NegOp, 1), (P.AbsOp, 1), (P.SignOp, 1), (P.ReluOp, 1), (P.GeluOp, 1), (P.TanhOp, 1),
-    (P.SigmoidOp, 1), (P.ExpOp, 1), (P.LogOp, 1), (P.SqrtOp, 1), (P.CosOp, 1), (P.SinOp, 1),
-    (P.IdentityOp, 1), (P.GeluGradOp, 2), (P.ReluGradOp, 2), (P.ScaledAddOp, 2), (P.SoftmaxOp, 1),
+    (P.AddOp, 2),
+    (P.SubOp, 2),
+    (P.MulOp, 2),
+    (P.DivOp, 2),
+    (P.PowOp, 2),
+    (P.MaximumOp, 2),
+    (P.NegOp, 1),
+    (P.AbsOp, 1),
+    (P.SignOp, 1),
+    (P.ReluOp, 1),
+    (P.GeluOp, 1),
+    (P.TanhOp, 1),
+    (P.SigmoidOp, 1),
+    (P.ExpOp, 1),
+    (P.LogOp, 1),
+    (P.SqrtOp, 1),
+    (P.CosOp, 1),
+    (P.SinOp, 1),
+    (P.IdentityOp, 1),
+    (P.GeluGradOp, 2),
+    (P.ReluGradOp, 2),
+    (P.ScaledAddOp, 2),
+    (P.SoftmaxOp, 1),
     (P.SoftmaxGradOp, 2),
 ]
 
@@ -906,8 +937,14 @@ def test_geluerf_and_grad(rng):
     close(run1(P.GeluErfOp, [x]), ref, rtol=1e-14, atol=1e-300)
     dy = rng.standard_normal(40)
     eps = 1e-6
-    num = [(0.5 * (v + eps) * (1 + math.erf((v + eps) / math.sqrt(2)))
-            - 0.5 * (v - eps) * (1 + math.erf((v - eps) / math.sqrt(2)))) / (2 * eps) for v in x]
+    num = [
+        (
+            0.5 * (v + eps) * (1 + math.erf((v + eps) / math.sqrt(2)))
+            - 0.5 * (v - eps) * (1 + math.erf((v - eps) / math.sqrt(2)))
+        )
+        / (2 * eps)
+        for v in x
+    ]
     close(run1(P.GeluErfGradOp, [dy, x]), dy * np.array(num), rtol=1e-6, atol=1e-9)
     torch = pytest.importorskip("torch")
     ref_t = torch.nn.functional.gelu(torch.tensor(x), approximate="none").numpy()
@@ -975,8 +1012,13 @@ def test_print_tensor_prints_to_stderr_and_copies(capfd):
 
 
 ALIAS_SAFE_MORE = [
-    (P.CeilOp, 1, {}), (P.FloorOp, 1, {}), (P.ErfOp, 1, {}), (P.GeluErfOp, 1, {}),
-    (P.GeluErfGradOp, 2, {}), (P.FmodOp, 2, {}), (P.ClipOp, 1, {"min": 0.7, "max": 1.2}),
+    (P.CeilOp, 1, {}),
+    (P.FloorOp, 1, {}),
+    (P.ErfOp, 1, {}),
+    (P.GeluErfOp, 1, {}),
+    (P.GeluErfGradOp, 2, {}),
+    (P.FmodOp, 2, {}),
+    (P.ClipOp, 1, {"min": 0.7, "max": 1.2}),
 ]
 
 

@@ -98,7 +98,8 @@ def test_two_ipu_program_by_hand() -> None:
 
 
 def test_unplaced_program_is_ipu_0() -> None:
-    r = memory_report(_program("""
+    r = memory_report(
+        _program("""
 rt.program {
   %x = rt.alloc : memref<3xf32>
   rt.h2d "x", %x : memref<3xf32>
@@ -108,7 +109,8 @@ rt.program {
   rt.kernel "popxl.relu"(%y) -> (%z) : (memref<3xf32>) -> memref<3xf32>
   rt.d2h "z", %z : memref<3xf32>
 }
-"""))
+""")
+    )
     (m,) = r.ipus
     assert m.ipu == 0 and m.variables == 0 and m.stashes == 0
     # x and y at the first relu, y and z at the second: never three at once
@@ -207,8 +209,10 @@ def test_mnist_training_program(capsys: pytest.CaptureFixture[str]) -> None:
     # Net 784-512-512-512-10: the weights and biases are all the variables
     sizes = [784 * 512, 512, 512 * 512, 512, 512 * 512, 512, 512 * 10, 10]
     assert m.variables == 4 * sum(sizes)
-    assert sum(int(np.prod(v.shape)) * np.dtype(v.dtype.as_numpy()).itemsize
-               for v in ir.main_graph.variables) == m.variables
+    assert (
+        sum(int(np.prod(v.shape)) * np.dtype(v.dtype.as_numpy()).itemsize for v in ir.main_graph.variables)
+        == m.variables
+    )
     assert m.stashes == 0 and m.remote_staging == 0
     program = lowered_program(ir._module)
     _check_against_independent(report, program)

@@ -43,9 +43,7 @@ def test_program_structure():
     # seed 003's bookkeeping
     fc2 = layers["fc2"]
     assert list(fc2.vars.bwd.accum.to_dict()) == ["bias", "weight"]
-    assert [t.name for t in fc2.vars.bwd.tensors] == [
-        "fc2.accum.bias", "fc2.accum.weight", "fc2.mean_accum_counter"
-    ]
+    assert [t.name for t in fc2.vars.bwd.tensors] == ["fc2.accum.bias", "fc2.accum.weight", "fc2.mean_accum_counter"]
     assert set(variables.to_dict()) == {f"fc{i}.{n}" for i in range(1, 5) for n in ("weight", "bias")}
     # gradient of the layer input returned by fc2..fc4 only (require_input0)
     assert len(layers["fc1"].bwd.graph.outputs) == 0

@@ -40,7 +40,9 @@ def test_example_under_mpirun_equals_one_process(example: str, tmp_path: Path) -
     big_run = None
     if example == "mnist_data_parallel":
         # one replica accumulating the whole global batch of 64 (8 micro batches of 8)
-        big_run = launch([*args, str(tmp_path / "big.npz"), "--data-parallel", "1", "--gradient-accumulation", "8"], n=None)
+        big_run = launch(
+            [*args, str(tmp_path / "big.npz"), "--data-parallel", "1", "--gradient-accumulation", "8"], n=None
+        )
     code, log = finish(mpi_run)
     assert code == 0, log
     one_code, one_log = finish(one_run)

@@ -197,10 +197,7 @@ def test_popxl_ops_have_kernels() -> None:
     # every registered key is a popxl op class or an rt-only kernel, nothing else
     from xl.dialects.ipu import REMOTE_ACCESS_OPS
 
-    assert all(
-        k in set(Popxl.operations) or k in REMOTE_ACCESS_OPS or issubclass(k, RtKernel)
-        for k in KERNELS
-    )
+    assert all(k in set(Popxl.operations) or k in REMOTE_ACCESS_OPS or issubclass(k, RtKernel) for k in KERNELS)
     assert all(c in KERNELS for c in REMOTE_ACCESS_OPS)  # remote copies (kernels_remote.py)
     assert kernel_factory("popxl.no_such_op") is None
 
@@ -226,7 +223,8 @@ def _frontend_source() -> str:
 
 
 @pytest.mark.parametrize(
-    ("dialect", "cls"), [(d, c) for d, c in ALL_OPS if d in ("popxl", "call", "ipu", "replica")],
+    ("dialect", "cls"),
+    [(d, c) for d, c in ALL_OPS if d in ("popxl", "call", "ipu", "replica")],
     ids=[c.name for d, c in ALL_OPS if d in ("popxl", "call", "ipu", "replica")],
 )
 def test_frontend_emits_op(dialect: str, cls: type[Operation]) -> None:

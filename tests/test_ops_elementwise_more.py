@@ -35,13 +35,20 @@ def test_forward_against_numpy(optimize: bool) -> None:
     y = np.array([1.5, -2.0, 0.7, 3.0], np.float32)
     out = run(
         lambda x, y: {
-            "ceil": ops.ceil(x), "floor": ops.floor(x), "fmod": ops.fmod(x, y),
-            "fmod_c": ops.fmod(x, 2.0), "mod_op": x % 2.0, "erf": ops.erf(x), "ge": ops.geluerf(x),
-            "clip": ops.clip(x, -1.0, 2.0), "clamp": ops.clamp(x, min=0.0),
+            "ceil": ops.ceil(x),
+            "floor": ops.floor(x),
+            "fmod": ops.fmod(x, y),
+            "fmod_c": ops.fmod(x, 2.0),
+            "mod_op": x % 2.0,
+            "erf": ops.erf(x),
+            "ge": ops.geluerf(x),
+            "clip": ops.clip(x, -1.0, 2.0),
+            "clamp": ops.clamp(x, min=0.0),
             # a chain the optimised plan fuses into one kernel
             "chain": ops.geluerf(ops.fmod(ops.floor(x * 3.0), 4.0)),
         },
-        {"x": X, "y": y}, optimize,
+        {"x": X, "y": y},
+        optimize,
     )
     np.testing.assert_array_equal(out["ceil"], [[-2, -1, 0, 0], [1, 1, 3, 8]])
     np.testing.assert_array_equal(out["floor"], [[-3, -1, -1, 0], [0, 1, 2, 7]])
@@ -81,9 +88,14 @@ def test_integer_fmod_clip_and_bitwise() -> None:
     b = np.array([3, 3, -3, -3, 0, 0x0FF0], np.int32)
     out = run(
         lambda a, b: {
-            "fmod": ops.fmod(a, b), "clip": ops.clip(a, -6.5, 6.5), "and": ops.bitwise_and(a, b),
-            "or": ops.bitwise_or(a, b), "xor": ops.bitwise_xor(a, b), "xnor": ops.bitwise_xnor(a, b),
-            "not": ops.bitwise_not(a), "and1": ops.bitwise_and(a, 1),
+            "fmod": ops.fmod(a, b),
+            "clip": ops.clip(a, -6.5, 6.5),
+            "and": ops.bitwise_and(a, b),
+            "or": ops.bitwise_or(a, b),
+            "xor": ops.bitwise_xor(a, b),
+            "xnor": ops.bitwise_xnor(a, b),
+            "not": ops.bitwise_not(a),
+            "and1": ops.bitwise_and(a, 1),
         },
         {"a": a, "b": b},
     )
@@ -98,8 +110,9 @@ def test_integer_fmod_clip_and_bitwise() -> None:
     np.testing.assert_array_equal(out["and1"], [x & 1 for x in ia])
     p = np.array([True, True, False, False])
     q = np.array([True, False, True, False])
-    np.testing.assert_array_equal(run(lambda p, q: {"x": ops.logical_xor(p, q)}, {"p": p, "q": q})["x"],
-                                  [False, True, True, False])
+    np.testing.assert_array_equal(
+        run(lambda p, q: {"x": ops.logical_xor(p, q)}, {"p": p, "q": q})["x"], [False, True, True, False]
+    )
 
 
 # ------------------------------------------------------------------------------------
@@ -168,8 +181,10 @@ def test_print_tensor_prints_at_run_time(capfd) -> None:
     np.testing.assert_array_equal(next(iter(out.values())), [8, 10, 12])
     err = capfd.readouterr().err.splitlines()
     assert err == [
-        "Add:0: [2 4 6]", "unused result: [ 6 12 18]",
-        "Add:0: [ 8 10 12]", "unused result: [24 30 36]",
+        "Add:0: [2 4 6]",
+        "unused result: [ 6 12 18]",
+        "Add:0: [ 8 10 12]",
+        "unused result: [24 30 36]",
     ]
 
 
@@ -198,11 +213,16 @@ def test_print_tensor_gradient_and_default_title(capfd) -> None:
 
 def test_print_tensor_format_options(capfd) -> None:
     x = np.array([[1.0, -2.5], [1e-6, 3.0]], np.float32)
-    run(lambda x: {"a": ops.print_tensor(x, "sci", float_format="scientific", digits=3),
-                   "b": ops.print_tensor(x, "fix", float_format="fixed", digits=4, separator=";",
-                                         open_bracket="(", close_bracket=")"),
-                   "c": ops.print_tensor(ops.cast(x, popxl.int32), "ints", max_line_width=0)},
-        {"x": x})
+    run(
+        lambda x: {
+            "a": ops.print_tensor(x, "sci", float_format="scientific", digits=3),
+            "b": ops.print_tensor(
+                x, "fix", float_format="fixed", digits=4, separator=";", open_bracket="(", close_bracket=")"
+            ),
+            "c": ops.print_tensor(ops.cast(x, popxl.int32), "ints", max_line_width=0),
+        },
+        {"x": x},
+    )
     err = capfd.readouterr().err
     assert "sci: [[ 1.00e+00 -2.50e+00]\n [ 1.00e-06  3.00e+00]]" in err
     assert "fix: (( 1.000;-2.500);\n ( 0.000; 3.000))" in err

@@ -51,40 +51,106 @@ def _double(a: popxl.Tensor) -> popxl.Tensor:
 
 R = dict[str, Callable[[Env], Any]]
 
+
 def _full3(value: float) -> popxl.Tensor:
     return popxl.constant(np.full(3, value, np.float32))
 
 
+def _op(name: str, *args: str, **kwargs: Any) -> Callable[[Env], Any]:
+    """`ops.<name>` applied to the environment's tensors named `args`."""
+    return lambda e: getattr(ops, name)(*(getattr(e, a) for a in args), **kwargs)
+
+
 OPS: R = {
     # elementwise unary
-    **{n: (lambda n: lambda e: getattr(ops, n)(e.x))(n) for n in (  # noqa: B023 (n is the enclosing lambda's parameter)
-        "abs", "ceil", "floor", "cos", "sin", "tanh", "exp", "log", "log2", "sqrt", "sign",
-        "negate", "neg", "relu", "gelu", "geluerf", "swish", "sigmoid", "isnan", "isinf",
-        "isfinite", "identity", "rename", "detach", "detach_", "flatten", "flatten_",
-        "transpose", "transpose_", "lamb_square", "print_tensor", "io_tile_copy",
-    )},
-    **{n: (lambda n: lambda e: getattr(ops, n)(e.v))(n) for n in ("exp_", "relu_", "gelu_", "geluerf_", "swish_")},  # noqa: B023 (n is the enclosing lambda's parameter)
+    **{
+        n: _op(n, "x")
+        for n in (
+            "abs",
+            "ceil",
+            "floor",
+            "cos",
+            "sin",
+            "tanh",
+            "exp",
+            "log",
+            "log2",
+            "sqrt",
+            "sign",
+            "negate",
+            "neg",
+            "relu",
+            "gelu",
+            "geluerf",
+            "swish",
+            "sigmoid",
+            "isnan",
+            "isinf",
+            "isfinite",
+            "identity",
+            "rename",
+            "detach",
+            "detach_",
+            "flatten",
+            "flatten_",
+            "transpose",
+            "transpose_",
+            "lamb_square",
+            "print_tensor",
+            "io_tile_copy",
+        )
+    },
+    **{n: _op(n, "v") for n in ("exp_", "relu_", "gelu_", "geluerf_", "swish_")},
     "logical_not": lambda e: ops.logical_not(e.cond),
     "clip": lambda e: ops.clip(e.y, -0.5, 0.5),
     "clamp": lambda e: ops.clamp(e.y, -0.5, 0.5),
     "erf": lambda e: ops.erf(e.y),
     "bitwise_not": lambda e: ops.bitwise_not(e.idx),
-    **{n: (lambda n: lambda e: getattr(ops, n)(e.idx, e.labels))(n) for n in (  # noqa: B023 (n is the enclosing lambda's parameter)
-        "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_xnor",
-    )},
+    **{
+        n: _op(n, "idx", "labels")
+        for n in (
+            "bitwise_and",
+            "bitwise_or",
+            "bitwise_xor",
+            "bitwise_xnor",
+        )
+    },
     "logical_xor": lambda e: ops.logical_xor(e.cond, e.cond),
     # binary
-    **{n: (lambda n: lambda e: getattr(ops, n)(e.x, e.y))(n) for n in (  # noqa: B023 (n is the enclosing lambda's parameter)
-        "add", "sub", "mul", "div", "fmod", "pow", "equal", "greater", "maximum",
-    )},
+    **{
+        n: _op(n, "x", "y")
+        for n in (
+            "add",
+            "sub",
+            "mul",
+            "div",
+            "fmod",
+            "pow",
+            "equal",
+            "greater",
+            "maximum",
+        )
+    },
     "add_": lambda e: ops.add_(e.v, e.x),
     "logical_and": lambda e: ops.logical_and(e.cond, e.cond),
     "logical_or": lambda e: ops.logical_or(e.cond, e.cond),
     "where": lambda e: ops.where(ops.greater(e.x, e.y), e.x, e.y),
     # reductions
-    **{n: (lambda n: lambda e: getattr(ops, n)(e.x, axis=1))(n) for n in (  # noqa: B023 (n is the enclosing lambda's parameter)
-        "sum", "mean", "max", "min", "prod", "sumsquare", "logsum", "logsumexp", "l1", "l2",
-    )},
+    **{
+        n: _op(n, "x", axis=1)
+        for n in (
+            "sum",
+            "mean",
+            "max",
+            "min",
+            "prod",
+            "sumsquare",
+            "logsum",
+            "logsumexp",
+            "l1",
+            "l2",
+        )
+    },
     "argmax": lambda e: ops.argmax(e.x, 1),
     "argmin": lambda e: ops.argmin(e.x, 1),
     "cumsum": lambda e: ops.cumsum(e.x, 1),
@@ -104,29 +170,46 @@ OPS: R = {
     # indexing
     "gather": lambda e: ops.gather(e.x, e.idx),
     "tied_gather": lambda e: ops.tied_gather(e.x, e.idx),
-    "scatter": lambda e: ops.scatter(e.x, ops.reshape(e.idx, (1, 2)), ops.slice(e.y, start=0, stop=1, axis=0)[:, :2], axis=0),
+    "scatter": lambda e: ops.scatter(
+        e.x, ops.reshape(e.idx, (1, 2)), ops.slice(e.y, start=0, stop=1, axis=0)[:, :2], axis=0
+    ),
     "scatter_reduce": lambda e: ops.scatter_reduce(e.x, e.idx, "max", axis_size=3),
     "groupedgather": lambda e: ops.groupedgather(e.x, ops.reshape(e.idx, (2, 1)), group_size=2),
     "dynamic_slice": lambda e: ops.dynamic_slice(e.x, popxl.constant(np.array([1], np.uint32)), [1], [2]),
     "dynamic_update": lambda e: ops.dynamic_update(
-        e.x, popxl.constant(np.array([1], np.uint32)), ops.slice(e.y, start=0, stop=2, axis=1), [1], [2]),
+        e.x, popxl.constant(np.array([1], np.uint32)), ops.slice(e.y, start=0, stop=2, axis=1), [1], [2]
+    ),
     "dynamic_update_": lambda e: ops.dynamic_update_(
-        e.v, popxl.constant(np.array([1], np.uint32)), ops.slice(e.y, start=0, stop=2, axis=1), [1], [2]),
+        e.v, popxl.constant(np.array([1], np.uint32)), ops.slice(e.y, start=0, stop=2, axis=1), [1], [2]
+    ),
     "onehot": lambda e: ops.onehot(e.labels, 3, [0.0, 1.0]),
     # nn
     "matmul": lambda e: ops.matmul(e.x, e.w),
     "softmax": lambda e: ops.softmax(e.x, axis=1),
     "log_softmax": lambda e: ops.log_softmax(e.x, axis=1),
     "interpolate": lambda e: ops.interpolate(e.x, (1.0, 2.0), mode="linear"),
-    "roi_align": lambda e: ops.roi_align(ops.reshape(e.x, (1, 1, 2, 3)), np.array([[0.0, 0.0, 2.0, 1.0]], np.float32),
-                                         np.array([0], np.int32), (2, 2), 1.0, 2),
+    "roi_align": lambda e: ops.roi_align(
+        ops.reshape(e.x, (1, 1, 2, 3)),
+        np.array([[0.0, 0.0, 2.0, 1.0]], np.float32),
+        np.array([0], np.int32),
+        (2, 2),
+        1.0,
+        2,
+    ),
     "histogram": lambda e: ops.histogram(e.x, [0.5, 1.0], absolute_of_input=True),
-    "layer_norm": lambda e: ops.layer_norm(e.x, popxl.constant(np.ones(3, np.float32)), popxl.constant(np.zeros(3, np.float32))),
-    "group_norm": lambda e: ops.group_norm(ops.reshape(e.x, (1, 2, 3)), popxl.constant(np.ones(2, np.float32)),
-                                           popxl.constant(np.zeros(2, np.float32)), 2),
+    "layer_norm": lambda e: ops.layer_norm(
+        e.x, popxl.constant(np.ones(3, np.float32)), popxl.constant(np.zeros(3, np.float32))
+    ),
+    "group_norm": lambda e: ops.group_norm(
+        ops.reshape(e.x, (1, 2, 3)), popxl.constant(np.ones(2, np.float32)), popxl.constant(np.zeros(2, np.float32)), 2
+    ),
     "conv": lambda e: ops.conv(ops.reshape(e.x, (1, 1, 2, 3)), ops.reshape(e.y, (2, 1, 1, 3)), padding=(0, 1, 0, 1)),
-    "conv_transpose": lambda e: ops.conv_transpose(ops.reshape(e.x, (1, 2, 3)), ops.reshape(e.y, (2, 1, 3)), stride=(2,)),
-    "PadType": lambda e: ops.conv(ops.reshape(e.x, (1, 2, 3)), ops.reshape(e.y, (1, 2, 3)), pad_type=ops.PadType.same_upper),
+    "conv_transpose": lambda e: ops.conv_transpose(
+        ops.reshape(e.x, (1, 2, 3)), ops.reshape(e.y, (2, 1, 3)), stride=(2,)
+    ),
+    "PadType": lambda e: ops.conv(
+        ops.reshape(e.x, (1, 2, 3)), ops.reshape(e.y, (1, 2, 3)), pad_type=ops.PadType.same_upper
+    ),
     "average_pool": lambda e: ops.average_pool(ops.reshape(e.x, (1, 1, 2, 3)), (2, 2), padding=(0, 1, 0, 1)),
     "max_pool": lambda e: ops.max_pool(ops.reshape(e.x, (1, 2, 3)), (2,), stride=(2,), ceil_mode=True),
     "batch_norm_inference": lambda e: ops.batch_norm_inference(e.x, _full3(1.0), _full3(0.0), _full3(0.5), _full3(2.0)),
@@ -142,17 +225,25 @@ OPS: R = {
     # float8
     "pow2scale_cast_to_fp8": lambda e: ops.pow2scale_cast_to_fp8(e.x, 1, popxl.float8_143),
     "pow2scale_cast_from_fp8": lambda e: ops.pow2scale_cast_from_fp8(
-        ops.pow2scale_cast_to_fp8(e.x, 0, popxl.float8_152), -1, popxl.float16),
+        ops.pow2scale_cast_to_fp8(e.x, 0, popxl.float8_152), -1, popxl.float16
+    ),
     "matmul_pow2scaled": lambda e: ops.matmul_pow2scaled(
         ops.pow2scale_cast_to_fp8(e.x, 0, popxl.float8_143),
-        ops.pow2scale_cast_to_fp8(e.w, 0, popxl.float8_152), popxl.constant(np.int32(2))),
+        ops.pow2scale_cast_to_fp8(e.w, 0, popxl.float8_152),
+        popxl.constant(np.int32(2)),
+    ),
     "conv_pow2scaled": lambda e: ops.conv_pow2scaled(
         ops.pow2scale_cast_to_fp8(ops.reshape(e.x, (1, 1, 2, 3)), 0, popxl.float8_143),
-        ops.pow2scale_cast_to_fp8(ops.reshape(e.y, (2, 1, 1, 3)), 0, popxl.float8_143), 1,
-        padding=(0, 1, 0, 1)),
+        ops.pow2scale_cast_to_fp8(ops.reshape(e.y, (2, 1, 1, 3)), 0, popxl.float8_143),
+        1,
+        padding=(0, 1, 0, 1),
+    ),
     "conv_transpose_pow2scaled": lambda e: ops.conv_transpose_pow2scaled(
         ops.pow2scale_cast_to_fp8(ops.reshape(e.x, (1, 2, 3)), 0, popxl.float8_152),
-        ops.pow2scale_cast_to_fp8(ops.reshape(e.y, (2, 1, 3)), 0, popxl.float8_143), -1, stride=(2,)),
+        ops.pow2scale_cast_to_fp8(ops.reshape(e.y, (2, 1, 3)), 0, popxl.float8_143),
+        -1,
+        stride=(2,),
+    ),
     # misc
     "cast": lambda e: ops.cast(e.x, popxl.int32),
     "init": lambda e: ops.init((2, 2), popxl.float32),
@@ -166,9 +257,12 @@ OPS: R = {
     "CallSiteInfo": lambda e: _callsite(e),
     "repeat": lambda e: ops.repeat(e.graph(_double, e.x), 3, e.x),
     "repeat_with_info": lambda e: ops.repeat_with_info(e.graph(_double, e.x), 3, e.x).outputs,
-    "conditional": lambda e: ops.conditional(e.cond, e.graph(_double, e.x), e.graph(lambda a: a + 1, e.x), [e.x], [e.x]),
-    "conditional_with_info": lambda e: ops.conditional_with_info(
-        e.cond, e.graph(_double, e.x), e.graph(lambda a: a + 1, e.x), [e.x], [e.x]).outputs,
+    "conditional": lambda e: ops.conditional(
+        e.cond, e.graph(_double, e.x), e.graph(lambda a: a + 1, e.x), [e.x], [e.x]
+    ),
+    "conditional_with_info": lambda e: (
+        ops.conditional_with_info(e.cond, e.graph(_double, e.x), e.graph(lambda a: a + 1, e.x), [e.x], [e.x]).outputs
+    ),
     "ConditionalSiteInfo": lambda e: _conditional_site(e),
     "host_load": lambda e: ops.host_load(popxl.h2d_stream((2, 3), popxl.float32, "in")),
     "host_store": lambda e: ops.host_store(popxl.d2h_stream((2, 3), popxl.float32, "extra"), e.x),
@@ -185,6 +279,7 @@ def _remote(e: Env) -> popxl.RemoteBuffer:
     rb = popxl.remote_buffer((2, 3), popxl.float32, 2)
     popxl.remote_variable(np.ones((2, 3), np.float32), rb, 1)
     return rb
+
 
 # Exported names that raise NotImplementedError unconditionally (upstream features xl has
 # no equivalent of yet); each is called with no arguments.
@@ -217,13 +312,16 @@ VAR_UPDATES: R = {
     "adamax_updater": lambda e: var_updates.adamax_updater(e.m, e.x, e.y, e.step, 0.01, 0.9, 1e-6),
     "lamb_updater": lambda e: var_updates.lamb_updater(e.m, e.x, e.y, e.step, 0.01, 0.9, 0.999, 1e-6),
     "adam_var_update": lambda e: var_updates.adam_var_update(
-        e.v, e.x, ops.lamb_square(e.y), ops.lamb_square(e.x), 0.1, 10.0),
+        e.v, e.x, ops.lamb_square(e.y), ops.lamb_square(e.x), 0.1, 10.0
+    ),
     "copy_var_update_": lambda e: var_updates.copy_var_update_(e.v, e.x),
     "sparse_accumulate_": lambda e: var_updates.sparse_accumulate_(e.v, ops.gather(e.x, e.idx), e.idx),
 }
 
 COLLECTIVES: R = {
-    "CommGroup": lambda e: _check(collectives.CommGroup(collectives.CommGroupType.Consecutive, 2).replicaGroupSize == 2),
+    "CommGroup": lambda e: _check(
+        collectives.CommGroup(collectives.CommGroupType.Consecutive, 2).replicaGroupSize == 2
+    ),
     "CommGroupType": lambda e: _check(collectives.CommGroupType.All != collectives.CommGroupType.Orthogonal),
     "CollectiveOps": lambda e: _check(collectives.CollectiveOps[:2] == ("add", "mean")),
     # replication factor 1: groups of one replica (tests/test_replica_*.py replicate)
@@ -261,23 +359,29 @@ def _addons_autodiff(e: Env) -> Any:
     graph, variables = _module_graph(e)
     grad = addons.autodiff(graph)
     fwd_info = graph.bind(variables).call_with_info(e.x)
-    dx = grad.call(popxl.constant(np.ones((2, 2), np.float32)),
-                   args=grad.grad_graph_info.inputs_dict(fwd_info))
+    dx = grad.call(popxl.constant(np.ones((2, 2), np.float32)), args=grad.grad_graph_info.inputs_dict(fwd_info))
     return dx
 
 
 ADDONS: R = {
     "DotTree": lambda e: _check(addons.DotTree.from_dict({"a.b": 1}).a.b == 1),
-    "to_mapping": lambda e: _check(addons.to_mapping(addons.NamedTensors(a=e.x), addons.NamedTensors(a=e.y)) == {e.x: e.y}),
+    "to_mapping": lambda e: _check(
+        addons.to_mapping(addons.NamedTensors(a=e.x), addons.NamedTensors(a=e.y)) == {e.x: e.y}
+    ),
     "NamedTensors": lambda e: _check(addons.NamedTensors.from_dict({"p.q": e.x}).tensors == (e.x,)),
     "NamedTensorData": lambda e: _check(addons.NamedTensorData(a=np.ones(2)).len_flat() == 1),
     "print_named_tensors": lambda e: addons.print_named_tensors(addons.NamedTensors(a=e.x)).tensors,
-    "VariableFactory": lambda e: addons.VariableFactory(lambda: np.ones(2, np.float32), popxl.float32, "f").create_tensor(),
+    "VariableFactory": lambda e: addons.VariableFactory(
+        lambda: np.ones(2, np.float32), popxl.float32, "f"
+    ).create_tensor(),
     "NamedVariableFactories": lambda e: _module_graph(e)[1].tensors,
     "NamedReplicaGrouping": lambda e: _check(
-        addons.NamedReplicaGrouping.from_dict({"a": e.ir.replica_grouping()}).a is not None),
+        addons.NamedReplicaGrouping.from_dict({"a": e.ir.replica_grouping()}).a is not None
+    ),
     "add_variable_input": lambda e: _graph_with_variable_input(e, addons.add_variable_input),
-    "add_replica_sharded_variable_input": lambda e: _graph_with_variable_input(e, addons.add_replica_sharded_variable_input),
+    "add_replica_sharded_variable_input": lambda e: _graph_with_variable_input(
+        e, addons.add_replica_sharded_variable_input
+    ),
     "GraphWithNamedArgs": lambda e: addons.GraphWithNamedArgs(e.graph(_double, e.x)).call(e.x),
     "BoundGraph": lambda e: addons.BoundGraph(e.graph(_double, e.x)).call(e.x),
     "GraphCache": lambda e: addons.GraphCache().create_graph(_double, e.x).inputs,
@@ -287,7 +391,9 @@ ADDONS: R = {
     "OutputStreams": lambda e: ops.host_store(addons.OutputStreams(b=((2, 3), popxl.float32)).b, e.x),
     "cross_entropy": lambda e: addons.cross_entropy(e.x, e.labels),
     "replicated_all_reduce_identical_inputs": lambda e: addons.ops.replicated_all_reduce_identical_inputs(e.x),
-    "replicated_all_reduce_identical_grad_inputs": lambda e: addons.ops.replicated_all_reduce_identical_grad_inputs(e.x, "mean"),
+    "replicated_all_reduce_identical_grad_inputs": lambda e: addons.ops.replicated_all_reduce_identical_grad_inputs(
+        e.x, "mean"
+    ),
     "cross_entropy_with_grad": lambda e: addons.cross_entropy_with_grad(e.x, e.labels),
     "host_load": lambda e: addons.host_load(np.ones((2, 3)), popxl.float32, "in")[2],
     "host_store": lambda e: _check(isinstance(addons.host_store(e.x), popxl.DeviceToHostStream)),
@@ -301,20 +407,43 @@ ADDONS: R = {
 # Names whose behaviour is pinned by their own test module instead of a recipe here.
 TESTED_ELSEWHERE = {
     "pipelined_execution": "tests/test_pipeline*.py (the pipelining transform)",
-    **{n: "tests/test_addons_remote.py (phased load/store round trips)" for n in (
-        "load_remote_graph", "store_remote_graph", "named_buffers", "named_variable_buffers",
-        "create_remote_buffer")},
-    **{n: "tests/test_batch_serialise.py (every io mode against NumPy and the plain program)" for n in (
-        "batch_serialise", "batch_serialise_fwd_and_grad", "batch_serial_buffer", "RemoteHandle")},
+    **{
+        n: "tests/test_addons_remote.py (phased load/store round trips)"
+        for n in (
+            "load_remote_graph",
+            "store_remote_graph",
+            "named_buffers",
+            "named_variable_buffers",
+            "create_remote_buffer",
+        )
+    },
+    **{
+        n: "tests/test_batch_serialise.py (every io mode against NumPy and the plain program)"
+        for n in ("batch_serialise", "batch_serialise_fwd_and_grad", "batch_serial_buffer", "RemoteHandle")
+    },
     # popxl_addons names pinned by their own test modules
-    **{n: "tests/test_addons_utils.py (array_munging against upstream's documented examples)"
-       for n in addons.array_munging.__all__},
-    **{n: "tests/test_addons_utils.py (FLOPs of a hand-counted MLP)" for n in (
-        "total_FLOPs", "evaluate_ir_FLOPs", "evaluate_FLOPs", "print_FLOPs", "format_flops_scientific")},
-    **{n: "tests/test_addons_utils.py" for n in (
-        "seed_variable", "route_tensor_into_graph", "is_subgraph", "print_tensor", "print_text",
-        "set_available_memory_proportion_by_ipu", "set_graph_available_memory_proportion_by_ipu",
-        "enable_fc_pass", "disable_fc_pass")},
+    **{
+        n: "tests/test_addons_utils.py (array_munging against upstream's documented examples)"
+        for n in addons.array_munging.__all__
+    },
+    **{
+        n: "tests/test_addons_utils.py (FLOPs of a hand-counted MLP)"
+        for n in ("total_FLOPs", "evaluate_ir_FLOPs", "evaluate_FLOPs", "print_FLOPs", "format_flops_scientific")
+    },
+    **{
+        n: "tests/test_addons_utils.py"
+        for n in (
+            "seed_variable",
+            "route_tensor_into_graph",
+            "is_subgraph",
+            "print_tensor",
+            "print_text",
+            "set_available_memory_proportion_by_ipu",
+            "set_graph_available_memory_proportion_by_ipu",
+            "enable_fc_pass",
+            "disable_fc_pass",
+        )
+    },
     **{n: "tests/test_addons_task_session.py" for n in ("TaskSession", "write_variables_pb", "WeightsDict", "timer")},
     **{n: "tests/test_addons_ops.py (against torch F.layer_norm)" for n in ("layer_norm", "layer_norm_no_affine")},
 }
@@ -380,11 +509,7 @@ MODULES: list[tuple[types.ModuleType, str, R, tuple[str, ...]]] = [
     (addons.transforms, "popxl_addons.transforms", ADDONS, ()),
 ]
 
-CASES = [
-    (qual, name, recipes, stubs)
-    for module, qual, recipes, stubs in MODULES
-    for name in _exports(module)
-]
+CASES = [(qual, name, recipes, stubs) for module, qual, recipes, stubs in MODULES for name in _exports(module)]
 
 NOT_IMPLEMENTED: list[str] = []
 

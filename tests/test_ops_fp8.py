@@ -62,8 +62,9 @@ def test_host_cast_rounds_to_nearest_even(dt: popxl.dtype) -> None:
     finite = np.unique(ref[np.isfinite(ref)])
     rng = np.random.default_rng(0)
     top = finite.max()
-    x = np.concatenate([rng.uniform(-top, top, 3000), rng.standard_normal(3000) * 1e-2,
-                        (finite[1:] + finite[:-1]) / 2])  # exact halfway points
+    x = np.concatenate(
+        [rng.uniform(-top, top, 3000), rng.standard_normal(3000) * 1e-2, (finite[1:] + finite[:-1]) / 2]
+    )  # exact halfway points
     y = host_pow2scale_cast_from_fp8(host_pow2scale_cast_to_fp8(x, dt), popxl.float64)
     codes = {v: c for c, v in enumerate(ref) if np.isfinite(v)}
     for v, r in zip(x, y):
@@ -96,14 +97,16 @@ def test_host_cast_scale_overflow_and_errors() -> None:
     np.testing.assert_array_equal(y[:2], [1.0, 96.0])
     assert np.isnan(y[2:]).all()  # overflow -> NaN by default
     sat = host_pow2scale_cast_from_fp8(
-        host_pow2scale_cast_to_fp8(x, popxl.float8_143, nan_on_overflow=False), popxl.float32)
+        host_pow2scale_cast_to_fp8(x, popxl.float8_143, nan_on_overflow=False), popxl.float32
+    )
     np.testing.assert_array_equal(sat[:4], [1.0, 96.0, 240.0, -240.0])
     assert np.isnan(sat[4])
     # x * 2**3 before the cast, back with 2**-3
     s = host_pow2scale_cast_to_fp8(np.array([0.1, 0.5], np.float32), popxl.float8_143, log2_scale=3)
     np.testing.assert_array_equal(host_pow2scale_cast_from_fp8(s, popxl.float32), [0.8125, 4.0])
-    np.testing.assert_array_equal(host_pow2scale_cast_from_fp8(s, popxl.float16, log2_scale=-3),
-                                  np.array([0.1015625, 0.5], np.float16))
+    np.testing.assert_array_equal(
+        host_pow2scale_cast_from_fp8(s, popxl.float16, log2_scale=-3), np.array([0.1015625, 0.5], np.float16)
+    )
     torch = pytest.importorskip("torch")
     t = host_pow2scale_cast_to_fp8(torch.tensor([1.5, 2.25]), popxl.float8_152)
     np.testing.assert_array_equal(t.astype(np.float32), [1.5, 2.0])
@@ -130,7 +133,8 @@ def test_host_fp8_mse_scale() -> None:
 
     def err(scale: int, dt=popxl.float8_143) -> float:
         y = host_pow2scale_cast_from_fp8(
-            host_pow2scale_cast_to_fp8(x, dt, scale, nan_on_overflow=False), popxl.float64, -scale)
+            host_pow2scale_cast_to_fp8(x, dt, scale, nan_on_overflow=False), popxl.float64, -scale
+        )
         return float(np.mean((y - x.astype(np.float64)) ** 2))
 
     assert err(s) <= min(err(s - 1), err(s + 1)) and err(s) < err(0) / 10
@@ -151,8 +155,11 @@ def test_host_fp8_mse_scale() -> None:
 
 
 def test_to_numpy_rules(tmp_path) -> None:
-    assert downcast_np_dtypes == {np.dtype("int64"): np.dtype("int32"), np.dtype("uint64"): np.dtype("uint32"),
-                                  np.dtype("float64"): np.dtype("float32")}
+    assert downcast_np_dtypes == {
+        np.dtype("int64"): np.dtype("int32"),
+        np.dtype("uint64"): np.dtype("uint32"),
+        np.dtype("float64"): np.dtype("float32"),
+    }
     assert to_numpy(np.arange(3)).dtype == np.int32
     assert to_numpy(np.arange(3, dtype=np.uint64)).dtype == np.uint32
     assert to_numpy([1.5, 2.0]).dtype == np.float32
@@ -224,8 +231,12 @@ def test_program_casts_matmul_and_streams(optimize: bool) -> None:
     w8 = host_pow2scale_cast_to_fp8(b, popxl.float8_152, log2_scale=1)
     ref = x8_data.astype(np.float64) @ w8.astype(np.float64) * 2.0**-3
     np.testing.assert_array_equal(out["y"], ref.astype(np.float16))
-    np.testing.assert_array_equal(out["c8"].view(np.uint8), host_pow2scale_cast_to_fp8(a, popxl.float8_143, 2).view(np.uint8))
-    np.testing.assert_array_equal(out["back"], host_pow2scale_cast_to_fp8(a, popxl.float8_143, 2).astype(np.float32) / 4)
+    np.testing.assert_array_equal(
+        out["c8"].view(np.uint8), host_pow2scale_cast_to_fp8(a, popxl.float8_143, 2).view(np.uint8)
+    )
+    np.testing.assert_array_equal(
+        out["back"], host_pow2scale_cast_to_fp8(a, popxl.float8_143, 2).astype(np.float32) / 4
+    )
 
 
 def test_session_float8_variable_roundtrip() -> None:
@@ -254,7 +265,7 @@ def _conv_ref(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray
     out = np.zeros((n, m, oh, ow))
     for i in range(oh):
         for j in range(ow):
-            patch = xp[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw]
+            patch = xp[:, :, i * stride : i * stride + kh, j * stride : j * stride + kw]
             out[:, :, i, j] = np.einsum("nchw,mchw->nm", patch, w)
     return out
 

@@ -50,9 +50,7 @@ def ref_conv(x, w, stride, pads, dilation, groups):
     y = np.zeros((n, m, *out_sp))
     cg, mg = c // groups, m // groups
     for pos in itertools.product(*(range(o) for o in out_sp)):
-        sl = tuple(
-            slice(pos[i] * stride[i], pos[i] * stride[i] + ext[i], dilation[i]) for i in range(nd)
-        )
+        sl = tuple(slice(pos[i] * stride[i], pos[i] * stride[i] + ext[i], dilation[i]) for i in range(nd))
         for g in range(groups):
             patch = xp[(slice(None), slice(g * cg, (g + 1) * cg)) + sl]  # (N, C/g, *k)
             wg = w[g * mg : (g + 1) * mg].astype(np.float64)  # (M/g, C/g, *k)
@@ -73,8 +71,7 @@ def ref_conv_transpose(x, w, stride, pads, dilation, groups, output_padding):
     cg = c // groups
     for pos in itertools.product(*(range(s) for s in x.shape[2:])):
         sl = tuple(
-            slice(pos[i] * stride[i], pos[i] * stride[i] + dilation[i] * (k[i] - 1) + 1, dilation[i])
-            for i in range(nd)
+            slice(pos[i] * stride[i], pos[i] * stride[i] + dilation[i] * (k[i] - 1) + 1, dilation[i]) for i in range(nd)
         )
         for g in range(groups):
             xv = x[(slice(None), slice(g * cg, (g + 1) * cg)) + pos].astype(np.float64)  # (N, C/g)
@@ -132,7 +129,9 @@ def test_conv_kernel_matches_loop_reference(case) -> None:
     x, w = _f32(n, c, *(size,) * nd), _f32(m, c // g, *(k,) * nd)
     props = _conv_props(nd, s, pads, d, g)
     y = run1(P.ConvOp, [x, w], **props)
-    np.testing.assert_allclose(y, ref_conv(x, w, props["stride"], props["pads"], props["dilation"], g), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        y, ref_conv(x, w, props["stride"], props["pads"], props["dilation"], g), rtol=1e-4, atol=1e-4
+    )
     assert y.dtype == np.float32
 
 
@@ -266,9 +265,7 @@ def _torch_fn(torch: Any, kind: str, nd: int) -> Any:
 def test_ops_conv_forward_and_backward_match_torch(torch, case) -> None:
     nd, xs, ws, s, p, d, g = case
     x, w = _f32(*xs), _f32(*ws)
-    y, (dx, dw), dy = run_fwd_bwd(
-        lambda a, b: ops.conv(a, b, stride=s, padding=p, dilation=d, groups=g), [x, w]
-    )
+    y, (dx, dw), dy = run_fwd_bwd(lambda a, b: ops.conv(a, b, stride=s, padding=p, dilation=d, groups=g), [x, w])
     xt = torch.tensor(x, requires_grad=True)
     wt = torch.tensor(w, requires_grad=True)
     assert p[:nd] == p[nd:]  # symmetric padding: torch's own padding argument
@@ -293,16 +290,12 @@ def test_ops_conv_transpose_forward_and_backward_match_torch(torch, case) -> Non
     nd, xs, ws, s, p, d, g, op = case
     x, w = _f32(*xs), _f32(*ws)
     y, (dx, dw), dy = run_fwd_bwd(
-        lambda a, b: ops.conv_transpose(
-            a, b, stride=s, padding=p + p, dilation=d, groups=g, output_padding=op
-        ),
+        lambda a, b: ops.conv_transpose(a, b, stride=s, padding=p + p, dilation=d, groups=g, output_padding=op),
         [x, w],
     )
     xt = torch.tensor(x, requires_grad=True)
     wt = torch.tensor(w, requires_grad=True)
-    yt = _torch_fn(torch, "conv_transpose", nd)(
-        xt, wt, stride=s, padding=p, output_padding=op, groups=g, dilation=d
-    )
+    yt = _torch_fn(torch, "conv_transpose", nd)(xt, wt, stride=s, padding=p, output_padding=op, groups=g, dilation=d)
     yt.backward(torch.tensor(dy))
     np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-4, atol=1e-5)
@@ -400,7 +393,9 @@ def test_conv_errors_name_the_op() -> None:
             ops.conv(x, w, pad_type="same")
         with pytest.raises(ValueError, match=r"ops.conv: stride \(2, 2, 2\) must have 2 entries"):
             ops.conv(x, w, stride=(2, 2, 2))
-        with pytest.raises(ValueError, match=r"popxl.conv: 4 input channels and 2 output channels must be divisible by groups 3"):
+        with pytest.raises(
+            ValueError, match=r"popxl.conv: 4 input channels and 2 output channels must be divisible by groups 3"
+        ):
             ops.conv(x, w, groups=3)
         with pytest.raises(ValueError, match=r"ops.conv: t must be \(N, C, \*spatial\)"):
             ops.conv(popxl.variable(np.zeros((4, 6), np.float32)), w)

@@ -98,9 +98,14 @@ def test_norm_errors_name_the_op() -> None:
             ops.group_norm(x, w, w, 4)
         with pytest.raises(ValueError, match=r"ops.group_norm: input must have rank >= 2"):
             ops.group_norm(popxl.variable(np.zeros(6, np.float32)), w, w, 1)
-        with pytest.raises(ValueError, match=r"ops.batch_norm_inference: input must be \(N, C, ...\), got shape \(6,\)"):
+        with pytest.raises(
+            ValueError, match=r"ops.batch_norm_inference: input must be \(N, C, ...\), got shape \(6,\)"
+        ):
             ops.batch_norm_inference(popxl.variable(np.zeros(6, np.float32)), w, w, w, w)
-        with pytest.raises(ValueError, match=r"ops.layer_norm: weight must have shape \(5,\) \(the channels of input \(2, 5\)\), got \(6,\)"):
+        with pytest.raises(
+            ValueError,
+            match=r"ops.layer_norm: weight must have shape \(5,\) \(the channels of input \(2, 5\)\), got \(6,\)",
+        ):
             ops.layer_norm(popxl.variable(np.zeros((2, 5), np.float32)), w, w)
         with pytest.raises(ValueError, match=r"ops.batch_norm_inference: var must have shape \(6,\)"):
             ops.batch_norm_inference(x, w, w, w, popxl.variable(np.ones(5, np.float32)))

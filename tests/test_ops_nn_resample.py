@@ -38,13 +38,17 @@ def test_interpolate_onnx_examples() -> None:
     """The ONNX Resize documentation's upsampling examples."""
     x = np.array([[[[1, 2], [3, 4]]]], np.float32)
     y = run1(P.InterpolateOp, [x], scales=(1.0, 1.0, 2.0, 3.0), mode="nearest")
-    np.testing.assert_array_equal(y[0, 0], [[1, 1, 1, 2, 2, 2], [1, 1, 1, 2, 2, 2], [3, 3, 3, 4, 4, 4], [3, 3, 3, 4, 4, 4]])
+    np.testing.assert_array_equal(
+        y[0, 0], [[1, 1, 1, 2, 2, 2], [1, 1, 1, 2, 2, 2], [3, 3, 3, 4, 4, 4], [3, 3, 3, 4, 4, 4]]
+    )
     y = run1(P.InterpolateOp, [x], scales=(1.0, 1.0, 2.0, 2.0), mode="linear")
     np.testing.assert_allclose(
         y[0, 0],
         [[1, 1.25, 1.75, 2], [1.5, 1.75, 2.25, 2.5], [2.5, 2.75, 3.25, 3.5], [3, 3.25, 3.75, 4]],
     )
-    y = run1(P.InterpolateOp, [x], scales=(1.0, 1.0, 2.0, 2.0), mode="linear", coordinate_transformation_mode="align_corners")
+    y = run1(
+        P.InterpolateOp, [x], scales=(1.0, 1.0, 2.0, 2.0), mode="linear", coordinate_transformation_mode="align_corners"
+    )
     np.testing.assert_allclose(y[0, 0, 0], [1, 4 / 3, 5 / 3, 2], rtol=1e-6)
 
 
@@ -55,10 +59,18 @@ def test_interpolate_nearest_modes_and_downsampling() -> None:
         y = run1(P.InterpolateOp, [x], scales=(1.0, 0.8), mode="nearest", nearest_mode=nm)
         np.testing.assert_array_equal(y[0], want, err_msg=nm)
     # a tie: asymmetric, scale 2 -> source 0.5 at output 1
-    y = run1(P.InterpolateOp, [x[:, :2]], scales=(1.0, 2.0), mode="nearest", coordinate_transformation_mode="asymmetric",
-             nearest_mode="round_prefer_ceil")
+    y = run1(
+        P.InterpolateOp,
+        [x[:, :2]],
+        scales=(1.0, 2.0),
+        mode="nearest",
+        coordinate_transformation_mode="asymmetric",
+        nearest_mode="round_prefer_ceil",
+    )
     np.testing.assert_array_equal(y[0], [0, 1, 1, 1])
-    y = run1(P.InterpolateOp, [x[:, :2]], scales=(1.0, 2.0), mode="nearest", coordinate_transformation_mode="asymmetric")
+    y = run1(
+        P.InterpolateOp, [x[:, :2]], scales=(1.0, 2.0), mode="nearest", coordinate_transformation_mode="asymmetric"
+    )
     np.testing.assert_array_equal(y[0], [0, 0, 1, 1])
 
 
@@ -73,11 +85,11 @@ def test_interpolate_grad_kernel_is_the_adjoint() -> None:
 
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
 def test_interpolate_gradients(mode) -> None:
+    check_grads(lambda e, c, x: [e("popxl.interpolate", x, scales=(1.0, 2.5, 1.5), mode=mode)], [rand((2, 3, 4))])
     check_grads(
-        lambda e, c, x: [e("popxl.interpolate", x, scales=(1.0, 2.5, 1.5), mode=mode)], [rand((2, 3, 4))]
-    )
-    check_grads(
-        lambda e, c, x: [e("popxl.interpolate", x, scales=(0.5, 1.0), mode=mode, coordinate_transformation_mode="align_corners")],
+        lambda e, c, x: [
+            e("popxl.interpolate", x, scales=(0.5, 1.0), mode=mode, coordinate_transformation_mode="align_corners")
+        ],
         [rand((5, 2))],
     )
 
@@ -98,8 +110,9 @@ def test_ops_interpolate_matches_torch(torch, case, scale) -> None:
     mode, coord, nearest, targs = case
     x = _f32(2, 3, 4, 5)
     y, (dx,), dy = run_fwd_bwd(
-        lambda a: ops.interpolate(a, (1.0, 1.0) + scale, mode=mode, nearest_mode=nearest,
-                                  coordinate_transformation_mode=coord),
+        lambda a: ops.interpolate(
+            a, (1.0, 1.0) + scale, mode=mode, nearest_mode=nearest, coordinate_transformation_mode=coord
+        ),
         [x],
     )
     xt = torch.tensor(x, requires_grad=True)
@@ -115,7 +128,9 @@ def test_interpolate_errors() -> None:
     ir = popxl.Ir()
     with ir.main_graph:
         x = popxl.variable(np.zeros((1, 1, 2, 2), np.float32))
-        with pytest.raises(ValueError, match=r"ops.interpolate: mode 'bilinear' is not valid, must be one of nearest, linear, cubic"):
+        with pytest.raises(
+            ValueError, match=r"ops.interpolate: mode 'bilinear' is not valid, must be one of nearest, linear, cubic"
+        ):
             ops.interpolate(x, mode="bilinear")
         with pytest.raises(ValueError, match=r"ops.interpolate: scale_factor \(2.0, 2.0\) must have 4 entries"):
             ops.interpolate(x, (2.0, 2.0))
@@ -146,8 +161,12 @@ def _bilinear(img: np.ndarray, y: float, x: float) -> np.ndarray:
     else:
         x1 = x0 + 1
     ly, lx = y - y0, x - x0
-    return ((1 - ly) * (1 - lx) * img[:, y0, x0] + (1 - ly) * lx * img[:, y0, x1]
-            + ly * (1 - lx) * img[:, y1, x0] + ly * lx * img[:, y1, x1])
+    return (
+        (1 - ly) * (1 - lx) * img[:, y0, x0]
+        + (1 - ly) * lx * img[:, y0, x1]
+        + ly * (1 - lx) * img[:, y1, x0]
+        + ly * lx * img[:, y1, x1]
+    )
 
 
 def ref_roi_align(t, rois, bidx, out_size, scale, ratio, aligned=False):
@@ -179,7 +198,9 @@ ROIS = np.array([[0.0, 0.0, 7.0, 7.0], [2.5, 1.0, 6.0, 4.5], [-2.0, 3.0, 20.0, 6
 BIDX = np.array([0, 1, 1, 0], np.int32)
 
 
-@pytest.mark.parametrize(("scale", "ratio", "aligned"), [(1.0, 2, False), (0.5, 1, False), (1.0, 0, False), (0.75, 3, True), (1.0, 0, True)])
+@pytest.mark.parametrize(
+    ("scale", "ratio", "aligned"), [(1.0, 2, False), (0.5, 1, False), (1.0, 0, False), (0.75, 3, True), (1.0, 0, True)]
+)
 def test_roi_align_kernel_matches_loop_reference(scale, ratio, aligned) -> None:
     t = _f32(2, 3, 8, 9)
     props = dict(output_size=(3, 2), spatial_scale=scale, sampling_ratio=ratio, aligned=aligned)
@@ -195,7 +216,9 @@ def test_roi_align_gradient_and_frontend() -> None:
     rois = ROIS[:2].astype(np.float64)
     bidx = BIDX[:2]
     check_grads(
-        lambda e, c, x: [e("popxl.roi_align", x, c(rois), c(bidx), output_size=(2, 2), spatial_scale=1.0, sampling_ratio=2)],
+        lambda e, c, x: [
+            e("popxl.roi_align", x, c(rois), c(bidx), output_size=(2, 2), spatial_scale=1.0, sampling_ratio=2)
+        ],
         [rand((2, 2, 6, 7))],
     )
     t = _f32(2, 3, 8, 9)
@@ -207,7 +230,13 @@ def test_roi_align_gradient_and_frontend() -> None:
 def test_roi_align_errors() -> None:
     t = _f32(2, 3, 8, 9)
     with pytest.raises(DataRangeError, match=r"popxl.roi_align: batch index 2 .* out of range \[0, 2\)"):
-        run1(P.RoiAlignOp, [t, ROIS, np.array([0, 2, 0, 0], np.int32)], output_size=(2, 2), spatial_scale=1.0, sampling_ratio=1)
+        run1(
+            P.RoiAlignOp,
+            [t, ROIS, np.array([0, 2, 0, 0], np.int32)],
+            output_size=(2, 2),
+            spatial_scale=1.0,
+            sampling_ratio=1,
+        )
     import popxl
 
     ir = popxl.Ir()

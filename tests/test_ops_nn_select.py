@@ -75,7 +75,11 @@ def test_scatter_and_take_along_axis_kernels() -> None:
 
 def _loop_scatter_reduce(data, idx, axis, n, reduction, init=None):
     """Element by element, in order."""
-    idx = np.broadcast_to(idx.reshape((1,) * axis + (-1,) + (1,) * (data.ndim - axis - 1)), data.shape) if idx.shape != data.shape else idx
+    idx = (
+        np.broadcast_to(idx.reshape((1,) * axis + (-1,) + (1,) * (data.ndim - axis - 1)), data.shape)
+        if idx.shape != data.shape
+        else idx
+    )
     shape = list(data.shape)
     shape[axis] = n
     out = np.zeros(shape) if init is None else init.astype(np.float64).copy()
@@ -171,9 +175,7 @@ def test_topk_gradient() -> None:
 
 def test_scatter_gradients() -> None:
     idx = np.array([[2, 0, 1], [0, 2, 2]], np.int32)
-    check_grads(
-        lambda e, c, x, v: [e("popxl.scatter", x, c(idx), v, axis=0)], [rand((3, 3)), rand((2, 3))]
-    )
+    check_grads(lambda e, c, x, v: [e("popxl.scatter", x, c(idx), v, axis=0)], [rand((3, 3)), rand((2, 3))])
 
 
 @pytest.mark.parametrize("reduction", ["sum", "max", "min", "none"])
@@ -182,9 +184,7 @@ def test_scatter_reduce_gradients(reduction) -> None:
     x = np.linspace(-2, 2, 10).reshape(5, 2)
     RNG.shuffle(x.reshape(-1))  # distinct values: no ties for max/min
     init = np.linspace(-3, 3, 6).reshape(3, 2)
-    check_grads(
-        lambda e, c, d: [e("popxl.scatter_reduce", d, c(idx), axis=0, axis_size=3, reduction=reduction)], [x]
-    )
+    check_grads(lambda e, c, d: [e("popxl.scatter_reduce", d, c(idx), axis=0, axis_size=3, reduction=reduction)], [x])
     check_grads(
         lambda e, c, d, i: [e("popxl.scatter_reduce", d, c(idx), i, axis=0, axis_size=3, reduction=reduction)],
         [x, init],
@@ -325,7 +325,10 @@ def test_ops_groupedgather_zero_oor_and_errors() -> None:
     ir = popxl.Ir()
     with ir.main_graph:
         v = popxl.variable(t)
-        with pytest.raises(ValueError, match=r"ops.groupedgather: t \(2, 3\) and indices \(3, 1\) must both have the leading group dim of size 2"):
+        with pytest.raises(
+            ValueError,
+            match=r"ops.groupedgather: t \(2, 3\) and indices \(3, 1\) must both have the leading group dim of size 2",
+        ):
             ops.groupedgather(v, np.zeros((3, 1), np.int32), group_size=2)
 
 
@@ -343,11 +346,18 @@ def test_select_errors_name_the_op() -> None:
         x = popxl.variable(np.zeros((3, 4), np.float32))
         with pytest.raises(ValueError, match=r"popxl.topk: k = 5 must be in \[1, 4\]"):
             ops.topk(x, 5, axis=1)
-        with pytest.raises(ValueError, match=r"ops.scatter_reduce: one of initial_values and axis_size must be specified"):
+        with pytest.raises(
+            ValueError, match=r"ops.scatter_reduce: one of initial_values and axis_size must be specified"
+        ):
             ops.scatter_reduce(x, np.zeros(3, np.int32), "sum")
-        with pytest.raises(ValueError, match=r"ops.scatter_reduce: the reduction must be one of \['sum', 'max', 'min', 'none'\]"):
+        with pytest.raises(
+            ValueError, match=r"ops.scatter_reduce: the reduction must be one of \['sum', 'max', 'min', 'none'\]"
+        ):
             ops.scatter_reduce(x, np.zeros(3, np.int32), "mean", axis_size=2)
-        with pytest.raises(ValueError, match=r"popxl.scatter_reduce: indices \(2,\) must have the shape of data \(3, 4\) or be 1-D of size 3"):
+        with pytest.raises(
+            ValueError,
+            match=r"popxl.scatter_reduce: indices \(2,\) must have the shape of data \(3, 4\) or be 1-D of size 3",
+        ):
             ops.scatter_reduce(x, np.zeros(2, np.int32), "sum", axis_size=2)
         with pytest.raises(ValueError, match=r"enable_index_broadcast=False"):
             ops.scatter_reduce(x, np.zeros(3, np.int32), "sum", axis_size=2, enable_index_broadcast=False)

@@ -50,12 +50,25 @@ def _upstream_create_seeds(seed, offset=0, bps=1, gaf=1, replicas=1):
     return np.squeeze(np.array(pairs, np.uint32).reshape(bps, gaf, replicas, 2))
 
 
-@pytest.mark.parametrize("kw", [{}, {"offset": 3}, {"replicas": 4}, {"batches_per_step": 2, "replicas": 3},
-                                {"batches_per_step": 2, "gradient_accumulation_factor": 5, "replicas": 2}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"offset": 3},
+        {"replicas": 4},
+        {"batches_per_step": 2, "replicas": 3},
+        {"batches_per_step": 2, "gradient_accumulation_factor": 5, "replicas": 2},
+    ],
+)
 def test_create_seeds_matches_upstream(kw: dict) -> None:
     got = popxl.create_seeds(42, **kw)
-    ref = _upstream_create_seeds(42, kw.get("offset", 0), kw.get("batches_per_step", 1),
-                                 kw.get("gradient_accumulation_factor", 1), kw.get("replicas", 1))
+    ref = _upstream_create_seeds(
+        42,
+        kw.get("offset", 0),
+        kw.get("batches_per_step", 1),
+        kw.get("gradient_accumulation_factor", 1),
+        kw.get("replicas", 1),
+    )
     assert got.dtype == np.uint32
     np.testing.assert_array_equal(got, ref)
     assert popxl.create_seeds(42).shape == (2,)
@@ -90,9 +103,7 @@ def test_random_uniform_statistics(dtype) -> None:
 
 
 def test_random_normal_statistics() -> None:
-    out = run_program(
-        lambda seed: {"n": ops.random_normal(seed, (N,), mean=2.0, std=0.5)}, {"seed": SEED}
-    )["n"]
+    out = run_program(lambda seed: {"n": ops.random_normal(seed, (N,), mean=2.0, std=0.5)}, {"seed": SEED})["n"]
     assert out.dtype == np.float32
     z = (out.astype(np.float64) - 2.0) / 0.5
     assert abs(z.mean()) < 0.015 and abs(z.std() - 1.0) < 0.01
@@ -112,8 +123,10 @@ def test_determinism_seed_plan_and_program() -> None:
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
     # a program with other ops around gives the same numbers for the same seed
-    c = run_program(lambda seed, x: {"u": ops.random_uniform(seed, (4, 5)) + x * 0.0},
-                    {"seed": SEED, "x": np.ones((4, 5), np.float32)})
+    c = run_program(
+        lambda seed, x: {"u": ops.random_uniform(seed, (4, 5)) + x * 0.0},
+        {"seed": SEED, "x": np.ones((4, 5), np.float32)},
+    )
     np.testing.assert_array_equal(c["u"], a["u"])
     # the values are a function of the seed value: the same seed from a variable
     ir = popxl.Ir()
@@ -141,11 +154,15 @@ def test_split_random_seed() -> None:
     again = run_program(lambda seed: dict(zip("ab", ops.split_random_seed(seed))), {"seed": SEED})
     np.testing.assert_array_equal(again["a"], seeds[0])
     np.testing.assert_array_equal(again["b"], seeds[1])
+
     # streams of split seeds are uncorrelated with each other and with the parent
     def build(seed):
         s1, s2 = ops.split_random_seed(seed)
-        return {"p": ops.random_uniform(seed, (N,)), "u1": ops.random_uniform(s1, (N,)),
-                "u2": ops.random_uniform(s2, (N,))}
+        return {
+            "p": ops.random_uniform(seed, (N,)),
+            "u1": ops.random_uniform(s1, (N,)),
+            "u2": ops.random_uniform(s2, (N,)),
+        }
 
     r = run_program(build, {"seed": SEED})
     for x, y in (("p", "u1"), ("p", "u2"), ("u1", "u2")):
@@ -195,7 +212,9 @@ def test_shaped_dropout_drops_whole_rows() -> None:
     assert np.all(np.logical_or(rows_dropped, rows_kept))
     assert abs(rows_dropped.mean() - 0.4) < 0.05  # sd 0.0155
     # the mask is dropout's mask of a (1000, 1) tensor
-    ref = run_program(lambda m, seed: {"y": ops.dropout(m, seed, 0.4)}, {"m": np.ones((1000, 1), np.float32), "seed": SEED})
+    ref = run_program(
+        lambda m, seed: {"y": ops.dropout(m, seed, 0.4)}, {"m": np.ones((1000, 1), np.float32), "seed": SEED}
+    )
     np.testing.assert_array_equal(rows_dropped, ref["y"][:, 0] == 0)
 
 
@@ -236,8 +255,7 @@ def test_dropout_autodiff_through_frontend() -> None:
         dg = popxl.transforms.autodiff(g, grads_required=[g.inputs[0]])
         info = ops.call_with_info(g, xin, seed)
         (y,) = info.outputs
-        (dx,) = ops.call(dg.graph, popxl.constant(np.ones((5, 8), np.float32)),
-                         inputs_dict=dg.inputs_dict(info))
+        (dx,) = ops.call(dg.graph, popxl.constant(np.ones((5, 8), np.float32)), inputs_dict=dg.inputs_dict(info))
         for name, t in (("y", y), ("dx", dx)):
             ops.host_store(popxl.d2h_stream(t.shape, t.dtype, name), t)
     out = compile_module(ir._module).run({"seed": SEED, "x": x})

@@ -108,7 +108,11 @@ def test_mnist_training_step():
     assert len(names) == 2
     for name in names:
         assert calls_of(m, name) == 2
-    fwd = [n for n in names if [o.name for o in graphs[n].body.block.ops][:3] == ["popxl.matmul", "popxl.add", "popxl.gelu"]]
+    fwd = [
+        n
+        for n in names
+        if [o.name for o in graphs[n].body.block.ops][:3] == ["popxl.matmul", "popxl.add", "popxl.gelu"]
+    ]
     assert len(fwd) == 1
     grad_ops = {o.name for n in names if n not in fwd for o in graphs[n].body.block.ops}
     assert {"popxl.gelu_grad", "popxl.matmul", "popxl.reduce_to_shape"} <= grad_ops

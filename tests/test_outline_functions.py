@@ -99,7 +99,7 @@ def layers_module(n: int, ipus: tuple[int, ...] = ()) -> tuple[ModuleOp, list[np
         w = ", ".join("[" + ", ".join(repr(float(v)) for v in row) + "]" for row in ws[i])
         lines.append(f'  %w{i} = graph.variable "w{i}" = dense<[{w}]> : tensor<4x4xf32>')
         lines.append(f'  %b{i} = graph.variable "b{i}" = dense<{0.125 * i}> : tensor<4xf32>')
-        attr = f' {{ipu.id = {ipus[i]} : i64}}' if ipus else ""
+        attr = f" {{ipu.id = {ipus[i]} : i64}}" if ipus else ""
         lines.append(
             f"  %h{i} = call.call @layer({prev}, %w{i}, %b{i}){attr} : "
             "(tensor<2x4xf32>, tensor<4x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>"
@@ -424,7 +424,9 @@ def test_deep_mlp_training_outlined_equals_inlined_and_numpy() -> None:
             np.testing.assert_allclose(y, outs["inlined"], rtol=1e-6, atol=1e-6, err_msg=k)
         for n in names:
             for k, exe in runs.items():
-                np.testing.assert_allclose(exe.get_state(n), runs["inlined"].get_state(n), rtol=1e-6, atol=1e-6, err_msg=f"{k}: {n}")
+                np.testing.assert_allclose(
+                    exe.get_state(n), runs["inlined"].get_state(n), rtol=1e-6, atol=1e-6, err_msg=f"{k}: {n}"
+                )
     for i in range(layers):
         np.testing.assert_allclose(runs["outlined"].get_state(f"fc{i}.weight"), ws[i], rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(runs["outlined"].get_state(f"fc{i}.bias"), bs[i], rtol=1e-4, atol=1e-5)
@@ -532,8 +534,19 @@ def test_seed_net_outlined_user_graph_is_one_function() -> None:
     for pipe, optimize in ((keep_calls, True), (keep_calls, False), (DEFAULT_PIPELINE, True)):
         exe = compile_module(ir._module, pipeline=pipe, optimize=optimize)
         results.append(exe.run()["y"])
-        w = {k: exe.get_state(k) for k in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight",
-                                           "fc3.bias", "fc4.weight", "fc4.bias")}
+        w = {
+            k: exe.get_state(k)
+            for k in (
+                "fc1.weight",
+                "fc1.bias",
+                "fc2.weight",
+                "fc2.bias",
+                "fc3.weight",
+                "fc3.bias",
+                "fc4.weight",
+                "fc4.bias",
+            )
+        }
     h = x_data.reshape(1, 784).astype(np.float64)
     for i in (1, 2, 3):
         h = gelu(h @ w[f"fc{i}.weight"] + w[f"fc{i}.bias"])

@@ -96,7 +96,11 @@ def test_wheel_name_python_and_dependencies(wheel: zipfile.ZipFile) -> None:
     assert requires is not None
     assert f"xdsl=={xdsl['Version']}" in requires
     assert {r.split(">")[0].split("=")[0] for r in requires if "extra ==" not in r} == {
-        "xdsl", "numpy", "ml_dtypes", "tqdm", "threadpoolctl"
+        "xdsl",
+        "numpy",
+        "ml_dtypes",
+        "tqdm",
+        "threadpoolctl",
     }
     classifiers = md.get_all("Classifier")
     assert classifiers is not None

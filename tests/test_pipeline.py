@@ -59,9 +59,13 @@ def test_main_graph_ends_with_one_call() -> None:
     assert main_ops.count("call.call") == 1
     assert all(name in ("graph.constant", "graph.variable") for name in main_ops[:-1])
     assert p.pipeline_graph is not None and p.pipeline_graph.name == "pipeline_graph"
-    names = {g.name for g in [ir._graph_by_name(n) for n in (
-        "loads_stage_0", "stage_0", "stage_1", "stage_2", "stores_stage_2", "ipu_copies", "main_repeat"
-    )]}
+    names = {
+        g.name
+        for g in [
+            ir._graph_by_name(n)
+            for n in ("loads_stage_0", "stage_0", "stage_1", "stage_2", "stores_stage_2", "ipu_copies", "main_repeat")
+        ]
+    }
     assert len(names) == 7
     sched = addons.GraphWithNamedArgs(ir.main_graph).print_schedule()
     assert "Call" in sched and "(pipeline_graph)" in sched
@@ -133,7 +137,9 @@ def test_deferred_region_text_through_xl_opt(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", inputs)
     subprocess.run(
         [BIN / "xl-run", tmp_path / "lowered.mlir", f"x={tmp_path / 'x.npy'}", "-o", tmp_path / "out.npz"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     via_text = np.load(tmp_path / "out.npz")["y"]
     np.testing.assert_array_equal(via_text.reshape(-1), inputs + 3)
@@ -142,7 +148,9 @@ def test_deferred_region_text_through_xl_opt(tmp_path: Path) -> None:
     # the default lowering pipeline)
     subprocess.run(
         [BIN / "xl-run", prog, f"x={tmp_path / 'x.npy'}", "-o", tmp_path / "out2.npz"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     np.testing.assert_array_equal(np.load(tmp_path / "out2.npz")["y"], via_text)
     with popxl.Session(ir, "ipu_hw") as session:
@@ -304,7 +312,10 @@ def test_value_crossing_stages_without_copy_is_rejected() -> None:
     ir = popxl.Ir()
     with ir.main_graph:
         in_stream = popxl.h2d_stream((), popxl.float32, "x")
-        with pytest.raises(ValueError, match=r"\(stage 0\) is used in stage 1 by 'popxl.add': a value reaches a later stage only through an ipu.copy"):
+        with pytest.raises(
+            ValueError,
+            match=r"\(stage 0\) is used in stage 1 by 'popxl.add': a value reaches a later stage only through an ipu.copy",
+        ):
             with addons.pipelined_execution(4) as p:
                 with p.stage(0):
                     x = ops.host_load(in_stream)

@@ -38,8 +38,17 @@ def test_program_structure(recomputation: bool) -> None:
     ir = session.ir
     assert ir.num_host_transfers == 6
     names = _graph_names(ir)
-    for g in ("loads_stage_0", "loads_stage_1", "stage_0", "stage_1", "stage_2",
-              "stores_stage_1", "ipu_copies", "main_repeat", "pipeline_graph"):
+    for g in (
+        "loads_stage_0",
+        "loads_stage_1",
+        "stage_0",
+        "stage_1",
+        "stage_2",
+        "stores_stage_1",
+        "ipu_copies",
+        "main_repeat",
+        "pipeline_graph",
+    ):
         assert g in names, g
     text = ir.to_mlir()
     # ramp-up 2 cycles, main loop 6 - 2 = 4 cycles, ramp-down 2 cycles

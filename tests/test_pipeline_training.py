@@ -51,7 +51,7 @@ class Layer(addons.Module):
 
 
 def dims_for(num_layers: int) -> list[int]:
-    return [4, 5, 6, 3][: num_layers] + [3]
+    return [4, 5, 6, 3][:num_layers] + [3]
 
 
 def build(num_stages: int, pipelined: bool, recompute: bool) -> dict[str, Any]:
@@ -141,7 +141,9 @@ def data(dims: list[int]) -> tuple[np.ndarray, np.ndarray]:
     return x, t
 
 
-def run(prog: dict[str, Any]) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
+def run(
+    prog: dict[str, Any],
+) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
     """Initial weights, accumulated gradients and weights after one run."""
     x, t = data(prog["dims"])
     with popxl.Session(prog["ir"], "ipu_hw") as session:

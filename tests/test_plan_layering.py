@@ -16,9 +16,7 @@ def _loaded_after(import_line: str) -> set[str]:
     return set(proc.stdout.split())
 
 
-@pytest.mark.parametrize(
-    "module", ["xl.runtime", "xl.runtime.plan", "xl.runtime.executable", "xl.runtime.kernels"]
-)
+@pytest.mark.parametrize("module", ["xl.runtime", "xl.runtime.plan", "xl.runtime.executable", "xl.runtime.kernels"])
 def test_runtime_imports_no_pass_tool_or_driver(module: str):
     loaded = _loaded_after(f"import {module}")
     assert module in loaded

@@ -197,8 +197,12 @@ def test_nll_loss_with_softmax_grad():
     assert P.op_props(op2)["operand_segments"] == (1, 1, 1)
     fails(P.NllLossWithSoftmaxGradOp, [p, y, lg], "loss_grad is given both", loss_grad=1.0, reduction="sum")
     (lg2,) = vals(((2,),))
-    fails(P.NllLossWithSoftmaxGradOp, [p, y, lg2], "loss_grad_tensor must be a numeric tensor with one element",
-          reduction="sum")
+    fails(
+        P.NllLossWithSoftmaxGradOp,
+        [p, y, lg2],
+        "loss_grad_tensor must be a numeric tensor with one element",
+        reduction="sum",
+    )
 
 
 def test_grad_helpers():
@@ -232,8 +236,7 @@ def test_grad_helpers():
 
 def test_accumulate_family():
     t, x, xb, h, f = vals(((3, 4),), ((3, 4),), ((4,),), ((3, 4), f16), ((),))
-    for cls in (P.AccumulateOp, P.AccumulateSquareOp, P.AccumulateMovingAverageOp,
-                P.AccumulateMovingAverageSquareOp):
+    for cls in (P.AccumulateOp, P.AccumulateSquareOp, P.AccumulateMovingAverageOp, P.AccumulateMovingAverageSquareOp):
         op = cls.make([t, x], f=0.9)
         op.verify()
         assert res(op) == [] and written_operands(op) == (0,)
@@ -264,12 +267,20 @@ def test_sparse_copy_increment_dynamic():
     fails(P.IncrementModOp, [c], "modulus cannot be zero", increment=1.0, modulus=0.0)
     s, i1_, i2_, u = vals(((4, 3),), ((1,), u32), ((2,), u32), ((1, 3),))
     assert res(P.DynamicSliceOp.make([s, i1_], axes=(0,), sizes=(1,))) == [T((1, 3))]
-    fails(P.DynamicSliceOp, [s, i2_], r"index \(2,\) uint32 must have one element per axis \(1\)", axes=(0,), sizes=(1,))
+    fails(
+        P.DynamicSliceOp, [s, i2_], r"index \(2,\) uint32 must have one element per axis \(1\)", axes=(0,), sizes=(1,)
+    )
     fails(P.DynamicSliceOp, [s, i1_], "size 5 is out of range", axes=(0,), sizes=(5,))
     fails(P.DynamicSliceOp, [s, s], "index must be an integer tensor", axes=(0,), sizes=(1,))
     assert res(P.DynamicUpdateOp.make([s, i1_, u], axes=(0,), sizes=(1,))) == [T((4, 3))]
     P.DynamicUpdateInplaceOp.make([s, i1_, u], axes=(0,), sizes=(1,)).verify()
-    fails(P.DynamicUpdateInplaceOp, [s, i1_, s], r"update \(4, 3\) float32 must have the slice shape", axes=(0,), sizes=(1,))
+    fails(
+        P.DynamicUpdateInplaceOp,
+        [s, i1_, s],
+        r"update \(4, 3\) float32 must have the slice shape",
+        axes=(0,),
+        sizes=(1,),
+    )
     del cu
 
 
@@ -376,11 +387,9 @@ def test_parse_errors():
     from xdsl.utils.exceptions import ParseError
 
     with pytest.raises(ParseError, match="cannot match 1 operands"):
-        _parse('%m = "test.op"() : () -> tensor<4xf32>\n'
-               "%u = popxl.adam_updater %m : (tensor<4xf32>) -> tensor<4xf32>")
+        _parse('%m = "test.op"() : () -> tensor<4xf32>\n%u = popxl.adam_updater %m : (tensor<4xf32>) -> tensor<4xf32>')
     with pytest.raises(ParseError, match="2 operands but 1 operand types"):
-        _parse('%a = "test.op"() : () -> tensor<4xf32>\n'
-               "%u = popxl.add %a, %a : (tensor<4xf32>) -> tensor<4xf32>")
+        _parse('%a = "test.op"() : () -> tensor<4xf32>\n%u = popxl.add %a, %a : (tensor<4xf32>) -> tensor<4xf32>')
 
 
 # ------------------------------------------------------------------------------------

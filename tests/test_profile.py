@@ -32,9 +32,7 @@ def _ids(graph: popxl.Graph, op_type: str) -> list[str]:
 
 
 def _strip_timing(src: str) -> str:
-    return "".join(
-        line for line in src.splitlines(True) if not re.match(r"\s*(_t = _pc\(\)|_ev\(\()", line)
-    )
+    return "".join(line for line in src.splitlines(True) if not re.match(r"\s*(_t = _pc\(\)|_ev\(\()", line))
 
 
 def _norm(src: str) -> str:
@@ -54,8 +52,11 @@ def _repeat_program(n: int = 3):
         xs = popxl.h2d_stream((2, 4), popxl.float32, "x")
         ys = popxl.d2h_stream((2, 4), popxl.float32, "y")
         w = popxl.variable(np.eye(4, dtype=np.float32) * 0.5, name="w")
-        body = ir.create_graph(lambda x, w: ops.gelu(ops.matmul(x, w)), popxl.TensorSpec((2, 4), popxl.float32),
-                               popxl.TensorSpec((4, 4), popxl.float32))
+        body = ir.create_graph(
+            lambda x, w: ops.gelu(ops.matmul(x, w)),
+            popxl.TensorSpec((2, 4), popxl.float32),
+            popxl.TensorSpec((4, 4), popxl.float32),
+        )
         x = ops.host_load(xs, "x")
         (y,) = ops.repeat(body, n, x, inputs_dict={body.inputs[1]: w})
         ops.host_store(ys, y)
@@ -231,15 +232,23 @@ def test_pipelined_mnist_trace(pipeline_session, tmp_path: Path) -> None:
     _check_trace(data)
     meta = {(e["pid"], e["tid"]): e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"}
     # virtual IPUs run concurrently: each IPU's stream has its own copies / transfers row
-    assert set(meta.values()) == {"IPU 0", "IPU 1", "copies (IPU 0)", "copies (IPU 1)",
-                                  "host transfers (IPU 0)", "host transfers (IPU 1)"}
+    assert set(meta.values()) == {
+        "IPU 0",
+        "IPU 1",
+        "copies (IPU 0)",
+        "copies (IPU 1)",
+        "host transfers (IPU 0)",
+        "host transfers (IPU 1)",
+    }
     procs = [e["args"]["name"] for e in data["traceEvents"] if e["name"] == "process_name"]
     assert procs == ["replica 0"]
     slices = [e for e in data["traceEvents"] if e["ph"] == "X"]
     per_row = Counter(meta[e["pid"], e["tid"]] for e in slices if e["cat"] not in ("step", "graph call"))
     assert per_row["IPU 0"] > 0 and per_row["IPU 1"] > 0
     # host transfers: image and labels loaded, the loss stored, once per micro batch
-    host = Counter(e["name"] for e in slices if meta[e["pid"], e["tid"]].startswith("host transfers") and e["cat"] != "step")
+    host = Counter(
+        e["name"] for e in slices if meta[e["pid"], e["tid"]].startswith("host transfers") and e["cat"] != "step"
+    )
     assert host == {"HostLoad image": n, "HostLoad labels": n, "HostStore loss": n}
     # fc1's forward matmul runs once per micro batch, on IPU 0; fc4's on IPU 1
     fc1_mm = _ids(layers["fc1"].fwd.graph, "MatMul")
@@ -280,7 +289,11 @@ def test_pipelined_mnist_two_replicas_rows(tmp_path: Path) -> None:
     procs = sorted(e["args"]["name"] for e in data["traceEvents"] if e["name"] == "process_name")
     assert procs == ["replica 0", "replica 1"]
     # the gradients' all-reduces (one per variable gradient) are on both replicas' rows
-    reduces = Counter(e["pid"] for e in data["traceEvents"] if e["ph"] == "X" and e["args"].get("type", "").startswith("ReplicatedAllReduce"))
+    reduces = Counter(
+        e["pid"]
+        for e in data["traceEvents"]
+        if e["ph"] == "X" and e["args"].get("type", "").startswith("ReplicatedAllReduce")
+    )
     assert reduces[0] == reduces[1] > 0
 
 
@@ -309,7 +322,10 @@ def test_data_range_error_names_the_op() -> None:
         with session:
             ok = session.run({idx_s: np.array([3, 0], np.int32)})
             np.testing.assert_array_equal(list(ok.values())[0], [[9, 10, 11], [0, 1, 2]])
-            with pytest.raises(DataRangeError, match=rf"^{re.escape(gather)} \(popxl.gather in graph main_graph\) failed: .*index 7 .*out of range"):
+            with pytest.raises(
+                DataRangeError,
+                match=rf"^{re.escape(gather)} \(popxl.gather in graph main_graph\) failed: .*index 7 .*out of range",
+            ):
                 session.run({idx_s: np.array([7, 0], np.int32)})
 
 
@@ -344,10 +360,13 @@ def test_numpy_error_in_a_repeat_names_the_op() -> None:
     (exp,) = _ids(body, "Exp")
     session = popxl.Session(ir, "cpu")
     with session:
-        with np.errstate(divide="raise", invalid="raise"), pytest.raises(
-            # exp and div run as one fused elementwise kernel: both named
-            FloatingPointError,
-            match=rf"^{re.escape(exp)}\+{re.escape(div)} \(xl.fused in graph {re.escape(body.name)}\) failed: divide by zero",
+        with (
+            np.errstate(divide="raise", invalid="raise"),
+            pytest.raises(
+                # exp and div run as one fused elementwise kernel: both named
+                FloatingPointError,
+                match=rf"^{re.escape(exp)}\+{re.escape(div)} \(xl.fused in graph {re.escape(body.name)}\) failed: divide by zero",
+            ),
         ):
             session.run({xs: np.array([1.0, 0.0, 2.0], np.float32)})
 
@@ -362,9 +381,22 @@ def test_xl_run_trace(tmp_path: Path) -> None:
     trace = tmp_path / "trace.json"
     prog = EXAMPLES / "ir" / "linear.mlir"
     r = subprocess.run(
-        [sys.executable, "-m", "xl.tools.run", str(prog), f"x={tmp_path / 'x.npy'}", "--steps", "3",
-         "--trace", str(trace), "--op-times"],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "xl.tools.run",
+            str(prog),
+            f"x={tmp_path / 'x.npy'}",
+            "--steps",
+            "3",
+            "--trace",
+            str(trace),
+            "--op-times",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert r.returncode == 0, r.stderr
     data = json.loads(trace.read_text())
@@ -376,7 +408,18 @@ def test_xl_run_trace(tmp_path: Path) -> None:
     assert Counter(e["name"] for e in slices if e["cat"] in ("h2d", "d2h")) == {"HostLoad x": 3, "HostStore y": 3}
     assert "Op type" in r.stderr and "MatMul@5:3" in r.stderr
     r = subprocess.run(
-        [sys.executable, "-m", "xl.tools.run", str(prog), f"x={tmp_path / 'x.npy'}", "--trace", str(tmp_path / "no" / "t.json")],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "xl.tools.run",
+            str(prog),
+            f"x={tmp_path / 'x.npy'}",
+            "--trace",
+            str(tmp_path / "no" / "t.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert r.returncode == 1 and "Traceback" not in r.stderr and "--trace" in r.stderr

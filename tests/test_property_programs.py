@@ -125,8 +125,10 @@ _GRAD_EXAMPLES = max(10, settings().max_examples // 2)
 def grad_chains(draw):
     shape = (draw(st.integers(1, 2)), draw(st.sampled_from((2, 3, 4))), draw(st.integers(3, 6)))
     n = draw(st.integers(1, 3))
-    return shape, [(draw(st.sampled_from(GRAD_OPS)), draw(st.integers(0, 2**16))) for _ in range(n)], draw(
-        st.integers(0, 2**16)
+    return (
+        shape,
+        [(draw(st.sampled_from(GRAD_OPS)), draw(st.integers(0, 2**16))) for _ in range(n)],
+        draw(st.integers(0, 2**16)),
     )
 
 
@@ -203,7 +205,9 @@ def _grad_apply(s: Step, x: Any, extra: list[Any]) -> Any:
         if s.op == "conv":
             return _conv_ref(x, extra[0], q["stride"], q["pads"], q["dilation"], q["groups"])
         if s.op == "conv_transpose":
-            return _conv_transpose_ref(x, extra[0], q["stride"], q["pads"], q["dilation"], q["groups"], q["output_padding"])
+            return _conv_transpose_ref(
+                x, extra[0], q["stride"], q["pads"], q["dilation"], q["groups"], q["output_padding"]
+            )
         if s.op == "scatter":
             return _nn_reference(s, [x, extra[0]], [0.0, 0.0])[0]
         if s.op in ("layer_norm", "group_norm"):
@@ -463,7 +467,9 @@ def test_random_collective_programs_match_numpy_per_replica(prog):
                     np.concatenate([vs[m] for m in mb[r]], axis=ax) for r in range(R)]))  # fmt: skip
             elif kind == "all_gather_new_axis":
                 t = Cl.replicated_all_gather(t, 0, group, "new_axis")
-                ref_steps.append(("map", lambda vs, d, mb=members: [np.stack([vs[m] for m in mb[r]]) for r in range(R)]))
+                ref_steps.append(
+                    ("map", lambda vs, d, mb=members: [np.stack([vs[m] for m in mb[r]]) for r in range(R)])
+                )
             elif kind == "reduce_scatter":
                 t = Cl.replicated_reduce_scatter(t, red, group)
                 ref_steps.append(("map", lambda vs, d, f=reduced, mb=members, size=size: [
@@ -522,7 +528,9 @@ def test_replicas_equal_one_replica_runs(recipe, R):
         reject()
     source = popxl_source(p)
     note(f"program:\n{source}")
-    ins = [[[(x + r / 32).astype(np.float32) for x in run_inputs(p, run)] for run in range(recipe.runs)] for r in range(R)]
+    ins = [
+        [[(x + r / 32).astype(np.float32) for x in run_inputs(p, run)] for run in range(recipe.runs)] for r in range(R)
+    ]
     rep_src = source.replace("ir = popxl.Ir()", f"ir = popxl.Ir(replication={R})", 1)
     for n in range(len(p.variables)):
         rep_src = rep_src.replace(f"name='w{n}')", f"name='w{n}', retrieval_mode='all_replicas')", 1)
@@ -540,7 +548,9 @@ def test_replicas_equal_one_replica_runs(recipe, R):
             for run in range(recipe.runs):
                 outs = session.run(dict(zip(one.h2d, ins[r][run], strict=True)))
                 for n, (s1, sR) in enumerate(zip(one.d2h, built.d2h, strict=True)):
-                    np.testing.assert_array_equal(got_outs[run][sR][r], outs[s1], err_msg=f"o{n}, replica {r}, run {run}")
+                    np.testing.assert_array_equal(
+                        got_outs[run][sR][r], outs[s1], err_msg=f"o{n}, replica {r}, run {run}"
+                    )
                 for n, v in enumerate(one.variables):
                     np.testing.assert_array_equal(
                         got_vars[run][n][r], session.get_tensor_data(v), err_msg=f"w{n}, replica {r}, run {run}"

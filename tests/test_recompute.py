@@ -142,9 +142,7 @@ def test_grad_graph_info_expects_only_forward_inputs():
     assert sorted(t.name for t in fwd_inputs) == sorted(t.name for t in fwd.graph.inputs)
     assert len(set(map(id, fwd_inputs))) == len(fwd.graph.inputs)
     assert len(info.expected_inputs) == len(rec.graph.inputs)
-    assert [ec.fwd_tensor for ec in info.expected_outputs] == [
-        ec.fwd_tensor for ec in old_info.expected_outputs
-    ]
+    assert [ec.fwd_tensor for ec in info.expected_outputs] == [ec.fwd_tensor for ec in old_info.expected_outputs]
     # graphs: forward, gradient, recomputed (upstream counts 4 with the main graph)
     assert sum(isinstance(o, GraphOp) for o in ir._module.ops) == 3
     # the new graph calls the forward graph, then the gradient graph
@@ -166,12 +164,11 @@ def test_input_order_and_remapped_args():
     # FwdGrad, the gradient graph's forward inputs, other forward inputs by name, then its own
     n_conn = len(bwd.grad_graph_info.expected_inputs)
     fwd_in_names = [
-        old_names[p] for p, ec in enumerate(bwd.grad_graph_info.expected_inputs)
+        old_names[p]
+        for p, ec in enumerate(bwd.grad_graph_info.expected_inputs)
         if ec.connection_type == ExpectedConnectionType.Fwd and ec.fwd_tensor in fwd.graph.inputs
     ]
-    rest = sorted(
-        t.name for t in fwd.graph.inputs if t.name not in fwd_in_names
-    )
+    rest = sorted(t.name for t in fwd.graph.inputs if t.name not in fwd_in_names)
     assert names == [old_names[0], *fwd_in_names, *rest, *old_names[n_conn:]]
     assert names[-4:] == ["mean_accum_counter", "accum.b1", "accum.w1", "accum.w2"]
     assert [op.input_is_by_ref(i) for i in range(len(names))] == [False] * (len(names) - 4) + [True] * 4

@@ -44,7 +44,9 @@ def _phased(replicas: int, rts: bool, layers: int = 3, steps: int = 2):
     with ir.main_graph, popxl.in_sequence():
         if rts:
             buffer = popxl.replica_sharded_buffer(shape, popxl.float32, entries=layers)
-            handles = [popxl.remote_replica_sharded_variable(b, buffer, i, name=f"layer{i}") for i, b in enumerate(before)]
+            handles = [
+                popxl.remote_replica_sharded_variable(b, buffer, i, name=f"layer{i}") for i, b in enumerate(before)
+            ]
         else:
             buffer = popxl.remote_buffer(shape, popxl.float32, entries=layers)
             handles = [popxl.remote_variable(b, buffer, i, name=f"layer{i}") for i, b in enumerate(before)]
@@ -427,7 +429,9 @@ def test_errors() -> None:
             ops.remote_load(rb, 0)
     ir4 = popxl.Ir(replication=4)
     with ir4.main_graph:
-        with pytest.raises(ValueError, match=r"sharding group size \(3\) must be less than|divisible by the sharding group size \(3\)"):
+        with pytest.raises(
+            ValueError, match=r"sharding group size \(3\) must be less than|divisible by the sharding group size \(3\)"
+        ):
             popxl.replica_sharded_buffer((8,), popxl.float32, shard_over=3)
         with pytest.raises(ValueError, match=r"sharding group size \(8\) must be less than or equal"):
             popxl.replica_sharded_buffer((8,), popxl.float32, shard_over=8)
@@ -509,7 +513,10 @@ def test_to_mlir_current_values_run_by_xl_run(tmp_path) -> None:
         text = ir.to_mlir()
         s.run()
         want_w, want_r = s.get_tensor_data(w), s.get_tensor_data(v)
-    assert "dense<[2.000000e+00, 1.000000e+01]>" in text and "dense<[1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00]>" in text
+    assert (
+        "dense<[2.000000e+00, 1.000000e+01]>" in text
+        and "dense<[1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00]>" in text
+    )
     prog = tmp_path / "p.mlir"
     prog.write_text(text)
     out = tmp_path / "v.npz"

@@ -19,9 +19,7 @@ import popxl.ops as ops
 import popxl_addons as addons
 from tests.replica_harness import runtime_has_collectives
 
-pytestmark = pytest.mark.skipif(
-    not runtime_has_collectives(), reason="the runtime has no replica collective kernels"
-)
+pytestmark = pytest.mark.skipif(not runtime_has_collectives(), reason="the runtime has no replica collective kernels")
 
 C = ops.collectives
 SHAPE = (2, 4)
@@ -173,7 +171,10 @@ def test_frontend_errors() -> None:
             C.replicated_all_reduce(x, "sum")
         with pytest.raises(ValueError, match="belongs to another Ir"):
             C.replicated_all_reduce(x, group=other.replica_grouping())
-        with pytest.raises(ValueError, match=r"replicated_reduce_scatter: x \(2, 3\) has 6 elements, not divisible by the replica group size 4"):
+        with pytest.raises(
+            ValueError,
+            match=r"replicated_reduce_scatter: x \(2, 3\) has 6 elements, not divisible by the replica group size 4",
+        ):
             C.replicated_reduce_scatter(x)
         with pytest.raises(ValueError, match=r"replica_sharded_slice: x \(2, 3\) has 6 elements"):
             C.replica_sharded_slice(x)
@@ -191,7 +192,9 @@ def test_frontend_errors() -> None:
             C.replicated_all_reduce(x, "and")
         with pytest.raises(ValueError, match="could not infer the IPU"):
             C.all_reduce([x, x])
-        with pytest.raises(ValueError, match=r"number of specified tensors does not equal number of specified IPUs. 2 != 1"):
+        with pytest.raises(
+            ValueError, match=r"number of specified tensors does not equal number of specified IPUs. 2 != 1"
+        ):
             C.all_reduce([x, x], [0])
         with pytest.raises(ValueError, match="has no gradient here"):
             C.all_reduce_identical_inputs([x, x], [0, 1], "max")

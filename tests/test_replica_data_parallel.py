@@ -13,9 +13,7 @@ import popxl.ops as ops
 from popxl import transforms
 from tests.replica_harness import runtime_has_collectives
 
-pytestmark = pytest.mark.skipif(
-    not runtime_has_collectives(), reason="the runtime has no replica collective kernels"
-)
+pytestmark = pytest.mark.skipif(not runtime_has_collectives(), reason="the runtime has no replica collective kernels")
 
 BATCH, IN, HIDDEN, OUT, LR, STEPS = 8, 5, 6, 3, 0.1, 4
 

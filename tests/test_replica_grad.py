@@ -27,9 +27,7 @@ import popxl.ops as ops
 from popxl import transforms
 from tests.replica_harness import ReplicatedGrad, finite_difference, runtime_has_collectives
 
-pytestmark = pytest.mark.skipif(
-    not runtime_has_collectives(), reason="the runtime has no replica collective kernels"
-)
+pytestmark = pytest.mark.skipif(not runtime_has_collectives(), reason="the runtime has no replica collective kernels")
 
 R = 4
 C = ops.collectives
@@ -59,7 +57,13 @@ def _assignment(spec: Any) -> list[int]:
 # name: (convention, grouping, shape, result shape, collective(ir, x, group))
 CASES: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...], Callable[..., Any]]] = {
     "all_reduce-add": ("sum", "all", (2, 3), (2, 3), lambda ir, x, g: C.replicated_all_reduce(x, "add", g)),
-    "all_reduce-add-explicit": ("sum", "explicit", (2, 3), (2, 3), lambda ir, x, g: C.replicated_all_reduce(x, "add", g)),
+    "all_reduce-add-explicit": (
+        "sum",
+        "explicit",
+        (2, 3),
+        (2, 3),
+        lambda ir, x, g: C.replicated_all_reduce(x, "add", g),
+    ),
     "all_reduce-mean": ("sum", "strided", (2, 3), (2, 3), lambda ir, x, g: C.replicated_all_reduce(x, "mean", g)),
     "all_reduce-mul": ("sum", "pairs", (2, 3), (2, 3), lambda ir, x, g: C.replicated_all_reduce(x, "mul", g)),
     "all_reduce-square_add": ("sum", "all", (3,), (3,), lambda ir, x, g: C.replicated_all_reduce(x, "square_add", g)),
@@ -70,10 +74,28 @@ CASES: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...], Callable[...,
     "reduce_scatter-mul": ("sum", "pairs", (4,), (2,), lambda ir, x, g: C.replicated_reduce_scatter(x, "mul", g)),
     "reduce_scatter-max": ("sum", "all", (2, 4), (2,), lambda ir, x, g: C.replicated_reduce_scatter(x, "max", g)),
     "all_gather-concat": ("once", "strided", (2, 3), (2, 6), lambda ir, x, g: C.replicated_all_gather(x, 1, g)),
-    "all_gather-new_axis": ("once", "all", (2, 3), (4, 2, 3), lambda ir, x, g: C.replicated_all_gather(x, 0, g, "new_axis")),
+    "all_gather-new_axis": (
+        "once",
+        "all",
+        (2, 3),
+        (4, 2, 3),
+        lambda ir, x, g: C.replicated_all_gather(x, 0, g, "new_axis"),
+    ),
     "all_gather-explicit": ("once", "explicit", (3,), (6,), lambda ir, x, g: C.replicated_all_gather(x, 0, g)),
-    "identical_grad_inputs": ("once", "pairs", (2, 3), (2, 3), lambda ir, x, g: _addons_op("replicated_all_reduce_identical_grad_inputs", x, g)),
-    "identical_inputs": ("shared", "strided", (2, 3), (2, 3), lambda ir, x, g: _addons_op("replicated_all_reduce_identical_inputs", x, g)),
+    "identical_grad_inputs": (
+        "once",
+        "pairs",
+        (2, 3),
+        (2, 3),
+        lambda ir, x, g: _addons_op("replicated_all_reduce_identical_grad_inputs", x, g),
+    ),
+    "identical_inputs": (
+        "shared",
+        "strided",
+        (2, 3),
+        (2, 3),
+        lambda ir, x, g: _addons_op("replicated_all_reduce_identical_inputs", x, g),
+    ),
     "slice-axis0": ("shared", "all", (4, 3), (3,), lambda ir, x, g: C.replicated_slice(x, 0, g)),
     "slice-axis1": ("shared", "pairs", (2, 4), (2, 2), lambda ir, x, g: C.replicated_slice(x, 1, g)),
     "sharded_slice": ("shared", "strided", (2, 3), (3,), lambda ir, x, g: C.replica_sharded_slice(x, g)),
@@ -128,6 +150,7 @@ def test_collective_gradient_matches_finite_differences(name: str) -> None:
 
 def test_all_reduce_gradient_is_the_all_reduce_of_the_gradients() -> None:
     """PopXL's rule for add: each replica's dx is the sum of the group's seeds."""
+
     def body(ir: popxl.Ir, x: popxl.Tensor, c: popxl.Tensor) -> popxl.Tensor:
         return ops.sum(C.replicated_all_reduce(x, "add", ir.replica_grouping(2, 2)) * c)
 
@@ -182,7 +205,9 @@ def test_all_reduce_of_ipus_gradients() -> None:
                 info = transforms.autodiff(g)
                 call = ops.call_with_info(g, t0, t1)
                 loss = call.outputs[0]
-                da, db = ops.call(info.graph, popxl.constant(np.float64(1), popxl.float64), inputs_dict=info.inputs_dict(call))
+                da, db = ops.call(
+                    info.graph, popxl.constant(np.float64(1), popxl.float64), inputs_dict=info.inputs_dict(call)
+                )
             outs = {}
             for k, t in (("loss", loss), ("da", da), ("db", db)):
                 outs[k] = popxl.d2h_stream(t.shape, t.dtype, k)
@@ -218,6 +243,7 @@ def test_all_reduce_of_ipus_gradients() -> None:
 def test_in_place_all_reduce_on_an_intermediate_is_differentiated() -> None:
     """`replicated_all_reduce_` on a forward intermediate: `functionalize` makes it the
     out-of-place all-reduce, whose rule gives the gradient."""
+
     def body(ir: popxl.Ir, x: popxl.Tensor, c: popxl.Tensor) -> popxl.Tensor:
         u = x * 2.0
         C.replicated_all_reduce_(u, "add", ir.replica_grouping(1, 2))

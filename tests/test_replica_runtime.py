@@ -303,7 +303,10 @@ def test_diverged_replicas_are_an_error() -> None:
     x = per_replica(2, (3,))
     for opt in (True, False):
         exe = compile_module(m, optimize=opt)
-        with pytest.raises(ReplicaDivergenceError, match=r"replica 0 reached collective #0 \(replica.all_reduce.*replica 1 reached the end of the step"):
+        with pytest.raises(
+            ReplicaDivergenceError,
+            match=r"replica 0 reached collective #0 \(replica.all_reduce.*replica 1 reached the end of the step",
+        ):
             exe.run({"c": np.array([True, False]), "x": x})
         # the executable still works afterwards
         out = exe.run({"c": np.array([True, True]), "x": x})

@@ -376,7 +376,10 @@ def test_two_instances_data_parallel_training_bit_for_bit() -> None:
     assert str(low).count('"xl.all_reduce_update"') == 8
     rng = np.random.default_rng(2)
     feeds = [
-        {"image": rng.normal(size=(4, 2, 28, 28)).astype(np.float32), "labels": rng.integers(0, 10, (4, 2)).astype(np.int32)}
+        {
+            "image": rng.normal(size=(4, 2, 28, 28)).astype(np.float32),
+            "labels": rng.integers(0, 10, (4, 2)).astype(np.int32),
+        }
         for _ in range(2)
     ]
     names = [narrow(t, popxl.Variable)._var_name for t in variables.tensors]

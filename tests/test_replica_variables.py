@@ -74,7 +74,8 @@ def test_grouped_variable_in_the_ir() -> None:
     text = ir.to_mlir()
     assert re.search(
         r'graph.variable "v" = dense<.*> : tensor<4x3xf32> -> tensor<3xf32> '
-        r"\{grouping = #replica.grouping<stride = 2, group_size = 2>\}", text
+        r"\{grouping = #replica.grouping<stride = 2, group_size = 2>\}",
+        text,
     ), text
     assert "#replica.grouping<assignment = [0, 0, 1, 1, 0, 0, 1, 1]>" in text
     ops_ = _variables(text)

@@ -385,6 +385,7 @@ def test_reuse_shrinks_allocations():
     m = module(mnist_like_ir())
     before = lower(m, DEFAULT_PIPELINE)
     after = lower(before, "rt-reuse-buffers")
+
     def count(mod: ModuleOp) -> int:
         return sum(isinstance(op, rt.AllocOp) for op in mod.walk())
 

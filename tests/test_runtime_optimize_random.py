@@ -25,10 +25,7 @@ def build(program: list[tuple[str, int, int, float]]) -> popxl.Ir:
     ir = popxl.Ir()
     with ir.main_graph:
         x_stream = popxl.h2d_stream((N, N), popxl.float32, "x")
-        w = [
-            popxl.variable(rng.normal(size=(N, N)).astype(np.float32) * 0.5, name=f"w{i}")
-            for i in range(2)
-        ]
+        w = [popxl.variable(rng.normal(size=(N, N)).astype(np.float32) * 0.5, name=f"w{i}") for i in range(2)]
         pool = [ops.host_load(x_stream), *w]
         for kind, i, j, c in program:
             a, b = pool[i % len(pool)], pool[j % len(pool)]

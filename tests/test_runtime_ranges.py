@@ -69,7 +69,8 @@ def test_nll_loss_with_softmax_grad_bad_label(bad: int) -> None:
     lab = good.copy()
     lab[2] = bad
     _expect_error(
-        ir, {"probs": P, "labels": lab},
+        ir,
+        {"probs": P, "labels": lab},
         rf'popxl\.nll_loss_with_softmax_grad: label {bad} at position \(2,\) of tensor "[^"]*" '
         rf'loaded from stream "labels" is out of range \[0, 3\)',
     )
@@ -90,8 +91,7 @@ def test_nll_loss_grad_bad_label() -> None:
 
     factory = kernel_factory("popxl.nll_loss_grad")
     assert factory is not None
-    k = factory({"reduction": "mean", "_kernel": "popxl.nll_loss_grad",
-                                         "_operands": ("probs", 'tensor "l"')})
+    k = factory({"reduction": "mean", "_kernel": "popxl.nll_loss_grad", "_operands": ("probs", 'tensor "l"')})
     out = np.zeros_like(P)
     with pytest.raises(DataRangeError, match=r'label 3 at position \(0,\) of tensor "l"'):
         k(P, np.array([3, 0, 0, 0], np.int32), np.array(1.0, np.float32), out)
@@ -114,15 +114,17 @@ def test_gather_out_of_range() -> None:
     check_all(ir, [{"y": X[ok], "z": X[ok], "w": X[ok]}], [{"idx": ok}])
     bad = np.array([4, 5, 0, 1], np.int32)
     _expect_error(
-        ir, {"idx": bad},
+        ir,
+        {"idx": bad},
         r'popxl\.gather: index 5 at position \(1,\) of tensor "[^"]*" loaded from stream "idx" '
         r"is out of range \[-5, 5\) \(axis 0 has size 5; zero_OOR=True gives zeros instead",
     )
 
 
 def test_gather_zero_oor_gives_zeros() -> None:
-    ir = _ir(lambda t: {"z": ops.gather(popxl.constant(X), t["idx"], axis=0, zero_OOR=True)},
-             {"idx": ((2, 2), popxl.int32)})
+    ir = _ir(
+        lambda t: {"z": ops.gather(popxl.constant(X), t["idx"], axis=0, zero_OOR=True)}, {"idx": ((2, 2), popxl.int32)}
+    )
     idx = np.array([[1, 5], [-6, -5]], np.int32)
     want = np.zeros((2, 2, 3), np.float32)
     want[0, 0] = X[1]
@@ -131,9 +133,14 @@ def test_gather_zero_oor_gives_zeros() -> None:
 
 
 def test_onehot_out_of_range_is_off_as_onnx() -> None:
-    ir = _ir(lambda t: {"h": ops.onehot(t["c"], popxl.constant(np.int32(4)),
-                                        popxl.constant(np.array([0.0, 2.0], np.float32)), axis=-1)},
-             {"c": ((5,), popxl.int32)})
+    ir = _ir(
+        lambda t: {
+            "h": ops.onehot(
+                t["c"], popxl.constant(np.int32(4)), popxl.constant(np.array([0.0, 2.0], np.float32)), axis=-1
+            )
+        },
+        {"c": ((5,), popxl.int32)},
+    )
     c = np.array([0, 3, 4, -1, -5], np.int32)
     want = np.zeros((5, 4), np.float32)
     want[0, 0] = want[1, 3] = want[3, 3] = 2.0  # 4 and -5 are outside [-4, 4): all off
@@ -144,12 +151,14 @@ T = np.arange(24, dtype=np.float32).reshape(4, 6)
 
 
 def test_dynamic_slice_out_of_range() -> None:
-    ir = _ir(lambda t: {"s": ops.dynamic_slice(popxl.constant(T), t["i"], axes=[0, 1], sizes=[2, 3],
-                                               no_overlap=False)},
-             {"i": ((2,), popxl.uint32)})
+    ir = _ir(
+        lambda t: {"s": ops.dynamic_slice(popxl.constant(T), t["i"], axes=[0, 1], sizes=[2, 3], no_overlap=False)},
+        {"i": ((2,), popxl.uint32)},
+    )
     check_all(ir, [{"s": T[2:4, 1:4]}], [{"i": np.array([2, 1], np.uint32)}])
     _expect_error(
-        ir, {"i": np.array([3, 0], np.uint32)},
+        ir,
+        {"i": np.array([3, 0], np.uint32)},
         r'popxl\.dynamic_slice: offset 3 on axis 0 of tensor "[^"]*" loaded from stream "i" '
         r"is out of range \[0, 2\]",
     )
@@ -176,8 +185,11 @@ def test_sparse_accumulate_out_of_range() -> None:
     want = np.zeros((3, 2), np.float32)
     want[2] += 2.0
     check_all(ir, [{}], [{"i": np.array([2, 2], np.int32)}], state={"v": want})
-    _expect_error(ir, {"i": np.array([0, 3], np.int32)},
-                  r'popxl\.sparse_accumulate_: index 3 at position \(1,\) of tensor "[^"]*" loaded from stream "i"')
+    _expect_error(
+        ir,
+        {"i": np.array([0, 3], np.int32)},
+        r'popxl\.sparse_accumulate_: index 3 at position \(1,\) of tensor "[^"]*" loaded from stream "i"',
+    )
 
 
 def test_xl_run_reports_bad_label(tmp_path, capsys) -> None:
@@ -193,10 +205,10 @@ def test_xl_run_reports_bad_label(tmp_path, capsys) -> None:
     assert re.fullmatch(
         # at the failing op's position, named by type and position, then the kernel's message
         # and the source line with a caret
-        r'\S*p\.mlir:(\d+):(\d+): error: NllWithSoftmaxGrad@\1:\2 \(popxl\.nll_loss_with_softmax_grad in graph '
+        r"\S*p\.mlir:(\d+):(\d+): error: NllWithSoftmaxGrad@\1:\2 \(popxl\.nll_loss_with_softmax_grad in graph "
         r'main_graph\) failed: popxl\.nll_loss_with_softmax_grad: label 9 at position \(2,\) of tensor "[^"]*" '
         r'loaded from stream "labels" is out of range \[0, 3\) \(3 classes; 1 bad value\)\n'
-        r'.*popxl\.nll_loss_with_softmax_grad.*\n *\^\n',
+        r".*popxl\.nll_loss_with_softmax_grad.*\n *\^\n",
         err,
     ), err
     assert "Traceback" not in err and "IndexError" not in err

@@ -67,7 +67,7 @@ def test_writing_an_rt_const_is_refused(tmp_path, capsys) -> None:
 
     prog = tmp_path / "c.mlir"
     prog.write_text(
-        'rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {\n'
+        "rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {\n"
         "  %c = rt.const dense<1.0> : tensor<2xf32> : memref<2xf32>\n"
         '  rt.kernel "popxl.scaled_add_"(%c, %c) -> (%c) {a = 1.000000e+00 : f64, b = 1.000000e+00 : f64}'
         " : (memref<2xf32>, memref<2xf32>) -> memref<2xf32>\n"

@@ -87,8 +87,10 @@ def test_flattened_transpose_is_not_marked_a_view() -> None:
     }
     assert marks == {"popxl.transpose": True}
     flat = [
-        op for op in low.walk()
-        if isinstance(op, rt.KernelOp) and op.kernel.data == "popxl.reshape"
+        op
+        for op in low.walk()
+        if isinstance(op, rt.KernelOp)
+        and op.kernel.data == "popxl.reshape"
         and narrow(op.outs[0].type, MemRefType).get_shape() == (24,)
     ]
     assert len(flat) == 1 and VIEW_ATTR not in flat[0].attributes

@@ -19,7 +19,7 @@ import pytest
 # Seed 001 code and output blocks (verbatim)
 # ---------------------------------------------------------------------------------------
 
-IMPORTS = r'''from tqdm import tqdm
+IMPORTS = r"""from tqdm import tqdm
 import torchvision
 import torch
 import numpy as np
@@ -31,9 +31,9 @@ np.random.seed(42)
 import popxl.ops as ops
 import popxl_addons as addons
 import popxl
-'''
+"""
 
-LINEAR = r'''class Linear(addons.Module):
+LINEAR = r"""class Linear(addons.Module):
     def __init__(self, out_features: int, bias: bool = True):
         super().__init__()
         self.out_features = out_features
@@ -53,12 +53,12 @@ LINEAR = r'''class Linear(addons.Module):
             y = y + b
 
         return y
-'''
+"""
 
-IR = r'''ir = popxl.Ir(replication=1)
-'''
+IR = r"""ir = popxl.Ir(replication=1)
+"""
 
-LINEAR_MAIN = r'''with ir.main_graph:
+LINEAR_MAIN = r"""with ir.main_graph:
     # create a variable factory and a graph from the module
     facts, linear_graph = Linear(32).create_graph(
         popxl.TensorSpec((2, 4), popxl.float32)
@@ -78,9 +78,9 @@ LINEAR_MAIN = r'''with ir.main_graph:
     input_tensor = popxl.variable(input_data, name="x")
 
     out = bound_graph.call(input_tensor)
-'''
+"""
 
-LINEAR_OUT = r'''factories:
+LINEAR_OUT = r"""factories:
  {'weight': <popxl_addons.variable_factory.VariableFactory object at 0x7feaf5cb1160>, 'bias': <popxl_addons.variable_factory.VariableFactory object at 0x7fe851acee10>}
 
  graph:
@@ -92,9 +92,9 @@ LINEAR_OUT = r'''factories:
 
  variables:
  {'bias': Tensor[bias popxl.dtypes.float32 (32,)], 'weight': Tensor[weight popxl.dtypes.float32 (4, 32)]}
-'''
+"""
 
-SESSION = r'''ir.num_host_transfers = 1
+SESSION = r"""ir.num_host_transfers = 1
 
 # Create a session to run your IR
 session = popxl.Session(ir, "ipu_hw")
@@ -102,9 +102,9 @@ session = popxl.Session(ir, "ipu_hw")
 # Run the program
 with session:
     session.run()
-'''
+"""
 
-BOUND = r'''ir = popxl.Ir()
+BOUND = r"""ir = popxl.Ir()
 with ir.main_graph:
     facts, linear_graph = Linear(32).create_graph(
         popxl.TensorSpec((2, 4), popxl.float32)
@@ -124,14 +124,14 @@ with ir.main_graph:
     input_tensor = popxl.variable(input_data, name="x")
 
     out = bound_graph1.call(input_tensor)
-'''
+"""
 
-BOUND_OUT = r'''
+BOUND_OUT = r"""
  two different bound graphs:
  <popxl_addons.graph.BoundGraph object at 0x7fe851b717b8> <popxl_addons.graph.BoundGraph object at 0x7fe851c3b4a8>
-'''
+"""
 
-NET = r'''class Net(addons.Module):
+NET = r"""class Net(addons.Module):
     def __init__(self, cache: Optional[addons.GraphCache] = None):
         super().__init__(cache=cache)
         self.fc1 = Linear(512)
@@ -154,9 +154,9 @@ with main:
     facts, net_graph = Net().create_graph(popxl.TensorSpec((28, 28), popxl.float32))
     print(facts.to_dict().keys())
     print("\n", net_graph.print_schedule())
-'''
+"""
 
-NET_OUT = r'''dict_keys(['fc1.weight', 'fc1.bias', 'fc2.weight', 'fc2.bias', 'fc3.weight', 'fc3.bias', 'fc4.weight', 'fc4.bias'])
+NET_OUT = r"""dict_keys(['fc1.weight', 'fc1.bias', 'fc2.weight', 'fc2.bias', 'fc3.weight', 'fc3.bias', 'fc4.weight', 'fc4.bias'])
 
  Graph : Net_subgraph(0)
   (%1, fc1.weight=%2, fc1.bias=%3, fc2.weight=%4, fc2.bias=%5, fc3.weight=%6, fc3.bias=%7, fc4.weight=%8, fc4.bias=%9) -> (%21) {
@@ -173,9 +173,9 @@ NET_OUT = r'''dict_keys(['fc1.weight', 'fc1.bias', 'fc2.weight', 'fc2.bias', 'fc
     MatMul.110 (%19 [(1, 512) float32], %8 [(512, 10) float32]) -> (%20 [(1, 10) float32])
     Add.111 (%20 [(1, 10) float32], %9 [(10,) float32]) -> (%21 [(1, 10) float32])
   }
-'''
+"""
 
-OUTLINED = r'''class NetOutlined(addons.Module):
+OUTLINED = r"""class NetOutlined(addons.Module):
     def __init__(self, cache: Optional[addons.GraphCache] = None):
         super().__init__(cache=cache)
         # first and last layer are not reused
@@ -214,9 +214,9 @@ with ir.main_graph:
     )
     print(args.to_dict().keys())
     print("\n", net_graph.print_schedule())
-'''
+"""
 
-OUTLINED_OUT = r'''dict_keys(['fc1.weight', 'fc1.bias', 'fc4.weight', 'fc4.bias', 'fc2.weight', 'fc2.bias', 'fc3.weight', 'fc3.bias'])
+OUTLINED_OUT = r"""dict_keys(['fc1.weight', 'fc1.bias', 'fc4.weight', 'fc4.bias', 'fc2.weight', 'fc2.bias', 'fc3.weight', 'fc3.bias'])
 
  Graph : NetOutlined_subgraph(0)
   (%1, fc1.weight=%2, fc1.bias=%3, fc2.weight=%4, fc2.bias=%5, fc3.weight=%6, fc3.bias=%7, fc4.weight=%8, fc4.bias=%9) -> (%19) {
@@ -231,9 +231,9 @@ OUTLINED_OUT = r'''dict_keys(['fc1.weight', 'fc1.bias', 'fc4.weight', 'fc4.bias'
     MatMul.110 (%17 [(1, 512) float32], %8 [(512, 10) float32]) -> (%18 [(1, 10) float32])
     Add.111 (%18 [(1, 10) float32], %9 [(10,) float32]) -> (%19 [(1, 10) float32])
   }
-'''
+"""
 
-DOTTREE = r'''ir = popxl.Ir(replication=1)
+DOTTREE = r"""ir = popxl.Ir(replication=1)
 
 with ir.main_graph:
     facts, linear_graph = Linear(32).create_graph(
@@ -279,9 +279,9 @@ with ir.main_graph:
     print(collection.named_tensors, "\n")  # same as to_dict, specific of NamedTensors
     print("Get only tensors, sorted by name")
     print(collection.tensors)  # returns tensors, sorted by names
-'''
+"""
 
-DOTTREE_OUT = r'''----- DotTree functionalities -----
+DOTTREE_OUT = r"""----- DotTree functionalities -----
 
 A nested collection: the nested structure appear from the dot structure of names
 {'layer1.bias': Tensor[bias popxl.dtypes.float32 (32,)], 'layer1.weight': Tensor[weight popxl.dtypes.float32 (4, 32)], 'layer2.bias': Tensor[bias__t0 popxl.dtypes.float32 (32,)], 'layer2.weight': Tensor[weight__t1 popxl.dtypes.float32 (4, 32)]}
@@ -296,7 +296,7 @@ Each leaf can be accessed with dot syntax: collection.layer1
 
 Get only tensors, sorted by name
 (Tensor[bias popxl.dtypes.float32 (32,)], Tensor[bias__t0 popxl.dtypes.float32 (32,)], Tensor[weight popxl.dtypes.float32 (4, 32)], Tensor[weight__t1 popxl.dtypes.float32 (4, 32)])
-'''
+"""
 
 # ---------------------------------------------------------------------------------------
 # Helpers

@@ -189,9 +189,7 @@ def test_layout_num_host_transfers_and_replication():
         with pytest.raises(ValueError, match="run_with_outputs"):
             s.run_with_outputs({xs: data}, {ys: np.zeros((2, 2), np.float32)})
     # seed pattern (evaluate_throughput): inputs from _full_input_shape/expected_inputs
-    inputs = {
-        st: np.ones(s._full_input_shape(st.shape), st.dtype.as_numpy()) for st in s.expected_inputs()
-    }
+    inputs = {st: np.ones(s._full_input_shape(st.shape), st.dtype.as_numpy()) for st in s.expected_inputs()}
     with s:
         np.testing.assert_allclose(s.run(inputs)[ys], np.full((3, 2, 2), 2.0))
     with pytest.raises(RuntimeError):

@@ -81,7 +81,9 @@ def plugin(tmp_path: Path) -> Path:
 def test_load_pass_plugin_in_xl_opt(plugin: Path, tmp_path: Path) -> None:
     prog = tmp_path / "p.mlir"
     prog.write_text(PROGRAM)
-    r = _run(["xl-opt", str(prog), "--load-pass-plugin", str(plugin), "-p", "test-double-constants{factor=3.0}"], tmp_path)
+    r = _run(
+        ["xl-opt", str(prog), "--load-pass-plugin", str(plugin), "-p", "test-double-constants{factor=3.0}"], tmp_path
+    )
     assert r.returncode == 0, r.stderr
     assert "dense<[3.000000e+00, 7.500000e+00]> : tensor<2xf32>" in r.stdout
     r = _run(["xl-opt", "--load-pass-plugin", str(plugin), "--list-passes"], tmp_path)
@@ -101,8 +103,19 @@ def test_load_pass_plugin_in_xl_run(plugin: Path, tmp_path: Path) -> None:
         "  %c = graph.constant dense<[1.0, 2.5]> : tensor<2xf32>\n"
         "  graph.host_store @y, %c : tensor<2xf32>\n}\n"
     )
-    r = _run(["xl-run", str(prog), "--load-pass-plugin", str(plugin), "-p",
-              "test-double-constants,inline,canonicalize,lower-to-rt", "-o", "out.npz"], tmp_path)
+    r = _run(
+        [
+            "xl-run",
+            str(prog),
+            "--load-pass-plugin",
+            str(plugin),
+            "-p",
+            "test-double-constants,inline,canonicalize,lower-to-rt",
+            "-o",
+            "out.npz",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["y"], [2.0, 5.0])
 
@@ -119,7 +132,8 @@ def test_plugin_errors(tmp_path: Path) -> None:
     with pytest.raises(PluginError, match="broken.py': ModuleNotFoundError"):
         load_pass_plugin(broken)
     clash = tmp_path / "clash.py"
-    clash.write_text(textwrap.dedent('''
+    clash.write_text(
+        textwrap.dedent("""
         from dataclasses import dataclass
         from xdsl.passes import ModulePass
 
@@ -127,7 +141,8 @@ def test_plugin_errors(tmp_path: Path) -> None:
         class MyInline(ModulePass):
             name = "inline"
             def apply(self, ctx, op): pass
-    '''))
+    """)
+    )
     with pytest.raises(PluginError, match="inline is already an xl pass"):
         load_pass_plugin(clash)
     code, _, err = _xl_opt("--load-pass-plugin", str(empty), "--list-passes")

@@ -56,9 +56,7 @@ def test_stray_quote_tools_finish_in_subprocess(tmp_path: Path) -> None:
     prog.write_text(STRAY_QUOTES[0])
     for tool in ("xl-opt", "xl-run"):
         t0 = time.perf_counter()
-        r = subprocess.run(
-            [BIN / tool, prog], capture_output=True, text=True, timeout=120
-        )
+        r = subprocess.run([BIN / tool, prog], capture_output=True, text=True, timeout=120)
         elapsed = time.perf_counter() - t0
         assert r.returncode == 1, r.stderr
         assert r.stderr.startswith(f"{prog}:2:23: error: End of file reached before closing"), r.stderr
@@ -135,9 +133,7 @@ def test_xl_opt_errors_are_located(tmp_path: Path, text: str, where: str, messag
     code, out, err = _xl_opt(str(prog))
     assert code == 1
     first = err.splitlines()[0]
-    assert first == f"{prog}:{where}: error: {message}" or first.startswith(
-        f"{prog}:{where}: error: {message}"
-    ), err
+    assert first == f"{prog}:{where}: error: {message}" or first.startswith(f"{prog}:{where}: error: {message}"), err
     line = int(where.split(":")[0])
     assert err.splitlines()[1] == text.splitlines()[line - 1]
     assert "Traceback" not in err
@@ -179,9 +175,9 @@ def test_verifier_error_in_a_big_program_is_short(tmp_path: Path) -> None:
     assert code == 1 and out == ""
     assert len(err) < 2000, len(err)
     col = len(bad_line) - len(bad_line.lstrip()) + 1
-    assert err.startswith(
-        f"{prog}:{i + 1}:{col}: error: graph.host_load: stream @image carries (4, 28, 27) float32"
-    ), err[:300]
+    assert err.startswith(f"{prog}:{i + 1}:{col}: error: graph.host_load: stream @image carries (4, 28, 27) float32"), (
+        err[:300]
+    )
     assert bad_line in err
     code, _, err_run = _xl_run(str(prog))
     assert code == 1 and len(err_run) < 2000 and err_run.startswith(f"{prog}:{i + 1}:{col}: error:")
@@ -217,7 +213,7 @@ DOMINANCE_CASES = {
         "popxl.add",
     ),
     "inplace": (
-        "graph.main {\n  %w = graph.variable \"w\" : tensor<2xf32>\n"
+        'graph.main {\n  %w = graph.variable "w" : tensor<2xf32>\n'
         "  popxl.scaled_add_ %w, %d {a = 1.0 : f64, b = 1.0 : f64} : (tensor<2xf32>, tensor<2xf32>) -> ()\n"
         "  %d = popxl.neg %w : (tensor<2xf32>) -> tensor<2xf32>\n}\n",
         "popxl.scaled_add_",
@@ -302,7 +298,10 @@ def test_xl_run_still_runs(x_npy: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["{linear}", "x={x}", "-o", "{tmp}/nodir/out.npz"], "-o '{tmp}/nodir/out.npz': folder '{tmp}/nodir' does not exist"),
+        (
+            ["{linear}", "x={x}", "-o", "{tmp}/nodir/out.npz"],
+            "-o '{tmp}/nodir/out.npz': folder '{tmp}/nodir' does not exist",
+        ),
         (["{linear}", "x={x}", "--save-vars", "{tmp}"], "--save-vars '{tmp}' is a directory"),
         (["{tmp}"], "'{tmp}' is a directory, not a textual program"),
         (["{linear}", "x={tmp}"], "input '{tmp}' is a directory, expected a .npy or .npz file"),
@@ -315,9 +314,7 @@ def test_xl_run_still_runs(x_npy: Path, tmp_path: Path) -> None:
 )
 def test_xl_run_errors(tmp_path: Path, x_npy: Path, args: list[str], message: str) -> None:
     def fill(a: str) -> str:
-        return a.replace("{linear}", str(LINEAR)).replace("{x}", str(x_npy)).replace(
-            "{tmp}", str(tmp_path)
-        )
+        return a.replace("{linear}", str(LINEAR)).replace("{x}", str(x_npy)).replace("{tmp}", str(tmp_path))
 
     code, out, err = _xl_run(*[fill(a) for a in args])
     assert code == 1
@@ -330,8 +327,14 @@ def test_xl_run_errors(tmp_path: Path, x_npy: Path, args: list[str], message: st
     [
         ("%x = graph.constant dense<1> : tensor<2xsi32>", "element type si32 is not supported"),
         ("%x = graph.constant dense<1.0> : tensor<2xbf16>", "element type bf16 is not supported"),
-        ('%x = graph.variable "v" = dense<[(1.0, 2.0)]> : tensor<1xcomplex<f32>>', "element type complex<f32> is not supported"),
-        ('%x = graph.variable "v" : tensor<1000000x1000000x100xf32>', "needs 363.8 TiB, more than the memory of this machine"),
+        (
+            '%x = graph.variable "v" = dense<[(1.0, 2.0)]> : tensor<1xcomplex<f32>>',
+            "element type complex<f32> is not supported",
+        ),
+        (
+            '%x = graph.variable "v" : tensor<1000000x1000000x100xf32>',
+            "needs 363.8 TiB, more than the memory of this machine",
+        ),
         ('%x = graph.variable "v" : tensor<99999999999999999999xf32>', "more than the memory of this machine"),
     ],
     ids=["si32", "bf16", "complex", "too-large", "huge-dim"],

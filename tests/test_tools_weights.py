@@ -110,9 +110,7 @@ def mnist_ir(mnist_session: popxl.Session) -> popxl.Ir:
     return mnist_session.ir
 
 
-def test_mnist_without_weights_is_small(
-    mnist_session: popxl.Session, mnist_ir: popxl.Ir, tmp_path: Path
-) -> None:
+def test_mnist_without_weights_is_small(mnist_session: popxl.Session, mnist_ir: popxl.Ir, tmp_path: Path) -> None:
     full = mnist_ir.to_mlir()
     npz = tmp_path / "mnist.npz"
     lean = mnist_ir.to_mlir(weights=str(npz))

@@ -34,7 +34,8 @@ VIEWS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[np.ndarray, np.ndarr
     "Tensor.T_": (lambda x, y: x.T_, lambda x, y: x.T, "ops.transpose"),
     "ops.slice_": (
         lambda x, y: ops.slice_(x, start=[1, 0], stop=[3, 4], step=[1, 2], axis=[0, 1]),
-        lambda x, y: x[1:3, 0:4:2], "ops.slice",
+        lambda x, y: x[1:3, 0:4:2],
+        "ops.slice",
     ),
     "ops.concat_": (lambda x, y: ops.concat_([x, y], axis=0), lambda x, y: np.concatenate([x, y]), "ops.concat"),
     "ops.detach_": (lambda x, y: ops.detach_(x), lambda x, y: x, "ops.detach"),
@@ -42,8 +43,10 @@ VIEWS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[np.ndarray, np.ndarr
 }
 # the public op name each entry records (Tensor methods go through the ops)
 RECORDED = {
-    "Tensor.reshape_": "ops.reshape_", "Tensor.flatten_": "ops.flatten_",
-    "Tensor.transpose_": "ops.transpose_", "Tensor.T_": "ops.transpose_",
+    "Tensor.reshape_": "ops.reshape_",
+    "Tensor.flatten_": "ops.flatten_",
+    "Tensor.transpose_": "ops.transpose_",
+    "Tensor.T_": "ops.transpose_",
     "Tensor.detach_": "ops.detach_",
 }
 
@@ -226,7 +229,9 @@ def test_by_ref_call_on_the_base_then_read_is_refused() -> None:
         ops.call(g, x)
         d2h = popxl.d2h_stream(v.shape, v.dtype, "out")
         ops.host_store(d2h, v)
-    with pytest.raises(NotImplementedError, match="graph.host_store reads 't0', made by ops.transpose_ as an alias of 'x'"):
+    with pytest.raises(
+        NotImplementedError, match="graph.host_store reads 't0', made by ops.transpose_ as an alias of 'x'"
+    ):
         popxl.Session(ir, "ipu_model")
 
 

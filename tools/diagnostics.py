@@ -128,9 +128,7 @@ def op_text(op: Operation) -> str:
     return text
 
 
-def format_located(
-    e: LocatedError, source: SourceText | None = None, prog: str = "xl-opt"
-) -> str:
+def format_located(e: LocatedError, source: SourceText | None = None, prog: str = "xl-opt") -> str:
     """`file:line:col: error: message`, the source line and a caret (see module docstring)."""
     loc = locate(e.op) if e.op is not None else None
     if loc is None:
@@ -183,8 +181,7 @@ def _structure(op: Operation) -> None:
                 )
             if not last.has_trait(IsTerminator):
                 raise LocatedError(
-                    f"Operation {last.name} terminates block in single-block region but "
-                    "is not a terminator",
+                    f"Operation {last.name} terminates block in single-block region but is not a terminator",
                     last,
                 )
     if op.successors:
@@ -301,7 +298,6 @@ def check_runnable_types(module: ModuleOp) -> None:
             nbytes = int(np.prod([int(d) for d in shape], dtype=object)) * itemsize
             if nbytes > limit:
                 raise LocatedError(
-                    f"{op.name}: {t} needs {_size(nbytes)}, more than the memory of this "
-                    f"machine ({_size(limit)})",
+                    f"{op.name}: {t} needs {_size(nbytes)}, more than the memory of this machine ({_size(limit)})",
                     op,
                 )

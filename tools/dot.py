@@ -121,8 +121,8 @@ class _Scene:
     def text(self, name: str, graph_attrs: Sequence[str]) -> str:
         out = [f"digraph {quote(name)} {{"]
         out += [f"  {a};" for a in graph_attrs]
-        out.append("  node [fontname=\"Helvetica\", fontsize=10];")
-        out.append("  edge [fontname=\"Helvetica\", fontsize=9];")
+        out.append('  node [fontname="Helvetica", fontsize=10];')
+        out.append('  edge [fontname="Helvetica", fontsize=9];')
         self._cluster_text(self.root, out, "  ")
         out += self.edges
         out.append("}")
@@ -359,8 +359,9 @@ class DotWriter:
                 nid = self.scene.new_id("t" if isinstance(op, rt.StateOp | rt.ConstOp) else "op")
                 nodes[op] = nid
                 if isinstance(op, rt.StateOp):
-                    self.scene.node(where(op), nid, {"shape": "egg", "color": '"blue"',
-                                                     "label": quote(f'State "{op.slot.data}"')})
+                    self.scene.node(
+                        where(op), nid, {"shape": "egg", "color": '"blue"', "label": quote(f'State "{op.slot.data}"')}
+                    )
                     continue
                 if isinstance(op, rt.ConstOp):
                     self.scene.node(where(op), nid, {"shape": "egg", "color": '"gold"', "label": quote("Constant")})

@@ -63,11 +63,7 @@ class ElidingPrinter(Printer):
 
     def print_attribute(self, attribute: Attribute) -> None:
         limit = self.elide_larger_than
-        if (
-            limit is not None
-            and isinstance(attribute, DenseIntOrFPElementsAttr)
-            and _num_elements(attribute) > limit
-        ):
+        if limit is not None and isinstance(attribute, DenseIntOrFPElementsAttr) and _num_elements(attribute) > limit:
             self.print_string(f"{ELIDED} : ")
             self.print_attribute(attribute.get_type())
             return

@@ -198,9 +198,7 @@ class TestFailPass(ModulePass):
             if not dense or main is None:
                 raise ValueError(f"{self.name}: the program has no dense value or no graph.main")
             value = max(dense, key=lambda a: math.prod(a.get_shape()))
-            bad = ConstantOp.create(
-                properties={"value": value}, result_types=[TensorType(f32, [1])]
-            )
+            bad = ConstantOp.create(properties={"value": value}, result_types=[TensorType(f32, [1])])
             main.body.block.add_op(bad)
             return
         raise ValueError(f"{self.name}: unknown kind '{self.kind}'")
@@ -231,9 +229,7 @@ class XlOptMain(xDSLOptMain):
     _source: SourceText | None = None
     """The text of the current chunk, to show the line a located error points at."""
 
-    def parse_chunk(
-        self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
-    ) -> ModuleOp | None:
+    def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
         self._line_offset = start_offset
         self._source = None
         return super().parse_chunk(chunk, file_extension, start_offset)
@@ -303,9 +299,7 @@ class XlOptMain(xDSLOptMain):
         start = time.perf_counter()
         args = self.args
 
-        def callback(
-            previous: ModulePass | None, module: ModuleOp, next_pass: ModulePass | None
-        ) -> None:
+        def callback(previous: ModulePass | None, module: ModuleOp, next_pass: ModulePass | None) -> None:
             nonlocal start
             if args.time_passes and previous is not None:
                 _eprint(f"Pass {previous.name} took {time.perf_counter() - start:.6f} seconds")
@@ -332,12 +326,15 @@ class XlOptMain(xDSLOptMain):
         limit = self.args.elide_elementsattrs_if_larger
         if limit is None or self.args.target != "mlir":
             return super().output_resulting_program(prog)
-        return print_op(
-            prog,
-            elide_larger_than=limit,
-            print_generic_format=self.args.print_op_generic,
-            print_debuginfo=self.args.print_debuginfo,
-        ) + "\n"
+        return (
+            print_op(
+                prog,
+                elide_larger_than=limit,
+                print_generic_format=self.args.print_op_generic,
+                print_debuginfo=self.args.print_debuginfo,
+            )
+            + "\n"
+        )
 
     def list_passes(self) -> str:
         """`--list-passes`: xl's passes (description and options), plugin passes, xDSL's."""
@@ -356,8 +353,11 @@ class XlOptMain(xDSLOptMain):
             out += [describe_pass(self.available_passes[n]()) for n in extra]
         out.append("")
         out.append("xDSL passes (see xDSL's documentation):")
-        out.append(textwrap.fill(", ".join(self.xdsl_pass_names), 88, initial_indent="  ",
-                                 subsequent_indent="  ", break_on_hyphens=False))
+        out.append(
+            textwrap.fill(
+                ", ".join(self.xdsl_pass_names), 88, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False
+            )
+        )
         return "\n".join(out)
 
     def list_dialects(self) -> str:
@@ -370,13 +370,17 @@ class XlOptMain(xDSLOptMain):
             doc = _first_line(sys.modules[type(dialect).__module__].__doc__)
             module_doc = _first_line(getattr(sys.modules.get(_dialect_module(dialect)), "__doc__", ""))
             out.append(f"  {name}: {module_doc or doc}")
-            out.append(textwrap.fill(", ".join(ops), 88, initial_indent="      ",
-                                     subsequent_indent="      ", break_on_hyphens=False))
+            out.append(
+                textwrap.fill(
+                    ", ".join(ops), 88, initial_indent="      ", subsequent_indent="      ", break_on_hyphens=False
+                )
+            )
         others = sorted(n for n in self.ctx.registered_dialect_names if n not in xl_dialects)
         out.append("")
         out.append("xDSL dialects (also accepted in the input):")
-        out.append(textwrap.fill(", ".join(others), 88, initial_indent="  ",
-                                 subsequent_indent="  ", break_on_hyphens=False))
+        out.append(
+            textwrap.fill(", ".join(others), 88, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
+        )
         return "\n".join(out)
 
     def register_all_frontends(self) -> None:
@@ -394,9 +398,7 @@ class XlOptMain(xDSLOptMain):
                 allow_implicit_module=not self.args.no_implicit_module,
                 line_offset=self._line_offset,
             )
-            self._source = SourceText(
-                name, text.decode("utf-8"), self._line_offset
-            )
+            self._source = SourceText(name, text.decode("utf-8"), self._line_offset)
             return module
 
         self.available_frontends["mlir"] = parse_mlir
@@ -605,9 +607,7 @@ class XlOptMain(xDSLOptMain):
             chunk.close()
         return True
 
-    def _run_verifying(
-        self, chunk: IO[bytes], file_extension: str, offset: int, out: IO[str]
-    ) -> bool:
+    def _run_verifying(self, chunk: IO[bytes], file_extension: str, offset: int, out: IO[str]) -> bool:
         """`--verify-diagnostics`: the chunk's diagnostics must be exactly the ones its
         `expected-*` annotations announce (`xl.tools.verify_diagnostics`)."""
         data = chunk.read()

@@ -68,9 +68,7 @@ class XlLexer(MLIRLexer):
     the possessive `++` / `*+` make a failed match cost time linear in its length.
     """
 
-    _unescaped_characters_regex = re.compile(
-        r'"(?:[^"\\\n\v\f]++|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*+"'
-    )
+    _unescaped_characters_regex = re.compile(r'"(?:[^"\\\n\v\f]++|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*+"')
 
 
 def describe_exception(e: BaseException) -> str:
@@ -99,9 +97,7 @@ def decode_source(data: bytes | str, name: str) -> str:
         text = data.decode("utf-8", errors="replace")
         prefix = data[: e.start].decode("utf-8", errors="replace")
         span = Span(len(prefix), len(prefix) + 1, Input(text, name))
-        raise ParseError(
-            span, f"invalid UTF-8 byte 0x{data[e.start]:02x}: the input must be UTF-8 text"
-        ) from None
+        raise ParseError(span, f"invalid UTF-8 byte 0x{data[e.start]:02x}: the input must be UTF-8 text") from None
 
 
 class XlParser(Parser):
@@ -110,9 +106,7 @@ class XlParser(Parser):
     `line_offset` is added to every line number (for `--split-input-file` chunks).
     """
 
-    def __init__(
-        self, ctx: Context, input: str | bytes, name: str = "<unknown>", line_offset: int = 0
-    ) -> None:
+    def __init__(self, ctx: Context, input: str | bytes, name: str = "<unknown>", line_offset: int = 0) -> None:
         text = decode_source(input, name)
         # Parser.__init__ would lex the first token with MLIRLexer: build the state here.
         super(Parser, self).__init__(ParserState(XlLexer(Input(text, name))), ctx)

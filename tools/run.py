@@ -112,9 +112,7 @@ def check_inputs(exe: Executable, inputs: dict[str, np.ndarray]) -> None:
     if unexpected:
         names = ", ".join(f'"{n}"' for n in unexpected)
         streams = ", ".join(sorted(exe.h2d_streams)) or "none"
-        raise RunError(
-            f"the program has no input stream named {names} (its input streams: {streams})"
-        )
+        raise RunError(f"the program has no input stream named {names} (its input streams: {streams})")
     missing = sorted(set(exe.h2d_streams) - set(inputs))
     if missing:
         raise RunError(f"missing input for stream(s) {', '.join(missing)}")
@@ -123,11 +121,11 @@ def check_inputs(exe: Executable, inputs: dict[str, np.ndarray]) -> None:
         full = exe.full_shape(shape)
         if arr.shape != full:
             raise RunError(
-                f"stream \"{name}\": expected shape {full}, got {arr.shape} "
+                f'stream "{name}": expected shape {full}, got {arr.shape} '
                 f"(layout [num_host_transfers, replication_factor, *shape], size-1 dims dropped)"
             )
         if arr.dtype != dtype:
-            raise RunError(f"stream \"{name}\": expected dtype {dtype}, got {arr.dtype}")
+            raise RunError(f'stream "{name}": expected dtype {dtype}, got {arr.dtype}')
 
 
 def read_variables(path: str) -> dict[str, np.ndarray]:
@@ -137,9 +135,7 @@ def read_variables(path: str) -> dict[str, np.ndarray]:
     return data
 
 
-def check_external_variables(
-    module: ModuleOp, data: dict[str, np.ndarray] | None, vars_path: str | None
-) -> None:
+def check_external_variables(module: ModuleOp, data: dict[str, np.ndarray] | None, vars_path: str | None) -> None:
     """Every variable marked `graph.external` gets its value from `--vars`."""
     missing = missing_external_variables(module, data)
     if not missing:
@@ -154,7 +150,7 @@ def check_external_variables(
             f"(written by to_mlir(weights=...)): run with --vars {file}"
         )
     else:
-        msg = f'graph.variable "{name}": --vars \'{vars_path}\' has no value for this external variable'
+        msg = f"graph.variable \"{name}\": --vars '{vars_path}' has no value for this external variable"
     others = len(missing) - 1
     if others:
         msg += f" ({others} more external variable{'s' if others > 1 else ''} missing)"
@@ -164,15 +160,15 @@ def check_external_variables(
 def set_variables(exe: Executable, data: dict[str, np.ndarray]) -> None:
     for name, arr in data.items():
         if name not in exe.state:
-            raise RunError(f"--vars: the program has no variable named \"{name}\"")
+            raise RunError(f'--vars: the program has no variable named "{name}"')
         buf = exe.state[name]
         r = exe.replication_factor
         per_replica = r > 1 and arr.shape == (r, *buf.shape)
         if arr.shape != buf.shape and not per_replica:
             also = f" or {(r, *buf.shape)} (one value per replica)" if r > 1 else ""
-            raise RunError(f"variable \"{name}\": expected shape {buf.shape}{also}, got {arr.shape}")
+            raise RunError(f'variable "{name}": expected shape {buf.shape}{also}, got {arr.shape}')
         if arr.dtype != buf.dtype:
-            raise RunError(f"variable \"{name}\": expected dtype {buf.dtype}, got {arr.dtype}")
+            raise RunError(f'variable "{name}": expected dtype {buf.dtype}, got {arr.dtype}')
         if per_replica:
             for i in exe.local_replicas:
                 exe.set_state(name, arr[i], [i])
@@ -360,9 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("inputs", nargs="*", help="name=x.npy, x.npy or inputs.npz")
     ap.add_argument("--vars", help=".npz of variable values, keyed by variable name")
     ap.add_argument("--steps", type=int, default=1, help="number of runs (default 1)")
-    ap.add_argument(
-        "-o", "--output", help="write the last step's outputs to this .npz ('-': stdout)"
-    )
+    ap.add_argument("-o", "--output", help="write the last step's outputs to this .npz ('-': stdout)")
     ap.add_argument("--save-vars", help="write the final variable values to this .npz")
     ap.add_argument(
         "-p",
@@ -404,9 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="FILE.py",
         help="load the ModulePass subclasses (with a 'name') defined in FILE.py; repeatable",
     )
-    ap.add_argument(
-        "--version", action="version", version=version_text(PROG), help="print the xl and xDSL versions"
-    )
+    ap.add_argument("--version", action="version", version=version_text(PROG), help="print the xl and xDSL versions")
     ap.add_argument(
         "--traceback",
         action="store_true",

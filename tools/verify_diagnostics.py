@@ -29,9 +29,7 @@ _ANNOTATION = re.compile(
     r"(?:\s*@(?P<where>above|below|unknown|[+-]\d+))?"
     r"\s*\{\{(?P<text>.*?)\}\}"
 )
-_MALFORMED = re.compile(
-    r"expected-(?:error|warning|note)(?:\s*@\S*)?\s*(?:\{\{(?!.*\}\})|$)"
-)
+_MALFORMED = re.compile(r"expected-(?:error|warning|note)(?:\s*@\S*)?\s*(?:\{\{(?!.*\}\})|$)")
 """A designator not followed by a complete `{{...}}` (other mentions of the words are prose)."""
 
 
@@ -57,15 +55,11 @@ class Expectation:
     matched: bool = False
 
 
-def parse_expectations(
-    text: str, file: str, line_offset: int = 0
-) -> tuple[list[Expectation], list[str]]:
+def parse_expectations(text: str, file: str, line_offset: int = 0) -> tuple[list[Expectation], list[str]]:
     """The annotations of `text` (lines numbered from `line_offset + 1`), and located
     messages for malformed ones (a designator without `{{...}}`, a target out of range)."""
     lines = text.split("\n")
-    annotated = {
-        i for i, ln in enumerate(lines) if _ANNOTATION.search(ln) or _MALFORMED.search(ln)
-    }
+    annotated = {i for i, ln in enumerate(lines) if _ANNOTATION.search(ln) or _MALFORMED.search(ln)}
     out: list[Expectation] = []
     errors: list[str] = []
     for i, ln in enumerate(lines):
@@ -116,9 +110,7 @@ def parse_expectations(
     return out, errors
 
 
-def check_diagnostics(
-    diagnostics: list[Diagnostic], expectations: list[Expectation], file: str
-) -> list[str]:
+def check_diagnostics(diagnostics: list[Diagnostic], expectations: list[Expectation], file: str) -> list[str]:
     """The located mismatch messages (empty: every diagnostic was expected and produced)."""
     problems: list[str] = []
     for d in diagnostics:
@@ -126,10 +118,7 @@ def check_diagnostics(
             (
                 x
                 for x in expectations
-                if not x.matched
-                and x.severity == d.severity
-                and x.line == d.line
-                and x.text in d.message
+                if not x.matched and x.severity == d.severity and x.line == d.line and x.text in d.message
             ),
             None,
         )

@@ -46,7 +46,7 @@ def externalize_variables(module: ModuleOp, path: str | os.PathLike[str]) -> Mod
             continue
         name = op.var_name.data
         if name in values:
-            raise ValueError(f"to_mlir(weights=...): two variables are named \"{name}\"")
+            raise ValueError(f'to_mlir(weights=...): two variables are named "{name}"')
         values[name] = dense_to_numpy(op.init)
         op.init = None
         op.attributes[EXTERNAL_ATTR] = StringAttr(file_name)
@@ -59,15 +59,11 @@ def externalize_variables(module: ModuleOp, path: str | os.PathLike[str]) -> Mod
 def external_variables(module: ModuleOp) -> dict[str, VariableOp]:
     """The variables marked `graph.external`, by name."""
     return {
-        op.var_name.data: op
-        for op in module.walk()
-        if isinstance(op, VariableOp) and EXTERNAL_ATTR in op.attributes
+        op.var_name.data: op for op in module.walk() if isinstance(op, VariableOp) and EXTERNAL_ATTR in op.attributes
     }
 
 
-def missing_external_variables(
-    module: ModuleOp, given: Mapping[str, object] | None
-) -> list[VariableOp]:
+def missing_external_variables(module: ModuleOp, given: Mapping[str, object] | None) -> list[VariableOp]:
     """The external variables `given` (the `--vars` values) does not provide."""
     provided = given or {}
     return [op for name, op in external_variables(module).items() if name not in provided]

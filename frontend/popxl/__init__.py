@@ -1,12 +1,12 @@
 """popxl on xl: PopXL's Python API recording MLIR-style IR (xDSL) run by a NumPy runtime.
 
-    import popxl, popxl.ops as ops
-    ir = popxl.Ir()
-    with ir.main_graph:
-        x = popxl.variable(np.ones((2, 2), np.float32), name="x")
-        ...
-    with popxl.Session(ir, "ipu_model") as s:
-        s.run()
+import popxl, popxl.ops as ops
+ir = popxl.Ir()
+with ir.main_graph:
+    x = popxl.variable(np.ones((2, 2), np.float32), name="x")
+    ...
+with popxl.Session(ir, "ipu_model") as s:
+    s.run()
 """
 
 from popxl import dtypes, fp8_utils, ops, transforms, utils
@@ -76,19 +76,69 @@ from popxl.utils import create_seeds
 
 __all__ = [
     # context
-    "get_current_graph", "get_main_graph", "get_ir", "gcg", "gmg", "gir", "in_sequence",
-    "name_scope", "ipu", "io_tiles",
+    "get_current_graph",
+    "get_main_graph",
+    "get_ir",
+    "gcg",
+    "gmg",
+    "gir",
+    "in_sequence",
+    "name_scope",
+    "ipu",
+    "io_tiles",
     # dtypes
-    "dtype", "dtypes", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-    "uint64", "half", "float8_143", "float8_152", "float16", "float", "float32", "double",
-    "float64", "complex64", "complex128",
+    "dtype",
+    "dtypes",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "half",
+    "float8_143",
+    "float8_152",
+    "float16",
+    "float",
+    "float32",
+    "double",
+    "float64",
+    "complex64",
+    "complex128",
     # core
-    "Graph", "Ir", "Module", "ReplicaGrouping", "Session", "create_seeds", "RemoteBuffer",
+    "Graph",
+    "Ir",
+    "Module",
+    "ReplicaGrouping",
+    "Session",
+    "create_seeds",
+    "RemoteBuffer",
     "remote_buffer",
-    "HostToDeviceStream", "DeviceToHostStream", "h2d_stream", "d2h_stream",
-    "Tensor", "Variable", "Constant", "TensorSpec", "TensorByRef", "variable", "constant",
-    "graph_input", "graph_output", "remote_variable", "remote_replica_sharded_variable",
-    "replica_sharded_variable", "replica_sharded_buffer",
-    "TensorStorage", "TensorLocation", "ReplicatedTensorSharding",
-    "ops", "transforms", "utils", "fp8_utils",
+    "HostToDeviceStream",
+    "DeviceToHostStream",
+    "h2d_stream",
+    "d2h_stream",
+    "Tensor",
+    "Variable",
+    "Constant",
+    "TensorSpec",
+    "TensorByRef",
+    "variable",
+    "constant",
+    "graph_input",
+    "graph_output",
+    "remote_variable",
+    "remote_replica_sharded_variable",
+    "replica_sharded_variable",
+    "replica_sharded_buffer",
+    "TensorStorage",
+    "TensorLocation",
+    "ReplicatedTensorSharding",
+    "ops",
+    "transforms",
+    "utils",
+    "fp8_utils",
 ]

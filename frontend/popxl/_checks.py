@@ -55,9 +55,7 @@ def check_shape(shape: Any, what: str) -> tuple[int, ...]:
         raise TypeError(f"{what}: shape must be a tuple of ints, got {describe(shape)}") from None
     for d in dims:
         if not _is_int(d):
-            raise TypeError(
-                f"{what}: shape {dims} has a non-integer dim {d!r} ({type(d).__name__})"
-            )
+            raise TypeError(f"{what}: shape {dims} has a non-integer dim {d!r} ({type(d).__name__})")
         if d < 0:
             raise ValueError(f"{what}: shape {dims} has a negative dim {int(d)}")
     return tuple(int(d) for d in dims)
@@ -74,9 +72,7 @@ def check_dtype(dt: Any, what: str) -> dtype:
         or (type(dt).__module__.startswith("torch") and type(dt).__name__ == "dtype")
     )
     if not ok:
-        raise TypeError(
-            f"{what}: dtype must be a popxl dtype (e.g. popxl.float32), got {describe(dt)}"
-        )
+        raise TypeError(f"{what}: dtype must be a popxl dtype (e.g. popxl.float32), got {describe(dt)}")
     try:
         d = dtype.as_dtype(dt)
     except (TypeError, ValueError):
@@ -84,9 +80,7 @@ def check_dtype(dt: Any, what: str) -> dtype:
     try:
         d.as_numpy()
     except TypeError:
-        raise ValueError(
-            f"{what}: dtype {d.name} is not supported by xl (no NumPy equivalent)"
-        ) from None
+        raise ValueError(f"{what}: dtype {d.name} is not supported by xl (no NumPy equivalent)") from None
     return d
 
 

@@ -119,8 +119,7 @@ def tensor_of(value: SSAValue, graph: Graph | None = None, name: str | None = No
                 g = Graph._from_op(ir, owner)
         if g is None:
             raise ValueError(
-                "bridge.tensor_of: the value is not defined in the body of a graph of a popxl.Ir; "
-                "pass graph="
+                "bridge.tensor_of: the value is not defined in the body of a graph of a popxl.Ir; pass graph="
             )
         graph = g
     _check(graph, Graph, "tensor_of", "a popxl.Graph")

@@ -79,9 +79,7 @@ def host_pow2scale_cast_to_fp8(
     return to_float8(x, np_dt)
 
 
-def host_pow2scale_cast_from_fp8(
-    src: Any, dtype: dtype | None = None, log2_scale: int = 0
-) -> np.ndarray:
+def host_pow2scale_cast_from_fp8(src: Any, dtype: dtype | None = None, log2_scale: int = 0) -> np.ndarray:
     """`cast(src, dtype) * 2**log2_scale` on the host: float8 data (ml_dtypes float8 or
     upstream's structured float8 arrays) to `dtype` (`popxl.float16`, `float32` or
     `float64`). RuntimeError for other dtypes or a `log2_scale` outside [-32, 32)."""

@@ -59,8 +59,7 @@ class Graph:
 
     def __init__(self) -> None:
         raise TypeError(
-            "Graph cannot be constructed directly; use ir.main_graph, ir.create_graph or "
-            "ir.create_empty_graph"
+            "Graph cannot be constructed directly; use ir.main_graph, ir.create_graph or ir.create_empty_graph"
         )
 
     @classmethod
@@ -288,9 +287,7 @@ class Graph:
         if not isinstance(t, Tensor):
             raise TypeError(f"popxl.graph_output expects a Tensor, got {type(t).__name__}")
         if t._graph is not self:
-            raise ValueError(
-                f"Tensor {t.id} is not in graph {self.name!r}; a graph can only output its own tensors"
-            )
+            raise ValueError(f"Tensor {t.id} is not in graph {self.name!r}; a graph can only output its own tensors")
         out = self._output_op
         if out is not None:
             out.operands = (*out.operands, t._value)
@@ -313,11 +310,7 @@ class Graph:
         if not isinstance(op, GraphOp):
             return
         out = self._output_op
-        outs = (
-            [v.type for v in out.outs]
-            if out is not None
-            else [t._value.type for t in self._pending_outputs or ()]
-        )
+        outs = [v.type for v in out.outs] if out is not None else [t._value.type for t in self._pending_outputs or ()]
         op.function_type = FunctionType.from_lists([a.type for a in self._block.args], outs)
 
     def _input_by_ref(self, index: int) -> bool:

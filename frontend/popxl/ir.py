@@ -204,8 +204,15 @@ class Ir:
         return g
 
     def _build_graph(
-        self, g: Graph, build: Callable[..., Any], qualname: str, sig: Any, bound: Any,
-        hints: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+        self,
+        g: Graph,
+        build: Callable[..., Any],
+        qualname: str,
+        sig: Any,
+        bound: Any,
+        hints: dict[str, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> None:
         with g:
             if sig is None:
@@ -218,9 +225,7 @@ class Ir:
                     by_ref = _is_by_ref(hints.get(pname, param.annotation))
                     elem_by_ref = _is_by_ref(_elem_annotation(hints.get(pname, param.annotation)))
                     if param.kind == param.VAR_POSITIONAL:
-                        call_args.extend(
-                            _make_sequence_input(value, pname, by_ref or elem_by_ref)
-                        )
+                        call_args.extend(_make_sequence_input(value, pname, by_ref or elem_by_ref))
                     elif param.kind == param.VAR_KEYWORD:
                         for k, v in value.items():
                             call_kwargs[k] = _make_input(v, k, by_ref or elem_by_ref)
@@ -229,10 +234,7 @@ class Ir:
                             v = _make_sequence_input(value, pname, elem_by_ref or by_ref)
                             v = type(value)(v) if isinstance(value, list | tuple) else v
                         elif isinstance(value, dict):
-                            v = {
-                                k: _make_input(x, f"{pname}_{k}", elem_by_ref or by_ref)
-                                for k, x in value.items()
-                            }
+                            v = {k: _make_input(x, f"{pname}_{k}", elem_by_ref or by_ref) for k, x in value.items()}
                         else:
                             v = _make_input(value, pname, by_ref)
                         if param.kind == param.KEYWORD_ONLY:
@@ -254,17 +256,14 @@ class Ir:
             for o in outs:
                 if not isinstance(o, Tensor):
                     raise ValueError(
-                        f"create_graph: {qualname} returned a {type(o).__name__}; graph outputs "
-                        "must be Tensors"
+                        f"create_graph: {qualname} returned a {type(o).__name__}; graph outputs must be Tensors"
                     )
                 g._add_output(o)
 
     # -- streams ----------------------------------------------------------------------------
     def _add_stream_decl(self, op: H2DStreamOp | D2HStreamOp) -> None:
         block = self._module.body.block
-        first = next(
-            (o for o in block.ops if not isinstance(o, H2DStreamOp | D2HStreamOp)), None
-        )
+        first = next((o for o in block.ops if not isinstance(o, H2DStreamOp | D2HStreamOp)), None)
         if first is None:
             block.add_op(op)
         else:
@@ -384,8 +383,10 @@ class Ir:
         for v in self.main_graph.variables:
             name = v._var_name
             groups = v._num_groups
-            if name not in current or v.retrieval_mode != "all_replicas" and (
-                groups == 1 or np.shape(current[name]) == (groups, *v.shape)
+            if (
+                name not in current
+                or v.retrieval_mode != "all_replicas"
+                and (groups == 1 or np.shape(current[name]) == (groups, *v.shape))
             ):
                 continue
             data = np.asarray(session.get_tensor_data(v))
@@ -465,9 +466,7 @@ def _is_tensor_like(x: Any) -> bool:
 def _make_input(value: Any, name: str, by_ref: bool) -> Any:
     if isinstance(value, Tensor | TensorSpec):
         spec = value.spec if isinstance(value, Tensor) else value
-        return context.gcg()._add_input(
-            spec.shape, spec.dtype, name, by_ref, spec.meta_shape or None
-        )
+        return context.gcg()._add_input(spec.shape, spec.dtype, name, by_ref, spec.meta_shape or None)
     return value
 
 

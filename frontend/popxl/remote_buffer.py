@@ -426,8 +426,16 @@ def _retrieval(mode: Any, what: str) -> str:
     return mode
 
 
-def _register(g: Any, op: Any, name: str, replica_grouping: Any, mode: str, arr: np.ndarray,
-              num_groups: int, info: TensorLocationInfo) -> Variable:
+def _register(
+    g: Any,
+    op: Any,
+    name: str,
+    replica_grouping: Any,
+    mode: str,
+    arr: np.ndarray,
+    num_groups: int,
+    info: TensorLocationInfo,
+) -> Variable:
     _insert(g, op, op.name)
     from popxl.graph import _VALID_HINT
 
@@ -468,9 +476,18 @@ def remote_variable(
 
 
 def _remote_variable(
-    data: Any, remote_buffer: Any, offset: Any, dtype: Any, name: Any, downcast: bool,
-    replica_grouping: Any, retrieval_mode: Any, log2_scale: Any, nan_on_overflow: Any,
-    shard_over: int | None, what: str,
+    data: Any,
+    remote_buffer: Any,
+    offset: Any,
+    dtype: Any,
+    name: Any,
+    downcast: bool,
+    replica_grouping: Any,
+    retrieval_mode: Any,
+    log2_scale: Any,
+    nan_on_overflow: Any,
+    shard_over: int | None,
+    what: str,
 ) -> Variable:
     g = _main_graph(what)
     rb = _buffer_of(remote_buffer, what)
@@ -486,9 +503,7 @@ def _remote_variable(
     shape = _value_shape(arr, groups, replica_grouping, what)
     vdt = _dtype.as_dtype(arr.dtype)
     if vdt != rb.tensor_dtype:
-        raise ValueError(
-            f"{what}: dtype {vdt.name} does not match {rb!r} (dtype {rb.tensor_dtype.name})"
-        )
+        raise ValueError(f"{what}: dtype {vdt.name} does not match {rb!r} (dtype {rb.tensor_dtype.name})")
     if shard_over is None and shape != rb.tensor_shape:
         raise ValueError(
             f"Tensor does not match buffer.\nExisting remote buffer has shape={rb.tensor_shape} "
@@ -496,10 +511,7 @@ def _remote_variable(
         )
     for op in g._block.ops:
         if isinstance(op, RemoteVariableOp) and op.buffer_name == rb._name and op.entry == offset:
-            raise ValueError(
-                f"{what}: entry {offset} of {rb!r} already holds remote variable "
-                f"{op.var_name.data!r}"
-            )
+            raise ValueError(f"{what}: entry {offset} of {rb!r} already holds remote variable {op.var_name.data!r}")
     vname = g._unique_name(name if name is not None else "t", scoped=True)
     op = RemoteVariableOp(
         vname, rb._name, offset, tensor_type(shape, arr.dtype), dense_attr(arr),
@@ -618,8 +630,7 @@ def remote_replica_sharded_variable(
         s = fits[0]
     elif -(-n // s) != per:
         raise ValueError(
-            f"{what}: shards of {shape} over {s} replicas have {-(-n // s)} elements, but "
-            f"entries of {rb!r} have {per}"
+            f"{what}: shards of {shape} over {s} replicas have {-(-n // s)} elements, but entries of {rb!r} have {per}"
         )
     return _remote_variable(
         arr, rb, offset, None, name, downcast, replica_grouping, retrieval_mode, None, None,

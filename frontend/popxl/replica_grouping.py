@@ -64,9 +64,7 @@ class ReplicaGrouping:
     _assignment: list[int]
 
     def __init__(self) -> None:
-        raise RuntimeError(
-            "popxl.ReplicaGrouping cannot be constructed directly (use `ir.replica_grouping`)."
-        )
+        raise RuntimeError("popxl.ReplicaGrouping cannot be constructed directly (use `ir.replica_grouping`).")
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
@@ -117,18 +115,14 @@ class ReplicaGrouping:
             raise TypeError(f"{what}: assignment must be a list of ints, got {a!r}")
         if len(a) != rf:
             raise ValueError(
-                f"{what}: the length of `assignment` ({len(a)}) does not equal the number of "
-                f"replicas ({rf})."
+                f"{what}: the length of `assignment` ({len(a)}) does not equal the number of replicas ({rf})."
             )
         renumber: dict[int, int] = {}
         a = [renumber.setdefault(g, len(renumber)) for g in a]  # numbered by first appearance
         sizes = {g: a.count(g) for g in range(len(renumber))}
         if len(set(sizes.values())) != 1:
             by_label = {label: sizes[g] for label, g in renumber.items()}
-            raise ValueError(
-                f"{what}: all groups should have the same size. (Group, Size): "
-                f"{sorted(by_label.items())}"
-            )
+            raise ValueError(f"{what}: all groups should have the same size. (Group, Size): {sorted(by_label.items())}")
         strides = _strides(a)
         size = sizes[0]
         if len(strides) <= 1:
@@ -149,8 +143,7 @@ class ReplicaGrouping:
         """The offset between consecutive members of a group."""
         if self._stride is None:
             raise NotImplementedError(
-                "This ReplicaGrouping has a non-constant stride: it has no stride "
-                f"(assignment {self._assignment})"
+                f"This ReplicaGrouping has a non-constant stride: it has no stride (assignment {self._assignment})"
             )
         return self._stride
 
@@ -260,9 +253,7 @@ class ReplicaGrouping:
     # -- comparison, printing ---------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ReplicaGrouping):
-            raise TypeError(
-                f"Value must be of type popxl.ReplicaGrouping. Type: {type(other)}. Value: {other}."
-            )
+            raise TypeError(f"Value must be of type popxl.ReplicaGrouping. Type: {type(other)}. Value: {other}.")
         return self._ir is other._ir and self._assignment == other._assignment
 
     def __hash__(self) -> int:
@@ -275,4 +266,3 @@ class ReplicaGrouping:
             f"ReplicaGrouping(num_replicas={self._num_replicas}, stride={self._stride}, "
             f"group_size={self._group_size}, num_groups={self.num_groups})"
         )
-

@@ -79,26 +79,20 @@ class Session:
             raise TypeError(f"Session expects a popxl.Ir, got {type(ir).__name__}")
         if not isinstance(device_desc, str):
             raise TypeError(
-                f"Session: device_desc must be one of {', '.join(_DEVICES)}, got "
-                f"{type(device_desc).__name__}"
+                f"Session: device_desc must be one of {', '.join(_DEVICES)}, got {type(device_desc).__name__}"
             )
         if not isinstance(weights_to_host_on_exit, bool):
             raise TypeError(
-                "Session: weights_to_host_on_exit must be a bool, got "
-                f"{type(weights_to_host_on_exit).__name__}"
+                f"Session: weights_to_host_on_exit must be a bool, got {type(weights_to_host_on_exit).__name__}"
             )
         if not isinstance(profile, bool | str | Path):
-            raise TypeError(
-                f"Session: profile must be a bool or a trace file path, got {type(profile).__name__}"
-            )
+            raise TypeError(f"Session: profile must be a bool or a trace file path, got {type(profile).__name__}")
         if not isinstance(outline, bool):
             raise TypeError(f"Session: outline must be a bool, got {type(outline).__name__}")
         if not isinstance(concurrent, bool):
             raise TypeError(f"Session: concurrent must be a bool, got {type(concurrent).__name__}")
         if device_desc not in _DEVICES:
-            raise ValueError(
-                f"Session: unknown device_desc {device_desc!r}; expected one of {', '.join(_DEVICES)}"
-            )
+            raise ValueError(f"Session: unknown device_desc {device_desc!r}; expected one of {', '.join(_DEVICES)}")
         self._ir = ir
         self._device_desc = device_desc
         self.weights_to_host_on_exit = weights_to_host_on_exit
@@ -325,9 +319,7 @@ class Session:
 
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
         if isinstance(tensors, Tensor) or not isinstance(tensors, Iterable):
-            raise TypeError(
-                f"Session.get_tensors_data: expected an iterable of tensors, got {type(tensors).__name__}"
-            )
+            raise TypeError(f"Session.get_tensors_data: expected an iterable of tensors, got {type(tensors).__name__}")
         tensors = list(tensors)
         for t in tensors:
             if not isinstance(t, Variable | Constant):
@@ -355,13 +347,11 @@ class Session:
         arr = np.asarray(data)
         if arr.dtype != host.dtype:
             raise TypeError(
-                f"Session.{what}: dtype of the data ({arr.dtype}) does not "
-                f"match variable {v.id} ({v.dtype.name})"
+                f"Session.{what}: dtype of the data ({arr.dtype}) does not match variable {v.id} ({v.dtype.name})"
             )
         if arr.shape != host.shape:
             raise ValueError(
-                f"Session.{what}: shape of the data {arr.shape} does not match "
-                f"variable {v.id} {host.shape}"
+                f"Session.{what}: shape of the data {arr.shape} does not match variable {v.id} {host.shape}"
             )
         return arr
 
@@ -375,10 +365,7 @@ class Session:
         All or nothing: every entry is checked (a Variable of this session's Ir, data of its
         shape and dtype) before any variable is written."""
         if not isinstance(tensors, Mapping):
-            raise TypeError(
-                f"Session.{_what}: expected a mapping of variables to data, got "
-                f"{type(tensors).__name__}"
-            )
+            raise TypeError(f"Session.{_what}: expected a mapping of variables to data, got {type(tensors).__name__}")
         checked = [
             (v, self._host_array(v, d, _what))
             for v, d in ((self._check_variable(t, _what), d) for t, d in tensors.items())
@@ -405,9 +392,7 @@ class Session:
     # -- running --------------------------------------------------------------------------------
     def _prepare_inputs(self, inputs: Mapping[HostToDeviceStream, Any] | None, downcast: bool) -> dict[str, np.ndarray]:
         if inputs is not None and not isinstance(inputs, Mapping):
-            raise TypeError(
-                f"Session.run: inputs must map HostToDeviceStreams to arrays, got {type(inputs).__name__}"
-            )
+            raise TypeError(f"Session.run: inputs must map HostToDeviceStreams to arrays, got {type(inputs).__name__}")
         inputs = dict(inputs or {})
         _check_streams(
             "Session.run: the inputs do not match the streams the program loads.",
@@ -432,8 +417,7 @@ class Session:
                 )
             if arr.dtype != want:
                 raise ValueError(
-                    f"Session.run: input for stream {s.tensor_id!r} has dtype {arr.dtype}, "
-                    f"expected {want}"
+                    f"Session.run: input for stream {s.tensor_id!r} has dtype {arr.dtype}, expected {want}"
                 )
             out[s.tensor_id] = arr
         return out
@@ -536,9 +520,7 @@ class Session:
 
     def create_host_outputs(self) -> dict[DeviceToHostStream, np.ndarray]:
         """Empty arrays of the right shape and dtype for every device-to-host stream."""
-        return {
-            s: np.empty(self._full_input_shape(s.shape), dtype=s.dtype.as_numpy()) for s in self._d2h
-        }
+        return {s: np.empty(self._full_input_shape(s.shape), dtype=s.dtype.as_numpy()) for s in self._d2h}
 
     def _replicas_str(self) -> str:
         if self._local_replicas == self._replication_factor:

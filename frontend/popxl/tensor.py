@@ -98,8 +98,7 @@ class Tensor:
 
     def __init__(self) -> None:
         raise TypeError(
-            "Tensor cannot be constructed directly; use popxl.variable, popxl.constant, "
-            "popxl.graph_input or an op"
+            "Tensor cannot be constructed directly; use popxl.variable, popxl.constant, popxl.graph_input or an op"
         )
 
     @classmethod
@@ -232,9 +231,7 @@ class Tensor:
         return self.shape[0]
 
     def __iter__(self) -> Iterator[Any]:
-        raise TypeError(
-            "popxl Tensors cannot be iterated; index them explicitly (t[i]) or use ops.split"
-        )
+        raise TypeError("popxl Tensors cannot be iterated; index them explicitly (t[i]) or use ops.split")
 
     def __contains__(self, item: Any) -> bool:
         raise TypeError("popxl Tensors do not support `in`")
@@ -399,6 +396,7 @@ class Tensor:
 
         return ops.abs(self)
 
+
 # An op argument that becomes a constant when it is not a Tensor: a Tensor or host data.
 TensorLike = Tensor | ScalarType | np.ndarray | np.generic | Sequence[Any]
 
@@ -452,8 +450,7 @@ class Variable(Tensor):
     def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
         if source is None:
             raise ValueError(
-                "Variable.copy_to_ipu: the source IPU must be given for a variable "
-                "(variables have no producing op)"
+                "Variable.copy_to_ipu: the source IPU must be given for a variable (variables have no producing op)"
             )
         return super().copy_to_ipu(destination, source)
 
@@ -489,9 +486,7 @@ def _contains_tensor(data: Any) -> bool:
     return False
 
 
-def _to_numpy(
-    data: HostTensor, dtype_: dtype | None, downcast: bool, what: str = "popxl.constant"
-) -> np.ndarray:
+def _to_numpy(data: HostTensor, dtype_: dtype | None, downcast: bool, what: str = "popxl.constant") -> np.ndarray:
     """`data` (array, scalar, nested lists, torch tensor) as a C-contiguous array; user
     mistakes (None, strings, Tensors inside lists, ragged lists) raise TypeError/ValueError
     naming `what`."""

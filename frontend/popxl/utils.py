@@ -13,8 +13,12 @@ from popxl.dtypes import _UPSTREAM_FLOAT8, float8_143, float8_152, np_dtype_floa
 from popxl.dtypes import dtype as _dtype
 
 __all__ = [
-    "create_seeds", "downcast_np_dtypes", "np_dtype_float8_143", "np_dtype_float8_152",
-    "table_to_string", "to_numpy",
+    "create_seeds",
+    "downcast_np_dtypes",
+    "np_dtype_float8_143",
+    "np_dtype_float8_152",
+    "table_to_string",
+    "to_numpy",
 ]
 
 downcast_np_dtypes: dict[np.dtype, np.dtype] = {
@@ -65,8 +69,7 @@ def to_numpy(
             )
         if not (x.flags.c_contiguous and x.flags.aligned):
             raise ValueError(
-                "When passing a memory-mapped NumPy array, it must already be in C-ordered "
-                "and aligned form."
+                "When passing a memory-mapped NumPy array, it must already be in C-ordered and aligned form."
             )
         if x.dtype in downcast_np_dtypes:
             raise ValueError(
@@ -90,11 +93,12 @@ def to_numpy(
         else:
             if x.dtype not in (np.float16, np.float32, np.float64):
                 raise TypeError(
-                    f"Type {x.dtype} is not supported for float8 tensors. "
-                    "Please use float16, float32 or float64 types."
+                    f"Type {x.dtype} is not supported for float8 tensors. Please use float16, float32 or float64 types."
                 )
             x = host_pow2scale_cast_to_fp8(
-                x, dtype, 0 if log2_scale is None else log2_scale,
+                x,
+                dtype,
+                0 if log2_scale is None else log2_scale,
                 True if nan_on_overflow is None else nan_on_overflow,
             )
         return np.array(x, copy=True, order="C") if copy else np.require(x, requirements="C")
@@ -126,9 +130,7 @@ def to_numpy(
     return arr
 
 
-def host_data(
-    data: Any, dtype: Any, log2_scale: Any, nan_on_overflow: Any
-) -> np.ndarray | None:
+def host_data(data: Any, dtype: Any, log2_scale: Any, nan_on_overflow: Any) -> np.ndarray | None:
     """For `popxl.variable` / `constant`: the float8 array `data` stands for, when `dtype`
     is a float8 dtype or `data` is float8 data; else None (after refusing `log2_scale` /
     `nan_on_overflow` for non-float8 dtypes, as `to_numpy`)."""
@@ -176,9 +178,7 @@ def two_uint32_to_uint64(a: int, b: int) -> int:
     """The uint64 whose most significant 32 bits are `a` and least significant `b`."""
     for v in (a, b):
         if not 0 <= int(v) < 2**32:
-            raise ValueError(
-                f"Either `a` or `b` are negative or cannot be represented as a uint32: {a}, {b}"
-            )
+            raise ValueError(f"Either `a` or `b` are negative or cannot be represented as a uint32: {a}, {b}")
     return (int(a) << 32) | int(b)
 
 

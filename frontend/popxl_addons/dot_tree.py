@@ -89,14 +89,10 @@ class DotTree(Generic[L]):
         try:
             return self.get(key)
         except KeyError:
-            raise AttributeError(
-                f"'{type(self).__name__}' object has no attribute or key '{key}'"
-            ) from None
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute or key '{key}'") from None
 
     def __setattr__(self, key: str, value: Any) -> None:
-        raise AttributeError(
-            f"cannot set attribute '{key}' on {type(self).__name__}: use insert('{key}', value)"
-        )
+        raise AttributeError(f"cannot set attribute '{key}' on {type(self).__name__}: use insert('{key}', value)")
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str | int) or isinstance(key, bool):
@@ -151,8 +147,7 @@ class DotTree(Generic[L]):
                 return
             if not overwrite:
                 raise ValueError(
-                    f"key '{first}' already exists in {type(self).__name__}; "
-                    "pass overwrite=True to replace it"
+                    f"key '{first}' already exists in {type(self).__name__}; pass overwrite=True to replace it"
                 )
         self._map[first] = value
 
@@ -165,9 +160,7 @@ class DotTree(Generic[L]):
     @staticmethod
     def _check_mapping(what: str, other: Any) -> None:
         if not isinstance(other, DotTree | Mapping):
-            raise TypeError(
-                f"{what}: expected a DotTree or a mapping of dotted keys, got {type(other).__name__}"
-            )
+            raise TypeError(f"{what}: expected a DotTree or a mapping of dotted keys, got {type(other).__name__}")
 
     def update(self, other: DotTree[L] | Mapping[str, L], overwrite: bool = False) -> None:
         """Insert every entry of `other` (a tree or a flat dotted mapping)."""
@@ -213,15 +206,12 @@ class DotTree(Generic[L]):
         """A new tree holding only `keys` (dotted keys allowed)."""
         if isinstance(keys, str | int) or not isinstance(keys, Iterable):
             raise TypeError(
-                f"{type(self).__name__}.filter_keys: expected an iterable of keys, got "
-                f"{type(keys).__name__}"
+                f"{type(self).__name__}.filter_keys: expected an iterable of keys, got {type(keys).__name__}"
             )
         new = type(self)()
         for k in keys:
             if k not in self:
-                raise KeyError(
-                    f"{type(self).__name__}.filter_keys: no key {k!r} (keys: {', '.join(self.keys_flat())})"
-                )
+                raise KeyError(f"{type(self).__name__}.filter_keys: no key {k!r} (keys: {', '.join(self.keys_flat())})")
             new.insert(self._key(k), self.get(k))
         return new
 

@@ -33,8 +33,7 @@ def _as_tensor_map(graph_args: NamedTensors, args: Any, what: str = "GraphWithNa
     """`args` as {graph tensor: parent tensor}: a Mapping, or a DotTree matched by key."""
     if args is not None and not isinstance(args, DotTree | Mapping):
         raise TypeError(
-            f"{what}: args must be a NamedTensors or a mapping of graph inputs to tensors, got "
-            f"{type(args).__name__}"
+            f"{what}: args must be a NamedTensors or a mapping of graph inputs to tensors, got {type(args).__name__}"
         )
     if args is None:
         return {}
@@ -49,9 +48,7 @@ class BoundGraph:
     def __init__(self, graph: Any, args: TensorMap | None = None):
         _check_graph(graph, "BoundGraph")
         if args is not None and not isinstance(args, Mapping):
-            raise TypeError(
-                f"BoundGraph: args must be a mapping of graph inputs to tensors, got {type(args).__name__}"
-            )
+            raise TypeError(f"BoundGraph: args must be a mapping of graph inputs to tensors, got {type(args).__name__}")
         self.graph = graph
         self.args: dict[Any, Any] = dict(args) if args is not None else {}
 
@@ -81,9 +78,7 @@ class BoundGraph:
         """A new BoundGraph with `args` added to (and overriding) the bound args."""
         return BoundGraph(self.graph, self._inputs_dict(args))
 
-    def subgraph_io_map(
-        self, *targs: Any, args: TensorMap | None = None, outs: Any = None
-    ) -> dict[Any, Any]:
+    def subgraph_io_map(self, *targs: Any, args: TensorMap | None = None, outs: Any = None) -> dict[Any, Any]:
         """{graph tensor: parent tensor} for the positional inputs, the bound/extra args
         and (if given) the outputs."""
         io: dict[Any, Any] = {}
@@ -137,9 +132,7 @@ class GraphWithNamedArgs:
         self._grad_graph_info = grad_graph_info
         self._from_module = from_module
         self.aux: Aux = aux if aux is not None else Aux()
-        self.called_graphs_grad_info: dict[Any, Any] = normalise_called_graphs_grad_info(
-            called_graphs_grad_info
-        )
+        self.called_graphs_grad_info: dict[Any, Any] = normalise_called_graphs_grad_info(called_graphs_grad_info)
         self.autodiff_applied = False
 
     @classmethod
@@ -150,8 +143,7 @@ class GraphWithNamedArgs:
     def grad_graph_info(self) -> Any:
         if self._grad_graph_info is None:
             raise AttributeError(
-                f"GraphWithNamedArgs of graph '{self.graph.name}' is not a gradient graph: "
-                "it has no grad_graph_info"
+                f"GraphWithNamedArgs of graph '{self.graph.name}' is not a gradient graph: it has no grad_graph_info"
             )
         return self._grad_graph_info
 
@@ -205,9 +197,7 @@ class GraphWithNamedArgs:
         from popxl_addons.module import normalise_called_graphs_grad_info
 
         if method not in ("auto", "autodiff", "build_grad"):
-            raise ValueError(
-                f"`method` should be one of 'auto', 'build_grad' or 'autodiff'. Not: {method!r}"
-            )
+            raise ValueError(f"`method` should be one of 'auto', 'build_grad' or 'autodiff'. Not: {method!r}")
         if self.autodiff_applied and not force:
             raise ValueError(
                 f"autodiff has already been applied to graph '{self.graph.name}' (it adds the "
@@ -216,9 +206,7 @@ class GraphWithNamedArgs:
         module = self._from_module
         if method in ("auto", "build_grad"):
             if module is not None and getattr(module, "implements_grad_graph", False):
-                result = module.create_grad_graph(
-                    self, grads_provided=grads_provided, grads_required=grads_required
-                )
+                result = module.create_grad_graph(self, grads_provided=grads_provided, grads_required=grads_required)
                 self.autodiff_applied = True
                 return result
             if method == "build_grad":

@@ -186,9 +186,7 @@ class VarGrads:
         if key not in self._vars:
             raise KeyError(f"var_grad: Not a variable: {key!r}. Possible inputs: {list(self._vars)}")
         var = self._vars[key]
-        if tuple(var.shape) != tuple(tensor.shape) or tuple(var.meta_shape or ()) != tuple(
-            tensor.meta_shape or ()
-        ):
+        if tuple(var.shape) != tuple(tensor.shape) or tuple(var.meta_shape or ()) != tuple(tensor.meta_shape or ()):
             raise ValueError(
                 f"var_grad[{key!r}]: Shape or meta-shape of Tensor does not match variable. "
                 f"Tensor shape: {tensor.shape} meta-shape {tensor.meta_shape}. "
@@ -209,8 +207,7 @@ def _normalise_grad_info(fwd: Any, grad: Any) -> tuple[popxl.Graph, Any]:
     g = fwd if isinstance(fwd, popxl.Graph) else getattr(fwd, "graph", None)
     if not isinstance(g, popxl.Graph):
         raise TypeError(
-            f"called_graphs_grad_info: keys must be Graphs, GraphWithNamedArgs or BoundGraphs, got "
-            f"{type(fwd).__name__}"
+            f"called_graphs_grad_info: keys must be Graphs, GraphWithNamedArgs or BoundGraphs, got {type(fwd).__name__}"
         )
     info = grad if isinstance(grad, GradGraphInfo) else getattr(grad, "grad_graph_info", None)
     if not isinstance(info, GradGraphInfo):
@@ -224,9 +221,7 @@ def _normalise_grad_info(fwd: Any, grad: Any) -> tuple[popxl.Graph, Any]:
 def normalise_called_graphs_grad_info(mapping: Mapping[Any, Any] | None) -> dict[popxl.Graph, Any]:
     """{graph-like: grad-info-like} as {popxl.Graph: GradGraphInfo}."""
     if mapping is not None and not isinstance(mapping, Mapping):
-        raise TypeError(
-            "called_graphs_grad_info must map graphs to GradGraphInfo, got " f"{type(mapping).__name__}"
-        )
+        raise TypeError(f"called_graphs_grad_info must map graphs to GradGraphInfo, got {type(mapping).__name__}")
     return dict(_normalise_grad_info(f, g) for f, g in (mapping or {}).items())
 
 
@@ -267,6 +262,7 @@ class CalledGraphsGradInfo:
 
     def __repr__(self) -> str:
         return f"CalledGraphsGradInfo({self.consolidate()!r})"
+
 
 _PopxlModule: type = getattr(popxl, "Module", object)
 
@@ -321,8 +317,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         object.__setattr__(self, "_graph_cache", cache)
         if grad_inlining_error not in ("error", "warning", "none"):
             raise ValueError(
-                "grad_inlining_error should be one of 'error', 'warning', 'none'. "
-                f"Not: {grad_inlining_error!r}"
+                f"grad_inlining_error should be one of 'error', 'warning', 'none'. Not: {grad_inlining_error!r}"
             )
         object.__setattr__(self, "_grad_inlining_error", grad_inlining_error)
         if cache is not None and self.implements_grad_graph:
@@ -485,9 +480,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
             mark_not_recursively_autodiffable(graph)
         _prune_empty(facts)
         _prune_empty(named)
-        return facts, GraphWithNamedArgs(
-            graph, named, from_module=self, aux=aux, called_graphs_grad_info=called
-        )
+        return facts, GraphWithNamedArgs(graph, named, from_module=self, aux=aux, called_graphs_grad_info=called)
 
     def _walk(self) -> list[Module]:
         """This module and its submodules, recursively."""
@@ -581,7 +574,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
                     "If you do not want to output all gradients specify `grads_required` when calling autodiff."
                 )
             if len(outs) < len(nonvar_required):
-                missing_in = [t.name for t in nonvar_required[len(outs):]]
+                missing_in = [t.name for t in nonvar_required[len(outs) :]]
                 raise ValueError(
                     f"{type(self).__name__}.build_grad: Not all forward graph inputs have been "
                     f"specified as outputs in the grad graph: it returns {len(outs)} tensors, "
@@ -670,9 +663,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         m = cls()
         for i, f in enumerate(inputs):
             if not isinstance(f, VariableFactory):
-                raise TypeError(
-                    f"from_variable_factories: item {i} is a {type(f).__name__}, not a VariableFactory"
-                )
+                raise TypeError(f"from_variable_factories: item {i} is a {type(f).__name__}, not a VariableFactory")
             t = m.add_variable_factory(f, name=str(i))
             object.__setattr__(m, str(i), t)
         return m
@@ -683,8 +674,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
             existing = self._variable_factories.get(name)
             if not (isinstance(existing, NamedVariableFactories) and existing.len_flat() == 0):
                 raise ValueError(
-                    f"{type(self).__name__} already has a named input '{name}'; "
-                    "pass overwrite=True to replace it"
+                    f"{type(self).__name__} already has a named input '{name}'; pass overwrite=True to replace it"
                 )
 
     def _add_named(self, name: str, factory: Any, tensor: Any, overwrite: bool) -> Any:
@@ -725,9 +715,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         """Like `add_variable_input`, but the input is one replica's shard of the data."""
         name = str(name)
         self._check_free(name, overwrite)
-        tensor, vf = add_replica_sharded_variable_input(
-            name, data_iter, dtype, by_ref, replica_grouping, shard_over
-        )
+        tensor, vf = add_replica_sharded_variable_input(name, data_iter, dtype, by_ref, replica_grouping, shard_over)
         return self._add_named(name, vf, tensor, overwrite)
 
     def add_variable_factory(
@@ -763,8 +751,13 @@ class _CallModule:
     """The callable `Module.call_module` returns."""
 
     def __init__(
-        self, caller: Module, callee: Module, name: str | None, autodiff: str,
-        grads_provided: Any, grads_required: Any,
+        self,
+        caller: Module,
+        callee: Module,
+        name: str | None,
+        autodiff: str,
+        grads_provided: Any,
+        grads_required: Any,
     ) -> None:
         self.caller = caller
         self.callee = callee
@@ -783,9 +776,7 @@ class _CallModule:
         if not (self.autodiff == "none" or (self.autodiff == "auto" and not self.callee.implements_grad_graph)):
             provided = self.grads_provided(graph) if callable(self.grads_provided) else self.grads_provided
             required = self.grads_required(graph) if callable(self.grads_required) else self.grads_required
-            self.grad_graph = graph.autodiff(
-                method=self.autodiff, grads_provided=provided, grads_required=required
-            )
+            self.grad_graph = graph.autodiff(method=self.autodiff, grads_provided=provided, grads_required=required)
             self.caller.called_graphs_grad_info.add(graph, self.grad_graph)
         # autodiff first: it can add outputs to the forward graph
         outs = graph.bind(named).call(*args, **kwargs)
@@ -815,9 +806,7 @@ def _check_tensors(
     out: list[popxl.Tensor] = []
     for t in tensors:
         if not isinstance(t, popxl.Tensor) or _index_in(t, list(candidates)) is None:
-            raise ValueError(
-                f"A Tensor specified in `{what}` is not {where} {graph.name!r} or not a Tensor: {t!r}"
-            )
+            raise ValueError(f"A Tensor specified in `{what}` is not {where} {graph.name!r} or not a Tensor: {t!r}")
         if any(o is t or o == t for o in out):
             raise ValueError(f"A Tensor has been specified more than once in `{what}`: {t.name!r}")
         out.append(t)
@@ -877,9 +866,7 @@ def create_grad_graph_info(
     for _g_out, f_t in grad_output_to_fwd_input.items():
         i_in = _index_in(f_t, fwd_in)
         if i_in is None:
-            raise ValueError(
-                f"create_grad_graph_info: tensor {f_t.name!r} is not an input of graph {fwd_graph.name!r}"
-            )
+            raise ValueError(f"create_grad_graph_info: tensor {f_t.name!r} is not an input of graph {fwd_graph.name!r}")
         expected_outputs.append(i_in)
     return GradGraphInfo.create(fwd_graph, grad_graph, expected_inputs, expected_outputs)
 

@@ -57,9 +57,7 @@ def _ir_and_group(replica_grouping: popxl.ReplicaGrouping | None, what: str) -> 
     if replica_grouping is None:
         replica_grouping = ir.replica_grouping()
     if not isinstance(replica_grouping, popxl.ReplicaGrouping):
-        raise TypeError(
-            f"{what}: expected a popxl.ReplicaGrouping, got {type(replica_grouping).__name__}"
-        )
+        raise TypeError(f"{what}: expected a popxl.ReplicaGrouping, got {type(replica_grouping).__name__}")
     return ir, replica_grouping
 
 

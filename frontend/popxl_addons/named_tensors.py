@@ -41,9 +41,7 @@ class NamedTensors(DotTree["popxl.Tensor"]):
         """A new NamedTensors with every tensor `t` replaced by `mapping[t]`
         (KeyError naming the key and the tensor if `mapping` lacks one)."""
         if not isinstance(mapping, Mapping):
-            raise TypeError(
-                f"NamedTensors.remap: expected a mapping of tensors, got {type(mapping).__name__}"
-            )
+            raise TypeError(f"NamedTensors.remap: expected a mapping of tensors, got {type(mapping).__name__}")
         out = {}
         for k, t in self.to_dict().items():
             if t not in mapping:

@@ -195,9 +195,7 @@ def load_remote_graph(
     return GraphWithNamedArgs(graph), names
 
 
-def store_remote_graph(
-    buffers: NamedRemoteBuffers, entries: int = 1, use_io_tiles: bool = False
-) -> GraphWithNamedArgs:
+def store_remote_graph(buffers: NamedRemoteBuffers, entries: int = 1, use_io_tiles: bool = False) -> GraphWithNamedArgs:
     """A graph storing one tensor per buffer at one entry: input `store_index` (int32
     scalar) then a named input per buffer (its entry shape and meta_shape). Buffers grow to
     at least `entries` entries. Usage: `graph.bind(tensors).call(i)`."""
@@ -210,17 +208,13 @@ def store_remote_graph(
         index = popxl.graph_input([], popxl.int32, "store_index")
         for name, buffer in zip(*buffers.unpack()):
             buffer.entries = max(buffer.entries, entries)
-            t = popxl.graph_input(
-                buffer.tensor_shape, buffer.tensor_dtype, name, meta_shape=buffer.meta_shape or None
-            )
+            t = popxl.graph_input(buffer.tensor_shape, buffer.tensor_dtype, name, meta_shape=buffer.meta_shape or None)
             ops.remote_store(buffer, index, t)
             args[name] = t
     return GraphWithNamedArgs(graph, NamedTensors.from_dict(args))
 
 
-def load_remote(
-    buffers: NamedRemoteBuffers, entry: int | popxl.Tensor = 0, use_io_tiles: bool = False
-) -> NamedTensors:
+def load_remote(buffers: NamedRemoteBuffers, entry: int | popxl.Tensor = 0, use_io_tiles: bool = False) -> NamedTensors:
     """Load entry `entry` of every buffer in the current graph; keyed like `buffers`."""
     _check_buffers(buffers, "load_remote")
     loaded = {}

@@ -57,9 +57,7 @@ def _grouping(rg: object, what: str) -> popxl.ReplicaGrouping:
     return rg
 
 
-def replica_sharded_spec(
-    t: Any, shard_over: Any | None = None, threshold: int | None = None
-) -> popxl.TensorSpec:
+def replica_sharded_spec(t: Any, shard_over: Any | None = None, threshold: int | None = None) -> popxl.TensorSpec:
     """The spec of `t` sharded over the groups of `shard_over` (a ReplicaGrouping, default
     all replicas): `((nelms // size,), dtype, meta_shape=t.shape)`. `t`'s own spec when it
     is already sharded (has a meta_shape), when the group has one replica, when its element

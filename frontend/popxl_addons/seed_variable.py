@@ -38,16 +38,16 @@ def seed_variable(seed: int, replica_grouping: Any | None = None) -> tuple[popxl
         raise TypeError(f"addons.seed_variable: seed must be an int, got {type(seed).__name__}")
     g = popxl.gcg()
     if g != g.ir.main_graph:
-        raise ValueError(
-            f"addons.seed_variable: seed variables live in the main graph, not in graph {g.name!r}"
-        )
+        raise ValueError(f"addons.seed_variable: seed variables live in the main graph, not in graph {g.name!r}")
     ir = g.ir
     if replica_grouping is None:
         replica_grouping = ir.replica_grouping(group_size=1)
     num_groups = int(getattr(replica_grouping, "num_groups", 1))
     values = popxl.create_seeds(seed, replicas=num_groups)
     var = popxl.variable(
-        values, popxl.uint32, name="random_seed",
+        values,
+        popxl.uint32,
+        name="random_seed",
         replica_grouping=replica_grouping if num_groups > 1 else None,
     )
     return var, var

@@ -23,10 +23,7 @@ class _Streams:
         self._streams: dict[str, Any] = {}
         for name, spec in streams.items():
             if not isinstance(spec, tuple | list) or len(spec) != 2:
-                raise TypeError(
-                    f"{type(self).__name__}: stream {name!r} must be given as (shape, dtype), got "
-                    f"{spec!r}"
-                )
+                raise TypeError(f"{type(self).__name__}: stream {name!r} must be given as (shape, dtype), got {spec!r}")
             shape, dtype = spec
             self._streams[name] = type(self)._make(shape, dtype, name)
 

@@ -12,6 +12,7 @@ import numpy as np
 
 __all__ = ["timer", "WeightsDict", "overrides", "truncated_normal"]
 
+
 class WeightsDict(dict):
     """{popxl Variable: host data}: what a layer's `torch_mapping` returns and
     `Session.write_variables_data` takes."""
@@ -28,6 +29,7 @@ def truncated_normal(shape: Any, std: float = 0.02, bound: float = 2.0) -> np.nd
         out[bad] = np.random.standard_normal(int(bad.sum()))
         bad = np.abs(out) > bound
     return out * std
+
 
 logger = logging.getLogger("popxl_addons")
 

@@ -111,12 +111,8 @@ class VariableFactory:
                 "data_iter must be callable with no arguments, e.g. partial(np.zeros, shape)"
             ) from e
         if first.dtype == object:
-            raise TypeError(
-                f"VariableFactory: data_iter must produce numeric data, got {first.dtype}"
-            )
-        if not callable(data_iter) and not isinstance(
-            data_iter, np.ndarray | int | float | np.number | bool
-        ):
+            raise TypeError(f"VariableFactory: data_iter must produce numeric data, got {first.dtype}")
+        if not callable(data_iter) and not isinstance(data_iter, np.ndarray | int | float | np.number | bool):
             self._first.append(first)  # keep the first element of an iterator
         self.name = name
         self.by_ref = by_ref
@@ -144,8 +140,7 @@ class VariableFactory:
                 data = np.broadcast_to(data, self.full_shape)
             except ValueError:
                 raise ValueError(
-                    f"VariableFactory '{self.name}': data_iter produced shape {data.shape}, "
-                    f"expected {self.full_shape}"
+                    f"VariableFactory '{self.name}': data_iter produced shape {data.shape}, expected {self.full_shape}"
                 ) from None
         return data
 
@@ -217,13 +212,10 @@ class VariableFactory:
     def _create_sharded(self, data: np.ndarray, name: str | None, kwargs: dict) -> Any:
         import popxl
 
-        full, shard = popxl.replica_sharded_variable(
-            data, self.dtype, name, shard_over=self.shard_over, **kwargs
-        )
+        full, shard = popxl.replica_sharded_variable(data, self.dtype, name, shard_over=self.shard_over, **kwargs)
         return shard
 
-    def create_remote_tensor(self, buffer: Any, entry: int, name: str | None = None,
-                             empty: bool = False) -> Any:
+    def create_remote_tensor(self, buffer: Any, entry: int, name: str | None = None, empty: bool = False) -> Any:
         """A remote variable in `buffer` at `entry` (replica-sharded if the buffer has a meta_shape)."""
         import popxl
 
@@ -233,9 +225,7 @@ class VariableFactory:
         if self.replica_grouping is not None:
             kwargs["replica_grouping"] = self.replica_grouping
         if getattr(buffer, "meta_shape", None):
-            return popxl.remote_replica_sharded_variable(
-                data, buffer, entry, self.dtype, name, **kwargs
-            )
+            return popxl.remote_replica_sharded_variable(data, buffer, entry, self.dtype, name, **kwargs)
         return popxl.remote_variable(data, buffer, entry, self.dtype, name, **kwargs)
 
     def create_init(self, name: str | None = None, init_type: str = "zero") -> Any:
@@ -287,22 +277,16 @@ class NamedVariableFactories(DotTree[VariableFactory]):
     def init_zero(self, prefix: str | None = None) -> NamedTensors:
         """`ops.init(..., 'zero')` for every factory, in the current graph (subgraphs allowed)."""
         p = self._prefix(prefix)
-        return NamedTensors.from_dict(
-            {k: f.create_init(p + k, "zero") for k, f in self._sorted()}
-        )
+        return NamedTensors.from_dict({k: f.create_init(p + k, "zero") for k, f in self._sorted()})
 
     def init_undef(self, prefix: str | None = None) -> NamedTensors:
         """`ops.init(..., 'undef')` for every factory, in the current graph."""
         p = self._prefix(prefix)
-        return NamedTensors.from_dict(
-            {k: f.create_init(p + k, "undef") for k, f in self._sorted()}
-        )
+        return NamedTensors.from_dict({k: f.create_init(p + k, "undef") for k, f in self._sorted()})
 
     @property
     def replica_groupings(self) -> NamedReplicaGrouping:
-        return NamedReplicaGrouping.from_dict(
-            {k: f.replica_grouping for k, f in self.to_dict().items()}
-        )
+        return NamedReplicaGrouping.from_dict({k: f.replica_grouping for k, f in self.to_dict().items()})
 
 
 def add_variable_input(

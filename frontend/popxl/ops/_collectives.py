@@ -77,9 +77,7 @@ class CommGroup:
 
 def _check_op(op: Any) -> str:
     if not isinstance(op, str) or op not in CollectiveOps:
-        raise ValueError(
-            f"{current_op()}: not a valid op: {op!r}. Must choose from: {', '.join(CollectiveOps)}"
-        )
+        raise ValueError(f"{current_op()}: not a valid op: {op!r}. Must choose from: {', '.join(CollectiveOps)}")
     return op
 
 
@@ -101,8 +99,7 @@ def _grouping(group: Any) -> Any:
         elif group.type in (CommGroupType.Consecutive, CommGroupType.Orthogonal):
             if not isinstance(size, int) or size < 1 or rf % size:
                 raise ValueError(
-                    f"{what}: CommGroup replicaGroupSize {size!r} does not divide the "
-                    f"replication factor {rf}"
+                    f"{what}: CommGroup replicaGroupSize {size!r} does not divide the replication factor {rf}"
                 )
             if group.type == CommGroupType.Consecutive:
                 group = ir.replica_grouping(1, size)
@@ -112,8 +109,7 @@ def _grouping(group: Any) -> Any:
             raise ValueError(f"{what}: unknown CommGroupType {group.type!r}")
     if not isinstance(group, ReplicaGrouping):
         raise TypeError(
-            f"{what}: group must be a popxl.ReplicaGrouping (ir.replica_grouping(...)), got "
-            f"{describe(group)}"
+            f"{what}: group must be a popxl.ReplicaGrouping (ir.replica_grouping(...)), got {describe(group)}"
         )
     group._check_ir(ir, what)
     return group._to_attr()
@@ -168,7 +164,9 @@ def replicated_all_reduce_(t: Tensor, op: str = "add", group: Any = None) -> Ten
 
 
 def replicated_reduce_scatter(
-    t: Tensor, op: str = "add", group: Any = None,
+    t: Tensor,
+    op: str = "add",
+    group: Any = None,
     configure_output_for_replicated_tensor_sharding: bool = False,
 ) -> Tensor:
     """`t` (flattened) reduced with `op` over the replicas of each group; the `i`-th member of
@@ -186,9 +184,7 @@ def replicated_reduce_scatter(
     return out
 
 
-def replicated_all_gather(
-    t: Tensor, axis: int = 0, group: Any = None, output_shape: str = "auto"
-) -> Tensor:
+def replicated_all_gather(t: Tensor, axis: int = 0, group: Any = None, output_shape: str = "auto") -> Tensor:
     """The tensors `t` of all replicas of each group, in replica order. `output_shape`:
 
     - 'concat': concatenated along `axis`;
@@ -207,9 +203,7 @@ def replicated_all_gather(
         return emit1(AllGatherOp, [t], grouping=grouping, axis=0, new_axis=True)
     if output_shape == "concat":
         if not t.shape:
-            raise ValueError(
-                f"{current_op()}: cannot concatenate scalars ({t.id}); use output_shape='new_axis'"
-            )
+            raise ValueError(f"{current_op()}: cannot concatenate scalars ({t.id}); use output_shape='new_axis'")
         return emit1(AllGatherOp, [t], grouping=grouping, axis=_axis(t, axis), new_axis=False)
     if output_shape == "meta_shape":
         if not meta:
@@ -287,8 +281,7 @@ def _ipus_of(ts: Sequence[Any], ipus: Sequence[int] | None) -> tuple[list[Tensor
         ipus = [as_int(i, "ipus") for i in ipus]
     if len(ts) != len(ipus):
         raise ValueError(
-            f"{what}: number of specified tensors does not equal number of specified IPUs. "
-            f"{len(ts)} != {len(ipus)}"
+            f"{what}: number of specified tensors does not equal number of specified IPUs. {len(ts)} != {len(ipus)}"
         )
     if len(set(ipus)) != len(ipus):
         raise ValueError(f"{what}: each tensor must be on its own IPU, got ipus {ipus}")
@@ -374,8 +367,7 @@ def all_reduce_identical_inputs(ts: list[Tensor], ipus: list[int] | None = None,
     op = _check_op(op)
     if op not in ("add", "mean"):
         raise ValueError(
-            f"{current_op()}: op {op!r} has no gradient here; use 'add' or 'mean' (or "
-            "all_reduce for a plain reduction)"
+            f"{current_op()}: op {op!r} has no gradient here; use 'add' or 'mean' (or all_reduce for a plain reduction)"
         )
     ts, ipus = _ipus_of(ts, ipus)
     return _all_reduce(ts, ipus, op, "identical_inputs")

@@ -34,8 +34,15 @@ from xl.dialects.popxl import (
 
 
 def _pool_props(
-    t: Tensor, kernel_size: Any, stride: Any, padding: Any, out_pads: Any, dilation: Any,
-    in_dilations: Any, auto_pad: Any, ceil_mode: Any,
+    t: Tensor,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    out_pads: Any,
+    dilation: Any,
+    in_dilations: Any,
+    auto_pad: Any,
+    ceil_mode: Any,
 ) -> dict[str, Any]:
     if not isinstance(t, Tensor):
         raise TypeError(f"{current_op()}: t must be a Tensor, got {type(t).__name__}")
@@ -123,7 +130,11 @@ def _tensor(t: Any, arg: str) -> Tensor:
 
 
 def topk(
-    t: Tensor, k: int, axis: int, largest: bool = True, sorted: bool = True,
+    t: Tensor,
+    k: int,
+    axis: int,
+    largest: bool = True,
+    sorted: bool = True,
     available_memory_proportion: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """`(values, indices)` of the `k` largest (`largest=False`: smallest) elements of `t`
@@ -135,8 +146,12 @@ def topk(
     `available_memory_proportion` is an IPU hint, accepted and ignored.
     """
     values, indices = emit(
-        TopkOp, [_tensor(t, "t")], k=as_int(k, "k"), axis=as_int(axis, "axis"),
-        largest=None if largest else False, sorted=None if sorted else False,
+        TopkOp,
+        [_tensor(t, "t")],
+        k=as_int(k, "k"),
+        axis=as_int(axis, "axis"),
+        largest=None if largest else False,
+        sorted=None if sorted else False,
     )
     return values, indices
 
@@ -172,7 +187,10 @@ def log_softmax(t: Tensor, axis: int) -> Tensor:
 
 
 def scatter(
-    t: Tensor, indices: TensorLike, values: TensorLike, axis: int = 0,
+    t: Tensor,
+    indices: TensorLike,
+    values: TensorLike,
+    axis: int = 0,
     available_memory_proportion: float | None = None,
 ) -> Tensor:
     """A copy of `t` with `values[i]` written at position `indices[i]` along `axis` (the
@@ -188,8 +206,13 @@ def scatter(
 
 
 def scatter_reduce(
-    data: Tensor, indices: TensorLike, reduction: str, initial_values: Tensor | None = None,
-    axis: int = 0, axis_size: int | None = None, enable_index_broadcast: bool = True,
+    data: Tensor,
+    indices: TensorLike,
+    reduction: str,
+    initial_values: Tensor | None = None,
+    axis: int = 0,
+    axis_size: int | None = None,
+    enable_index_broadcast: bool = True,
     available_memory_proportion: float | None = None,
 ) -> Tensor:
     """Reduces (`reduction`: `'sum'`, `'max'`, `'min'`, or `'none'`: the last slice
@@ -219,8 +242,11 @@ def scatter_reduce(
             "(enable_index_broadcast=False)"
         )
     return emit1(
-        ScatterReduceOp, [data, indices, initial_values], axis=ax,
-        axis_size=as_int(axis_size, "axis_size"), reduction=str(reduction),
+        ScatterReduceOp,
+        [data, indices, initial_values],
+        axis=ax,
+        axis_size=as_int(axis_size, "axis_size"),
+        reduction=str(reduction),
     )
 
 
@@ -230,14 +256,16 @@ def histogram(t: Tensor, levels: list[float], absolute_of_input: bool) -> Tensor
     `x >= levels[-1]`, as upstream (PopART Histogram); `levels` ascending. Not
     differentiable."""
     lv = tuple(as_float(v, "levels") for v in levels)
-    return emit1(
-        HistogramOp, [_tensor(t, "t")], levels=lv, absolute_of_input=True if absolute_of_input else None
-    )
+    return emit1(HistogramOp, [_tensor(t, "t")], levels=lv, absolute_of_input=True if absolute_of_input else None)
 
 
 def groupedgather(
-    t: Tensor, indices: TensorLike, axis: int = 0, group_size: int = 1,
-    available_memory_proportion: float | None = None, zero_OOR: bool = False,
+    t: Tensor,
+    indices: TensorLike,
+    axis: int = 0,
+    group_size: int = 1,
+    available_memory_proportion: float | None = None,
+    zero_OOR: bool = False,
 ) -> Tensor:
     """`gather` applied per group: `t` and `indices` have a leading group dim of size
     `group_size`, and group `g` of the result is `gather(t[g], indices[g], axis)`
@@ -297,7 +325,8 @@ def interpolate(
     """
     t = _tensor(t, "t")
     for name, value, allowed in (
-        ("mode", mode, INTERPOLATE_MODES), ("nearest_mode", nearest_mode, NEAREST_MODES),
+        ("mode", mode, INTERPOLATE_MODES),
+        ("nearest_mode", nearest_mode, NEAREST_MODES),
         ("coordinate_transformation_mode", coordinate_transformation_mode, COORDINATE_MODES),
     ):
         if value not in allowed:
@@ -306,14 +335,23 @@ def interpolate(
     if len(scales) != t.rank:
         raise ValueError(f"{current_op()}: scale_factor {scales} must have {t.rank} entries (one per dim of {t.shape})")
     return emit1(
-        InterpolateOp, [t], scales=scales, mode=str(mode), nearest_mode=str(nearest_mode),
+        InterpolateOp,
+        [t],
+        scales=scales,
+        mode=str(mode),
+        nearest_mode=str(nearest_mode),
         coordinate_transformation_mode=str(coordinate_transformation_mode),
     )
 
 
 def roi_align(
-    t: Tensor, rois: TensorLike, batch_index: TensorLike, output_size: tuple[int, int],
-    spatial_scale: float, sampling_ratio: int, aligned: bool = False,
+    t: Tensor,
+    rois: TensorLike,
+    batch_index: TensorLike,
+    output_size: tuple[int, int],
+    spatial_scale: float,
+    sampling_ratio: int,
+    aligned: bool = False,
 ) -> Tensor:
     """Average RoI Align of the feature map `t` `(N, C, H, W)`: RoI `r` (`rois[r]` =
     `[x1, y1, x2, y2]` in input-image coordinates, scaled by `spatial_scale`, of image
@@ -325,16 +363,27 @@ def roi_align(
     """
     t = _tensor(t, "t")
     return emit1(
-        RoiAlignOp, [t, to_tensor(rois, t.dtype), to_tensor(batch_index, dtypes.int32)],
+        RoiAlignOp,
+        [t, to_tensor(rois, t.dtype), to_tensor(batch_index, dtypes.int32)],
         output_size=tuple(as_int(v, "output_size") for v in output_size),
         spatial_scale=as_float(spatial_scale, "spatial_scale"),
-        sampling_ratio=as_int(sampling_ratio, "sampling_ratio"), aligned=True if aligned else None,
+        sampling_ratio=as_int(sampling_ratio, "sampling_ratio"),
+        aligned=True if aligned else None,
     )
 
 
 __all__ = [
-    "interpolate", "roi_align",
-    "average_pool", "max_pool", "topk", "median", "prod", "log_softmax", "scatter", "scatter_reduce",
-    "histogram", "groupedgather",
+    "interpolate",
+    "roi_align",
+    "average_pool",
+    "max_pool",
+    "topk",
+    "median",
+    "prod",
+    "log_softmax",
+    "scatter",
+    "scatter_reduce",
+    "histogram",
+    "groupedgather",
 ]
 wrap_public_ops(globals(), __all__, "popxl.ops")

@@ -407,9 +407,7 @@ def clip(t: Tensor, min: float = float("-inf"), max: float = float("inf")) -> Te
     bound), NaN propagated. The gradient passes where `min <= t <= max`. Integer tensors
     clamp to `[ceil(min), floor(max)]`. ValueError when `min > max`."""
     lo, hi = as_float(min, "min"), as_float(max, "max")
-    return emit1(
-        ClipOp, [t], min=None if lo == float("-inf") else lo, max=None if hi == float("inf") else hi
-    )
+    return emit1(ClipOp, [t], min=None if lo == float("-inf") else lo, max=None if hi == float("inf") else hi)
 
 
 def clamp(t: Tensor, min: float = float("-inf"), max: float = float("inf")) -> Tensor:
@@ -660,19 +658,19 @@ def slice(
         axes = list(range(n))
     if not len(starts) == len(stops) == len(steps) == len(axes):
         raise ValueError(
-            f"ops.slice: start {starts}, stop {stops}, step {steps} and axis {axes} must have "
-            "the same length"
+            f"ops.slice: start {starts}, stop {stops}, step {steps} and axis {axes} must have the same length"
         )
     st = [1 if s is None else s for s in steps]
     if any(s == 0 for s in st):
         raise ValueError("ops.slice: step cannot be 0")
     b = [0 if x is None and s > 0 else _NO_BOUND_HI if x is None else x for x, s in zip(starts, st)]
-    e = [
-        (_NO_BOUND_HI if s > 0 else _NO_BOUND_LO) if x is None else x for x, s in zip(stops, st)
-    ]
+    e = [(_NO_BOUND_HI if s > 0 else _NO_BOUND_LO) if x is None else x for x, s in zip(stops, st)]
     return emit1(
-        SliceOp, [t],
-        start=tuple(b), stop=tuple(e), step=None if all(s == 1 for s in st) else tuple(st),
+        SliceOp,
+        [t],
+        start=tuple(b),
+        stop=tuple(e),
+        step=None if all(s == 1 for s in st) else tuple(st),
         axes=tuple(as_int(a, "axes") for a in axes),
     )
 
@@ -776,7 +774,10 @@ def _getitem(t: Tensor, key: Any) -> Tensor:
 
 
 def gather(
-    t: Tensor, indices: Any, axis: int = 0, available_memory_proportion: float | None = None,
+    t: Tensor,
+    indices: Any,
+    axis: int = 0,
+    available_memory_proportion: float | None = None,
     zero_OOR: bool = False,
 ) -> Tensor:
     """`np.take(t, indices, axis)`: the slices of `t` at integer `indices` along `axis`.
@@ -790,7 +791,10 @@ def gather(
 
 
 def tied_gather(
-    t: Tensor, indices: Any, axis: int = 0, available_memory_proportion: float | None = None,
+    t: Tensor,
+    indices: Any,
+    axis: int = 0,
+    available_memory_proportion: float | None = None,
     zero_OOR: bool = False,
 ) -> Tensor:
     """As `gather` (upstream it shares its weight layout with a tied matmul)."""
@@ -837,32 +841,46 @@ def dynamic_slice(
     `no_overlap` is accepted (an upstream scheduling hint).
     """
     return emit1(
-        DynamicSliceOp, [t, to_tensor(index, dtypes.uint32)], **_axes_sizes(axes, sizes),
+        DynamicSliceOp,
+        [t, to_tensor(index, dtypes.uint32)],
+        **_axes_sizes(axes, sizes),
         no_overlap=bool(no_overlap),
     )
 
 
 def dynamic_update(
-    t: Tensor, index: Tensor, t_update: Tensor, axes: Sequence[int], sizes: Sequence[int],
+    t: Tensor,
+    index: Tensor,
+    t_update: Tensor,
+    axes: Sequence[int],
+    sizes: Sequence[int],
     no_overlap: bool = False,
 ) -> Tensor:
     """A copy of `t` with `t_update` (`sizes` along `axes`) written at the run-time offsets
     `index` (uint32, one entry per axis)."""
     return emit1(
-        DynamicUpdateOp, [t, to_tensor(index, dtypes.uint32), t_update],
-        **_axes_sizes(axes, sizes), no_overlap=bool(no_overlap),
+        DynamicUpdateOp,
+        [t, to_tensor(index, dtypes.uint32), t_update],
+        **_axes_sizes(axes, sizes),
+        no_overlap=bool(no_overlap),
     )
 
 
 def dynamic_update_(
-    t: Tensor, index: Tensor, t_update: Tensor, axes: Sequence[int], sizes: Sequence[int],
+    t: Tensor,
+    index: Tensor,
+    t_update: Tensor,
+    axes: Sequence[int],
+    sizes: Sequence[int],
     no_overlap: bool = False,
 ) -> Tensor:
     """`dynamic_update` in place: writes `t_update` into `t` at the run-time offsets `index`;
     returns `t`."""
     return emit_inplace(
-        DynamicUpdateInplaceOp, [t, to_tensor(index, dtypes.uint32), t_update],
-        **_axes_sizes(axes, sizes), no_overlap=bool(no_overlap),
+        DynamicUpdateInplaceOp,
+        [t, to_tensor(index, dtypes.uint32), t_update],
+        **_axes_sizes(axes, sizes),
+        no_overlap=bool(no_overlap),
     )
 
 
@@ -872,8 +890,11 @@ def dynamic_update_(
 
 
 def matmul(
-    lhs: Tensor, rhs: Tensor, available_memory_proportion: float | None = None,
-    output_type: dtype | None = None, partials_type: dtype | None = None,
+    lhs: Tensor,
+    rhs: Tensor,
+    available_memory_proportion: float | None = None,
+    output_type: dtype | None = None,
+    partials_type: dtype | None = None,
 ) -> Tensor:
     """Matrix product with NumPy `matmul` semantics (1-D operands promoted, batch dims
     broadcast); the result is cast to `output_type` when given.
@@ -928,8 +949,13 @@ def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Te
 
 
 def batch_norm_inference(
-    t: Tensor, scale: Tensor, bias: Tensor, mean: Tensor, var: Tensor,
-    epsilon: float = 1e-5, momentum: float = 0.9,
+    t: Tensor,
+    scale: Tensor,
+    bias: Tensor,
+    mean: Tensor,
+    var: Tensor,
+    epsilon: float = 1e-5,
+    momentum: float = 0.9,
 ) -> Tensor:
     """`(t - mean) / sqrt(var + epsilon) * scale + bias` per channel (dim 1 of `t`; the
     other arguments have shape `(C,)`). `momentum` is unused at inference."""
@@ -969,7 +995,8 @@ def matmul_pow2scaled(
     (checked when the op runs). TypeError for other operand or scale dtypes, ValueError
     for a non-scalar scale."""
     if lhs.dtype not in (dtypes.float8_143, dtypes.float8_152) or rhs.dtype not in (
-        dtypes.float8_143, dtypes.float8_152
+        dtypes.float8_143,
+        dtypes.float8_152,
     ):
         raise TypeError("Scaled matmul operands must be of dtype popxl.float8_143 or popxl.float8_152")
     log2_scale = _log2_scale(log2_scale)
@@ -985,9 +1012,15 @@ def _float8_operands(what: str, *ts: Tensor) -> None:
 
 
 def conv_pow2scaled(
-    t: Tensor, weight: Tensor, log2_scale: Tensor | int, stride: tuple[int, ...] = (1, 1),
-    padding: tuple[int, ...] = (0, 0, 0, 0), dilation: tuple[int, ...] = (1, 1), groups: int = 1,
-    pad_type: Any = "not_set", available_memory_proportions: list[float] | None = None,
+    t: Tensor,
+    weight: Tensor,
+    log2_scale: Tensor | int,
+    stride: tuple[int, ...] = (1, 1),
+    padding: tuple[int, ...] = (0, 0, 0, 0),
+    dilation: tuple[int, ...] = (1, 1),
+    groups: int = 1,
+    pad_type: Any = "not_set",
+    available_memory_proportions: list[float] | None = None,
     enable_conv_dithering: list[int] | None = None,
 ) -> Tensor:
     """`conv(t, weight, ...) * 2 ** log2_scale` of float8 `t` and `weight`
@@ -1003,16 +1036,24 @@ def conv_pow2scaled(
     log2_scale = _log2_scale(log2_scale)
     x32 = pow2scale_cast_from_fp8(t, log2_scale, dtypes.float32)
     w32 = pow2scale_cast_from_fp8(weight, constant(np.int32(0), dtypes.int32), dtypes.float32)
-    y = conv(x32, w32, stride, padding, dilation, groups, pad_type, available_memory_proportions,
-             None, enable_conv_dithering)
+    y = conv(
+        x32, w32, stride, padding, dilation, groups, pad_type, available_memory_proportions, None, enable_conv_dithering
+    )
     return cast(y, dtypes.float16)
 
 
 def conv_transpose_pow2scaled(
-    t: Tensor, weight: Tensor, log2_scale: Tensor | int, stride: tuple[int, ...] = (1, 1),
-    padding: tuple[int, ...] = (0, 0, 0, 0), dilation: tuple[int, ...] = (1, 1), groups: int = 1,
-    pad_type: Any = "not_set", output_padding: tuple[int, ...] = (),
-    output_shape: tuple[int, ...] = (), available_memory_proportions: list[float] | None = None,
+    t: Tensor,
+    weight: Tensor,
+    log2_scale: Tensor | int,
+    stride: tuple[int, ...] = (1, 1),
+    padding: tuple[int, ...] = (0, 0, 0, 0),
+    dilation: tuple[int, ...] = (1, 1),
+    groups: int = 1,
+    pad_type: Any = "not_set",
+    output_padding: tuple[int, ...] = (),
+    output_shape: tuple[int, ...] = (),
+    available_memory_proportions: list[float] | None = None,
     enable_conv_dithering: list[int] | None = None,
 ) -> Tensor:
     """`conv_transpose(t, weight, ...) * 2 ** log2_scale` of float8 `t` and `weight`,
@@ -1024,11 +1065,21 @@ def conv_transpose_pow2scaled(
     log2_scale = _log2_scale(log2_scale)
     x32 = pow2scale_cast_from_fp8(t, log2_scale, dtypes.float32)
     w32 = pow2scale_cast_from_fp8(weight, constant(np.int32(0), dtypes.int32), dtypes.float32)
-    y = conv_transpose(x32, w32, stride, padding, dilation, groups, pad_type, output_padding,
-                       output_shape, available_memory_proportions, None, enable_conv_dithering)
+    y = conv_transpose(
+        x32,
+        w32,
+        stride,
+        padding,
+        dilation,
+        groups,
+        pad_type,
+        output_padding,
+        output_shape,
+        available_memory_proportions,
+        None,
+        enable_conv_dithering,
+    )
     return cast(y, dtypes.float16)
-
-
 
 
 def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: Iterable[int], ratio: float) -> Tensor:
@@ -1037,9 +1088,7 @@ def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: Iterable[int], ratio: 
     elements are scaled by `1 / (1 - ratio)`. `seed_tensor`: uint32, shape (2,).
     ValueError when `shape` does not broadcast to `t.shape` or `ratio` is not in [0, 1)."""
     _check_seed(seed_tensor, "seed_tensor")
-    return emit1(
-        ShapedDropoutOp, [t, seed_tensor], shape=as_shape(shape), ratio=as_float(ratio, "ratio")
-    )
+    return emit1(ShapedDropoutOp, [t, seed_tensor], shape=as_shape(shape), ratio=as_float(ratio, "ratio"))
 
 
 def _log2_scale(log2_scale: Any) -> Tensor:
@@ -1064,9 +1113,7 @@ def pow2scale_cast_to_fp8(t: Tensor, log2_scale: Tensor | int, data_type: dtype)
     if data_type not in (dtypes.float8_143, dtypes.float8_152):
         raise TypeError(f"Data type {data_type} not supported for pow2scale_cast_to_fp8")
     log2_scale = _log2_scale(log2_scale)
-    return emit1(
-        Pow2ScaleCastToFp8Op, [t, log2_scale], tensor_type(t.shape, data_type.as_numpy())
-    )
+    return emit1(Pow2ScaleCastToFp8Op, [t, log2_scale], tensor_type(t.shape, data_type.as_numpy()))
 
 
 def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor | int, data_type: dtype) -> Tensor:
@@ -1076,9 +1123,7 @@ def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor | int, data_type: dtyp
     if data_type not in (dtypes.float16, dtypes.float32):
         raise TypeError(f"Data type {data_type} not supported for pow2scale_cast_from_fp8")
     log2_scale = _log2_scale(log2_scale)
-    return emit1(
-        Pow2ScaleCastFromFp8Op, [t, log2_scale], tensor_type(t.shape, data_type.as_numpy())
-    )
+    return emit1(Pow2ScaleCastFromFp8Op, [t, log2_scale], tensor_type(t.shape, data_type.as_numpy()))
 
 
 def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = None) -> Tensor:
@@ -1126,8 +1171,7 @@ def remote_code_load(graph: Any, destination: str) -> None:
         raise TypeError(f"{what}: expected a popxl.Graph, got {type(graph).__name__}")
     if not isinstance(destination, str) or destination not in CODE_LOCATIONS:
         raise ValueError(
-            f"{what}: destination must be one of {', '.join(map(repr, CODE_LOCATIONS))}, "
-            f"got {destination!r}"
+            f"{what}: destination must be one of {', '.join(map(repr, CODE_LOCATIONS))}, got {destination!r}"
         )
     current = gcg()
     if graph.ir is not current.ir:
@@ -1138,8 +1182,11 @@ def remote_code_load(graph: Any, destination: str) -> None:
 
 
 def nll_loss(
-    probs: Tensor, labels: Tensor, ignore_index: int | None = None,
-    reduction: str = "mean", log_prob: bool = False,
+    probs: Tensor,
+    labels: Tensor,
+    ignore_index: int | None = None,
+    reduction: str = "mean",
+    log_prob: bool = False,
 ) -> Tensor:
     """Negative log likelihood of the integer `labels` `(N, ...)` under the probabilities
     `probs` `(N, ..., C)` (log-probabilities when `log_prob`): `-log(probs[i, labels[i]])`.
@@ -1149,14 +1196,19 @@ def nll_loss(
     """
     _check_reduction(reduction)
     return emit1(
-        NllLossOp, [probs, labels],
+        NllLossOp,
+        [probs, labels],
         ignore_index=None if ignore_index is None else as_int(ignore_index, "ignore_index"),
-        reduction=reduction, log_prob=True if log_prob else None,
+        reduction=reduction,
+        log_prob=True if log_prob else None,
     )
 
 
 def nll_loss_with_softmax_grad(
-    probs: Tensor, labels: Tensor, loss_grad: Any = 1, ignore_index: int | None = None,
+    probs: Tensor,
+    labels: Tensor,
+    loss_grad: Any = 1,
+    ignore_index: int | None = None,
     reduction: str = "mean",
 ) -> tuple[Tensor, Tensor]:
     """`(loss, dlogits)`: `nll_loss(probs, labels)` of softmax outputs `probs`, and the
@@ -1174,8 +1226,11 @@ def nll_loss_with_softmax_grad(
     else:
         lg = as_float(loss_grad, "loss_grad")
     loss, dx = emit(
-        NllLossWithSoftmaxGradOp, [probs, labels],
-        ignore_index=ignore, reduction=reduction, loss_grad=lg,
+        NllLossWithSoftmaxGradOp,
+        [probs, labels],
+        ignore_index=ignore,
+        reduction=reduction,
+        loss_grad=lg,
     )
     return loss, dx
 
@@ -1194,9 +1249,7 @@ def _check_seed(seed: Any, arg: str) -> None:
     if not isinstance(seed, Tensor):
         raise TypeError(f"{current_op()}: {arg} must be a Tensor, got {describe(seed)}")
     if seed.shape != (2,) or seed.dtype != dtypes.uint32:
-        raise ValueError(
-            f"{current_op()}: {arg} must be shape=(2,) dtype=uint32. Provided {seed}"
-        )
+        raise ValueError(f"{current_op()}: {arg} must be shape=(2,) dtype=uint32. Provided {seed}")
 
 
 def dropout(t: Tensor, seed_tensor: Tensor, p: float) -> Tensor:
@@ -1210,7 +1263,10 @@ def dropout(t: Tensor, seed_tensor: Tensor, p: float) -> Tensor:
 
 
 def random_uniform(
-    seed_tensor: Tensor, shape: Iterable[int], low: float = 0.0, high: float = 1.0,
+    seed_tensor: Tensor,
+    shape: Iterable[int],
+    low: float = 0.0,
+    high: float = 1.0,
     dtype: dtype = dtypes.float32,
 ) -> Tensor:
     """A tensor of `shape` and float `dtype` drawn uniformly from `[low, high)`, from the
@@ -1220,13 +1276,19 @@ def random_uniform(
     _check_seed(seed_tensor, "seed_tensor")
     dt = as_dtype(dtype)
     return emit1(
-        RandomUniformOp, [seed_tensor], tensor_type(as_shape(shape), dt.as_numpy()),
-        low=as_float(low, "low"), high=as_float(high, "high"),
+        RandomUniformOp,
+        [seed_tensor],
+        tensor_type(as_shape(shape), dt.as_numpy()),
+        low=as_float(low, "low"),
+        high=as_float(high, "high"),
     )
 
 
 def random_normal(
-    seed_tensor: Tensor, shape: Iterable[int], mean: float = 0.0, std: float = 1.0,
+    seed_tensor: Tensor,
+    shape: Iterable[int],
+    mean: float = 0.0,
+    std: float = 1.0,
     dtype: dtype = dtypes.float32,
 ) -> Tensor:
     """A tensor of `shape` and float `dtype` drawn from the normal distribution
@@ -1236,8 +1298,11 @@ def random_normal(
     _check_seed(seed_tensor, "seed_tensor")
     dt = as_dtype(dtype)
     return emit1(
-        RandomNormalOp, [seed_tensor], tensor_type(as_shape(shape), dt.as_numpy()),
-        mean=as_float(mean, "mean"), std=as_float(std, "std"),
+        RandomNormalOp,
+        [seed_tensor],
+        tensor_type(as_shape(shape), dt.as_numpy()),
+        mean=as_float(mean, "mean"),
+        std=as_float(std, "std"),
     )
 
 
@@ -1253,9 +1318,7 @@ def split_random_seed(seed: Tensor, n: int = 2) -> tuple[Tensor, ...]:
     n = as_int(n, "n")
     if n < 1:
         raise ValueError(f"ops.split_random_seed: n must be >= 1, got {n}")
-    return tuple(
-        emit1(ModifyRandomSeedOp, [seed, constant(np.uint32(i), dtypes.uint32)]) for i in range(n)
-    )
+    return tuple(emit1(ModifyRandomSeedOp, [seed, constant(np.uint32(i), dtypes.uint32)]) for i in range(n))
 
 
 # ---------------------------------------------------------------------------------------
@@ -1298,10 +1361,18 @@ def detach_(t: Tensor) -> Tensor:
 
 
 def print_tensor(
-    t: Tensor, title: str | None = None, print_self: bool = True, print_gradient: bool = False,
-    summarise_threshold: int = 1000, edge_items: int = 3, max_line_width: int = 75,
-    digits: int = 8, float_format: str = "auto", separator: str = " ",
-    open_bracket: str = "[", close_bracket: str = "]",
+    t: Tensor,
+    title: str | None = None,
+    print_self: bool = True,
+    print_gradient: bool = False,
+    summarise_threshold: int = 1000,
+    edge_items: int = 3,
+    max_line_width: int = 75,
+    digits: int = 8,
+    float_format: str = "auto",
+    separator: str = " ",
+    open_bracket: str = "[",
+    close_bracket: str = "]",
 ) -> Tensor:
     """Print `t` each time the op runs, as `<title>: <values>` on standard error (where
     Poplar prints), and return a copy of it; the op is kept even when the result is unused.
@@ -1328,18 +1399,27 @@ def print_tensor(
     if not isinstance(title, str):
         raise TypeError(f"ops.print_tensor: title must be a str, got {describe(title)}")
     return emit1(
-        PrintTensorOp, [t], title=title,
-        print_self=None if print_self else False, print_gradient=True if print_gradient else None,
+        PrintTensorOp,
+        [t],
+        title=title,
+        print_self=None if print_self else False,
+        print_gradient=True if print_gradient else None,
         summarise_threshold=as_int(summarise_threshold, "summarise_threshold"),
         edge_items=as_int(edge_items, "edge_items"),
         max_line_width=as_int(max_line_width, "max_line_width"),
-        digits=as_int(digits, "digits"), float_format=float_format, separator=separator,
-        open_bracket=open_bracket, close_bracket=close_bracket,
+        digits=as_int(digits, "digits"),
+        float_format=float_format,
+        separator=separator,
+        open_bracket=open_bracket,
+        close_bracket=close_bracket,
     )
 
 
 def init(
-    shape: Iterable[int], dtype: dtype, name: str | None = None, init_type: str = "zero",
+    shape: Iterable[int],
+    dtype: dtype,
+    name: str | None = None,
+    init_type: str = "zero",
     meta_shape: Iterable[int] | None = None,
 ) -> Tensor:
     """A new tensor of `shape` and `dtype`, zero-filled (`init_type='zero'`) or with
@@ -1355,15 +1435,15 @@ def init(
 
 def increment_mod(t: Tensor, increment: float, modulus: float) -> Tensor:
     """`(t + increment) % modulus`, elementwise (numbers `increment`, `modulus`)."""
-    return emit1(
-        IncrementModOp, [t], increment=as_float(increment, "increment"), modulus=as_float(modulus, "modulus")
-    )
+    return emit1(IncrementModOp, [t], increment=as_float(increment, "increment"), modulus=as_float(modulus, "modulus"))
 
 
 def increment_mod_(t: Tensor, increment: float, modulus: float) -> Tensor:
     """`t = (t + increment) % modulus` in place; returns `t`."""
     return emit_inplace(
-        IncrementModInplaceOp, [t], increment=as_float(increment, "increment"),
+        IncrementModInplaceOp,
+        [t],
+        increment=as_float(increment, "increment"),
         modulus=as_float(modulus, "modulus"),
     )
 
@@ -1392,8 +1472,10 @@ def scaled_add(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor 
         ax = _scaled(X, a, X) if isinstance(a, Tensor) else X
         by = _scaled(Y, b, X) if isinstance(b, Tensor) else Y
         return emit1(
-            ScaledAddOp, [ax, by],
-            a=1.0 if isinstance(a, Tensor) else a, b=1.0 if isinstance(b, Tensor) else b,
+            ScaledAddOp,
+            [ax, by],
+            a=1.0 if isinstance(a, Tensor) else a,
+            b=1.0 if isinstance(b, Tensor) else b,
         )
     return emit1(ScaledAddOp, [X, Y], a=a, b=b)
 
@@ -1477,8 +1559,11 @@ def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
 # `NotImplementedError("popxl.ops.<name> is not implemented in xl yet")`.
 # Computed from the module's functions, so it cannot drift from them.
 __all__ = [  # pyright: ignore[reportUnsupportedDunderAll]
-    name for name, obj in list(globals().items())
-    if not name.startswith("_") and callable(obj) and getattr(obj, "__module__", None) == __name__
+    name
+    for name, obj in list(globals().items())
+    if not name.startswith("_")
+    and callable(obj)
+    and getattr(obj, "__module__", None) == __name__
     and not isinstance(obj, type)
 ]
 wrap_public_ops(globals(), __all__, "popxl.ops")

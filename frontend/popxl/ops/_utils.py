@@ -239,9 +239,7 @@ def emit(
     for k, v in tensor_props.items():
         props[k] = v._value
     try:
-        op = cls.make(
-            [None if t is None else t._value for t in inputs], result_types, **props
-        )
+        op = cls.make([None if t is None else t._value for t in inputs], result_types, **props)
     except VerifyException as e:
         raise ValueError(str(e)) from None
     # Inferred result types were checked by `make`; given ones are verified here.
@@ -257,9 +255,7 @@ def emit1(
     cls: type[PopxlOp], inputs: Sequence[Tensor | None], result_type: Any = None, name: str | None = None, **props: Any
 ) -> Tensor:
     """`emit` of an op with one result: that result (named `name` when given)."""
-    (t,) = emit(
-        cls, inputs, [result_type] if result_type is not None else None, [name], **props
-    )
+    (t,) = emit(cls, inputs, [result_type] if result_type is not None else None, [name], **props)
     return t
 
 

@@ -130,8 +130,15 @@ def adam_updater(
     PopART. The accumulators themselves are not updated.
     """
     return _updater(
-        AdamUpdaterOp, acc_first_order, acc_second_order, weight, time_step,
-        weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
+        AdamUpdaterOp,
+        acc_first_order,
+        acc_second_order,
+        weight,
+        time_step,
+        weight_decay=weight_decay,
+        beta1=beta1,
+        beta2=beta2,
+        epsilon=epsilon,
     )
 
 
@@ -148,8 +155,15 @@ def lamb_updater(
     """The LAMB update term: the same maths as `adam_updater` (the LAMB trust ratio is
     applied by `adam_var_update`); increments `time_step` in place when given."""
     return _updater(
-        LambUpdaterOp, acc_first_order, acc_second_order, weight, time_step,
-        weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
+        LambUpdaterOp,
+        acc_first_order,
+        acc_second_order,
+        weight,
+        time_step,
+        weight_decay=weight_decay,
+        beta1=beta1,
+        beta2=beta2,
+        epsilon=epsilon,
     )
 
 
@@ -166,8 +180,14 @@ def adamax_updater(
     infinity-norm accumulator); with `time_step`, `m` is bias-corrected with `beta1` and
     `time_step` incremented in place."""
     return _updater(
-        AdamaxUpdaterOp, acc_first_order, acc_second_order, weight, time_step,
-        weight_decay=weight_decay, beta1=beta1, epsilon=epsilon,
+        AdamaxUpdaterOp,
+        acc_first_order,
+        acc_second_order,
+        weight,
+        time_step,
+        weight_decay=weight_decay,
+        beta1=beta1,
+        epsilon=epsilon,
     )
 
 
@@ -183,8 +203,10 @@ def adam_var_update(
     `sqrt(r1) / sqrt(r2)` (`r1 = lamb_square(t)`, `r2 = lamb_square(x)`; 1 when either is
     0), `sqrt(r1)` clipped to `max_weight_norm` when given; returns `t`."""
     return emit_inplace(
-        AdamVarUpdateOp, [t, x, r1, r2],
-        learning_rate=factor(learning_rate), max_weight_norm=factor(max_weight_norm),
+        AdamVarUpdateOp,
+        [t, x, r1, r2],
+        learning_rate=factor(learning_rate),
+        max_weight_norm=factor(max_weight_norm),
     )
 
 

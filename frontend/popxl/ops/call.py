@@ -89,9 +89,7 @@ class CallSiteInfo:
         for i, t in enumerate(g.outputs):
             if t is graph_tensor:
                 return self.parent_output(i)
-        raise ValueError(
-            f"{graph_tensor!r} is neither an input nor an output of graph {g.name!r}"
-        )
+        raise ValueError(f"{graph_tensor!r} is neither an input nor an output of graph {g.name!r}")
 
     def parent_to_graph(self, parent_tensor: Tensor) -> Tensor:
         """The called-graph input (or output) connected to a parent tensor."""
@@ -154,8 +152,7 @@ def _bind_inputs(
     n = len(g_inputs)
     if isinstance(inputs, Tensor) or not isinstance(inputs, Iterable):
         raise TypeError(
-            f"ops.{what}: the inputs of graph {graph.name!r} must be a sequence of tensors, got "
-            f"{type(inputs).__name__}"
+            f"ops.{what}: the inputs of graph {graph.name!r} must be a sequence of tensors, got {type(inputs).__name__}"
         )
     inputs = list(inputs)
     if len(inputs) > n:
@@ -174,9 +171,7 @@ def _bind_inputs(
     for gt, pt in (inputs_dict or {}).items():
         idx = next((i for i, t in enumerate(g_inputs) if t is gt), None)
         if idx is None:
-            raise ValueError(
-                f"ops.{what}: {gt!r} in inputs_dict is not an input of graph {graph.name!r}"
-            )
+            raise ValueError(f"ops.{what}: {gt!r} in inputs_dict is not an input of graph {graph.name!r}")
         if args[idx] is not None:
             raise ValueError(
                 f"ops.{what}: input {gt.name!r} of graph {graph.name!r} is specified twice "
@@ -185,9 +180,7 @@ def _bind_inputs(
         args[idx] = to_tensor(pt, gt.dtype)
     missing = [g_inputs[i].name for i, a in enumerate(args) if a is None]
     if missing:
-        raise ValueError(
-            f"ops.{what}: graph {graph.name!r} is missing inputs: {', '.join(missing)}"
-        )
+        raise ValueError(f"ops.{what}: graph {graph.name!r} is missing inputs: {', '.join(missing)}")
     full = [a for a in args if a is not None]  # none missing (checked above)
     check_in_graph(parent, full, f"ops.{what}({graph.name})")
     if check_inputs:
@@ -268,9 +261,7 @@ def repeat_with_info(
             )
     args = _bind_inputs(graph, inputs, inputs_dict, "repeat", check_inputs)
     parent = gcg()
-    op = RepeatOp(
-        graph.name, repeat_count, [a._value for a in args], _output_types(graph)
-    )
+    op = RepeatOp(graph.name, repeat_count, [a._value for a in args], _output_types(graph))
     insert(parent, op, verify=False)
     _name_outputs(parent, op, graph)
     return CallSiteInfo(op, parent, graph)

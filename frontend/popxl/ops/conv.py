@@ -52,9 +52,7 @@ def spatial_arg(value: Any, arg: str, nd: int, default: Sequence[int], fill: int
         return v
     if v == tuple(default) and all(x == fill for x in v):
         return (fill,) * nd
-    raise ValueError(
-        f"{current_op()}: {arg} {v} must have {nd} entries for an input with {nd} spatial dims"
-    )
+    raise ValueError(f"{current_op()}: {arg} {v} must have {nd} entries for an input with {nd} spatial dims")
 
 
 def check_pad_type(pad_type: Any, arg: str = "pad_type") -> str:
@@ -67,9 +65,7 @@ def check_pad_type(pad_type: Any, arg: str = "pad_type") -> str:
     return str(pad_type)
 
 
-def same_pads(
-    in_sp: Sequence[int], extent: Sequence[int], stride: Sequence[int], upper: bool
-) -> tuple[int, ...]:
+def same_pads(in_sp: Sequence[int], extent: Sequence[int], stride: Sequence[int], upper: bool) -> tuple[int, ...]:
     """Pads giving `ceil(input / stride)` outputs for windows spanning `extent`."""
     nd = len(in_sp)
     begin, end = [0] * nd, [0] * nd
@@ -120,9 +116,7 @@ def conv(
         k = weight.shape[2:] if weight.rank == nd + 2 else (1,) * nd
         extent = [di * (ki - 1) + 1 for di, ki in zip(d, k)]
         p = same_pads(t.shape[2:], extent, s, pad_type == "same_upper")
-    return emit1(
-        ConvOp, [t, weight], stride=s, pads=p, dilation=d, groups=as_int(groups, "groups")
-    )
+    return emit1(ConvOp, [t, weight], stride=s, pads=p, dilation=d, groups=as_int(groups, "groups"))
 
 
 def conv_transpose(
@@ -180,8 +174,13 @@ def conv_transpose(
             begin[i], end[i] = (small, large) if pad_type == "same_upper" else (large, small)
         p = (*begin, *end)
     return emit1(
-        ConvTransposeOp, [t, weight], stride=s, pads=p, dilation=d,
-        groups=as_int(groups, "groups"), output_padding=op if any(op) else None,
+        ConvTransposeOp,
+        [t, weight],
+        stride=s,
+        pads=p,
+        dilation=d,
+        groups=as_int(groups, "groups"),
+        output_padding=op if any(op) else None,
     )
 
 

@@ -53,8 +53,7 @@ class ExpectedConnection:
 
     def __init__(self) -> None:
         raise TypeError(
-            "ExpectedConnection cannot be constructed directly; use GradGraphInfo.expected_inputs "
-            "or expected_outputs"
+            "ExpectedConnection cannot be constructed directly; use GradGraphInfo.expected_inputs or expected_outputs"
         )
 
     @classmethod
@@ -107,9 +106,7 @@ class GradGraphInfo:
     _info: GradInfo
 
     def __init__(self) -> None:
-        raise TypeError(
-            "GradGraphInfo cannot be constructed directly; use popxl.transforms.autodiff"
-        )
+        raise TypeError("GradGraphInfo cannot be constructed directly; use popxl.transforms.autodiff")
 
     @classmethod
     def from_graph(cls, grad_graph: Graph) -> GradGraphInfo:
@@ -194,9 +191,7 @@ class GradGraphInfo:
             ctype = ExpectedConnectionType.Fwd
         else:
             t = fwd.outputs[index]
-            ctype = (
-                ExpectedConnectionType.FwdGrad if kind == FWD_GRAD else ExpectedConnectionType.Fwd
-            )
+            ctype = ExpectedConnectionType.FwdGrad if kind == FWD_GRAD else ExpectedConnectionType.Fwd
         return ExpectedConnection._create(t, ctype, kind, index)
 
     @property
@@ -251,27 +246,15 @@ class GradGraphInfo:
 
     def fwd_graph_ins_to_grad_parent_outs(self, grad_call_info: Any) -> dict[Tensor, Tensor]:
         """{forward graph input: its gradient in the caller of the gradient graph}."""
-        self._check_call_info(
-            grad_call_info, self._graph, "GradGraphInfo.fwd_graph_ins_to_grad_parent_outs"
-        )
-        return {
-            ec.fwd_tensor: grad_call_info.parent_output(idx)
-            for idx, ec in enumerate(self.expected_outputs)
-        }
+        self._check_call_info(grad_call_info, self._graph, "GradGraphInfo.fwd_graph_ins_to_grad_parent_outs")
+        return {ec.fwd_tensor: grad_call_info.parent_output(idx) for idx, ec in enumerate(self.expected_outputs)}
 
-    def fwd_parent_ins_to_grad_parent_outs(
-        self, fwd_call_info: Any, grad_call_info: Any
-    ) -> dict[Tensor, Tensor]:
+    def fwd_parent_ins_to_grad_parent_outs(self, fwd_call_info: Any, grad_call_info: Any) -> dict[Tensor, Tensor]:
         """{tensor passed to the forward call: its gradient from the gradient call}."""
-        self._check_call_info(
-            fwd_call_info, self._forward_graph, "GradGraphInfo.fwd_parent_ins_to_grad_parent_outs"
-        )
-        self._check_call_info(
-            grad_call_info, self._graph, "GradGraphInfo.fwd_parent_ins_to_grad_parent_outs"
-        )
+        self._check_call_info(fwd_call_info, self._forward_graph, "GradGraphInfo.fwd_parent_ins_to_grad_parent_outs")
+        self._check_call_info(grad_call_info, self._graph, "GradGraphInfo.fwd_parent_ins_to_grad_parent_outs")
         return {
-            ec._parent(fwd_call_info): grad_call_info.parent_output(idx)
-            for idx, ec in enumerate(self.expected_outputs)
+            ec._parent(fwd_call_info): grad_call_info.parent_output(idx) for idx, ec in enumerate(self.expected_outputs)
         }
 
     def __eq__(self, other: object) -> bool:
@@ -314,9 +297,7 @@ def _tensor_indices(
                     f"autodiff: {what}: tensor {t.id} is not in graph {graph.name!r} "
                     f"(it belongs to graph {t.graph.name!r})"
                 )
-            raise ValueError(
-                f"autodiff: {what}: tensor {t.id} is not {where} of graph {graph.name!r}"
-            )
+            raise ValueError(f"autodiff: {what}: tensor {t.id} is not {where} of graph {graph.name!r}")
     return idx
 
 
@@ -401,8 +382,7 @@ def autodiff(
     for fwd_g, info in (called_graphs_grad_info or {}).items():
         if not isinstance(info, GradGraphInfo):
             raise TypeError(
-                "autodiff: called_graphs_grad_info values must be GradGraphInfo, got "
-                f"{type(info).__name__}"
+                f"autodiff: called_graphs_grad_info values must be GradGraphInfo, got {type(info).__name__}"
             )
         if info.forward_graph != fwd_g:
             raise ValueError(
@@ -411,9 +391,7 @@ def autodiff(
             )
         called[fwd_g.name] = info.graph.name
         given[fwd_g] = info
-    grad_op, created = _autodiff_pass(
-        ir._module, graph.name, provided, required, called_grad_graphs=called
-    )
+    grad_op, created = _autodiff_pass(ir._module, graph.name, provided, required, called_grad_graphs=called)
     from popxl.graph import Graph as _G
 
     top = GradGraphInfo.from_graph(_G._from_op(ir, grad_op))

@@ -95,7 +95,9 @@ class Conv2D(Module):
         )
         if self.use_bias:
             self.bias = self.add_variable_input(
-                "bias", partial(np.zeros, (1, self.out_channels, 1, 1)), x.dtype,
+                "bias",
+                partial(np.zeros, (1, self.out_channels, 1, 1)),
+                x.dtype,
                 replica_grouping=self.replica_grouping,
             )
             y = y + self.bias

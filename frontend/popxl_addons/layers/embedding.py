@@ -32,7 +32,11 @@ class Embedding(Module):
     """
 
     def __init__(
-        self, dtype: popxl.dtype, vocab_size: int, hidden_size: int, axis: int = 0,
+        self,
+        dtype: popxl.dtype,
+        vocab_size: int,
+        hidden_size: int,
+        axis: int = 0,
         replica_grouping: Any | None = None,
     ):
         super().__init__()

@@ -21,9 +21,7 @@ class GroupNorm(Module):
     """`ops.group_norm(x, weight, bias, num_groups, eps)` of `x` `(N, C, *)`; variables
     `weight` (ones) and `bias` (zeros) of shape `(C,)`."""
 
-    def __init__(
-        self, num_groups: int, replica_grouping: Any | None = None, eps: float = 1e-5, cache: bool = False
-    ):
+    def __init__(self, num_groups: int, replica_grouping: Any | None = None, eps: float = 1e-5, cache: bool = False):
         super().__init__(cache)
         if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
             raise ValueError(f"GroupNorm: num_groups must be a positive int, got {num_groups!r}")

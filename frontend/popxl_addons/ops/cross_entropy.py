@@ -51,5 +51,3 @@ def cross_entropy_with_grad(
     if tuple(dx.shape) != tuple(x.shape):
         dx = dx.reshape(x.shape)
     return loss, dx
-
-

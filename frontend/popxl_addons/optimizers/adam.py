@@ -120,9 +120,7 @@ class AdamOptimizerStep(Module):
         """`grad / loss_scaling`, clipped by global norm when `global_norm` is given:
         times `global_norm_max / max(global_norm, global_norm_max)`."""
         if (global_norm is None) != (global_norm_max is None):
-            raise ValueError(
-                "AdamOptimizerStep: global_norm and global_norm_max must be given together"
-            )
+            raise ValueError("AdamOptimizerStep: global_norm and global_norm_max must be given together")
         scale: Any = None
         if isinstance(loss_scaling, popxl.Tensor):
             scale = 1.0 / ops.cast(loss_scaling, popxl.float32)

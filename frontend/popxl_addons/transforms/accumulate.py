@@ -53,9 +53,7 @@ def _index_of(t: Any, candidates: tuple, what: str, graph: Any) -> int:
     for i, c in enumerate(candidates):
         if c is t:
             return i
-    raise ValueError(
-        f"autodiff_with_accumulation: {what}: tensor {t.id} is not an input of graph {graph.name!r}"
-    )
+    raise ValueError(f"autodiff_with_accumulation: {what}: tensor {t.id} is not an input of graph {graph.name!r}")
 
 
 def autodiff_with_accumulation(
@@ -90,15 +88,12 @@ def autodiff_with_accumulation(
         graph = GraphWithNamedArgs(graph)
     if not isinstance(graph, GraphWithNamedArgs):
         raise TypeError(
-            "autodiff_with_accumulation: expected a GraphWithNamedArgs or popxl.Graph, got "
-            f"{type(graph).__name__}"
+            f"autodiff_with_accumulation: expected a GraphWithNamedArgs or popxl.Graph, got {type(graph).__name__}"
         )
     fwd = graph.graph
     fwd_inputs = fwd.inputs
     acc_idx: list[int] = []
-    if isinstance(tensors_to_accumulate_grads, popxl.Tensor) or not isinstance(
-        tensors_to_accumulate_grads, Iterable
-    ):
+    if isinstance(tensors_to_accumulate_grads, popxl.Tensor) or not isinstance(tensors_to_accumulate_grads, Iterable):
         raise TypeError(
             "autodiff_with_accumulation: tensors_to_accumulate_grads must be an iterable of "
             f"Tensors, got {type(tensors_to_accumulate_grads).__name__}"

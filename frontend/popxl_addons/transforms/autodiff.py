@@ -46,9 +46,7 @@ def autodiff(
     elif isinstance(graph, popxl.Graph):
         fwd = graph
     else:
-        raise TypeError(
-            f"addons.autodiff: expected a GraphWithNamedArgs or popxl.Graph, got {type(graph).__name__}"
-        )
+        raise TypeError(f"addons.autodiff: expected a GraphWithNamedArgs or popxl.Graph, got {type(graph).__name__}")
     if gwna is not None and gwna.autodiff_applied and not force:
         raise ValueError(
             f"addons.autodiff: autodiff has already been applied to graph '{fwd.name}' (it adds "
@@ -74,9 +72,7 @@ def autodiff(
     return GraphWithNamedArgs.from_grad_graph(infos[fwd])
 
 
-def remap_grad_info(
-    grad_info: GradGraphInfo, forward_graph: popxl.Graph, backward_graph: popxl.Graph
-) -> GradGraphInfo:
+def remap_grad_info(grad_info: GradGraphInfo, forward_graph: popxl.Graph, backward_graph: popxl.Graph) -> GradGraphInfo:
     """`grad_info`'s expected connections re-targeted, by index, to `forward_graph` and
     `backward_graph` (e.g. copies of the original graphs)."""
     expected_inputs, expected_outputs = grad_info.connections

@@ -31,9 +31,7 @@ def recompute_graph(grad_graph: GraphWithNamedArgs) -> GraphWithNamedArgs:
     forward activations, only forward inputs. Named args are remapped to the new inputs.
     """
     if not isinstance(grad_graph, GraphWithNamedArgs):
-        raise TypeError(
-            f"recompute_graph: expected a GraphWithNamedArgs, got {type(grad_graph).__name__}"
-        )
+        raise TypeError(f"recompute_graph: expected a GraphWithNamedArgs, got {type(grad_graph).__name__}")
     if not grad_graph.is_grad_graph:
         raise ValueError(
             f"recompute_graph: graph '{grad_graph.graph.name}' is not a gradient graph (it has no "

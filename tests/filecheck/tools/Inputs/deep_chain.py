@@ -23,7 +23,12 @@ def bias(i: int) -> float:
 
 
 def program(n: int) -> str:
-    lines = [f"graph.h2d_stream @x : {T}", f"graph.d2h_stream @y : {T}", "graph.main {", f"  %v0 = graph.host_load @x : {T}"]
+    lines = [
+        f"graph.h2d_stream @x : {T}",
+        f"graph.d2h_stream @y : {T}",
+        "graph.main {",
+        f"  %v0 = graph.host_load @x : {T}",
+    ]
     for i in range(n):
         w = ", ".join("[" + ", ".join(repr(float(v)) for v in row) + "]" for row in weight(i))
         lines += [
