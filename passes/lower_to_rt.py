@@ -1,7 +1,8 @@
 """`lower-to-rt`: lowers a whole program (graph/popxl/call/ipu dialects) to `rt`.
 
-The main graph is translated op by op into one `rt.program`; calls are expanded in
-place, `call.repeat` becomes `rt.loop` and `call.conditional` becomes `rt.if`.
+The main graph is translated op by op into one `rt.program`; a call is expanded in
+place (or becomes an `rt.call` of an `rt.func`, see below), `call.repeat` becomes `rt.loop`
+and `call.conditional` becomes `rt.if`.
 Every tensor gets a buffer; every popxl op becomes an `rt.kernel` with explicit
 destinations (in-place ops write their operand's buffer). Replica collectives (ops with
 the `CrossReplica` trait, `xl.dialects.replica`) lower the same way, their `grouping` a
