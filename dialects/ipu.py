@@ -78,10 +78,16 @@ IPU_ATTR = "ipu.id"
 TILE_SET_ATTR = "ipu.tile_set"
 
 
+def placement(op: Operation) -> int | None:
+    """The virtual IPU an op is placed on (its `ipu.id`), None when it is not placed."""
+    a = op.attributes.get(IPU_ATTR)
+    return a.value.data if isinstance(a, IntegerAttr) else None
+
+
 def ipu_of(op: Operation) -> int:
     """The virtual IPU an op is placed on (0 when unplaced)."""
-    a = op.attributes.get(IPU_ATTR)
-    return a.value.data if isinstance(a, IntegerAttr) else 0
+    p = placement(op)
+    return 0 if p is None else p
 
 
 @irdl_op_definition

@@ -30,12 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from xl.dialects import rt
-from xl.dialects.ipu import IPU_ATTR
+from xl.dialects.ipu import placement
 from xl.passes.rt_analysis import (
     Memory,
     ancestor_in,
@@ -96,11 +96,6 @@ class _Life:
     ipu: int = 0  # the `ipu.id` of the first placed op using it (0: popxl's default IPU)
 
 
-def _placed(op: Operation) -> int | None:
-    a = op.attributes.get(IPU_ATTR)
-    return a.value.data if isinstance(a, IntegerAttr) else None
-
-
 def _lifetimes(block: Block, mem: Memory) -> tuple[list[Operation], list[_Life]]:
     ops = list(block.ops)
     pos = positions(block)
@@ -128,7 +123,7 @@ def _lifetimes(block: Block, mem: Memory) -> tuple[list[Operation], list[_Life]]
                 if p < first:
                     first, first_op = p, anc
                 last = max(last, p)
-                ipu = _placed(use.operation)
+                ipu = placement(use.operation)
                 if ipu is not None and (placed is None or p < placed[0]):
                     placed = (p, ipu)
             if not ok:

@@ -71,11 +71,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import IntegerAttr
 from xdsl.ir import Operation, SSAValue
 
 from xl.dialects import rt
-from xl.dialects.ipu import IPU_ATTR
+from xl.dialects.ipu import placement
 from xl.runtime.collectives import is_collective
 from xl.runtime.errors import PlanError
 from xl.runtime.plan import CHUNK_LINES, PlanBuilder, plan_filename, register_source
@@ -98,8 +97,7 @@ def serial_forced() -> bool:
 
 
 def _ipu_attr(op: Operation | None) -> int | None:
-    a = op.attributes.get(IPU_ATTR) if op is not None else None
-    return a.value.data if isinstance(a, IntegerAttr) else None
+    return placement(op) if op is not None else None
 
 
 def _writes(op: Operation) -> tuple[SSAValue, ...]:

@@ -38,11 +38,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects.builtin import IntegerAttr, MemRefType
+from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Block, Operation, SSAValue
 
 from xl.dialects import rt
-from xl.dialects.ipu import IPU_ATTR
+from xl.dialects.ipu import placement
 from xl.dialects.utils import dtype_of, shape_of
 
 __all__ = ["BufferInfo", "IpuMemory", "MemoryReport", "memory_report"]
@@ -168,11 +168,6 @@ def nbytes(t: MemRefType) -> int:
     return int(np.prod(shape_of(t), dtype=np.int64)) * np.dtype(dtype_of(t)).itemsize
 
 
-def _ipu_attr(op: Operation) -> int | None:
-    a = op.attributes.get(IPU_ATTR)
-    return a.value.data if isinstance(a, IntegerAttr) else None
-
-
 def _writes(op: Operation) -> tuple[SSAValue, ...]:
     """The buffers `op` writes (its operands, when its effects are not known)."""
     if isinstance(op, rt.KernelOp):
@@ -267,11 +262,11 @@ def memory_report(program: rt.ProgramOp) -> MemoryReport:
     for v in storage:
         owner = v.owner
         assert isinstance(owner, Operation)
-        placed = _ipu_attr(owner)
+        placed = placement(owner)
         if placed is None:
-            placed = next((p for op in writers[v] if (p := _ipu_attr(op)) is not None), None)
+            placed = next((p for op in writers[v] if (p := placement(op)) is not None), None)
         if placed is None:
-            placed = next((p for op in uses[v] if (p := _ipu_attr(op)) is not None), None)
+            placed = next((p for op in uses[v] if (p := placement(op)) is not None), None)
         if placed is not None:
             ipu[v] = placed
     frontier = [v for v in storage if v in ipu]
@@ -315,7 +310,7 @@ def memory_report(program: rt.ProgramOp) -> MemoryReport:
                 live = (min(s[0] for s in spans), max(s[1] for s in spans))
         buffers.append(BufferInfo(names[v], kind, ipu.get(v, 0), shape_of(t), dtype_of(t), nbytes(t), live))
 
-    ids = sorted({b.ipu for b in buffers} | {p for op in layout.ops if (p := _ipu_attr(op)) is not None} or {0})
+    ids = sorted({b.ipu for b in buffers} | {p for op in layout.ops if (p := placement(op)) is not None} or {0})
     per_ipu: list[IpuMemory] = []
     for i in ids:
         mine = [b for b in buffers if b.ipu == i]

@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xdsl.dialects.builtin import IntegerAttr, StringAttr
+from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Attribute, Operation
 
 from xl.dialects import rt
-from xl.dialects.ipu import IPU_ATTR
+from xl.dialects.ipu import placement
 
 # discardable attributes naming the source of an op (set by the frontend, kept by lowering)
 SOURCE_ATTR = "rt.source"  # "MatMul.101": PopART type name and frontend op id
@@ -131,8 +131,7 @@ def kernel_info(op: Operation) -> KernelInfo:
     from xl.runtime.collectives import is_collective
     from xl.runtime.registry import kernel_class
 
-    ipu_attr = op.attributes.get(IPU_ATTR)
-    ipu = ipu_attr.value.data if isinstance(ipu_attr, IntegerAttr) else None
+    ipu = placement(op)
     source, graph = _str_attr(op, SOURCE_ATTR), _str_attr(op, GRAPH_ATTR)
     if isinstance(op, rt.KernelOp):
         name = op.kernel.data

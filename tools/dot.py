@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, TensorType
+from xdsl.dialects.builtin import MemRefType, ModuleOp, TensorType
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.utils.target import Target
 
@@ -44,7 +44,7 @@ from xl.dialects import rt
 from xl.dialects.call import ConditionalOp, called_graph_names
 from xl.dialects.effects import written_operands
 from xl.dialects.graph import ConstantOp, GraphOp, MainGraphOp, OutputOp, VariableOp
-from xl.dialects.ipu import IPU_ATTR
+from xl.dialects.ipu import placement
 from xl.dialects.traits import derived_popart_type, popart_type
 from xl.dialects.utils import dtype_of, shape_of
 
@@ -152,11 +152,6 @@ def tensor_type_str(t: object) -> str:
     return f"[{t}]"
 
 
-def _ipu(op: Operation) -> int | None:
-    a = op.attributes.get(IPU_ATTR)
-    return a.value.data if isinstance(a, IntegerAttr) else None
-
-
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "_"
 
@@ -262,7 +257,7 @@ class DotWriter:
         ipu_clusters: dict[int, _Cluster] = {}
 
         def where(op: Operation) -> _Cluster:
-            ipu = _ipu(op)
+            ipu = placement(op)
             if ipu is None:
                 return cluster
             if ipu not in ipu_clusters:
@@ -344,7 +339,7 @@ class DotWriter:
             ipu_clusters: dict[int, _Cluster] = {}
 
             def where(op: Operation) -> _Cluster:
-                ipu = _ipu(op)
+                ipu = placement(op)
                 if ipu is None:
                     return c
                 if ipu not in ipu_clusters:
