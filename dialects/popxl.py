@@ -2275,7 +2275,7 @@ class _UpdaterBase(PopxlOp):
 
     Operands `m, v, weight?, time_step?` then optional scalar tensors for the factors.
     The result has m's shape and v's dtype. When `time_step` is given it is
-    incremented in place (so `WRITES` holds its operand index) and used for bias
+    incremented in place (its in-place interface names that operand) and used for bias
     correction, and `beta1` (and `beta2` where used) are required.
     """
 
@@ -3573,24 +3573,3 @@ OPS: list[type[IRDLOperation]] = (
 )
 
 Popxl = Dialect("popxl", [*OPS], [])
-
-
-# -- compatibility: `WRITES` (issue 10, phase 2 removes it) ---------------------------------
-# runtime/kernels.py, passes/lower_to_rt.py and tests read `op.WRITES` / `OpClass.WRITES`.
-# The in-place trait (`InPlaceInterface`) is the declaration; `WRITES` is derived from it
-# here: a tuple for `WritesOperands`, a per-instance property for the other interfaces.
-# Declared a ClassVar so that op classes defined elsewhere (plugins) can derive from PopxlOp.
-PopxlOp.__annotations__["WRITES"] = ClassVar[tuple[int, ...]]
-PopxlOp.WRITES = ()  # pyright: ignore[reportAttributeAccessIssue]
-
-
-def _derive_writes(ops: Sequence[type[IRDLOperation]]) -> None:
-    for cls in ops:
-        t = cls.get_trait(InPlaceInterface)
-        if isinstance(t, WritesOperands):
-            cls.WRITES = t.indices  # pyright: ignore[reportAttributeAccessIssue]
-        elif t is not None:
-            cls.WRITES = property(written_operands)  # pyright: ignore[reportAttributeAccessIssue]
-
-
-_derive_writes(OPS)

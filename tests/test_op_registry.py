@@ -24,7 +24,7 @@ from xdsl.ir import Operation
 
 import xl.passes.autodiff  # noqa: F401  (registers the call.call rule)
 from xl.dialects import get_all_dialects
-from xl.dialects.effects import InPlaceInterface, WritesOperands, written_operands
+from xl.dialects.effects import InPlaceInterface, written_operands
 from xl.dialects.traits import (
     Elementwise,
     Internal,
@@ -144,13 +144,6 @@ def test_in_place_interface() -> None:
     }  # fmt: skip
     assert ScaledAddOp.get_trait(InPlaceInterface) is None
     assert isinstance(AdamUpdaterOp.get_trait(InPlaceInterface), InPlaceInterface)
-    # the compatibility attribute `WRITES` agrees with the trait (phase 2 removes it)
-    for c in Popxl.operations:
-        t = c.get_trait(InPlaceInterface)
-        if isinstance(t, WritesOperands):
-            assert c.WRITES == t.indices, c.name  # pyright: ignore[reportAttributeAccessIssue]  # set on the classes at import
-        elif t is None:
-            assert c.WRITES == (), c.name  # pyright: ignore[reportAttributeAccessIssue]  # set on the classes at import
 
 
 def test_written_operands_of_calls() -> None:
