@@ -99,7 +99,7 @@ from xl.dialects.popxl import (
     TransposeOp,
     WhereOp,
     op_props,
-)  # fmt: skip  # fmt: skip
+)
 from xl.dialects.traits import NoGradient, NotDifferentiable, has_no_gradient
 from xl.dialects.utils import dtype_of, shape_of, tensor_type
 

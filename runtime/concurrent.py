@@ -77,12 +77,12 @@ from xl.dialects import rt
 from xl.dialects.ipu import placement
 from xl.runtime.collectives import is_collective
 from xl.runtime.errors import PlanError
+from xl.runtime.placement import BufferPlacement
 from xl.runtime.plan import CHUNK_LINES, PlanBuilder, plan_filename, register_source
 from xl.runtime.profile import kernel_info
 from xl.runtime.registry import kernel_class
 
 SERIAL_ENV = "XL_SERIAL"
-VIEW_ATTR = "rt.view"
 WAIT_POLL_S = 0.05  # a waiting stream re-checks the abort flag this often
 
 
@@ -96,26 +96,11 @@ def serial_forced() -> bool:
 # ------------------------------------------------------------------------------------
 
 
-def _ipu_attr(op: Operation | None) -> int | None:
-    return placement(op) if op is not None else None
-
-
-def _writes(op: Operation) -> tuple[SSAValue, ...]:
-    if isinstance(op, rt.KernelOp):
-        return op.io()[1]
-    if isinstance(op, rt.CopyOp):
-        return (op.dest,)
-    if isinstance(op, rt.H2DOp):
-        return (op.buffer,)
-    return ()
-
-
 def op_placement(program: rt.ProgramOp) -> dict[Operation, int] | None:
     """The virtual IPU of every executed op (kernels, copies, host transfers) by the rule
     of the module docstring, or None when the program runs serially anyway: fewer than two
     IPUs, replica collectives, or `rt.func` / `rt.call`."""
     ops = [op for op in program.walk() if op is not program]
-    view_src: dict[SSAValue, SSAValue] = {}
     for op in ops:
         if isinstance(op, rt.CallOp | rt.FuncOp):
             return None  # rt functions (single-IPU programs by lowering): serial plan
@@ -123,69 +108,11 @@ def op_placement(program: rt.ProgramOp) -> dict[Operation, int] | None:
             cls = kernel_class(op.kernel.data)
             if cls is not None and is_collective(cls):
                 return None
-            if VIEW_ATTR in op.attributes:
-                ins, outs = op.io()
-                if ins and outs:
-                    view_src[outs[0]] = ins[0]
-
-    def root(v: SSAValue) -> SSAValue:
-        while v in view_src:
-            v = view_src[v]
-        return v
-
-    writer: dict[SSAValue, int] = {}
-    reader: dict[SSAValue, int] = {}
-    links: dict[SSAValue, list[SSAValue]] = {}
-    for op in ops:
-        if isinstance(op, rt.CopyOp):
-            a, b = root(op.source), root(op.dest)
-            links.setdefault(a, []).append(b)
-            links.setdefault(b, []).append(a)
-        p = _ipu_attr(op)
-        if p is None:
-            continue
-        written = {root(v) for v in _writes(op)}
-        for v in op.operands:
-            r = root(v)
-            (writer if r in written else reader).setdefault(r, p)
-
-    def placed(r: SSAValue) -> int | None:
-        owner = r.owner
-        p = _ipu_attr(owner) if isinstance(owner, Operation) else None
-        if p is None:
-            p = writer.get(r)
-        if p is None:
-            p = reader.get(r)
-        return p
-
-    cache: dict[SSAValue, int] = {}
-
-    def buffer_ipu(v: SSAValue) -> int:
-        r = root(v)
-        if r in cache:
-            return cache[r]
-        p = placed(r)
-        if p is None:  # through copies (breadth first), else IPU 0
-            seen, frontier = {r}, [r]
-            while frontier and p is None:
-                nxt = []
-                for w in frontier:
-                    for u in links.get(w, ()):
-                        if u not in seen:
-                            seen.add(u)
-                            nxt.append(u)
-                for u in nxt:
-                    p = placed(u)
-                    if p is not None:
-                        break
-                frontier = nxt
-        cache[r] = p if p is not None else 0
-        return cache[r]
-
-    placement: dict[Operation, int] = {}
+    buffer_ipu = BufferPlacement(ops).ipu
+    where: dict[Operation, int] = {}
     for op in ops:
         if isinstance(op, rt.KernelOp):
-            p = _ipu_attr(op)
+            p = placement(op)
             if p is None:
                 outs = op.io()[1]
                 p = buffer_ipu(outs[0]) if outs else 0
@@ -195,10 +122,10 @@ def op_placement(program: rt.ProgramOp) -> dict[Operation, int] | None:
             p = buffer_ipu(op.buffer)
         else:
             continue
-        placement[op] = p
-    if len(set(placement.values())) < 2:
+        where[op] = p
+    if len(set(where.values())) < 2:
         return None
-    return placement
+    return where
 
 
 def stream_of_ipus(ipus: set[int], workers: int) -> dict[int, int]:

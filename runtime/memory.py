@@ -21,7 +21,8 @@ report gives, in bytes per replica:
 The IPU of a buffer is its defining op's `ipu.id` when it has one, else that of the first op
 (program order) with an `ipu.id` that writes it, else of the first such op that reads it;
 a buffer no placed op touches takes the IPU of a buffer it is copied from or into
-(`rt.copy`), and otherwise IPU 0 (where unplaced ops run).
+(`rt.copy`), and otherwise IPU 0 (where unplaced ops run): `xl.runtime.placement`, the rule
+the concurrent plan places unplaced ops by.
 
 ```python
 from xl.runtime.memory import memory_report
@@ -44,11 +45,11 @@ from xdsl.ir import Block, Operation, SSAValue
 from xl.dialects import rt
 from xl.dialects.ipu import placement
 from xl.dialects.utils import dtype_of, shape_of
+from xl.runtime.placement import BufferPlacement
 
 __all__ = ["BufferInfo", "IpuMemory", "MemoryReport", "memory_report"]
 
 # `rt.kernel` with this unit attribute writes its output as a view of its input (no storage).
-VIEW_ATTR = "rt.view"
 # The slots the `pipeline` pass creates for a stash (ring buffer, stash and restore counters).
 _STASH_SLOT = re.compile(r"^pipeline\.stash\d+\.")
 
@@ -168,19 +169,6 @@ def nbytes(t: MemRefType) -> int:
     return int(np.prod(shape_of(t), dtype=np.int64)) * np.dtype(dtype_of(t)).itemsize
 
 
-def _writes(op: Operation) -> tuple[SSAValue, ...]:
-    """The buffers `op` writes (its operands, when its effects are not known)."""
-    if isinstance(op, rt.KernelOp):
-        return op.io()[1]
-    if isinstance(op, rt.CopyOp):
-        return (op.dest,)
-    if isinstance(op, rt.H2DOp):
-        return (op.buffer,)
-    if isinstance(op, rt.D2HOp | rt.IfOp | rt.LoopOp):
-        return ()
-    return tuple(op.operands)
-
-
 def _describe(op: Operation, names: dict[SSAValue, str]) -> str:
     if isinstance(op, rt.KernelOp):
         ins, outs = op.io()
@@ -223,18 +211,8 @@ class _Layout:
 def memory_report(program: rt.ProgramOp) -> MemoryReport:
     """Memory per virtual IPU of `program` (see the module docstring)."""
     layout = _Layout(program)
-    # views: output -> viewed buffer
-    view_src: dict[SSAValue, SSAValue] = {}
-    for op in layout.ops:
-        if isinstance(op, rt.KernelOp) and VIEW_ATTR in op.attributes:
-            ins, outs = op.io()
-            if ins and outs:
-                view_src[outs[0]] = ins[0]
-
-    def root(v: SSAValue) -> SSAValue:
-        while v in view_src:
-            v = view_src[v]
-        return v
+    buffers_at = BufferPlacement(layout.ops)
+    view_src, root = buffers_at.view_src, buffers_at.root
 
     # the buffers with storage, with their uses (of any alias) in program order
     storage: list[SSAValue] = []
@@ -242,42 +220,10 @@ def memory_report(program: rt.ProgramOp) -> MemoryReport:
         if isinstance(op, rt.StateOp | rt.ConstOp) or (isinstance(op, rt.AllocOp) and op.result not in view_src):
             storage.append(op.results[0])
     uses: dict[SSAValue, list[Operation]] = {v: [] for v in storage}
-    writers: dict[SSAValue, list[Operation]] = {v: [] for v in storage}
-    copy_links: dict[SSAValue, list[SSAValue]] = {v: [] for v in storage}
     for op in layout.ops:
-        written = {root(v) for v in _writes(op)}
         for v in dict.fromkeys(root(x) for x in op.operands):
             if v in uses:
                 uses[v].append(op)
-                if v in written:
-                    writers[v].append(op)
-        if isinstance(op, rt.CopyOp):
-            a, b = root(op.source), root(op.dest)
-            if a in copy_links and b in copy_links:
-                copy_links[a].append(b)
-                copy_links[b].append(a)
-
-    # the IPU of each buffer
-    ipu: dict[SSAValue, int] = {}
-    for v in storage:
-        owner = v.owner
-        assert isinstance(owner, Operation)
-        placed = placement(owner)
-        if placed is None:
-            placed = next((p for op in writers[v] if (p := placement(op)) is not None), None)
-        if placed is None:
-            placed = next((p for op in uses[v] if (p := placement(op)) is not None), None)
-        if placed is not None:
-            ipu[v] = placed
-    frontier = [v for v in storage if v in ipu]
-    while frontier:  # through copies, for buffers no placed op touches
-        nxt: list[SSAValue] = []
-        for v in frontier:
-            for w in copy_links[v]:
-                if w not in ipu:
-                    ipu[w] = ipu[v]
-                    nxt.append(w)
-        frontier = nxt
 
     names: dict[SSAValue, str] = {}
     for k, v in enumerate(storage):
@@ -308,7 +254,7 @@ def memory_report(program: rt.ProgramOp) -> MemoryReport:
             spans = [s for op in uses[v] if (s := layout.span_in(op, block)) is not None]
             if spans:
                 live = (min(s[0] for s in spans), max(s[1] for s in spans))
-        buffers.append(BufferInfo(names[v], kind, ipu.get(v, 0), shape_of(t), dtype_of(t), nbytes(t), live))
+        buffers.append(BufferInfo(names[v], kind, buffers_at.ipu(v), shape_of(t), dtype_of(t), nbytes(t), live))
 
     ids = sorted({b.ipu for b in buffers} | {p for op in layout.ops if (p := placement(op)) is not None} or {0})
     per_ipu: list[IpuMemory] = []
