@@ -24,11 +24,9 @@ the step each IPU keeps busy (the bound on the speed-up is step / max(IPU busy t
 
 from __future__ import annotations
 
-import gc
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,8 @@ from threadpoolctl import ThreadpoolController
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
+
+from timing import alternate  # noqa: E402
 
 import popxl  # noqa: E402
 from xl.runtime.profile import Profile  # noqa: E402
@@ -60,36 +60,6 @@ def _program(micro_batch: int) -> tuple[popxl.Ir, list[Any], dict[Any, np.ndarra
         streams[1]: rng.integers(0, 10, (n, micro_batch)).astype(np.int32),
     }
     return session.ir, streams, inputs
-
-
-def _timed(impls: dict[str, Callable[[], object]], rounds: int, target_s: float) -> dict[str, dict]:
-    """Median seconds per call of each impl, in alternating chunks (the order rotates)."""
-    chunk: dict[str, int] = {}
-    for name, f in impls.items():
-        for _ in range(3):
-            f()
-        t = time.perf_counter()
-        f()
-        chunk[name] = max(1, int(target_s / max(time.perf_counter() - t, 1e-6)))
-    samples: dict[str, list[float]] = {n: [] for n in impls}
-    names = list(impls)
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        for r in range(rounds):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                f, k = impls[name], chunk[name]
-                t = time.perf_counter()
-                for _ in range(k):
-                    f()
-                samples[name].append((time.perf_counter() - t) / k)
-    finally:
-        if was:
-            gc.enable()
-    return {
-        n: {"median_s": statistics.median(s), "min_s": min(s), "chunks": len(s), "steps_per_chunk": chunk[n]}
-        for n, s in samples.items()
-    }
 
 
 def _busy(ir: popxl.Ir, inputs: dict[Any, np.ndarray], concurrent: bool, blas: int) -> dict[str, float]:
@@ -126,7 +96,9 @@ def bench_pipeline(micro_batch: int, rounds: int = 15, target_s: float = 0.3) ->
         def concurrent() -> object:  # the step sets 1 BLAS thread per worker itself
             return conc.run(inputs)
 
-        times = _timed({"serial_1": serial_n(1), "serial_2": serial_n(2), "concurrent": concurrent}, rounds, target_s)
+        times = alternate(
+            {"serial_1": serial_n(1), "serial_2": serial_n(2), "concurrent": concurrent}, rounds, target_s
+        )
     med = {k: v["median_s"] for k, v in times.items()}
     return {
         "micro_batch": micro_batch,
@@ -176,7 +148,7 @@ def bench_balanced(n: int = 256, k: int = 8, rounds: int = 15, target_s: float =
         for name in ("a", "c"):
             exe.set_state(name, (rng.standard_normal((n, n)) / n**0.5).astype(np.float32))
     with _BLAS.limit(limits=1, user_api="blas"):
-        times = _timed({name: exe.run for name, exe in exes.items()}, rounds, target_s)
+        times = alternate({name: exe.run for name, exe in exes.items()}, rounds, target_s)
     return {
         "n": n,
         "k": k,

@@ -42,7 +42,6 @@ import gc
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -64,6 +63,7 @@ from pipeline import bench_balanced, bench_pipeline
 from pipeline import report_lines as pipeline_report
 from references import NumpyMLP, jax_mlp, torch_mlp
 from replicas import NumpyDataParallel, dp_train_ir
+from timing import alternate
 
 import popxl
 
@@ -129,44 +129,6 @@ def machine() -> dict:
     except OSError:
         pass
     return info
-
-
-def alternate(impls: dict[str, Callable[[], object]], rounds: int, target_s: float) -> dict[str, dict]:
-    """Median seconds per call of each impl, timed in alternating chunks."""
-    chunk: dict[str, int] = {}
-    for name, f in impls.items():  # warm up, size the chunks
-        for _ in range(3):
-            f()
-        t = time.perf_counter()
-        f()
-        dt = max(time.perf_counter() - t, 1e-6)
-        chunk[name] = max(1, int(target_s / dt))
-    samples: dict[str, list[float]] = {n: [] for n in impls}
-    names = list(impls)
-    gc_was = gc.isenabled()
-    gc.disable()
-    try:
-        for r in range(rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]
-            for name in order:
-                f, k = impls[name], chunk[name]
-                t = time.perf_counter()
-                for _ in range(k):
-                    f()
-                samples[name].append((time.perf_counter() - t) / k)
-    finally:
-        if gc_was:
-            gc.enable()
-    return {
-        n: {
-            "median_s": statistics.median(s),
-            "min_s": min(s),
-            "iqr_s": (np.percentile(s, 75) - np.percentile(s, 25)).item(),
-            "chunks": len(s),
-            "steps_per_chunk": chunk[n],
-        }
-        for n, s in samples.items()
-    }
 
 
 def mnist_batches(batch: int, count: int = 64) -> list[tuple[np.ndarray, np.ndarray]]:

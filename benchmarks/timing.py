@@ -1,0 +1,48 @@
+"""Timing shared by the benchmarks: implementations timed in alternating chunks."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+
+def alternate(impls: dict[str, Callable[[], object]], rounds: int, target_s: float) -> dict[str, dict]:
+    """Median seconds per call of each impl, timed in alternating chunks."""
+    chunk: dict[str, int] = {}
+    for name, f in impls.items():  # warm up, size the chunks
+        for _ in range(3):
+            f()
+        t = time.perf_counter()
+        f()
+        dt = max(time.perf_counter() - t, 1e-6)
+        chunk[name] = max(1, int(target_s / dt))
+    samples: dict[str, list[float]] = {n: [] for n in impls}
+    names = list(impls)
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            for name in order:
+                f, k = impls[name], chunk[name]
+                t = time.perf_counter()
+                for _ in range(k):
+                    f()
+                samples[name].append((time.perf_counter() - t) / k)
+    finally:
+        if gc_was:
+            gc.enable()
+    return {
+        n: {
+            "median_s": statistics.median(s),
+            "min_s": min(s),
+            "iqr_s": (np.percentile(s, 75) - np.percentile(s, 25)).item(),
+            "chunks": len(s),
+            "steps_per_chunk": chunk[n],
+        }
+        for n, s in samples.items()
+    }
