@@ -829,42 +829,32 @@ def _t_accumulate(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     return [f"{g.fn(np.multiply)}({xn}, {f}, {tmp})", f"{g.fn(np.add)}({tn}, {tmp}, {tn})"]
 
 
-@template(AccumulateMovingAverageOp)
-def _t_moving_average(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    """t = t * f + x * (1 - f)."""
+def _moving_average(g: Gen, op: K, p: dict[str, Any], square: bool) -> list[str] | None:
+    """t = t * f + y * (1 - f), y = x (or x * x when `square`); a float16 moment of a
+    float32 gradient (seed 003's Adam) goes through float32 and is rounded once."""
     ops = _update_operands(g, op, p, "f", None)
     if ops is None:
         return None
     t, x, f = ops
     _, tmp = g.scratch(t.shape, x.dtype)
     mul, tn, xn = g.fn(np.multiply), g.buf(op.ins[0]), g.buf(op.ins[1])
-    if t.dtype != x.dtype:  # a float16 moment of a float32 gradient (seed 003's Adam)
+    if square:
+        head = [f"_f = {f}", f"{mul}({xn}, {xn}, {tmp})", f"{mul}({tmp}, 1.0 - _f, {tmp})"]
+    else:
+        head = [f"_f = {f}", f"{mul}({xn}, 1.0 - _f, {tmp})"]
+    if t.dtype != x.dtype:
         _, wide = g.scratch(t.shape, x.dtype)
-        return [
-            f"_f = {f}",
-            *_half_scaled(g, t, tn, "_f", wide),
-            f"{mul}({xn}, 1.0 - _f, {tmp})",
-            *_half_add(g, t, tn, tmp, wide),
-        ]
-    return [
-        f"_f = {f}",
-        f"{mul}({tn}, _f, {tn})",
-        f"{mul}({xn}, 1.0 - _f, {tmp})",
-        f"{g.fn(np.add)}({tn}, {tmp}, {tn})",
-    ]
+        return [*head, *_half_scaled(g, t, tn, "_f", wide), *_half_add(g, t, tn, tmp, wide)]
+    return [*head, f"{mul}({tn}, _f, {tn})", f"{g.fn(np.add)}({tn}, {tmp}, {tn})"]
+
+
+@template(AccumulateMovingAverageOp)
+def _t_moving_average(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    """t = t * f + x * (1 - f)."""
+    return _moving_average(g, op, p, square=False)
 
 
 @template(AccumulateMovingAverageSquareOp)
 def _t_moving_average_square(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     """t = t * f + (x * x) * (1 - f)."""
-    ops = _update_operands(g, op, p, "f", None)
-    if ops is None:
-        return None
-    t, x, f = ops
-    _, tmp = g.scratch(t.shape, x.dtype)
-    mul, tn, xn = g.fn(np.multiply), g.buf(op.ins[0]), g.buf(op.ins[1])
-    head = [f"_f = {f}", f"{mul}({xn}, {xn}, {tmp})", f"{mul}({tmp}, 1.0 - _f, {tmp})"]
-    if t.dtype != x.dtype:
-        _, wide = g.scratch(t.shape, x.dtype)
-        return [*head, *_half_scaled(g, t, tn, "_f", wide), *_half_add(g, t, tn, tmp, wide)]
-    return [*head, f"{mul}({tn}, _f, {tn})", f"{g.fn(np.add)}({tn}, {tmp}, {tn})"]
+    return _moving_average(g, op, p, square=True)
