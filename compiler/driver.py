@@ -9,18 +9,20 @@ flat = compile_module(module, outline=False)  # no automatic outlining
 outs = exe.run({"x": x})
 ```
 
-Automatic outlining. With the default pipeline, `compile_module` runs `OUTLINE_PIPELINE`:
-`outline` right after `inline` and `dce` (an outlined call would keep dead code alive), so
-that repeated code (identical layers, their gradients, the same optimiser step on each
-weight) becomes one graph, which `lower-to-rt` keeps as one `rt.func` called at each
-repeat; later passes, the rt optimisations and the generated plan then work on one copy.
-The pass only runs on programs of at least `OUTLINE_MIN_PROGRAM_OPS` ops (400: below that,
-compiling is fast and repeats are few; MNIST's training program has 57 ops and is compiled
-exactly as without outlining), for runs of at least `OUTLINE_MIN_OPS` ops (6: a call costs
-about a microsecond, so shorter runs of small ops would slow the step down).
-`outline=False` compiles with `DEFAULT_PIPELINE` as is; `functions=False` expands every
-call when lowering (`lower-to-rt{functions=false}`). A pipeline given explicitly is used
-as given.
+Automatic outlining. With the default pipeline, `compile_module` runs `OUTLINE_PIPELINE`
+on programs of at least `OUTLINE_MIN_PROGRAM_OPS` ops once inlined (`count_ops`; 400:
+below that, compiling is fast and repeats are few; MNIST's training program has 57 ops and
+is compiled exactly as without outlining). `outline` runs first, on the graphs as the
+frontend built them (after `pipeline` and `dce`: an outlined call would keep dead code
+alive), so that repeated code (identical layers, their gradients, the same optimiser step
+on each weight) becomes one graph before anything is expanded; `inline{keep-shared=true}`
+then expands the graphs called once and keeps those called from several places (the
+outlined ones, and the user's), which `lower-to-rt` keeps as one `rt.func` each: the later
+passes, the rt optimisations and the generated plan work on one copy of each. Runs are at
+least `OUTLINE_MIN_OPS` ops (6: a call costs about a microsecond, so shorter runs of small
+ops would slow the step down). `outline=False` compiles with `DEFAULT_PIPELINE` as is;
+`functions=False` expands every call when lowering (`lower-to-rt{functions=false}`). A
+pipeline given explicitly is used as given.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects import rt
 from xl.passes import get_all_passes as xl_passes
+from xl.passes.outline import count_ops
 from xl.runtime.comm import Comm
 from xl.runtime.errors import PlanError
 from xl.runtime.executable import Executable, compile_program, gc_paused
@@ -44,17 +47,16 @@ __all__ = ["DEFAULT_PIPELINE", "OUTLINE_PIPELINE", "RT_PIPELINE", "compile_modul
 # From a high-level module (graphs, calls, popxl ops) to one `rt.program`.
 DEFAULT_PIPELINE = "pipeline,inline,canonicalize,cse,dce,lower-to-rt"
 
-# The size threshold of automatic outlining (ops of the graphs after `inline`), and the
+# The size threshold of automatic outlining (ops of the program once inlined), and the
 # shortest run outlined.
 OUTLINE_MIN_PROGRAM_OPS = 400
 OUTLINE_MIN_OPS = 6
 
-# `DEFAULT_PIPELINE` with automatic outlining: what `compile_module` runs by default. `dce`
-# first: a call keeps its whole body alive, so dead code must be gone before outlining.
+# `DEFAULT_PIPELINE` with automatic outlining: what `compile_module` runs by default on
+# programs of `OUTLINE_MIN_PROGRAM_OPS` ops or more. `dce` first: a call keeps its whole
+# body alive, so dead code must be gone before outlining.
 OUTLINE_PIPELINE = (
-    "pipeline,inline,dce,"
-    f"outline{{min-ops={OUTLINE_MIN_OPS} min-program-ops={OUTLINE_MIN_PROGRAM_OPS}}},"
-    "canonicalize,cse,dce,lower-to-rt"
+    f"pipeline,dce,outline{{min-ops={OUTLINE_MIN_OPS}}},inline{{keep-shared=true}},canonicalize,cse,dce,lower-to-rt"
 )
 
 
@@ -78,10 +80,17 @@ def _pass_name(spec: str) -> str:
     return spec.split("{", 1)[0].strip()
 
 
-def compile_pipeline(pipeline: str = DEFAULT_PIPELINE, outline: bool = True, functions: bool = True) -> str:
+def compile_pipeline(
+    pipeline: str = DEFAULT_PIPELINE,
+    outline: bool = True,
+    functions: bool = True,
+    module: ModuleOp | None = None,
+) -> str:
     """The pipeline `compile_module` runs for these options: `OUTLINE_PIPELINE` for the
-    default pipeline with `outline`; without `functions`, `lower-to-rt{functions=false}`."""
-    if pipeline == DEFAULT_PIPELINE and outline:
+    default pipeline with `outline`, when `module` (if given) has at least
+    `OUTLINE_MIN_PROGRAM_OPS` ops once inlined; without `functions`,
+    `lower-to-rt{functions=false}`."""
+    if pipeline == DEFAULT_PIPELINE and outline and (module is None or count_ops(module) >= OUTLINE_MIN_PROGRAM_OPS):
         pipeline = OUTLINE_PIPELINE
     if not functions:
         pipeline = ",".join(
@@ -146,12 +155,12 @@ def compile_module(
     pipeline, and calls kept as functions when lowering (see the module docstring,
     `compile_pipeline`).
     """
-    pipeline = compile_pipeline(pipeline, outline, functions)
     with gc_paused():
         if extra_passes:
             module = apply_extra_passes(module, extra_passes)
         programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
         if not programs:
+            pipeline = compile_pipeline(pipeline, outline, functions, module)
             module = lower(module, f"{pipeline},{RT_PIPELINE}" if optimize else pipeline)
         elif optimize:
             module = lower(module, RT_PIPELINE)

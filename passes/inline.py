@@ -22,6 +22,11 @@ input that the callee updates in place without being by-reference is copied firs
 (`popxl.identity`), and an output that is one of the callee's inputs is copied, so
 the caller never aliases what it passed in. Graphs no longer called from anywhere
 are erased unless `remove-dead=false`.
+
+`inline{keep-shared=true}` inlines only the calls of graphs called from one place and
+keeps the calls of graphs called from several places (counted before inlining: the
+graphs `outline` created, a layer the user calls twice), so that `lower-to-rt` makes one
+function of each; graphs nested in a kept graph are inlined into it as usual.
 """
 
 from __future__ import annotations
@@ -79,15 +84,19 @@ def inline_call(call: CallOp, callee: GraphOp) -> None:
     Rewriter.erase_op(call)
 
 
-def inline_all(module: ModuleOp, remove_dead: bool = True) -> None:
-    """Inline every `call.call` in the module, innermost callees first."""
+def inline_all(module: ModuleOp, remove_dead: bool = True, keep_shared: bool = False) -> None:
+    """Inline every `call.call` in the module, innermost callees first; with `keep_shared`,
+    not the calls of graphs called from more than one place."""
     graphs = graphs_by_name(module)
+    shared = {name for name, sites in call_sites(module).items() if len(sites) > 1} if keep_shared else set()
     changed = True
     while changed:
         changed = False
         calls = [op for op in module.walk() if isinstance(op, CallOp)]
         for call in calls:
             name = call.callee.root_reference.data
+            if name in shared:
+                continue
             callee = graphs.get(name)
             if callee is None:
                 raise ValueError(f"inline: call to unknown graph @{name}")
@@ -104,10 +113,12 @@ def inline_all(module: ModuleOp, remove_dead: bool = True) -> None:
 
 @dataclass(frozen=True)
 class InlinePass(ModulePass):
-    """Inline all `call.call` ops; `remove-dead` erases graphs no longer called."""
+    """Inline all `call.call` ops (with `keep-shared`, not those of graphs called from
+    several places); `remove-dead` erases graphs no longer called."""
 
     name = "inline"
     remove_dead: bool = True
+    keep_shared: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        inline_all(op, self.remove_dead)
+        inline_all(op, self.remove_dead, self.keep_shared)

@@ -574,10 +574,34 @@ def outline(module: ModuleOp, min_ops: int = 3, graph: str | None = None) -> lis
 
 
 def count_ops(module: ModuleOp) -> int:
-    """The ops of the graph bodies of `module` (nested ops included, terminators too)."""
-    return sum(1 for h in module.body.block.ops if isinstance(h, GraphOp | MainGraphOp) for _ in h.walk()) - sum(
-        1 for h in module.body.block.ops if isinstance(h, GraphOp | MainGraphOp)
-    )
+    """The ops of the program once every `call.call` is inlined: the ops of `graph.main`
+    (terminators included), where a `call.call` counts the expanded ops of its graph instead
+    of itself; `call.repeat` / `call.conditional` count as one op. Without `graph.main`, the
+    ops of all graph bodies."""
+    graphs = {h.graph_name: h for h in module.body.block.ops if isinstance(h, GraphOp)}
+    main = next((h for h in module.body.block.ops if isinstance(h, MainGraphOp)), None)
+    if main is None:
+        return sum(1 for g in graphs.values() for _ in g.walk()) - len(graphs)
+    sizes: dict[str, int] = {}
+
+    def size(holder: Operation) -> int:
+        n = 0
+        for op in holder.walk():
+            if isinstance(op, CallOp):
+                name = op.callee.root_reference.data
+                g = graphs.get(name)
+                if g is None:
+                    n += 1
+                    continue
+                if name not in sizes:
+                    sizes[name] = 0  # a recursive call counts 0 (the verifier reports it)
+                    sizes[name] = size(g) - 1  # its graph.output is not inlined
+                n += sizes[name]
+            elif op is not holder:
+                n += 1
+        return n
+
+    return size(main)
 
 
 @dataclass(frozen=True)
@@ -585,7 +609,7 @@ class OutlinePass(ModulePass):
     """`outline{min-ops=3 graph=G min-program-ops=0}`: repeated op runs of at least
     `min-ops` ops become one graph and calls (every graph and `graph.main`, or only graph
     @G). With `min-program-ops=N` the pass does nothing to a module whose graphs hold
-    fewer than N ops in all (`count_ops`): the size threshold of the default pipeline."""
+    fewer than N ops once inlined (`count_ops`): the size threshold of the default pipeline."""
 
     name = "outline"
     min_ops: int = 3
