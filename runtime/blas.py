@@ -95,8 +95,18 @@ def gemm_acc(
     """A no-argument callable doing ``c[...] = alpha * op(a) @ op(b) + beta * c``.
 
     `a`, `b`, `c` are 2-D arrays of one float dtype; `c` must be C-contiguous. The
-    arrays are bound now: the callable must only be used while they stay alive.
+    arrays are bound now: the callable must only be used while they stay alive. Its
+    `xl_bound` is `(gemm_acc, arguments)`: how to bind it again to other arrays
+    (`xl.runtime.functions`).
     """
+    call = _gemm_acc(a, b, c, alpha, beta, trans_a, trans_b)
+    call.__dict__["xl_bound"] = (gemm_acc, (a, b, c, alpha, beta, trans_a, trans_b))
+    return call
+
+
+def _gemm_acc(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float, beta: float, trans_a: bool, trans_b: bool
+) -> Callable[[], None]:
     opa = a.T if trans_a else a
     opb = b.T if trans_b else b
     m, k = opa.shape

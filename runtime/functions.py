@@ -16,7 +16,7 @@ visits it with the arguments bound to that call's arrays (`expand_call`).
 
 The generated plan (`xl.runtime.plan`) emits one Python function per distinct body
 (`emit_call`). The templates bind to the actual arrays (precomputed views, BLAS calls
-with fixed pointers, alias checks), so the body is generated at each call site with the
+with fixed pointers, alias checks), so a body is generated at a call site with the
 arguments bound to that site's arrays, exactly as if it were expanded there; then every
 global name of those lines that may differ between sites (the arguments, views of them,
 bound BLAS calls and kernels, ...) becomes a parameter `a0, a1, ...`, while the function's
@@ -29,6 +29,20 @@ when profiling (the kernel indices in the timing lines differ). A body that stop
 replica collective (`yield`) is emitted in place at each site (lowering never makes such
 a function).
 
+Generating a body costs what expanding it does, so it happens once per *binding
+signature* of a function: the shape, dtype, strides and writability of each argument
+array, which arguments are the same buffer, and how arguments in one allocation lie
+relative to each other (`_signature`); that is all the templates can see of the arguments.
+The first site of a signature records how each parameter derives from its arguments
+(`_derivations`): an argument; a view into an argument (offset, shape, strides, dtype:
+rebuilt over the other site's memory); a callable bound to argument arrays that says how
+to bind it again (`xl_bound = (factory, args)`, e.g. `xl.runtime.blas.gemm_acc`); or an
+object holding no argument memory (a stream, a kernel closure, a view of the function's
+own buffers: shared). Another site with that signature then costs O(parameters): it
+derives its parameters and emits its call line. A parameter that cannot be derived (an
+object holding argument memory with no `xl_bound`) makes every site of that signature
+generate its body, as above.
+
 Errors: the function's lines map to the kernels of its first site (the same `rt` ops), so
 a failing kernel inside a function is named as usual.
 """
@@ -37,14 +51,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
+from types import BuiltinFunctionType, FunctionType, MethodType
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.lib.array_utils import byte_bounds
 
 from xl.dialects import rt
 from xl.runtime.errors import PlanError
 
 if TYPE_CHECKING:
     from xl.runtime.plan import PlanBuilder
+    from xl.runtime.plan_templates import Gen
     from xl.runtime.walk import ProgramWalk
+
+# Sites of one function with one binding signature reuse the first one's body (recipes);
+# False: every site generates its body (the reference the recipes are tested against).
+SHARE_SITES = True
 
 _IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 _YIELD = re.compile(r"^\s*yield\b")
@@ -76,6 +100,9 @@ class _State:
     # its callables are written that way
     helpers: dict[str, str] = field(default_factory=dict)
     helper_bodies: dict[str, str] = field(default_factory=dict)
+    # (function, binding signature of a site) -> how to call its function at another site
+    # with that signature (None: regenerate the body at each such site)
+    recipes: dict[tuple[rt.FuncOp, tuple[Any, ...]], _Recipe | None] = field(default_factory=dict)
 
 
 def _state(walk: Any) -> _State:
@@ -120,9 +147,38 @@ def emit_call(b: PlanBuilder, op: rt.CallOp, depth: int) -> None:
     func = _enter(b, op)
     st = _state(b)
     g = b.g
-    for arg, v in zip(func.body.block.args, op.operands, strict=True):
+    operands = op.operands
+    arrays = [g.arrays[v] for v in operands]
+    key: tuple[rt.FuncOp, tuple[Any, ...]] | None = None
+    if b.profile is None and SHARE_SITES:  # profiled: each site its own function (kernel indices)
+        names = [g.names[v] for v in operands]
+        key = (func, _signature(arrays, names))
+        recipe = st.recipes.get(key)
+        if recipe is not None:
+            params = [_site_param(g, d, arrays, names) for d in recipe.params]
+            b.fallbacks += recipe.fallbacks
+            b.snapshots += recipe.snapshots
+            b.emit(f"{recipe.fn.name}({', '.join(params)})  # rt.call @{func.func_name}", depth)
+            return
+    for arg, v in zip(func.body.block.args, operands, strict=True):
         g.arrays[arg] = g.arrays[v]
         g.names[arg] = g.names[v]
+    n_fallbacks, n_snapshots = len(b.fallbacks), len(b.snapshots)
+    fn, params = _generate(b, st, func, depth)
+    if key is not None and key not in st.recipes:
+        derived = None if fn is None else _derivations(params, g.ns, arrays)
+        st.recipes[key] = (
+            None
+            if fn is None or derived is None
+            else _Recipe(fn, derived, b.fallbacks[n_fallbacks:], b.snapshots[n_snapshots:])
+        )
+
+
+def _generate(b: PlanBuilder, st: _State, func: rt.FuncOp, depth: int) -> tuple[_Function | None, list[str]]:
+    """Generate the body of `func` bound to this site's arrays and emit the site: a call
+    of the function with that body (made now if new) and its parameters, or (a body that
+    stops at a collective) the body in place, then (None, [])."""
+    g = b.g
     own = st.own.get(func)
     first = own is None
     own_names: set[str] = set()
@@ -152,7 +208,7 @@ def emit_call(b: PlanBuilder, op: rt.CallOp, depth: int) -> None:
             if k is not None:
                 b._line_kernel[len(g.lines)] = k  # noqa: SLF001
             b.emit(line, depth)
-        return
+        return None, []
     params: list[str] = []
     index: dict[str, int] = {}
     ns = g.ns
@@ -194,6 +250,160 @@ def emit_call(b: PlanBuilder, op: rt.CallOp, depth: int) -> None:
         fname = f"_f{len(st.functions)}_{re.sub(r'[^A-Za-z0-9_]', '_', func.func_name)}"
         fn = st.functions[key] = _Function(fname, len(params), body, kernels)
     b.emit(f"{fn.name}({', '.join(params)})  # rt.call @{func.func_name}", depth)
+    return fn, params
+
+
+# -- calling a function at another site of the same binding signature ---------------------
+
+
+@dataclass
+class _Recipe:
+    """How to call `fn` at a site whose arrays have the signature of the site it was
+    generated at: each parameter's derivation (`_derivations`), and the kernels that site
+    added to the plan's fallback / snapshot lists."""
+
+    fn: _Function
+    params: list[tuple[Any, ...]]
+    fallbacks: list[str]
+    snapshots: list[str]
+
+
+def _root(a: np.ndarray) -> np.ndarray:
+    """The array owning the memory `a` views (the last array of its `base` chain)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _signature(arrays: list[np.ndarray], names: list[str]) -> tuple[Any, ...]:
+    """What the generated body of a function may depend on in the arrays a site binds its
+    arguments to: each one's shape, dtype, strides and writability, which arguments are
+    the same name, and where arguments in one allocation lie relative to each other."""
+    first_name: dict[str, int] = {}
+    first_root: dict[int, int] = {}
+    sig: list[Any] = []
+    for i, a in enumerate(arrays):
+        r = a
+        while isinstance(r.base, np.ndarray):
+            r = r.base
+        j = first_root.setdefault(id(r), i)
+        same = None if j == i else (j, _address(a) - _address(arrays[j]))
+        sig.append((a.shape, a.dtype, a.strides, a.flags.writeable, first_name.setdefault(names[i], i), same))
+    return tuple(sig)
+
+
+def _derivations(params: list[str], ns: dict[str, Any], arrays: list[np.ndarray]) -> list[tuple[Any, ...]] | None:
+    """How each parameter object of a site derives from the site's argument arrays:
+    ("arg", i) argument i; ("view", i, offset, shape, strides, dtype, writeable, hint) an
+    array in argument i's memory; ("bind", factory, args, hint) a bound callable rebuilt
+    by `factory(*args)` (its `xl_bound`, arrays derived in turn); ("same", obj, name) an
+    object that holds no argument memory (shared by every site, under its first name).
+    `hint`: the prefix of the first site's name, for the other sites' names.
+    None: some parameter cannot be derived (each site then generates its body)."""
+    roots = {id(_root(a)) for a in arrays}
+    out: list[tuple[Any, ...]] = []
+    for t in params:
+        d = _derive(ns[t], arrays, roots)
+        if d is None:
+            return None
+        out.append((*d, t) if d[0] == "same" else (*d, t.rstrip("0123456789")))
+    return out
+
+
+def _derive(obj: Any, arrays: list[np.ndarray], roots: set[int]) -> tuple[Any, ...] | None:
+    for i, a in enumerate(arrays):
+        if obj is a:
+            return ("arg", i)
+    if isinstance(obj, np.ndarray):
+        if id(_root(obj)) not in roots:
+            return ("same", obj)
+        lo, hi = byte_bounds(obj)
+        for i, a in enumerate(arrays):
+            alo, ahi = byte_bounds(a)
+            if alo <= lo and hi <= ahi and _root(a) is _root(obj):
+                off = _address(obj) - _address(a)
+                return ("view", i, off, obj.shape, obj.strides, obj.dtype, obj.flags.writeable)
+        return None
+    bound = getattr(obj, "xl_bound", None)
+    if bound is not None:
+        factory, args = bound
+        derived = []
+        for x in args:
+            d = _derive(x, arrays, roots)
+            if d is None:
+                return None
+            derived.append(d)
+        return ("bind", factory, derived)
+    if _holds(obj, roots, 0, set()):
+        return None
+    return ("same", obj)
+
+
+_LEAVES = (int, float, complex, str, bytes, bool, type(None), np.generic, np.dtype, np.ufunc, type)
+
+
+def _holds(obj: Any, roots: set[int], depth: int, seen: set[int]) -> bool:
+    """Whether `obj` may hold an array in the memory of `roots` (conservative: an object
+    too deep to tell counts as holding one)."""
+    if isinstance(obj, np.ndarray):
+        return id(_root(obj)) in roots
+    if isinstance(obj, _LEAVES) or id(obj) in seen:
+        return False
+    if depth > 4:
+        return True
+    seen.add(id(obj))
+    items: Any
+    if isinstance(obj, partial):
+        items = (obj.func, *obj.args, *obj.keywords.values())
+    elif isinstance(obj, FunctionType):
+        items = [*(c.cell_contents for c in obj.__closure__ or ()), *(obj.__defaults__ or ()), *vars(obj).values()]
+    elif isinstance(obj, MethodType):
+        items = (obj.__self__,)
+    elif isinstance(obj, tuple | list | set | frozenset):
+        items = obj
+    elif isinstance(obj, dict):
+        items = obj.values()
+    elif isinstance(obj, BuiltinFunctionType):
+        return False
+    else:
+        try:
+            items = vars(obj).values()
+        except TypeError:
+            return True
+    return any(_holds(x, roots, depth + 1, seen) for x in items)
+
+
+def _rebuild(d: tuple[Any, ...], arrays: list[np.ndarray]) -> Any:
+    """The object derivation `d` gives for a site whose arguments are `arrays`."""
+    kind = d[0]
+    if kind == "arg":
+        return arrays[d[1]]
+    if kind == "view":
+        i, off, shape, strides, dtype, writeable = d[1:7]
+        a = arrays[i]
+        r = _root(a)
+        v = np.ndarray(shape, dtype, buffer=r, offset=_address(a) - _address(r) + off, strides=strides)
+        if not writeable:
+            v.flags.writeable = False
+        return v
+    if kind == "bind":
+        return d[1](*(_rebuild(x, arrays) for x in d[2]))
+    return d[1]
+
+
+def _site_param(g: Gen, d: tuple[Any, ...], arrays: list[np.ndarray], names: list[str]) -> str:
+    """The global name of parameter derivation `d` at a site (arguments `arrays`, bound
+    under `names`)."""
+    kind = d[0]
+    if kind == "arg":
+        return names[d[1]]
+    if kind == "same":
+        return d[2]
+    return g.bind(_rebuild(d, arrays), d[-1])  # named as at the first site
 
 
 def function_source(b: PlanBuilder, before: int) -> list[str]:
