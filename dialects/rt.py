@@ -24,7 +24,7 @@ dropped, and each replica reads its own slice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 from xdsl.dialects.builtin import (
@@ -345,6 +345,18 @@ def _kernel_name(name: str) -> StringAttr:
     return attr
 
 
+def _split_io(op: Operation) -> tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]]:
+    """(ins, outs) of an op with `ins` and `outs` operand segments (`rt.kernel`, `rt.call`),
+    read from the raw segment sizes (the IRDL accessors cost ~10x)."""
+    seg = cast(DenseArrayBase[IntegerType], op.properties["operandSegmentSizes"])
+    key = seg.data.data
+    n = _IN_COUNTS.get(key)
+    if n is None:
+        n = _IN_COUNTS[key] = int(seg.get_values()[0])
+    operands = tuple(op.operands)
+    return operands[:n], operands[n:]
+
+
 def _segments(n_in: int, n_out: int) -> DenseArrayBase:
     seg = _SEGMENTS.get((n_in, n_out))
     if seg is None:
@@ -388,13 +400,7 @@ class KernelOp(IRDLOperation):
 
     def io(self) -> tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]]:
         """(ins, outs); much cheaper than the `ins` / `outs` accessors."""
-        seg = cast(DenseArrayBase[IntegerType], self.properties["operandSegmentSizes"])
-        key = seg.data.data
-        n = _IN_COUNTS.get(key)
-        if n is None:
-            n = _IN_COUNTS[key] = int(seg.get_values()[0])
-        operands = tuple(self.operands)
-        return operands[:n], operands[n:]
+        return _split_io(self)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -627,15 +633,9 @@ class FuncOp(IRDLOperation):
 
     def written_args(self) -> frozenset[int]:
         """The indices of the arguments some op of the body (or a function it calls) may write
-        (all of them for a function that calls itself, directly or not)."""
-        args = self.body.block.args
-        if self in _ASKING:
-            return frozenset(range(len(args)))
-        _ASKING.add(self)
-        try:
-            return frozenset(i for i, a in enumerate(args) if _written_in_body(a))
-        finally:
-            _ASKING.discard(self)
+        (all of them for a function that calls itself, directly or not). Computed afresh;
+        an analysis asking for many calls uses one `FuncSummaries` instead."""
+        return FuncSummaries(enclosing_program(self)).written_args(self)
 
     def verify_(self) -> None:
         args = self.body.block.args
@@ -677,8 +677,8 @@ class FuncOp(IRDLOperation):
         return op
 
     def print(self, printer: Printer) -> None:
-        printer.print_string(" @")
-        printer.print_string(self.func_name)
+        printer.print_string(" ")
+        printer.print_symbol_name(self.func_name)  # quoted unless an identifier
         for k, group in enumerate((self.ins, self.outs)):
             printer.print_string(" -> (" if k else "(")
             for j, a in enumerate(group):
@@ -691,24 +691,132 @@ class FuncOp(IRDLOperation):
         printer.print_region(self.body, print_entry_block_args=False, print_empty_block=False)
 
 
-_ASKING: set[FuncOp] = set()  # functions whose written arguments are being computed
+class FuncSummaries:
+    """What the functions of one program write, computed once per function.
 
+    `written_args(f)`: the indices of the arguments of `f` that some op of its body, or a
+    function it calls, may write; every argument of a function on a cycle of calls (one
+    that calls itself, directly or not). Each body is analysed once, on the first ask,
+    using the summaries of the functions it calls, so asking for every call of a program
+    costs one pass over each distinct body plus O(operands) per call.
 
-def _written_in_body(a: SSAValue) -> bool:
-    for use in a.uses:
-        user = use.operation
-        if isinstance(user, KernelOp):
-            if use.index >= len(user.io()[0]):
-                return True
-            if "rt.view" in user.attributes and any(_written_in_body(o) for o in user.io()[1]):
-                return True
-            continue
-        if isinstance(user, CopyOp) and use.index == 0 or isinstance(user, D2HOp | IfOp):
-            continue
-        if isinstance(user, CallOp) and not user.may_write(use.index):
-            continue
-        return True
-    return False
+    A snapshot of the IR when asked: the answers are not updated when a body changes, so
+    an analysis builds one, asks, and drops it before it edits the program (the `rt`
+    passes build one per `Memory`); `FuncOp.written_args` / `CallOp.written_operands`
+    without one compute afresh.
+    """
+
+    def __init__(self, program: ProgramOp | None):
+        self.program = program
+        self._funcs: dict[str, FuncOp | None] = {}
+        self._written: dict[FuncOp, frozenset[int]] = {}
+        self._calls: dict[FuncOp, list[FuncOp]] = {}
+
+    def func(self, name: str) -> FuncOp | None:
+        """The first `rt.func @name` of the program (None if there is none)."""
+        if name in self._funcs:
+            return self._funcs[name]
+        found: FuncOp | None = None
+        if self.program is not None:
+            for f in self.program.body.block.ops:
+                if isinstance(f, FuncOp) and f.sym_name.data == name:
+                    found = f
+                    break
+        self._funcs[name] = found
+        return found
+
+    def written_args(self, f: FuncOp) -> frozenset[int]:
+        done = self._written.get(f)
+        if done is None:
+            self._summarise_from(f)
+            done = self._written[f]
+        return done
+
+    def _callees(self, f: FuncOp) -> list[FuncOp]:
+        """The functions called in `f`'s body (each once)."""
+        found = self._calls.get(f)
+        if found is None:
+            seen: dict[FuncOp, None] = {}
+            for op in f.body.walk():
+                if isinstance(op, CallOp):
+                    g = self.func(op.callee.root_reference.data)
+                    if g is not None:
+                        seen[g] = None
+            found = self._calls[f] = list(seen)
+        return found
+
+    def _summarise_from(self, root: FuncOp) -> None:
+        """Summarise `root` and every function it reaches that has no summary yet, callees
+        first: Tarjan's strongly connected components of the call graph (iterative), each
+        emitted after the components it calls. A component with a cycle (several
+        functions, or one calling itself) writes all its arguments."""
+        index: dict[FuncOp, int] = {root: 0}
+        low: dict[FuncOp, int] = {root: 0}
+        stack: list[FuncOp] = [root]
+        on_stack: set[FuncOp] = {root}
+        work: list[tuple[FuncOp, Iterator[FuncOp]]] = [(root, iter(self._callees(root)))]
+        while work:
+            f, callees = work[-1]
+            pushed = False
+            for g in callees:
+                if g in self._written:
+                    continue
+                if g not in index:
+                    index[g] = low[g] = len(index)
+                    stack.append(g)
+                    on_stack.add(g)
+                    work.append((g, iter(self._callees(g))))
+                    pushed = True
+                    break
+                if g in on_stack:
+                    low[f] = min(low[f], index[g])
+            if pushed:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[f])
+            if low[f] != index[f]:
+                continue
+            component: list[FuncOp] = []
+            while True:
+                g = stack.pop()
+                on_stack.discard(g)
+                component.append(g)
+                if g is f:
+                    break
+            if len(component) > 1 or f in self._callees(f):
+                for g in component:
+                    self._written[g] = frozenset(range(len(g.body.block.args)))
+            else:
+                args = f.body.block.args
+                self._written[f] = frozenset(i for i, a in enumerate(args) if self._written_in_body(a))
+
+    def call_written(self, call: CallOp) -> frozenset[int]:
+        """The operands `call` may write (see `CallOp.written_operands`)."""
+        ins, outs = _split_io(call)
+        n = len(ins) + len(outs)
+        f = self.func(call.callee.root_reference.data)
+        if f is None or f.is_ancestor(call):
+            return frozenset(range(n))
+        return self.written_args(f) | frozenset(range(len(ins), n))
+
+    def _written_in_body(self, a: SSAValue) -> bool:
+        for use in a.uses:
+            user = use.operation
+            if isinstance(user, KernelOp):
+                ins, outs = _split_io(user)
+                if use.index >= len(ins):
+                    return True
+                if "rt.view" in user.attributes and any(self._written_in_body(o) for o in outs):
+                    return True
+                continue
+            if isinstance(user, CopyOp) and use.index == 0 or isinstance(user, D2HOp | IfOp):
+                continue
+            if isinstance(user, CallOp) and use.index not in self.call_written(user):
+                continue
+            return True
+        return False
 
 
 def enclosing_program(op: Operation) -> ProgramOp | None:
@@ -763,18 +871,21 @@ class CallOp(IRDLOperation):
             raise VerifyException(f"rt.call: no rt.func @{self.callee_name} in the program")
         return f
 
-    def may_write(self, index: int) -> bool:
-        """Whether the call may write operand `index` (an out, or an input the callee writes)."""
-        return index in self.written_operands()
+    def io(self) -> tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]]:
+        """(ins, outs); much cheaper than the `ins` / `outs` accessors."""
+        return _split_io(self)
 
-    def written_operands(self) -> frozenset[int]:
+    def may_write(self, index: int, summaries: FuncSummaries | None = None) -> bool:
+        """Whether the call may write operand `index` (an out, or an input the callee writes)."""
+        return index in self.written_operands(summaries)
+
+    def written_operands(self, summaries: FuncSummaries | None = None) -> frozenset[int]:
         """The operands the call may write: its destinations and the inputs its function
-        writes (every operand when the function is unknown or calls itself)."""
-        n = len(self.operands)
-        f = lookup_func(self, self.callee_name)
-        if f is None or f.is_ancestor(self):
-            return frozenset(range(n))
-        return f.written_args() | frozenset(range(len(self.ins), n))
+        writes (every operand when the function is unknown or calls itself). From
+        `summaries` when given (their program's snapshot), else computed afresh."""
+        if summaries is None:
+            summaries = FuncSummaries(enclosing_program(self))
+        return summaries.call_written(self)
 
     def verify_(self) -> None:
         f = self.func()

@@ -15,8 +15,8 @@ the viewed buffer.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TypeGuard
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeGuard
 
 import numpy as np
 from xdsl.dialects.builtin import MemRefType, ModuleOp
@@ -100,26 +100,37 @@ def kernel_io(op: rt.KernelOp) -> tuple[tuple[SSAValue, ...], tuple[SSAValue, ..
     return op.io()
 
 
-def effects(op: Operation) -> tuple[Sequence[SSAValue], Sequence[SSAValue]] | None:
-    """(buffers read, buffers written) by `op` itself (not its regions); None if unknown."""
-    if isinstance(op, rt.KernelOp):
-        return kernel_io(op)
-    if isinstance(op, rt.CopyOp):
-        return (op.source,), (op.dest,)
-    if isinstance(op, rt.H2DOp):
-        return (), (op.buffer,)
-    if isinstance(op, rt.D2HOp):
-        return (op.buffer,), ()
-    if isinstance(op, rt.IfOp):
-        return (op.condition,), ()
-    if isinstance(op, rt.CallOp):
-        # reads its inputs; writes its destinations and the inputs the function writes
-        operands = tuple(op.operands)
-        written = op.written_operands()
-        return operands[: len(op.ins)], tuple(v for i, v in enumerate(operands) if i in written)
-    if isinstance(op, rt.LoopOp | rt.AllocOp | rt.StateOp | rt.ConstOp | rt.FuncOp):
-        return (), ()
-    return None
+def _call_effects(op: rt.CallOp, summaries: rt.FuncSummaries | None) -> tuple[Sequence[SSAValue], Sequence[SSAValue]]:
+    # reads its inputs; writes its destinations and the inputs the function writes
+    ins, outs = op.io()
+    written = op.written_operands(summaries)
+    operands = ins + outs
+    return ins, tuple(v for i, v in enumerate(operands) if i in written)
+
+
+_NO_EFFECTS: tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]] = ((), ())
+
+# The effects of each rt op class (by exact class: a dictionary lookup instead of a chain
+# of isinstance checks on every op of every analysis).
+_EFFECTS: dict[type[Operation], Callable[[Any, rt.FuncSummaries | None], Any]] = {
+    rt.KernelOp: lambda op, _: op.io(),
+    rt.CopyOp: lambda op, _: ((op.source,), (op.dest,)),
+    rt.H2DOp: lambda op, _: ((), (op.buffer,)),
+    rt.D2HOp: lambda op, _: ((op.buffer,), ()),
+    rt.IfOp: lambda op, _: ((op.condition,), ()),
+    rt.CallOp: _call_effects,
+    **{c: lambda op, _: _NO_EFFECTS for c in (rt.LoopOp, rt.AllocOp, rt.StateOp, rt.ConstOp, rt.FuncOp)},
+}
+
+
+def effects(
+    op: Operation, summaries: rt.FuncSummaries | None = None
+) -> tuple[Sequence[SSAValue], Sequence[SSAValue]] | None:
+    """(buffers read, buffers written) by `op` itself (not its regions); None if unknown.
+    An `rt.call`'s come from `summaries` (the written arguments of the program's functions)
+    when given, else are computed afresh."""
+    fn = _EFFECTS.get(type(op))
+    return None if fn is None else fn(op, summaries)
 
 
 def kernel_name(op: Operation) -> str | None:
@@ -158,8 +169,11 @@ class Memory:
         self.view_src: dict[SSAValue, SSAValue] = {}  # view output -> viewed buffer
         self.views: dict[SSAValue, list[SSAValue]] = {}  # buffer -> its direct views
         self.view_op: dict[SSAValue, rt.KernelOp] = {}  # view output -> its kernel
+        # what each function writes, asked once per function for all its calls (a snapshot:
+        # only used while the writers are collected, before any pass edits the program)
+        summaries = rt.FuncSummaries(program)
         for op in program.walk():
-            eff = effects(op)
+            eff = effects(op, summaries)
             if eff is None:
                 for v in op.operands:
                     self.unknown.add(v)
