@@ -183,6 +183,42 @@ class PlanBuilder(ProgramWalk[int]):
             g.set_buffer(op.outs[0], np.zeros(shape, dtype_of(op.outs[0].type)))
         ins = [g.buf(v) for v in op.ins]
         outs = [g.buf(v) for v in op.outs]
+        roles = self._roles(ins, outs)
+        try:
+            lines = self._kernel_lines(op, ins, outs, props)
+        finally:
+            for t in roles:
+                del g.ns[t]
+        if roles:
+            lines = [_IDENT.sub(lambda m: roles.get(m.group(0), m.group(0)), line) for line in lines]
+        self.emit_kernel(rop, lines, depth, name)
+
+    def _roles(self, ins: list[str], outs: list[str]) -> dict[str, str]:
+        """Names of their own for the operands of a kernel whose buffer is in several
+        roles (`ins` / `outs` renamed in place; returns role name -> buffer name).
+
+        A role name is bound to the same array, so the code is the same; it only keys
+        the kernel's helper (`outline`) by what each operand is rather than by which
+        operands coincide: e.g. every gelu_grad of one shape shares one helper whether it
+        writes into dy, into x or elsewhere. The roles are named back in the emitted lines.
+        """
+        every = ins + outs
+        if len(set(every)) == len(every):
+            return {}
+        ns = self.g.ns
+        roles: dict[str, str] = {}
+        for k, n in enumerate(every):
+            t = f"{_ROLE}{k}"
+            ns[t] = ns[n]
+            roles[t] = n
+        ins[:] = [f"{_ROLE}{k}" for k in range(len(ins))]
+        outs[:] = [f"{_ROLE}{len(ins) + k}" for k in range(len(outs))]
+        return roles
+
+    def _kernel_lines(self, op: K, ins: list[str], outs: list[str], props: dict[str, Any]) -> list[str]:
+        """The lines of one kernel (`ins` / `outs`: its operands' names)."""
+        g = self.g
+        name, cls = op.name, op.cls
         pre: list[str] = []
         check_writable(name, [g.arr(v) for v in op.outs], lambda i: self.describe(op.outs[i]))
         snap = inputs_to_snapshot(name, [g.arr(v) for v in op.ins], [g.arr(v) for v in op.outs])
@@ -213,7 +249,7 @@ class PlanBuilder(ProgramWalk[int]):
         lines = [f"{line}  # {name}" for line in pre + lines]
         if len(lines) >= OUTLINE_LINES:
             lines = [f"{self.outline(lines)}  # {name}"]
-        self.emit_kernel(rop, lines, depth, name)
+        return lines
 
     def outline(self, lines: list[str]) -> str:
         """Replace a multi-line kernel body by a call to a shared helper function.
@@ -316,6 +352,7 @@ def register_source(filename: str, src: str, owner: object) -> None:
 
 CHUNK_LINES = 2000
 OUTLINE_LINES = 4  # kernels with at least this many lines become shared helpers
+_ROLE = "rl"  # role names of a kernel's operands (`PlanBuilder._roles`)
 _IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 _YIELD = re.compile(r"^\s*yield \d+  #")
 
