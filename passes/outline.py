@@ -96,12 +96,15 @@ machine): 1,000-op graphs 0.3-1.7 s, 10,000-op graphs 2-8 s.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
+import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.dialects.builtin import ModuleOp, SymbolRefAttr
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -117,14 +120,46 @@ class OutlineError(ValueError):
 # -- step 1: the op sequence -----------------------------------------------------------
 
 
-def _signature(op: Operation) -> tuple:
-    return (
-        op.name,
-        tuple(sorted(op.properties.items())),
-        tuple(sorted(op.attributes.items())),
-        tuple(o.type for o in op.operands),
-        tuple(r.type for r in op.results),
-    )
+class _Signatures:
+    """Signature ids of ops, kept across rounds: ops get the same id when they agree in name,
+    properties, attributes, operand and result types; ids are numbered in order of first
+    occurrence. Hashing an attribute is recursive (and many ops share their type objects),
+    so each attribute object is mapped once to the number of its equality class and a
+    signature is a tuple of small ints."""
+
+    def __init__(self) -> None:
+        self.of_op: dict[int, int] = {}  # id(op) -> signature id
+        self.ids: dict[tuple, int] = {}  # signature -> id
+        self.by_id: dict[int, int] = {}  # id(attribute) -> its class number
+        self.by_value: dict[Attribute, int] = {}  # attribute -> its class number
+        self.alive: list[object] = []  # the ops and attributes whose ids are keys above
+
+    def compute(self, op: Operation, operands: Sequence[SSAValue]) -> int:
+        props, attrs = op.properties, op.attributes
+        if len(props) > 1:
+            prop_names = tuple(sorted(props))
+            values = [props[k] for k in prop_names]
+        else:
+            prop_names = tuple(props)
+            values = list(props.values())
+        attr_names: tuple[str, ...] = ()
+        if attrs:
+            attr_names = tuple(sorted(attrs))
+            values += [attrs[k] for k in attr_names]
+        values += [v.type for v in operands]
+        values += [r.type for r in op.results]
+        by_id = self.by_id
+        classes = [by_id.get(id(a), -1) for a in values]
+        if -1 in classes:
+            for i, c in enumerate(classes):
+                if c == -1:
+                    a = values[i]
+                    classes[i] = by_id[id(a)] = self.by_value.setdefault(a, len(self.by_value))
+                    self.alive.append(a)
+        key = (op.name, prop_names, attr_names, len(operands), *classes)
+        sig = self.of_op[id(op)] = self.ids.setdefault(key, len(self.ids))
+        self.alive.append(op)
+        return sig
 
 
 def _written(op: Operation) -> set[int]:
@@ -144,46 +179,69 @@ class _Sequence:
     sig: list[int] = field(default_factory=list)
     # per position: for each operand, (producer position, result index) or the value's id
     srcs: list[tuple] = field(default_factory=list)
+    # (position, result index) -> the last position using that result (a separator's for a
+    # use by an op outside the sequence); per position, the last using any of its results
+    last: dict[tuple[int, int], int] = field(default_factory=dict)
+    reach: list[int] = field(default_factory=list)
 
 
-def _build_sequence(
-    blocks: Sequence[Block],
-    barriers: set[Operation],
-    sig_cache: dict[Operation, int],
-    sig_ids: dict[tuple, int],
-) -> _Sequence:
-    """`sig_cache` (op -> signature id) and `sig_ids` (signature -> id) persist across rounds."""
+_SKIP, _SEPARATOR, _OP = 0, 1, 2  # how `_build_sequence` treats an op class
+
+
+def _kind(op: Operation) -> int:
+    if isinstance(op, VariableOp | ConstantOp):
+        return _SKIP  # stays in place (no operands); its result becomes an input
+    return _SEPARATOR if isinstance(op, OutputOp) else _OP
+
+
+def _build_sequence(blocks: Sequence[Block], barriers: set[int], signatures: _Signatures) -> _Sequence:
+    """`barriers`: ids of the calls created by the pass (kept alive by the IR). Operands are
+    defined before their uses (as the verifier checks)."""
     seq = _Sequence()
-    pos: dict[Operation, int] = {}
-    sep = -1
-
-    def separator() -> None:
-        nonlocal sep
-        seq.ops.append(None)
-        seq.sig.append(sep)
-        seq.srcs.append(())
-        sep -= 1
-
+    ops, sig, srcs, last, reach = seq.ops, seq.sig, seq.srcs, seq.last, seq.reach
+    where: dict[int, tuple[int, int]] = {}  # id(result) -> (position, result index)
+    get = where.get
+    of_op = signatures.of_op
+    kinds: dict[type, int] = {}
+    n_separators = 0
     for block in blocks:
         for op in block.ops:
-            if isinstance(op, VariableOp | ConstantOp):
-                continue  # stays in place; its result becomes an input
-            if isinstance(op, OutputOp) or op in barriers or op.regions:
-                separator()
+            kind = kinds.get(type(op))
+            if kind is None:
+                kind = kinds[type(op)] = _kind(op)
+            if kind == _SKIP:
                 continue
-            srcs: list[tuple[int, int] | int] = []
-            for v in op.operands:
-                p = pos.get(v.owner)  # pyright: ignore[reportArgumentType]
-                # an op of the sequence: (position, result index); else the value's id
-                srcs.append((p, v.index) if p is not None else id(v))  # pyright: ignore[reportAttributeAccessIssue]
-            sig = sig_cache.get(op)
-            if sig is None:
-                sig = sig_cache[op] = sig_ids.setdefault(_signature(op), len(sig_ids))
-            pos[op] = len(seq.ops)
-            seq.ops.append(op)
-            seq.sig.append(sig)
-            seq.srcs.append(tuple(srcs))
-        separator()
+            q = len(ops)
+            if kind == _SEPARATOR or op.regions or id(op) in barriers:
+                for user in op.walk():  # its uses count as uses after any run
+                    for v in user.operands:
+                        s = get(id(v))
+                        if s is not None:
+                            last[s] = reach[s[0]] = q
+                n_separators += 1
+                ops.append(None)
+                sig.append(-n_separators)
+                srcs.append(())
+                reach.append(-1)
+                continue
+            operands = op.operands
+            # an op of the sequence: (position, result index); else the value's id
+            ss = tuple([get(id(v), id(v)) for v in operands])
+            for s in ss:
+                if type(s) is tuple:
+                    last[s] = reach[s[0]] = q
+            for r in op.results:
+                where[id(r)] = (q, r.index)
+            g = of_op.get(id(op))
+            ops.append(op)
+            sig.append(g if g is not None else signatures.compute(op, operands))
+            srcs.append(ss)
+            reach.append(-1)
+        n_separators += 1
+        ops.append(None)
+        sig.append(-n_separators)
+        srcs.append(())
+        reach.append(-1)
     return seq
 
 
@@ -191,26 +249,28 @@ def _build_sequence(
 
 
 def suffix_array(s: Sequence[int]) -> list[int]:
-    """Suffix array of an integer sequence by prefix doubling (O(n log^2 n))."""
+    """Suffix array of an integer sequence by prefix doubling (O(n log^2 n), vectorised)."""
     n = len(s)
-    ranks = {v: i for i, v in enumerate(sorted(set(s)))}
-    rank = [ranks[v] for v in s]
-    sa = sorted(range(n), key=rank.__getitem__)
+    if n == 0:
+        return []
+    rank = np.unique(np.asarray(s, dtype=np.int64), return_inverse=True)[1].astype(np.int64)
+    sa = np.argsort(rank, kind="stable")
     k = 1
+    second = np.empty(n, dtype=np.int64)
     while True:
-        key = [(rank[i], rank[i + k] if i + k < n else -1) for i in range(n)]
-        sa.sort(key=key.__getitem__)
-        new = [0] * n
-        r = 0
-        prev = key[sa[0]] if n else None
-        for i in sa:
-            if key[i] != prev:
-                r += 1
-                prev = key[i]
-            new[i] = r
+        second[: n - k] = rank[k:] if k < n else rank[:0]
+        second[max(n - k, 0) :] = -1
+        sa = np.lexsort((second, rank))
+        r1, r2 = rank[sa], second[sa]
+        step = np.empty(n, dtype=np.int64)
+        step[0] = 0
+        np.not_equal(r1[1:], r1[:-1], out=step[1:])
+        step[1:] |= r2[1:] != r2[:-1]
+        new = np.empty(n, dtype=np.int64)
+        new[sa] = np.cumsum(step)
         rank = new
-        if r == n - 1 or k >= n:
-            return sa
+        if int(new[sa[-1]]) == n - 1 or k >= n:
+            return sa.tolist()
         k *= 2
 
 
@@ -254,26 +314,29 @@ def lcp_intervals(lcp: Sequence[int], min_len: int) -> list[tuple[int, int, int]
     return out
 
 
-class _RangeMinMax:
-    """O(1) min / max over ranges of a list (sparse tables)."""
-
-    def __init__(self, a: Sequence[int]):
-        self.lo = [list(a)]
-        self.hi = [list(a)]
-        j = 1
-        while (1 << j) <= len(a):
-            h = 1 << (j - 1)
-            plo, phi = self.lo[-1], self.hi[-1]
-            m = len(a) - (1 << j) + 1
-            self.lo.append([min(plo[i], plo[i + h]) for i in range(m)])
-            self.hi.append([max(phi[i], phi[i + h]) for i in range(m)])
-            j += 1
-
-    def span(self, lb: int, rb: int) -> tuple[int, int]:
-        j = (rb - lb + 1).bit_length() - 1
-        lo, hi = self.lo[j], self.hi[j]
-        e = rb - (1 << j) + 1
-        return min(lo[lb], lo[e]), max(hi[lb], hi[e])
+def range_min_max(a: Sequence[int], lb: Sequence[int], rb: Sequence[int]) -> tuple[list[int], list[int]]:
+    """min and max of a[lb[i] : rb[i] + 1] for each i (sparse tables, O(n log n) to build,
+    O(1) per range, vectorised)."""
+    if not len(lb):
+        return [], []
+    lo = [np.asarray(a, dtype=np.int64)]
+    hi = [lo[0]]
+    while (2 << (len(lo) - 1)) <= len(a):
+        h = 1 << (len(lo) - 1)
+        lo.append(np.minimum(lo[-1][:-h], lo[-1][h:]))
+        hi.append(np.maximum(hi[-1][:-h], hi[-1][h:]))
+    left = np.asarray(lb, dtype=np.int64)
+    right = np.asarray(rb, dtype=np.int64)
+    level = np.frexp(right - left + 1)[1].astype(np.int64) - 1  # floor(log2(size))
+    right = right - (np.int64(1) << level) + 1
+    out_lo = np.empty(len(left), dtype=np.int64)
+    out_hi = np.empty(len(left), dtype=np.int64)
+    for j in np.unique(level).tolist():
+        sel = level == j
+        ls, rs = left[sel], right[sel]
+        out_lo[sel] = np.minimum(lo[j][ls], lo[j][rs])
+        out_hi[sel] = np.maximum(hi[j][ls], hi[j][rs])
+    return out_lo.tolist(), out_hi.tolist()
 
 
 # -- step 3: examining candidates -------------------------------------------------------
@@ -312,25 +375,26 @@ def _wiring(seq: _Sequence, p: int, length: int) -> tuple:
 
 
 def _outputs(seq: _Sequence, starts: Sequence[int], length: int) -> list[tuple[int, int]]:
+    """(offset, result index) of the results of the runs used after (or outside) them."""
     outs: set[tuple[int, int]] = set()
+    ops, last, reach = seq.ops, seq.last, seq.reach
     for p in starts:
-        run = seq.ops[p : p + length]
-        inside = set(run)
-        for k, op in enumerate(run):
-            assert op is not None
-            for r in op.results:
-                if any(u.operation not in inside for u in r.uses):
-                    outs.add((k, r.index))
+        end = p + length
+        for g in range(p, end):
+            if reach[g] >= end:
+                n = len(ops[g].results)  # pyright: ignore[reportOptionalMemberAccess]
+                outs.update((g - p, r) for r in range(n) if last.get((g, r), -1) >= end)
     return sorted(outs)
 
 
 def _pick(positions: list[int], length: int) -> list[int]:
+    """Greedy non-overlapping runs of `length` ops at `positions` (ascending), left to right."""
     chosen: list[int] = []
-    end = -1
-    for p in sorted(positions):
-        if p >= end:
-            chosen.append(p)
-            end = p + length
+    i, n = 0, len(positions)
+    while i < n:
+        p = positions[i]
+        chosen.append(p)
+        i = bisect_left(positions, p + length, i + 1)
     return chosen
 
 
@@ -352,13 +416,11 @@ def _examine(seq: _Sequence, positions: list[int], length: int) -> list[_Group]:
     return out
 
 
-def _packing_bound(positions: list[int], lengths: Sequence[int]) -> int:
-    """The most `lengths` runs at `positions` can save if all were isomorphic."""
-    best = 0
-    for length in lengths:
-        c = len(_pick(positions, length))
-        best = max(best, (c - 1) * length - c)
-    return best
+def _packing_bound(positions: list[int], length: int, gap: int) -> int:
+    """The most runs of `length` ops at `positions` (ascending, no two closer than `gap`) can
+    save if all were isomorphic."""
+    c = len(positions) if length <= gap else len(_pick(positions, length))
+    return max(0, (c - 1) * length - c)
 
 
 def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
@@ -370,14 +432,15 @@ def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
         return []
     sa = suffix_array(s)
     lcp = lcp_array(s, sa)
-    rmq = _RangeMinMax(sa)
-    # (-bound, refined?, l, lb, rb): a cheap bound first; refined by packing when popped
-    heap: list[tuple[int, bool, int, int, int]] = []
-    for l, lb, rb in lcp_intervals(lcp, min_ops):
-        lo, hi = rmq.span(lb, rb)
+    intervals = lcp_intervals(lcp, min_ops)
+    spans = range_min_max(sa, [lb for _, lb, _ in intervals], [rb for _, _, rb in intervals])
+    # (-bound, refined?, l, lb, rb, lo, hi): a cheap bound first, refined by packing when
+    # popped; [lo, hi] holds the interval's positions (the last two never decide the order)
+    heap: list[tuple[int, bool, int, int, int, int, int]] = []
+    for (l, lb, rb), lo, hi in zip(intervals, *spans, strict=True):
         bound = min((rb - lb) * l, hi - lo) - 2
         if bound > 0:
-            heap.append((-bound, False, l, lb, rb))
+            heap.append((-bound, False, l, lb, rb, lo, hi))
     heapq.heapify(heap)
     pending: list[tuple[tuple[int, int, int], int, _Group]] = []  # max-heap by rank
     count = 0
@@ -419,22 +482,21 @@ def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
                 cover(p, g.length)
             taken.append(g)
             continue
-        neg_bound, refined, l, lb, rb = heapq.heappop(heap)
+        neg_bound, refined, l, lb, rb, lo, hi = heapq.heappop(heap)
         if taken:  # c runs of L ops fit in the free ops of the span: saved < free ops
-            lo, hi = rmq.span(lb, rb)
             end = min(hi + l, len(s))
             cap = (end - lo) - (n_covered(end) - n_covered(lo)) - 2
             if cap < -neg_bound:
                 if cap > 0:
-                    heapq.heappush(heap, (-cap, refined, l, lb, rb))
+                    heapq.heappush(heap, (-cap, refined, l, lb, rb, lo, hi))
                 continue
         positions = sorted(sa[lb : rb + 1])
         gap = min(b - a for a, b in zip(positions, positions[1:]))
         lengths = sorted({l, max(min_ops, min(l, gap))})
         if not refined:
-            bound = max(_packing_bound(free(positions, n), [n]) for n in lengths)
+            bound = max(_packing_bound(free(positions, n), n, gap) for n in lengths)
             if bound > 0:
-                heapq.heappush(heap, (-bound, True, l, lb, rb))
+                heapq.heappush(heap, (-bound, True, l, lb, rb, lo, hi))
             continue
         for length in lengths:
             for g in _examine(seq, free(positions, length), length):
@@ -459,85 +521,97 @@ def _unique_name(module: ModuleOp, base: str) -> str:
     return name
 
 
-def _hint(v: SSAValue, fallback: str) -> str:
-    return v.name_hint or fallback
+def _run_inputs(seq: _Sequence, p: int, length: int) -> tuple[list[SSAValue], list[tuple[int, int]]]:
+    """The values the run [p, p + length) uses from outside it, in order of first use, and
+    where each is first used: (offset in the run, operand index). Isomorphic runs use their
+    inputs at the same places."""
+    inputs: list[SSAValue] = []
+    slots: list[tuple[int, int]] = []
+    seen: set[int] = set()
+    ops, srcs = seq.ops, seq.srcs
+    for g in range(p, p + length):
+        op = ops[g]
+        assert op is not None
+        for i, (v, s) in enumerate(zip(op.operands, srcs[g], strict=True)):
+            if (type(s) is not tuple or s[0] < p) and id(v) not in seen:
+                seen.add(id(v))
+                inputs.append(v)
+                slots.append((g - p, i))
+    return inputs, slots
 
 
 def outline_group(module: ModuleOp, seq: _Sequence, group: _Group) -> list[CallOp]:
-    """Replace the runs of `group` by calls of one new graph; returns the calls."""
+    """Replace the runs of `group` by calls of one new graph whose body is made of the ops
+    of the first run (moved, not copied); returns the calls."""
     length = group.length
-    first = [op for op in seq.ops[group.starts[0] : group.starts[0] + length]]
-    assert all(op is not None for op in first)
-    # inputs of the first run, in order of first use
-    inside = set(first)
-    inputs: list[SSAValue] = []
-    seen: set[SSAValue] = set()
-    by_ref: dict[SSAValue, bool] = {}
+    p0 = group.starts[0]
+    first = cast(list[Operation], seq.ops[p0 : p0 + length])
+    inputs, slots = _run_inputs(seq, p0, length)
+    number = {id(v): i for i, v in enumerate(inputs)}
+    by_ref = [False] * len(inputs)
     for op in first:
-        assert op is not None
-        written = _written(op)
-        for i, v in enumerate(op.operands):
-            if v.owner in inside:
-                continue
-            if v not in seen:
-                seen.add(v)
-                inputs.append(v)
-                by_ref[v] = False
-            if i in written:
-                by_ref[v] = True
+        for i in _written(op):
+            k = number.get(id(op.operands[i]))
+            if k is not None:
+                by_ref[k] = True
     name = _unique_name(module, "outlined")
-    out_types = [first[k].results[r].type for k, r in group.outputs]  # pyright: ignore[reportOptionalMemberAccess]
-    names = [_hint(v, f"in{i}") for i, v in enumerate(inputs)]
+    out_types = [first[k].results[r].type for k, r in group.outputs]
     graph = GraphOp(
         name,
         [v.type for v in inputs],
         out_types,
-        input_names=names,
-        by_ref=[by_ref[v] for v in inputs],
+        input_names=[v.name_hint or f"in{i}" for i, v in enumerate(inputs)],
+        by_ref=by_ref,
     )
     block = graph.body.block
-    vm: dict[SSAValue, SSAValue] = {}
     for v, arg in zip(inputs, block.args, strict=True):
         if v.name_hint:
             arg.name_hint = v.name_hint
-        vm[v] = arg
-    for op in first:
-        assert op is not None
-        block.add_op(op.clone(vm))
-    block.add_op(OutputOp([vm[first[k].results[r]] for k, r in group.outputs]))  # pyright: ignore[reportOptionalMemberAccess]
     # the graph goes right before the graph (or main) holding the first run
-    holder = first[0].parent_op()  # pyright: ignore[reportOptionalMemberAccess]
+    holder = first[0].parent_op()
     assert holder is not None
     Rewriter.insert_op(graph, InsertPoint.before(holder))
 
+    callee = SymbolRefAttr(name)
     calls: list[CallOp] = []
     for p in group.starts:
-        run = seq.ops[p : p + length]
-        run_inside = set(run)
-        args: list[SSAValue] = []
-        done: set[SSAValue] = set()
-        for op in run:
-            assert op is not None
-            for v in op.operands:
-                if v.owner not in run_inside and v not in done:
-                    done.add(v)
-                    args.append(v)
-        assert len(args) == len(inputs)
+        run = cast(list[Operation], seq.ops[p : p + length])
+        args = inputs if p == p0 else [run[k].operands[i] for k, i in slots]
         last = run[-1]
-        assert last is not None
-        call = CallOp(name, args, out_types)
+        call = CallOp.create(operands=args, result_types=out_types, properties={"callee": callee})
         Rewriter.insert_op(call, InsertPoint.after(last))
+        calls.append(call)
+        if p == p0:
+            continue
+        for op in run:  # drop the run: afterwards only uses after it remain
+            op.detach()
+            op.drop_all_references()
         for (k, r), res in zip(group.outputs, call.res, strict=True):
-            old = run[k].results[r]  # pyright: ignore[reportOptionalMemberAccess]
+            old = run[k].results[r]
             res.name_hint = old.name_hint
             old.replace_all_uses_with(res)
-        for op in reversed(run):
-            assert op is not None
-            for r in op.results:  # results used only inside the run
-                for use in list(r.uses):
-                    assert use.operation in run_inside, "outline: value escapes the run"
-            Rewriter.erase_op(op, safe_erase=False)
-        calls.append(call)
+        for op in run:
+            for r in op.results:
+                assert r.first_use is None, "outline: value escapes the run"
+    # the first run becomes the graph body: its uses after the run go to its call, its
+    # outside operands become the graph's inputs
+    inside = {id(op) for op in first}
+    for (k, r), res in zip(group.outputs, calls[0].res, strict=True):
+        old = first[k].results[r]
+        res.name_hint = old.name_hint
+        for use in tuple(old.uses):
+            if id(use.operation) not in inside:
+                use.operation.operands[use.index] = res
+    args = dict(zip([id(v) for v in inputs], block.args, strict=True))
+    for op in first:
+        op.detach()
+        if any(id(v) in args for v in op.operands):
+            op.operands = [args.get(id(v), v) for v in op.operands]
+        block.add_op(op)
+    for op in first:
+        for r in op.results:
+            assert all(id(u.operation) in inside for u in r.uses), "outline: value escapes the run"
+    block.add_op(OutputOp([first[k].results[r] for k, r in group.outputs]))
     return calls
 
 
@@ -557,19 +631,18 @@ def outline(module: ModuleOp, min_ops: int = 3, graph: str | None = None) -> lis
         holders = [g]
     else:
         holders = [op for op in module.body.block.ops if isinstance(op, GraphOp | MainGraphOp)]
-    barriers: set[Operation] = set()
-    sig_cache: dict[Operation, int] = {}
-    sig_ids: dict[tuple, int] = {}
+    barriers: set[int] = set()  # ids of the calls created (alive: they stay in the IR)
+    signatures = _Signatures()
     created: list[str] = []
     while True:
         blocks = [h.regions[0].block for h in holders]
-        seq = _build_sequence(blocks, barriers, sig_cache, sig_ids)
+        seq = _build_sequence(blocks, barriers, signatures)
         groups = select_groups(seq, min_ops)
         if not groups:
             return created
         for group in groups:
             calls = outline_group(module, seq, group)
-            barriers.update(calls)
+            barriers.update(id(c) for c in calls)
             created.append(calls[0].callee.root_reference.data)
 
 
