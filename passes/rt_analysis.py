@@ -15,7 +15,7 @@ the viewed buffer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -141,13 +141,36 @@ def is_view(op: Operation) -> TypeGuard[rt.KernelOp]:
     return isinstance(op, rt.KernelOp) and VIEW_ATTR in op.attributes
 
 
-def blocks(program: rt.ProgramOp) -> Iterator[Block]:
-    """Every block of the program (the body first, then nested blocks)."""
-    yield program.body.block
-    for op in program.walk():
-        for region in op.regions:
-            if op is not program:
-                yield from region.blocks
+def walk_ops(program: rt.ProgramOp) -> list[Operation]:
+    """Every op nested in `program` (not the program itself), in the order of
+    `program.walk()`: each op before the ops of its regions. A list, built without a
+    generator per op (several times faster than xDSL's `walk`)."""
+    out: list[Operation] = []
+    append = out.append
+
+    def visit(block: Block) -> None:
+        op = block.first_op
+        while op is not None:
+            append(op)
+            if op.regions:
+                for region in op.regions:
+                    for b in region.blocks:
+                        visit(b)
+            op = op.next_op
+
+    visit(program.body.block)
+    return out
+
+
+def blocks(program: rt.ProgramOp, ops: Sequence[Operation] | None = None) -> list[Block]:
+    """Every block of the program (the body first, then nested blocks in the order of
+    their ops in `ops`, the program's `walk_ops` when not given)."""
+    out = [program.body.block]
+    for op in walk_ops(program) if ops is None else ops:
+        if op.regions:
+            for region in op.regions:
+                out.extend(region.blocks)
+    return out
 
 
 def ancestor_in(op: Operation, block: Block) -> Operation | None:
@@ -161,9 +184,13 @@ def ancestor_in(op: Operation, block: Block) -> Operation | None:
 
 
 class Memory:
-    """Writers and view structure of every buffer of a program (computed once)."""
+    """Writers and view structure of every buffer of a program (computed once).
 
-    def __init__(self, program: rt.ProgramOp):
+    `ops` is the program's ops when it was computed (`walk_ops`; passes reuse it instead
+    of walking again; it is not updated when they edit the program)."""
+
+    def __init__(self, program: rt.ProgramOp, ops: list[Operation] | None = None):
+        self.ops = walk_ops(program) if ops is None else ops
         self.writers: dict[SSAValue, list[Operation]] = {}
         self.unknown: set[SSAValue] = set()  # used by an op with unknown effects
         self.view_src: dict[SSAValue, SSAValue] = {}  # view output -> viewed buffer
@@ -172,7 +199,7 @@ class Memory:
         # what each function writes, asked once per function for all its calls (a snapshot:
         # only used while the writers are collected, before any pass edits the program)
         summaries = rt.FuncSummaries(program)
-        for op in program.walk():
+        for op in self.ops:
             eff = effects(op, summaries)
             if eff is None:
                 for v in op.operands:

@@ -66,6 +66,7 @@ from xl.passes.rt_analysis import (
     kernel_io,
     parent_positions,
     programs,
+    walk_ops,
 )
 from xl.runtime.profile import fused_source_attrs
 from xl.runtime.registry import AllReduceUpdateKernel
@@ -85,7 +86,7 @@ def fold_all_reduce_updates(program: rt.ProgramOp) -> int:
     n = 0
     pos_cache: dict[Block, dict[Operation, int]] = {}
     reduces = [
-        op for op in program.walk()
+        op for op in walk_ops(program)
         if isinstance(op, rt.KernelOp) and kernel_class_of(op) is AllReduceInplaceOp
     ]  # fmt: skip
     for red in reduces:

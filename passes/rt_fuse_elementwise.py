@@ -170,7 +170,7 @@ def fuse_elementwise(program: rt.ProgramOp) -> int:
     """Fuse every eligible chain in `program`; returns the number of fused kernels."""
     mem = Memory(program)
     n = 0
-    for b in list(blocks(program)):
+    for b in blocks(program, mem.ops):
         n += _fuse_block(b, mem)
     return n
 

@@ -28,6 +28,7 @@ rt.kernel "popxl.gelu"(%a) -> (%a) : ...
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -48,43 +49,78 @@ from xl.passes.rt_analysis import (
 )
 
 
-def _full_write(op: Operation, v: SSAValue) -> bool:
-    """Whether `op` overwrites all of `v` without reading it."""
-    if isinstance(op, rt.KernelOp):
+class CallFills:
+    """The destinations each call overwrites completely: a destination (no other operand
+    of the call) whose argument's first use in the function body overwrites it. Asked once
+    per (function, argument) and once per call, so a call costs O(operands) however large
+    its function; valid while the program is not edited (`reuse_buffers` plans every
+    block before renaming anything)."""
+
+    def __init__(self, program: rt.ProgramOp | None):
+        self.functions = rt.FuncSummaries(program)  # for the lookup of callees by name
+        self._args: dict[tuple[rt.FuncOp, int], bool] = {}
+        self._calls: dict[rt.CallOp, frozenset[SSAValue]] = {}
+        self._positions: dict[Block, dict[Operation, int]] = {}
+
+    def filled(self, call: rt.CallOp) -> frozenset[SSAValue]:
+        """The buffers `call` overwrites completely without reading them."""
+        done = self._calls.get(call)
+        if done is None:
+            done = self._calls[call] = self._call_fills(call)
+        return done
+
+    def _call_fills(self, call: rt.CallOp) -> frozenset[SSAValue]:
+        func = self.functions.func(call.callee.root_reference.data)
+        if func is None or func.is_ancestor(call):
+            return frozenset()
+        ins, outs = call.io()
+        operands = ins + outs
+        n = len(ins)
+        return frozenset(v for j, v in enumerate(outs) if operands.count(v) == 1 and self.arg_filled(func, n + j))
+
+    def arg_filled(self, func: rt.FuncOp, i: int) -> bool:
+        """Whether the first op of `func`'s body using argument `i` overwrites it completely."""
+        key = (func, i)
+        done = self._args.get(key)
+        if done is None:
+            self._args[key] = False  # asked again while answering (recursive functions): no
+            done = self._args[key] = self._first_use_fills(func, i)
+        return done
+
+    def _first_use_fills(self, func: rt.FuncOp, i: int) -> bool:
+        block = func.body.block
+        arg = block.args[i]
+        pos = self._positions.get(block)
+        if pos is None:
+            pos = self._positions[block] = positions(block)
+        first: Operation | None = None
+        for use in arg.uses:
+            anc = ancestor_in(use.operation, block)
+            if anc is None:
+                return False
+            if first is None or pos[anc] < pos[first]:
+                first = anc
+        return first is not None and _full_write(first, arg, self)
+
+
+def _full_write(op: Operation, v: SSAValue, fills: CallFills) -> bool:
+    """Whether `op` overwrites all of `v` without reading it (a call: `v` is one of its
+    destinations, and no other operand, and the first op of the function body using that
+    argument overwrites it)."""
+    t = type(op)
+    if t is rt.KernelOp:
         if not is_full_write_kernel(op):
             return False
-        ins, outs = kernel_io(op)
+        ins, outs = kernel_io(cast(rt.KernelOp, op))
         return v in outs and v not in ins and outs.count(v) == 1
-    if isinstance(op, rt.CopyOp):
+    if t is rt.CopyOp:
+        op = cast(rt.CopyOp, op)
         return op.dest is v and op.source is not v
-    if isinstance(op, rt.H2DOp):
-        return op.buffer is v
-    if isinstance(op, rt.CallOp):
-        return _call_fills(op, v)
+    if t is rt.H2DOp:
+        return cast(rt.H2DOp, op).buffer is v
+    if t is rt.CallOp:
+        return v in fills.filled(cast(rt.CallOp, op))
     return False
-
-
-def _call_fills(call: rt.CallOp, v: SSAValue) -> bool:
-    """Whether `call` overwrites all of `v` without reading it: `v` is one of its
-    destinations (and no other operand), and the first op of the function body using that
-    argument overwrites it completely."""
-    operands = list(call.operands)
-    n_in = len(call.ins)
-    if operands.count(v) != 1 or operands.index(v) < n_in:
-        return False
-    func = rt.lookup_func(call, call.callee_name)
-    if func is None or func.is_ancestor(call):
-        return False
-    arg = func.body.block.args[operands.index(v)]
-    block = func.body.block
-    first: Operation | None = None
-    for use in arg.uses:
-        anc = ancestor_in(use.operation, block)
-        if anc is None:
-            return False
-        if first is None or block.get_operation_index(anc) < block.get_operation_index(first):
-            first = anc
-    return first is not None and _full_write(first, arg)
 
 
 @dataclass
@@ -95,19 +131,25 @@ class _Life:
     first_op: Operation
     ipu: int = 0  # the `ipu.id` of the first placed op using it (0: popxl's default IPU)
 
+    @property
+    def pool_key(self) -> tuple[Attribute, int]:
+        """Buffers of one type on one IPU share storage."""
+        return (self.value.type, self.ipu)
 
-def _lifetimes(block: Block, mem: Memory) -> tuple[list[Operation], list[_Life]]:
+
+def _lifetimes(block: Block, mem: Memory, fills: CallFills) -> tuple[list[Operation], list[_Life]]:
     ops = list(block.ops)
-    pos = positions(block)
+    pos = {op: i for i, op in enumerate(ops)}
+    view_src, views, unknown = mem.view_src, mem.views, mem.unknown
     lives: list[_Life] = []
     for op in ops:
-        if not isinstance(op, rt.AllocOp):
+        if type(op) is not rt.AllocOp:
             continue
-        v = op.result
-        if v in mem.view_src:
+        v = op.results[0]
+        if v in view_src:
             continue
-        aliases = mem.aliases(v)
-        if any(a in mem.unknown for a in aliases):
+        aliases = mem.aliases(v) if v in views else [v]
+        if any(a in unknown for a in aliases):
             continue
         first, last = len(ops), -1
         first_op: Operation | None = None
@@ -115,28 +157,31 @@ def _lifetimes(block: Block, mem: Memory) -> tuple[list[Operation], list[_Life]]
         placed: tuple[int, int] | None = None  # (position, ipu) of the first placed user
         for a in aliases:
             for use in a.uses:
-                anc = ancestor_in(use.operation, block)
+                user = use.operation
+                anc = user if user.parent is block else ancestor_in(user, block)
                 if anc is None:
                     ok = False
                     break
                 p = pos[anc]
                 if p < first:
                     first, first_op = p, anc
-                last = max(last, p)
-                ipu = placement(use.operation)
+                if p > last:
+                    last = p
+                ipu = placement(user)
                 if ipu is not None and (placed is None or p < placed[0]):
                     placed = (p, ipu)
             if not ok:
                 break
-        if not ok or first_op is None or not _full_write(first_op, v):
+        if not ok or first_op is None or not _full_write(first_op, v, fills):
             continue
         lives.append(_Life(v, first, last, first_op, placed[1] if placed is not None else 0))
     return ops, lives
 
 
-def plan_block(block: Block, mem: Memory) -> dict[SSAValue, SSAValue]:
-    """buffer -> buffer whose storage it takes, for the allocs of `block`."""
-    ops, lives = _lifetimes(block, mem)
+def plan_block(block: Block, mem: Memory, fills: CallFills) -> dict[SSAValue, SSAValue]:
+    """buffer -> buffer whose storage it takes, for the allocs of `block` (`fills`: what the
+    calls of the program fill, shared by the blocks of the unedited program)."""
+    ops, lives = _lifetimes(block, mem, fills)
     starts: dict[int, list[_Life]] = {}
     ends: dict[int, list[_Life]] = {}
     for life in lives:
@@ -144,14 +189,13 @@ def plan_block(block: Block, mem: Memory) -> dict[SSAValue, SSAValue]:
         ends.setdefault(life.last, []).append(life)
     phys: dict[SSAValue, SSAValue] = {}
     pool: dict[tuple[Attribute, int], list[SSAValue]] = {}
-    ipu_of = {life.value: life.ipu for life in lives}
     consumed: set[SSAValue] = set()
     for i in sorted(set(starts) | set(ends)):
         op = ops[i]
         for life in starts.get(i, ()):
             rep: SSAValue | None = None
-            if is_elementwise_kernel(op) and isinstance(op, rt.KernelOp):
-                op_ins, op_outs = kernel_io(op)
+            if type(op) is rt.KernelOp and is_elementwise_kernel(op):
+                op_ins, op_outs = kernel_io(cast(rt.KernelOp, op))
                 for d in ends.get(i, ()):
                     if (
                         d.value not in consumed
@@ -166,21 +210,22 @@ def plan_block(block: Block, mem: Memory) -> dict[SSAValue, SSAValue]:
                         consumed.add(d.value)
                         break
             if rep is None:
-                free = pool.get((life.value.type, life.ipu))
+                free = pool.get(life.pool_key)
                 if free:
                     rep = free.pop()
             phys[life.value] = rep if rep is not None else life.value
         for life in ends.get(i, ()):
             if life.value not in consumed:
-                pool.setdefault((life.value.type, ipu_of[life.value]), []).append(phys[life.value])
+                pool.setdefault(life.pool_key, []).append(phys[life.value])
     return {v: r for v, r in phys.items() if r is not v}
 
 
 def reuse_buffers(program: rt.ProgramOp) -> int:
     mem = Memory(program)
+    fills = CallFills(program)
     renames: dict[SSAValue, SSAValue] = {}
-    for block in list(blocks(program)):
-        renames.update(plan_block(block, mem))
+    for block in blocks(program, mem.ops):
+        renames.update(plan_block(block, mem, fills))
     for v, r in renames.items():
         v.replace_all_uses_with(r)
         alloc = v.owner

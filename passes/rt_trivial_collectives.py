@@ -32,7 +32,7 @@ from xl.dialects.replica import (
     AllReduceInplaceOp,
     AllReduceOp,
 )
-from xl.passes.rt_analysis import kernel_class_of, programs
+from xl.passes.rt_analysis import kernel_class_of, programs, walk_ops
 
 # all-reduces: the identity over groups of one replica (unless they square)
 _REDUCTIONS = (AllReduceOp, AllReduceInplaceOp, AllReduceIdenticalGradInputsOp)
@@ -57,7 +57,7 @@ def drop_trivial_collectives(program: rt.ProgramOp) -> int:
     """Erase / turn into copies the identity collectives of `program`; returns how many."""
     r = program.replication_factor
     n = 0
-    for op in list(program.walk()):
+    for op in walk_ops(program):
         if not isinstance(op, rt.KernelOp) or not _is_identity(op, r):
             continue
         ins, outs = op.io()

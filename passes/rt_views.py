@@ -49,18 +49,20 @@ from xl.passes.rt_analysis import (
     kernel_io,
     parent_positions,
     programs,
+    walk_ops,
     written_between,
 )
 
 
 def mark_views(program: rt.ProgramOp) -> int:
-    for op in program.walk():
+    ops = walk_ops(program)
+    for op in ops:
         if isinstance(op, rt.KernelOp) and VIEW_ATTR in op.attributes:
             del op.attributes[VIEW_ATTR]
-    mem = Memory(program)
+    mem = Memory(program, ops)
     pos_cache: dict[Block, dict[Operation, int]] = {}
     n = 0
-    for op in list(program.walk()):
+    for op in ops:
         if not (isinstance(op, rt.KernelOp) and is_view_kernel(op) and VIEW_ATTR not in op.attributes):
             continue
         ins, outs = kernel_io(op)
