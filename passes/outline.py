@@ -99,6 +99,7 @@ import heapq
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import sub
 from typing import cast
 
 import numpy as np
@@ -434,32 +435,19 @@ def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
     lcp = lcp_array(s, sa)
     intervals = lcp_intervals(lcp, min_ops)
     spans = range_min_max(sa, [lb for _, lb, _ in intervals], [rb for _, _, rb in intervals])
-    # (-bound, refined?, l, lb, rb, lo, hi): a cheap bound first, refined by packing when
-    # popped; [lo, hi] holds the interval's positions (the last two never decide the order)
-    heap: list[tuple[int, bool, int, int, int, int, int]] = []
+    # (-bound, refined?, l, lb, rb, lo, hi, positions, gap): a cheap bound first, refined
+    # by packing when popped; [lo, hi] holds the interval's positions (sorted once refined;
+    # no two closer than gap); only the first five ever decide the order
+    heap: list[tuple[int, bool, int, int, int, int, int, list[int], int]] = []
     for (l, lb, rb), lo, hi in zip(intervals, *spans, strict=True):
         bound = min((rb - lb) * l, hi - lo) - 2
         if bound > 0:
-            heap.append((-bound, False, l, lb, rb, lo, hi))
+            heap.append((-bound, False, l, lb, rb, lo, hi, [], 0))
     heapq.heapify(heap)
     pending: list[tuple[tuple[int, int, int], int, _Group]] = []  # max-heap by rank
     count = 0
-    covered = bytearray(len(s))  # 1 where a taken run lies
-    fenwick = [0] * (len(s) + 1)  # covered positions, for counting free ones in a span
-
-    def n_covered(end: int) -> int:  # covered positions in [0, end)
-        total = 0
-        while end > 0:
-            total += fenwick[end]
-            end &= end - 1
-        return total
-
-    def cover(p: int, length: int) -> None:
-        covered[p : p + length] = b"\x01" * length
-        for i in range(p + 1, p + length + 1):
-            while i <= len(s):
-                fenwick[i] += 1
-                i += i & -i
+    n = len(s)
+    covered = bytearray(n)  # 1 where a taken run lies
 
     def free(positions: list[int], length: int) -> list[int]:
         if not taken:
@@ -479,24 +467,26 @@ def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
                     heapq.heappush(pending, (tuple(-x for x in g.rank()), count, g))  # pyright: ignore[reportArgumentType]
                 continue
             for p in starts:
-                cover(p, g.length)
+                covered[p : p + g.length] = b"\x01" * g.length
             taken.append(g)
             continue
-        neg_bound, refined, l, lb, rb, lo, hi = heapq.heappop(heap)
+        entry = heapq.heappop(heap)
+        neg_bound, refined, l, lb, rb, lo, hi, positions, gap = entry
         if taken:  # c runs of L ops fit in the free ops of the span: saved < free ops
-            end = min(hi + l, len(s))
-            cap = (end - lo) - (n_covered(end) - n_covered(lo)) - 2
+            end = min(hi + l, n)
+            cap = (end - lo) - covered.count(1, lo, end) - 2
             if cap < -neg_bound:
                 if cap > 0:
-                    heapq.heappush(heap, (-cap, refined, l, lb, rb, lo, hi))
+                    heapq.heappush(heap, (-cap, *entry[1:]))
                 continue
-        positions = sorted(sa[lb : rb + 1])
-        gap = min(b - a for a, b in zip(positions, positions[1:]))
+        if not refined:
+            positions = sorted(sa[lb : rb + 1])
+            gap = min(map(sub, positions[1:], positions))
         lengths = sorted({l, max(min_ops, min(l, gap))})
         if not refined:
-            bound = max(_packing_bound(free(positions, n), n, gap) for n in lengths)
+            bound = max(_packing_bound(free(positions, length), length, gap) for length in lengths)
             if bound > 0:
-                heapq.heappush(heap, (-bound, True, l, lb, rb, lo, hi))
+                heapq.heappush(heap, (-bound, True, l, lb, rb, lo, hi, positions, gap))
             continue
         for length in lengths:
             for g in _examine(seq, free(positions, length), length):
@@ -521,33 +511,86 @@ def _unique_name(module: ModuleOp, base: str) -> str:
     return name
 
 
-def _run_inputs(seq: _Sequence, p: int, length: int) -> tuple[list[SSAValue], list[tuple[int, int]]]:
-    """The values the run [p, p + length) uses from outside it, in order of first use, and
-    where each is first used: (offset in the run, operand index). Isomorphic runs use their
-    inputs at the same places."""
+def _run_inputs(seq: _Sequence, p: int, length: int) -> tuple[list[SSAValue], list[tuple[int, int]], list[int]]:
+    """The values the run [p, p + length) uses from outside it, in order of first use; where
+    each is first used: (offset in the run, operand index); the offsets of the ops using
+    any. Isomorphic runs use their inputs at the same places."""
     inputs: list[SSAValue] = []
     slots: list[tuple[int, int]] = []
+    users: list[int] = []
     seen: set[int] = set()
     ops, srcs = seq.ops, seq.srcs
     for g in range(p, p + length):
         op = ops[g]
         assert op is not None
+        outside = False
         for i, (v, s) in enumerate(zip(op.operands, srcs[g], strict=True)):
-            if (type(s) is not tuple or s[0] < p) and id(v) not in seen:
-                seen.add(id(v))
-                inputs.append(v)
-                slots.append((g - p, i))
-    return inputs, slots
+            if type(s) is not tuple or s[0] < p:
+                outside = True
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    inputs.append(v)
+                    slots.append((g - p, i))
+        if outside:
+            users.append(g - p)
+    return inputs, slots, users
 
 
-def outline_group(module: ModuleOp, seq: _Sequence, group: _Group) -> list[CallOp]:
+class _Redirects:
+    """Uses to move to new values, applied at once per user (an op using many of them, such
+    as a graph's `graph.output`, gets its operand list set once instead of per operand)."""
+
+    def __init__(self) -> None:
+        self.users: dict[int, tuple[Operation, dict[int, SSAValue]]] = {}
+
+    def add(self, value: SSAValue, to: SSAValue, skip: set[int]) -> None:
+        """Uses of `value` by ops not in `skip` (ids) will use `to`."""
+        users = self.users
+        for use in value.uses:
+            op = use.operation
+            if id(op) not in skip:
+                entry = users.get(id(op))
+                if entry is None:
+                    entry = users[id(op)] = (op, {})
+                entry[1][use.index] = to
+
+    def apply(self) -> None:
+        for op, new in self.users.values():
+            if len(new) > 2:
+                op.operands = [new.get(i, v) for i, v in enumerate(op.operands)]
+            else:
+                for i, v in new.items():
+                    op.operands[i] = v
+        self.users.clear()
+
+
+def outline_group(
+    module: ModuleOp,
+    seq: _Sequence,
+    group: _Group,
+    in_runs: set[int] | None = None,
+    renamed: dict[int, SSAValue] | None = None,
+    redirects: _Redirects | None = None,
+) -> list[CallOp]:
     """Replace the runs of `group` by calls of one new graph whose body is made of the ops
-    of the first run (moved, not copied); returns the calls."""
+    of the first run (moved, not copied); returns the calls. The groups of one round are
+    rewritten in turn with the same `in_runs` (ids of the ops of all their runs) and
+    `renamed` (id of a value a rewritten run defined -> the call result replacing it): uses
+    by ops of runs are not redirected, these ops go (or move into a graph) anyway; the
+    other uses are moved by `redirects.apply()` once the round is rewritten."""
+    if in_runs is None:
+        in_runs = {id(op) for p in group.starts for op in seq.ops[p : p + group.length]}
+    if renamed is None:
+        renamed = {}
+    alone = redirects is None
+    if redirects is None:
+        redirects = _Redirects()
     length = group.length
     p0 = group.starts[0]
     first = cast(list[Operation], seq.ops[p0 : p0 + length])
-    inputs, slots = _run_inputs(seq, p0, length)
-    number = {id(v): i for i, v in enumerate(inputs)}
+    used, slots, users = _run_inputs(seq, p0, length)
+    inputs = [renamed.get(id(v), v) for v in used]
+    number = {id(v): i for i, v in enumerate(used)}
     by_ref = [False] * len(inputs)
     for op in first:
         for i in _written(op):
@@ -576,42 +619,39 @@ def outline_group(module: ModuleOp, seq: _Sequence, group: _Group) -> list[CallO
     calls: list[CallOp] = []
     for p in group.starts:
         run = cast(list[Operation], seq.ops[p : p + length])
-        args = inputs if p == p0 else [run[k].operands[i] for k, i in slots]
-        last = run[-1]
-        call = CallOp.create(operands=args, result_types=out_types, properties={"callee": callee})
-        Rewriter.insert_op(call, InsertPoint.after(last))
-        calls.append(call)
         if p == p0:
-            continue
-        for op in run:  # drop the run: afterwards only uses after it remain
-            op.detach()
-            op.drop_all_references()
+            args = inputs
+        else:
+            args = [run[k].operands[i] for k, i in slots]
+            args = [renamed.get(id(v), v) for v in args]
+        call = CallOp.create(operands=args, result_types=out_types, properties={"callee": callee})
+        Rewriter.insert_op(call, InsertPoint.after(run[-1]))
+        calls.append(call)
+        # uses after the run take the call's results
         for (k, r), res in zip(group.outputs, call.res, strict=True):
             old = run[k].results[r]
             res.name_hint = old.name_hint
-            old.replace_all_uses_with(res)
+            renamed[id(old)] = res
+            redirects.add(old, res, in_runs)
+        if p == p0:
+            continue
+        # the run goes: the values it uses from outside lose those uses; what it defines
+        # is used only by runs, which go or move too
         for op in run:
-            for r in op.results:
-                assert r.first_use is None, "outline: value escapes the run"
-    # the first run becomes the graph body: its uses after the run go to its call, its
-    # outside operands become the graph's inputs
-    inside = {id(op) for op in first}
-    for (k, r), res in zip(group.outputs, calls[0].res, strict=True):
-        old = first[k].results[r]
-        res.name_hint = old.name_hint
-        for use in tuple(old.uses):
-            if id(use.operation) not in inside:
-                use.operation.operands[use.index] = res
-    args = dict(zip([id(v) for v in inputs], block.args, strict=True))
+            op.detach()
+        for k in users:
+            run[k].drop_all_references()
+    # the first run becomes the graph body, using the graph's inputs
+    args = dict(zip([id(v) for v in used], block.args, strict=True))
+    for k in users:
+        op = first[k]
+        op.operands = [args.get(id(v), v) for v in op.operands]
     for op in first:
         op.detach()
-        if any(id(v) in args for v in op.operands):
-            op.operands = [args.get(id(v), v) for v in op.operands]
         block.add_op(op)
-    for op in first:
-        for r in op.results:
-            assert all(id(u.operation) in inside for u in r.uses), "outline: value escapes the run"
     block.add_op(OutputOp([first[k].results[r] for k, r in group.outputs]))
+    if alone:
+        redirects.apply()
     return calls
 
 
@@ -640,10 +680,14 @@ def outline(module: ModuleOp, min_ops: int = 3, graph: str | None = None) -> lis
         groups = select_groups(seq, min_ops)
         if not groups:
             return created
+        in_runs = {id(op) for g in groups for p in g.starts for op in seq.ops[p : p + g.length]}
+        renamed: dict[int, SSAValue] = {}
+        redirects = _Redirects()
         for group in groups:
-            calls = outline_group(module, seq, group)
+            calls = outline_group(module, seq, group, in_runs, renamed, redirects)
             barriers.update(id(c) for c in calls)
             created.append(calls[0].callee.root_reference.data)
+        redirects.apply()
 
 
 def count_ops(module: ModuleOp) -> int:
