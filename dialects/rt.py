@@ -345,14 +345,41 @@ def _kernel_name(name: str) -> StringAttr:
     return attr
 
 
-def _split_io(op: Operation) -> tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]]:
-    """(ins, outs) of an op with `ins` and `outs` operand segments (`rt.kernel`, `rt.call`),
-    read from the raw segment sizes (the IRDL accessors cost ~10x)."""
-    seg = cast(DenseArrayBase[IntegerType], op.properties["operandSegmentSizes"])
-    key = seg.data.data
+def nested_ops(block: Block) -> list[Operation]:
+    """Every op nested in `block`, each before the ops of its regions (the order of
+    `walk`), as a list built without a generator per op (several times faster)."""
+    out: list[Operation] = []
+    append = out.append
+
+    def visit(b: Block) -> None:
+        op = b.first_op
+        while op is not None:
+            append(op)
+            if op.regions:
+                for region in op.regions:
+                    for inner in region.blocks:
+                        visit(inner)
+            op = op.next_op
+
+    visit(block)
+    return out
+
+
+def _n_ins(op: Operation) -> int:
+    """The number of `ins` of an op with `ins` and `outs` operand segments (`rt.kernel`,
+    `rt.call`), read from the raw segment sizes (memoised by their bytes)."""
+    key = cast("DenseArrayBase[IntegerType]", op.properties["operandSegmentSizes"]).data.data
     n = _IN_COUNTS.get(key)
     if n is None:
+        seg = cast("DenseArrayBase[IntegerType]", op.properties["operandSegmentSizes"])
         n = _IN_COUNTS[key] = int(seg.get_values()[0])
+    return n
+
+
+def _split_io(op: Operation) -> tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]]:
+    """(ins, outs) of an op with `ins` and `outs` operand segments (`rt.kernel`, `rt.call`);
+    the IRDL accessors cost ~10x."""
+    n = _n_ins(op)
     operands = tuple(op.operands)
     return operands[:n], operands[n:]
 
@@ -711,6 +738,8 @@ class FuncSummaries:
         self._funcs: dict[str, FuncOp | None] = {}
         self._written: dict[FuncOp, frozenset[int]] = {}
         self._calls: dict[FuncOp, list[FuncOp]] = {}
+        self._call_written: dict[CallOp, frozenset[int]] = {}
+        self._written_ins: dict[tuple[FuncOp, int], tuple[int, ...]] = {}
 
     def func(self, name: str) -> FuncOp | None:
         """The first `rt.func @name` of the program (None if there is none)."""
@@ -737,8 +766,8 @@ class FuncSummaries:
         found = self._calls.get(f)
         if found is None:
             seen: dict[FuncOp, None] = {}
-            for op in f.body.walk():
-                if isinstance(op, CallOp):
+            for op in nested_ops(f.body.block):
+                if type(op) is CallOp:
                     g = self.func(op.callee.root_reference.data)
                     if g is not None:
                         seen[g] = None
@@ -792,28 +821,59 @@ class FuncSummaries:
                 args = f.body.block.args
                 self._written[f] = frozenset(i for i, a in enumerate(args) if self._written_in_body(a))
 
+    def _callee_of(self, call: CallOp) -> FuncOp | None:
+        """The function `call` runs; None when there is none or the call is inside it."""
+        f = self.func(call.callee.root_reference.data)
+        if f is None:
+            return None
+        top = self.program.body.block if self.program is not None else None
+        # a call at the top of the program body is inside no function
+        if call.parent is not top and f.is_ancestor(call):
+            return None
+        return f
+
     def call_written(self, call: CallOp) -> frozenset[int]:
         """The operands `call` may write (see `CallOp.written_operands`)."""
+        done = self._call_written.get(call)
+        if done is None:
+            ins, outs = _split_io(call)
+            n = len(ins) + len(outs)
+            f = self._callee_of(call)
+            if f is None:
+                done = frozenset(range(n))
+            else:
+                done = self.written_args(f) | frozenset(range(len(ins), n))
+            self._call_written[call] = done
+        return done
+
+    def call_effects(self, call: CallOp) -> tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]]:
+        """(buffers read, buffers written) by `call`: its inputs; the inputs its function
+        writes and its destinations (every operand when the function is unknown or the
+        call is inside it), in operand order."""
         ins, outs = _split_io(call)
-        n = len(ins) + len(outs)
-        f = self.func(call.callee.root_reference.data)
-        if f is None or f.is_ancestor(call):
-            return frozenset(range(n))
-        return self.written_args(f) | frozenset(range(len(ins), n))
+        f = self._callee_of(call)
+        if f is None:
+            return ins, ins + outs
+        n = len(ins)
+        key = (f, n)
+        written_ins = self._written_ins.get(key)
+        if written_ins is None:
+            written_ins = self._written_ins[key] = tuple(sorted(i for i in self.written_args(f) if i < n))
+        return ins, tuple(ins[i] for i in written_ins) + outs
 
     def _written_in_body(self, a: SSAValue) -> bool:
         for use in a.uses:
             user = use.operation
-            if isinstance(user, KernelOp):
-                ins, outs = _split_io(user)
-                if use.index >= len(ins):
+            t = type(user)
+            if t is KernelOp:
+                if use.index >= _n_ins(user):
                     return True
-                if "rt.view" in user.attributes and any(self._written_in_body(o) for o in outs):
+                if "rt.view" in user.attributes and any(self._written_in_body(o) for o in _split_io(user)[1]):
                     return True
                 continue
-            if isinstance(user, CopyOp) and use.index == 0 or isinstance(user, D2HOp | IfOp):
+            if t is CopyOp and use.index == 0 or t is D2HOp or t is IfOp:
                 continue
-            if isinstance(user, CallOp) and use.index not in self.call_written(user):
+            if t is CallOp and use.index not in self.call_written(cast(CallOp, user)):
                 continue
             return True
         return False
