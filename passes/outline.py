@@ -97,7 +97,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import sub
 from typing import cast
@@ -172,18 +172,31 @@ def _written(op: Operation) -> set[int]:
     return out
 
 
+_R = 1 << 20  # result q of the op at position g is coded g * _R + q (no op has more results)
+
+
 @dataclass
 class _Sequence:
     """All blocks' eligible ops as one sequence; `sig[g] < 0` is a separator."""
 
     ops: list[Operation | None] = field(default_factory=list)
     sig: list[int] = field(default_factory=list)
-    # per position: for each operand, (producer position, result index) or the value's id
-    srcs: list[tuple] = field(default_factory=list)
-    # (position, result index) -> the last position using that result (a separator's for a
-    # use by an op outside the sequence); per position, the last using any of its results
-    last: dict[tuple[int, int], int] = field(default_factory=dict)
+    # the operands of all positions, one after the other (position g's from start[g] to
+    # start[g + 1]): a result of an op of the sequence by its code (>= 0), another value by
+    # -id(value) (so the same value has the same code everywhere)
+    operands: list[int] = field(default_factory=list)
+    start: list[int] = field(default_factory=list)
+    # result code -> the last position using it (a separator's for a use by an op outside
+    # the sequence); per position, the last using any of its results
+    last: dict[int, int] = field(default_factory=dict)
     reach: list[int] = field(default_factory=list)
+    _arrays: tuple[np.ndarray, np.ndarray] | None = None  # the two above, once needed
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """`operands` and `start` as arrays."""
+        if self._arrays is None:
+            self._arrays = (np.array(self.operands, dtype=np.int64), np.array(self.start, dtype=np.int64))
+        return self._arrays
 
 
 _SKIP, _SEPARATOR, _OP = 0, 1, 2  # how `_build_sequence` treats an op class
@@ -199,12 +212,27 @@ def _build_sequence(blocks: Sequence[Block], barriers: set[int], signatures: _Si
     """`barriers`: ids of the calls created by the pass (kept alive by the IR). Operands are
     defined before their uses (as the verifier checks)."""
     seq = _Sequence()
-    ops, sig, srcs, last, reach = seq.ops, seq.sig, seq.srcs, seq.last, seq.reach
-    where: dict[int, tuple[int, int]] = {}  # id(result) -> (position, result index)
-    get = where.get
+    ops, sig, flat, start, last, reach = seq.ops, seq.sig, seq.operands, seq.start, seq.last, seq.reach
+    code: dict[int, int] = {}  # id(result of an op of the sequence) -> its code
+    get = code.get
     of_op = signatures.of_op
     kinds: dict[type, int] = {}
     n_separators = 0
+
+    def separator(users: Iterable[Operation]) -> None:
+        nonlocal n_separators
+        q = len(ops)
+        for user in users:  # its uses count as uses after any run
+            for v in user.operands:
+                c = get(id(v))
+                if c is not None:
+                    last[c] = reach[c // _R] = q
+        n_separators += 1
+        ops.append(None)
+        sig.append(-n_separators)
+        start.append(len(flat))
+        reach.append(-1)
+
     for block in blocks:
         for op in block.ops:
             kind = kinds.get(type(op))
@@ -212,89 +240,66 @@ def _build_sequence(blocks: Sequence[Block], barriers: set[int], signatures: _Si
                 kind = kinds[type(op)] = _kind(op)
             if kind == _SKIP:
                 continue
-            q = len(ops)
             if kind == _SEPARATOR or op.regions or id(op) in barriers:
-                for user in op.walk():  # its uses count as uses after any run
-                    for v in user.operands:
-                        s = get(id(v))
-                        if s is not None:
-                            last[s] = reach[s[0]] = q
-                n_separators += 1
-                ops.append(None)
-                sig.append(-n_separators)
-                srcs.append(())
-                reach.append(-1)
+                separator(op.walk())
                 continue
+            q = len(ops)
             operands = op.operands
-            # an op of the sequence: (position, result index); else the value's id
-            ss = tuple([get(id(v), id(v)) for v in operands])
-            for s in ss:
-                if type(s) is tuple:
-                    last[s] = reach[s[0]] = q
+            cs = [get(id(v), -id(v)) for v in operands]
+            for c in cs:
+                if c >= 0:
+                    last[c] = reach[c // _R] = q
+            start.append(len(flat))
+            flat += cs
+            base = q * _R
             for r in op.results:
-                where[id(r)] = (q, r.index)
+                code[id(r)] = base + r.index
             g = of_op.get(id(op))
             ops.append(op)
             sig.append(g if g is not None else signatures.compute(op, operands))
-            srcs.append(ss)
             reach.append(-1)
-        n_separators += 1
-        ops.append(None)
-        sig.append(-n_separators)
-        srcs.append(())
-        reach.append(-1)
+        separator(())
+    start.append(len(flat))
     return seq
 
 
 # -- step 2: suffix array, LCP, intervals -----------------------------------------------
 
 
-def suffix_array(s: Sequence[int]) -> list[int]:
-    """Suffix array of an integer sequence by prefix doubling (O(n log^2 n), vectorised)."""
+def suffix_lcp_arrays(s: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Suffix array of an integer sequence ending with a unique symbol, by prefix doubling
+    (O(n log^2 n), vectorised), and its LCP array (lcp[i] = common prefix length of the
+    suffixes sa[i - 1] and sa[i]), by binary lifting over the doubling's ranks (O(n log n))."""
     n = len(s)
     if n == 0:
-        return []
-    rank = np.unique(np.asarray(s, dtype=np.int64), return_inverse=True)[1].astype(np.int64)
-    sa = np.argsort(rank, kind="stable")
-    k = 1
-    second = np.empty(n, dtype=np.int64)
+        return [], []
+    key = np.asarray(s, dtype=np.int64)
+    ranks: list[np.ndarray] = []  # ranks[j]: classes of the prefixes of 2^j symbols
     while True:
-        second[: n - k] = rank[k:] if k < n else rank[:0]
-        second[max(n - k, 0) :] = -1
-        sa = np.lexsort((second, rank))
-        r1, r2 = rank[sa], second[sa]
-        step = np.empty(n, dtype=np.int64)
-        step[0] = 0
-        np.not_equal(r1[1:], r1[:-1], out=step[1:])
-        step[1:] |= r2[1:] != r2[:-1]
-        new = np.empty(n, dtype=np.int64)
-        new[sa] = np.cumsum(step)
-        rank = new
-        if int(new[sa[-1]]) == n - 1 or k >= n:
-            return sa.tolist()
-        k *= 2
-
-
-def lcp_array(s: Sequence[int], sa: Sequence[int]) -> list[int]:
-    """lcp[i] = common prefix length of suffixes sa[i - 1] and sa[i] (Kasai)."""
-    n = len(s)
-    rank = [0] * n
-    for i, p in enumerate(sa):
-        rank[p] = i
-    lcp = [0] * n
-    h = 0
-    for p in range(n):
-        r = rank[p]
-        if r == 0:
-            h = 0
-            continue
-        q = sa[r - 1]
-        while p + h < n and q + h < n and s[p + h] == s[q + h] and s[p + h] >= 0:
-            h += 1
-        lcp[r] = h
-        if h:
-            h -= 1
-    return lcp
+        order = np.argsort(key, kind="stable")
+        ordered = key[order]
+        rank = np.empty(n, dtype=np.int64)
+        rank[order[0]] = 0
+        rank[order[1:]] = np.cumsum(ordered[1:] != ordered[:-1])
+        ranks.append(rank)
+        if int(rank[order[-1]]) == n - 1:
+            break
+        k = 1 << (len(ranks) - 1)
+        key = rank * (n + 1)
+        key[: n - k] += rank[k:] + 1  # the class of the next 2^j symbols (none: 0)
+    sa = np.empty(n, dtype=np.int64)
+    sa[rank] = np.arange(n)
+    # two suffixes share 2^j symbols where their level-j classes agree (the last symbol is
+    # unique, so a class never spans the end)
+    a, b = sa[:-1], sa[1:]
+    h = np.zeros(n - 1, dtype=np.int64)
+    for j in range(len(ranks) - 2, -1, -1):
+        x, y = a + h, b + h
+        ok = (x < n) & (y < n)
+        level = ranks[j]
+        same = ok & (level[np.minimum(x, n - 1)] == level[np.minimum(y, n - 1)])
+        h += same.astype(np.int64) << j
+    return sa.tolist(), [0, *h.tolist()]
 
 
 def lcp_intervals(lcp: Sequence[int], min_len: int) -> list[tuple[int, int, int]]:
@@ -359,20 +364,32 @@ class _Group:
         return (self.saved, -(self.n_inputs + len(self.outputs)), self.starts[0])
 
 
-def _wiring(seq: _Sequence, p: int, length: int) -> tuple:
-    """Canonical wiring of the run [p, p + length): internal operands by (offset, result
-    index), outside ones by order of first use."""
-    ext: dict[object, int] = {}
-    key = []
-    srcs = seq.srcs
-    end = p + length
-    for g in range(p, end):
-        for s in srcs[g]:
-            if type(s) is tuple and s[0] >= p:
-                key.append((s[0] - p, s[1]))
-            else:
-                key.append(-1 - ext.setdefault(s, len(ext)))
-    return tuple(key)
+def _wirings(seq: _Sequence, positions: list[int], length: int) -> tuple[list[bytes], list[int]]:
+    """Canonical wiring of the runs of `length` ops at `positions` (isomorphic ops, so the
+    same operand slots): an operand defined in the run by (offset, result index), one from
+    outside by the first slot using the same value; and each run's number of inputs."""
+    flat, start = seq.arrays()
+    p = np.asarray(positions, dtype=np.int64)
+    first = start[p]
+    m = seq.start[positions[0] + length] - seq.start[positions[0]]
+    if m == 0:
+        return [b""] * len(positions), [0] * len(positions)
+    slot = np.arange(m, dtype=np.int64)
+    rows = flat[first[:, None] + slot]
+    base = (p * _R)[:, None]
+    inside = rows >= base
+    # outside values: label each slot by the first slot holding the same value
+    values = np.where(inside, np.int64(1 << 62) + slot, rows)
+    order = np.argsort(values, axis=1, kind="stable")
+    ordered = np.take_along_axis(values, order, axis=1)
+    new = np.ones(ordered.shape, dtype=bool)
+    new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    lead = np.maximum.accumulate(np.where(new, slot, 0), axis=1)
+    label = np.empty_like(order)
+    np.put_along_axis(label, order, np.take_along_axis(order, lead, axis=1), axis=1)
+    keys = np.where(inside, rows - base, -1 - label)
+    n_inputs = ((label == slot) & ~inside).sum(axis=1)
+    return [k.tobytes() for k in keys], n_inputs.tolist()
 
 
 def _outputs(seq: _Sequence, starts: Sequence[int], length: int) -> list[tuple[int, int]]:
@@ -384,7 +401,8 @@ def _outputs(seq: _Sequence, starts: Sequence[int], length: int) -> list[tuple[i
         for g in range(p, end):
             if reach[g] >= end:
                 n = len(ops[g].results)  # pyright: ignore[reportOptionalMemberAccess]
-                outs.update((g - p, r) for r in range(n) if last.get((g, r), -1) >= end)
+                base = g * _R
+                outs.update((g - p, r) for r in range(n) if last.get(base + r, -1) >= end)
     return sorted(outs)
 
 
@@ -401,9 +419,13 @@ def _pick(positions: list[int], length: int) -> list[int]:
 
 def _examine(seq: _Sequence, positions: list[int], length: int) -> list[_Group]:
     """The groups of isomorphic runs of `length` ops at `positions` that save something."""
-    by_wiring: dict[tuple, list[int]] = {}
-    for p in positions:
-        by_wiring.setdefault(_wiring(seq, p, length), []).append(p)
+    if len(positions) < 2:
+        return []
+    by_wiring: dict[bytes, list[int]] = {}
+    inputs: dict[bytes, int] = {}
+    for p, key, n_inputs in zip(positions, *_wirings(seq, positions, length), strict=True):
+        by_wiring.setdefault(key, []).append(p)
+        inputs[key] = n_inputs
     out: list[_Group] = []
     for key, ps in by_wiring.items():
         if len(ps) < 2:
@@ -412,8 +434,7 @@ def _examine(seq: _Sequence, positions: list[int], length: int) -> list[_Group]:
         c = len(starts)
         if c < 2 or (c - 1) * length - c <= 0:
             continue
-        n_inputs = -min((k for k in key if type(k) is int), default=0)
-        out.append(_Group(length, starts, n_inputs, _outputs(seq, starts, length), ps))
+        out.append(_Group(length, starts, inputs[key], _outputs(seq, starts, length), ps))
     return out
 
 
@@ -431,22 +452,26 @@ def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
     s = seq.sig
     if len(s) < 2:
         return []
-    sa = suffix_array(s)
-    lcp = lcp_array(s, sa)
+    sa, lcp = suffix_lcp_arrays(s)
     intervals = lcp_intervals(lcp, min_ops)
     spans = range_min_max(sa, [lb for _, lb, _ in intervals], [rb for _, _, rb in intervals])
-    # (-bound, refined?, l, lb, rb, lo, hi, positions, gap): a cheap bound first, refined
-    # by packing when popped; [lo, hi] holds the interval's positions (sorted once refined;
-    # no two closer than gap); only the first five ever decide the order
-    heap: list[tuple[int, bool, int, int, int, int, int, list[int], int]] = []
-    for (l, lb, rb), lo, hi in zip(intervals, *spans, strict=True):
-        bound = min((rb - lb) * l, hi - lo) - 2
+    n = len(s)
+    # interval i holds positions in [lo[i], hi[i]]; its runs lie in [lo[i], end[i])
+    lo, hi = spans
+    end = np.minimum(np.asarray(hi, dtype=np.int64) + [l for l, _, _ in intervals], n)
+    starts_ = np.asarray(lo, dtype=np.int64)
+    ends = end.tolist()
+    # (-bound, refined?, l, lb, rb, i, positions, gap): a cheap bound first, refined by
+    # packing when popped (positions sorted, no two closer than gap); only the first five
+    # ever decide the order
+    heap: list[tuple[int, bool, int, int, int, int, list[int], int]] = []
+    for i, (l, lb, rb) in enumerate(intervals):
+        bound = min((rb - lb) * l, hi[i] - lo[i]) - 2
         if bound > 0:
-            heap.append((-bound, False, l, lb, rb, lo, hi, [], 0))
+            heap.append((-bound, False, l, lb, rb, i, [], 0))
     heapq.heapify(heap)
     pending: list[tuple[tuple[int, int, int], int, _Group]] = []  # max-heap by rank
     count = 0
-    n = len(s)
     covered = bytearray(n)  # 1 where a taken run lies
 
     def free(positions: list[int], length: int) -> list[int]:
@@ -469,12 +494,17 @@ def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
             for p in starts:
                 covered[p : p + g.length] = b"\x01" * g.length
             taken.append(g)
+            # intervals without free ops for a saving are dropped now rather than one by
+            # one when they come up (the order of the others is unchanged)
+            n_covered = np.concatenate(([0], np.cumsum(np.frombuffer(covered, dtype=np.uint8), dtype=np.int64)))
+            hopeless = ((end - starts_) - (n_covered[end] - n_covered[starts_]) - 2 <= 0).tolist()
+            heap = [e for e in heap if not hopeless[e[5]]]
+            heapq.heapify(heap)
             continue
         entry = heapq.heappop(heap)
-        neg_bound, refined, l, lb, rb, lo, hi, positions, gap = entry
+        neg_bound, refined, l, lb, rb, i, positions, gap = entry
         if taken:  # c runs of L ops fit in the free ops of the span: saved < free ops
-            end = min(hi + l, n)
-            cap = (end - lo) - covered.count(1, lo, end) - 2
+            cap = (ends[i] - lo[i]) - covered.count(1, lo[i], ends[i]) - 2
             if cap < -neg_bound:
                 if cap > 0:
                     heapq.heappush(heap, (-cap, *entry[1:]))
@@ -486,7 +516,7 @@ def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
         if not refined:
             bound = max(_packing_bound(free(positions, length), length, gap) for length in lengths)
             if bound > 0:
-                heapq.heappush(heap, (-bound, True, l, lb, rb, lo, hi, positions, gap))
+                heapq.heappush(heap, (-bound, True, l, lb, rb, i, positions, gap))
             continue
         for length in lengths:
             for g in _examine(seq, free(positions, length), length):
@@ -519,16 +549,17 @@ def _run_inputs(seq: _Sequence, p: int, length: int) -> tuple[list[SSAValue], li
     slots: list[tuple[int, int]] = []
     users: list[int] = []
     seen: set[int] = set()
-    ops, srcs = seq.ops, seq.srcs
+    ops, flat, start = seq.ops, seq.operands, seq.start
+    base = p * _R
     for g in range(p, p + length):
         op = ops[g]
         assert op is not None
         outside = False
-        for i, (v, s) in enumerate(zip(op.operands, srcs[g], strict=True)):
-            if type(s) is not tuple or s[0] < p:
+        for i, (v, c) in enumerate(zip(op.operands, flat[start[g] : start[g + 1]], strict=True)):
+            if c < base:
                 outside = True
-                if id(v) not in seen:
-                    seen.add(id(v))
+                if c not in seen:
+                    seen.add(c)
                     inputs.append(v)
                     slots.append((g - p, i))
         if outside:
