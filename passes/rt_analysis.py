@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard, cast
 
 import numpy as np
-from xdsl.dialects.builtin import MemRefType, ModuleOp
+from xdsl.dialects.builtin import MemRefType, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 
 from xl.dialects import rt
@@ -35,7 +35,23 @@ VIEW_ATTR = "rt.view"
 
 def kernel_class_of(op: Operation) -> KernelClass | None:
     """The op class (or `RtKernel`) an `rt.kernel` implements; None for other ops."""
-    return kernel_class(op.kernel.data) if isinstance(op, rt.KernelOp) else None
+    if type(op) is not rt.KernelOp:
+        return None
+    return kernel_class(cast(StringAttr, op.properties["kernel"]).data)
+
+
+# what each kernel class is from its traits (fixed per class), asked once per class
+_KINDS: dict[KernelClass, tuple[bool, bool]] = {}
+
+
+def _kind(cls: KernelClass | None) -> tuple[bool, bool]:
+    """(elementwise, view-like) of the kernels of `cls` (both False for None)."""
+    if cls is None:
+        return (False, False)
+    kind = _KINDS.get(cls)
+    if kind is None:
+        kind = _KINDS[cls] = (is_elementwise(cls), is_view_like(cls))
+    return kind
 
 
 def full_write_class(cls: KernelClass | None) -> bool:
@@ -51,14 +67,14 @@ def full_write_class(cls: KernelClass | None) -> bool:
 
 def is_view_kernel(op: Operation) -> bool:
     """A kernel whose output may be a NumPy view of its single input (`ViewLike`)."""
-    return is_view_like(kernel_class_of(op))
+    return _kind(kernel_class_of(op))[1]
 
 
 def is_elementwise_kernel(op: Operation) -> bool:
     """An elementwise kernel (`Elementwise` trait): its output may share storage with an
     input of the same type (every result element depends only on the same element of
     the inputs), and it may be fused."""
-    return is_elementwise(kernel_class_of(op))
+    return _kind(kernel_class_of(op))[0]
 
 
 def is_full_write_kernel(op: Operation) -> bool:
@@ -137,11 +153,11 @@ def effects(
 
 
 def kernel_name(op: Operation) -> str | None:
-    return op.kernel.data if isinstance(op, rt.KernelOp) else None
+    return op.kernel.data if type(op) is rt.KernelOp else None
 
 
 def is_view(op: Operation) -> TypeGuard[rt.KernelOp]:
-    return isinstance(op, rt.KernelOp) and VIEW_ATTR in op.attributes
+    return type(op) is rt.KernelOp and VIEW_ATTR in op.attributes
 
 
 def walk_ops(program: rt.ProgramOp) -> list[Operation]:

@@ -87,7 +87,7 @@ def fold_all_reduce_updates(program: rt.ProgramOp) -> int:
     pos_cache: dict[Block, dict[Operation, int]] = {}
     reduces = [
         op for op in walk_ops(program)
-        if isinstance(op, rt.KernelOp) and kernel_class_of(op) is AllReduceInplaceOp
+        if type(op) is rt.KernelOp and kernel_class_of(op) is AllReduceInplaceOp
     ]  # fmt: skip
     for red in reduces:
         params = red.params
@@ -147,7 +147,7 @@ def mark_replica_invariant(program: rt.ProgramOp) -> int:
     docstring); returns how many."""
     r = program.replication_factor
     for op in program.body.block.ops:  # marks already present are recomputed
-        if isinstance(op, rt.StateOp) and REPLICA_INVARIANT in op.attributes:
+        if type(op) is rt.StateOp and REPLICA_INVARIANT in op.attributes:
             del op.attributes[REPLICA_INVARIANT]
     if r < 2:
         return 0

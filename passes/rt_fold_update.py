@@ -164,7 +164,7 @@ def fold_updates(program: rt.ProgramOp) -> int:
     """Apply the folding to every match in `program`; returns the number of folds."""
     mem = Memory(program)
     n = 0
-    candidates = [op for op in mem.ops if isinstance(op, rt.KernelOp) and kernel_class_of(op) is ScaledAddInplaceOp]
+    candidates = [op for op in mem.ops if type(op) is rt.KernelOp and kernel_class_of(op) is ScaledAddInplaceOp]
     pos_cache: dict[Block, dict[Operation, int]] = {}
     for upd in candidates:
         upd_ins, upd_outs = kernel_io(upd)
@@ -240,7 +240,7 @@ def fold_bias_adds(program: rt.ProgramOp) -> int:
     """Pattern 2 (see the module docstring); returns the number of folds."""
     mem = Memory(program)
     n = 0
-    adds = [op for op in mem.ops if isinstance(op, rt.KernelOp) and kernel_class_of(op) is AddOp]
+    adds = [op for op in mem.ops if type(op) is rt.KernelOp and kernel_class_of(op) is AddOp]
     pos_cache: dict[Block, dict[Operation, int]] = {}
     for add in adds:
         ins, outs = kernel_io(add)

@@ -100,7 +100,7 @@ def _steps_attr(steps: list[tuple[str, list[int], dict[str, Attribute]]]) -> Arr
 
 
 def _fusable(op: Operation) -> tuple[tuple[SSAValue, ...], SSAValue] | None:
-    if not isinstance(op, rt.KernelOp) or not is_elementwise_kernel(op):
+    if type(op) is not rt.KernelOp or not is_elementwise_kernel(op):
         return None
     ins, outs = kernel_io(op)
     if len(outs) != 1 or outs[0] in ins or not isinstance(outs[0].owner, rt.AllocOp):

@@ -36,7 +36,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from xl.dialects import rt
-from xl.dialects.ipu import placement
+from xl.dialects.ipu import IPU_ATTR, placement
 from xl.passes.rt_analysis import (
     Memory,
     ancestor_in,
@@ -139,7 +139,7 @@ class _Life:
 
 def _lifetimes(block: Block, mem: Memory, fills: CallFills) -> tuple[list[Operation], list[_Life]]:
     ops = list(block.ops)
-    pos = {op: i for i, op in enumerate(ops)}
+    pos = {id(op): i for i, op in enumerate(ops)}  # by id: ops hash in Python, ids in C
     view_src, views, unknown = mem.view_src, mem.views, mem.unknown
     lives: list[_Life] = []
     for op in ops:
@@ -148,8 +148,8 @@ def _lifetimes(block: Block, mem: Memory, fills: CallFills) -> tuple[list[Operat
         v = op.results[0]
         if v in view_src:
             continue
-        aliases = mem.aliases(v) if v in views else [v]
-        if any(a in unknown for a in aliases):
+        aliases = mem.aliases(v) if v in views else (v,)
+        if unknown and any(a in unknown for a in aliases):
             continue
         first, last = len(ops), -1
         first_op: Operation | None = None
@@ -162,14 +162,15 @@ def _lifetimes(block: Block, mem: Memory, fills: CallFills) -> tuple[list[Operat
                 if anc is None:
                     ok = False
                     break
-                p = pos[anc]
+                p = pos[id(anc)]
                 if p < first:
                     first, first_op = p, anc
                 if p > last:
                     last = p
-                ipu = placement(user)
-                if ipu is not None and (placed is None or p < placed[0]):
-                    placed = (p, ipu)
+                if IPU_ATTR in user.attributes:
+                    ipu = placement(user)
+                    if ipu is not None and (placed is None or p < placed[0]):
+                        placed = (p, ipu)
             if not ok:
                 break
         if not ok or first_op is None or not _full_write(first_op, v, fills):

@@ -57,13 +57,13 @@ from xl.passes.rt_analysis import (
 def mark_views(program: rt.ProgramOp) -> int:
     ops = walk_ops(program)
     for op in ops:
-        if isinstance(op, rt.KernelOp) and VIEW_ATTR in op.attributes:
+        if type(op) is rt.KernelOp and VIEW_ATTR in op.attributes:
             del op.attributes[VIEW_ATTR]
     mem = Memory(program, ops)
     pos_cache: dict[Block, dict[Operation, int]] = {}
     n = 0
     for op in ops:
-        if not (isinstance(op, rt.KernelOp) and is_view_kernel(op) and VIEW_ATTR not in op.attributes):
+        if not (type(op) is rt.KernelOp and is_view_kernel(op) and VIEW_ATTR not in op.attributes):
             continue
         ins, outs = kernel_io(op)
         if len(ins) != 1 or len(outs) != 1:
