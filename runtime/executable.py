@@ -68,6 +68,7 @@ from xl.runtime.transfers import check_transfers
 from xl.runtime.walk import ProgramWalk
 
 Step = Callable[[], None]
+Values = tuple[SSAValue, ...]
 
 
 class ReplicaDivergenceError(RuntimeError):
@@ -418,11 +419,19 @@ class _Compiler(ProgramWalk[list[Step]]):
         self.infos: list[KernelInfo] = []
         self.site_kernels: list[int] = []
         self.closures: dict[int, int] = {}  # id(closure) -> `infos` index
+        # per op of a function body, walked at each call: (name, kernel, ins, outs), info
+        self._kernels: dict[
+            rt.KernelOp, tuple[str, Callable[..., None], tuple[SSAValue, ...], tuple[SSAValue, ...]]
+        ] = {}
+        self._infos: dict[Any, KernelInfo] = {}
 
     def add(self, op: Any, step: Step, at: list[Step]) -> None:
         """Append the closure running `op` (timed when profiling)."""
         k = len(self.infos)
-        self.infos.append(kernel_info(op))
+        info = self._infos.get(op)
+        if info is None:
+            info = self._infos[op] = kernel_info(op)
+        self.infos.append(info)
         if self.profile is not None:
             step = partial(_timed, self.profile.append, k, step)
         self.closures[id(step)] = k
@@ -440,14 +449,18 @@ class _Compiler(ProgramWalk[list[Step]]):
         return steps
 
     def kernel(self, op: rt.KernelOp, at: list[Step]) -> None:
-        name = op.kernel.data
-        factory = kernel_factory(name)
-        if factory is None:
-            raise PlanError(f"runtime: no NumPy kernel for '{name}'")
-        props: dict[str, Any] = op.params
-        props.update(diagnostic_props(op, self.describe))
-        fn = factory(props)
-        op_ins, op_outs = op.io()
+        known = self._kernels.get(op)
+        if known is None:
+            # what does not depend on the arrays, once per op (a function's body is
+            # walked at each of its calls)
+            name = op.kernel.data
+            factory = kernel_factory(name)
+            if factory is None:
+                raise PlanError(f"runtime: no NumPy kernel for '{name}'")
+            props: dict[str, Any] = op.params
+            props.update(diagnostic_props(op, self.describe))
+            known = self._kernels[op] = (name, factory(props), *op.io())
+        name, fn, op_ins, op_outs = known
         ins = [self.buffers[v] for v in op_ins]
         outs = [self.buffers[v] for v in op_outs]
         check_writable(name, outs, lambda i: self.describe(op_outs[i]))

@@ -112,6 +112,7 @@ class ProgramWalk(ABC, Generic[At]):
         self._stream_in = stream_in
         self._stream_out = stream_out
         self.describe = BufferNames()
+        self._collective: dict[rt.KernelOp, bool] = {}
 
     # -- buffers -----------------------------------------------------------------------
     @abstractmethod
@@ -176,7 +177,10 @@ class ProgramWalk(ABC, Generic[At]):
             arr.flags.writeable = False
             self.bind(op.result, arr, "c")
         elif isinstance(op, rt.KernelOp):
-            if is_collective(kernel_class(op.kernel.data)):
+            collective = self._collective.get(op)
+            if collective is None:  # once per op (a function's body is walked at each call)
+                collective = self._collective[op] = is_collective(kernel_class(op.kernel.data))
+            if collective:
                 ins, outs = op.io()
                 check_writable(op.kernel.data, [self.array(v) for v in outs], lambda i: self.describe(outs[i]))
                 self.sites.append((op, tuple(self.array(v) for v in ins), tuple(self.array(v) for v in outs)))
