@@ -190,12 +190,21 @@ class _Sequence:
     # the sequence); per position, the last using any of its results
     last: dict[int, int] = field(default_factory=dict)
     reach: list[int] = field(default_factory=list)
-    _arrays: tuple[np.ndarray, np.ndarray] | None = None  # the two above, once needed
+    _arrays: tuple[np.ndarray, ...] | None = None  # once needed
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """`operands` and `start` as arrays."""
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """`operands`, `start`, `reach`, and `last` as ascending codes and their values."""
         if self._arrays is None:
-            self._arrays = (np.array(self.operands, dtype=np.int64), np.array(self.start, dtype=np.int64))
+            codes = np.fromiter(self.last.keys(), dtype=np.int64, count=len(self.last))
+            last = np.fromiter(self.last.values(), dtype=np.int64, count=len(self.last))
+            order = np.argsort(codes)
+            self._arrays = (
+                np.array(self.operands, dtype=np.int64),
+                np.array(self.start, dtype=np.int64),
+                np.array(self.reach, dtype=np.int64),
+                codes[order],
+                last[order],
+            )
         return self._arrays
 
 
@@ -368,7 +377,7 @@ def _wirings(seq: _Sequence, positions: list[int], length: int) -> tuple[list[by
     """Canonical wiring of the runs of `length` ops at `positions` (isomorphic ops, so the
     same operand slots): an operand defined in the run by (offset, result index), one from
     outside by the first slot using the same value; and each run's number of inputs."""
-    flat, start = seq.arrays()
+    flat, start = seq.arrays()[:2]
     p = np.asarray(positions, dtype=np.int64)
     first = start[p]
     m = seq.start[positions[0] + length] - seq.start[positions[0]]
@@ -394,16 +403,19 @@ def _wirings(seq: _Sequence, positions: list[int], length: int) -> tuple[list[by
 
 def _outputs(seq: _Sequence, starts: Sequence[int], length: int) -> list[tuple[int, int]]:
     """(offset, result index) of the results of the runs used after (or outside) them."""
-    outs: set[tuple[int, int]] = set()
-    ops, last, reach = seq.ops, seq.last, seq.reach
-    for p in starts:
-        end = p + length
-        for g in range(p, end):
-            if reach[g] >= end:
-                n = len(ops[g].results)  # pyright: ignore[reportOptionalMemberAccess]
-                base = g * _R
-                outs.update((g - p, r) for r in range(n) if last.get(base + r, -1) >= end)
-    return sorted(outs)
+    _, _, reach, codes, last = seq.arrays()
+    p = np.asarray(starts, dtype=np.int64)
+    end = p + length
+    # the ops of the runs with a result used after their run, and their used results
+    run, k = np.nonzero(reach[p[:, None] + np.arange(length, dtype=np.int64)] >= end[:, None])
+    base = (p[run] + k) * _R
+    lo = np.searchsorted(codes, base)
+    n = np.searchsorted(codes, base + _R) - lo
+    which = np.repeat(np.arange(len(base)), n)
+    at = lo[which] + np.arange(len(which)) - np.repeat(np.cumsum(n) - n, n)
+    escapes = last[at] >= end[run[which]]
+    out = np.unique(k[which][escapes] * _R + (codes[at] - base[which])[escapes])
+    return [(int(c) // _R, int(c) % _R) for c in out]
 
 
 def _pick(positions: list[int], length: int) -> list[int]:
