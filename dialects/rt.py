@@ -748,7 +748,7 @@ class FuncSummaries:
         found: FuncOp | None = None
         if self.program is not None:
             for f in self.program.body.block.ops:
-                if isinstance(f, FuncOp) and f.sym_name.data == name:
+                if type(f) is FuncOp and f.func_name == name:
                     found = f
                     break
         self._funcs[name] = found

@@ -74,9 +74,11 @@ class CallFills:
         if func is None or func.is_ancestor(call):
             return frozenset()
         ins, outs = call.io()
-        operands = ins + outs
+        count: dict[SSAValue, int] = {}
+        for v in ins + outs:
+            count[v] = count.get(v, 0) + 1
         n = len(ins)
-        return frozenset(v for j, v in enumerate(outs) if operands.count(v) == 1 and self.arg_filled(func, n + j))
+        return frozenset(v for j, v in enumerate(outs) if count[v] == 1 and self.arg_filled(func, n + j))
 
     def arg_filled(self, func: rt.FuncOp, i: int) -> bool:
         """Whether the first op of `func`'s body using argument `i` overwrites it completely."""
