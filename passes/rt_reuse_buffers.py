@@ -132,11 +132,24 @@ class _Life:
     last: int
     first_op: Operation
     ipu: int = 0  # the `ipu.id` of the first placed op using it (0: popxl's default IPU)
+    type_key: int = -1  # equal for buffers of equal types (`_TypeKeys`)
 
-    @property
-    def pool_key(self) -> tuple[Attribute, int]:
-        """Buffers of one type on one IPU share storage."""
-        return (self.value.type, self.ipu)
+
+class _TypeKeys:
+    """A small int per buffer type, equal for equal types: hashing or comparing a memref
+    type walks its parameters, so each type object is hashed once (looked up by id after)."""
+
+    def __init__(self) -> None:
+        self._by_value: dict[Attribute, int] = {}
+        self._by_id: dict[int, tuple[Attribute, int]] = {}
+
+    def __call__(self, t: Attribute) -> int:
+        known = self._by_id.get(id(t))
+        if known is not None and known[0] is t:
+            return known[1]
+        k = self._by_value.setdefault(t, len(self._by_value))
+        self._by_id[id(t)] = (t, k)
+        return k
 
 
 def _lifetimes(block: Block, mem: Memory, fills: CallFills) -> tuple[list[Operation], list[_Life]]:
@@ -187,11 +200,13 @@ def plan_block(block: Block, mem: Memory, fills: CallFills) -> dict[SSAValue, SS
     ops, lives = _lifetimes(block, mem, fills)
     starts: dict[int, list[_Life]] = {}
     ends: dict[int, list[_Life]] = {}
+    type_key = _TypeKeys()
     for life in lives:
+        life.type_key = type_key(life.value.type)
         starts.setdefault(life.first, []).append(life)
         ends.setdefault(life.last, []).append(life)
     phys: dict[SSAValue, SSAValue] = {}
-    pool: dict[tuple[Attribute, int], list[SSAValue]] = {}
+    pool: dict[tuple[int, int], list[SSAValue]] = {}  # (type key, IPU) -> free storage
     consumed: set[SSAValue] = set()
     for i in sorted(set(starts) | set(ends)):
         op = ops[i]
@@ -202,7 +217,7 @@ def plan_block(block: Block, mem: Memory, fills: CallFills) -> dict[SSAValue, SS
                 for d in ends.get(i, ()):
                     if (
                         d.value not in consumed
-                        and d.value.type == life.value.type
+                        and d.type_key == life.type_key
                         and d.ipu == life.ipu
                         and d.first < i
                         and d.value in op_ins
@@ -213,13 +228,13 @@ def plan_block(block: Block, mem: Memory, fills: CallFills) -> dict[SSAValue, SS
                         consumed.add(d.value)
                         break
             if rep is None:
-                free = pool.get(life.pool_key)
+                free = pool.get((life.type_key, life.ipu))
                 if free:
                     rep = free.pop()
             phys[life.value] = rep if rep is not None else life.value
         for life in ends.get(i, ()):
             if life.value not in consumed:
-                pool.setdefault(life.pool_key, []).append(phys[life.value])
+                pool.setdefault((life.type_key, life.ipu), []).append(phys[life.value])
     return {v: r for v, r in phys.items() if r is not v}
 
 
