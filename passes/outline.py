@@ -186,25 +186,35 @@ class _Sequence:
     # -id(value) (so the same value has the same code everywhere)
     operands: list[int] = field(default_factory=list)
     start: list[int] = field(default_factory=list)
-    # result code -> the last position using it (a separator's for a use by an op outside
-    # the sequence); per position, the last using any of its results
-    last: dict[int, int] = field(default_factory=dict)
-    reach: list[int] = field(default_factory=list)
-    _arrays: tuple[np.ndarray, ...] | None = None  # once needed
+    # results used by ops outside the sequence: their codes and the separators' positions
+    outside_codes: list[int] = field(default_factory=list)
+    outside_at: list[int] = field(default_factory=list)
+    _arrays: tuple[np.ndarray, ...] | None = None
 
     def arrays(self) -> tuple[np.ndarray, ...]:
-        """`operands`, `start`, `reach`, and `last` as ascending codes and their values."""
+        """`operands` and `start` as arrays; per position, the last position using one of its
+        results (a separator's for a use outside the sequence; -1 if none); the codes of the
+        results used, ascending, and the last position using each."""
         if self._arrays is None:
-            codes = np.fromiter(self.last.keys(), dtype=np.int64, count=len(self.last))
-            last = np.fromiter(self.last.values(), dtype=np.int64, count=len(self.last))
-            order = np.argsort(codes)
-            self._arrays = (
-                np.array(self.operands, dtype=np.int64),
-                np.array(self.start, dtype=np.int64),
-                np.array(self.reach, dtype=np.int64),
-                codes[order],
-                last[order],
+            flat = np.array(self.operands, dtype=np.int64)
+            start = np.array(self.start, dtype=np.int64)
+            n = len(self.ops)
+            inside = flat >= 0
+            codes = np.concatenate((flat[inside], np.array(self.outside_codes, dtype=np.int64)))
+            users = np.concatenate(
+                (
+                    np.repeat(np.arange(n, dtype=np.int64), np.diff(start))[inside],
+                    np.array(self.outside_at, dtype=np.int64),
+                )
             )
+            order = np.lexsort((users, codes))
+            codes, users = codes[order], users[order]
+            final = np.ones(len(codes), dtype=bool)
+            final[:-1] = codes[1:] != codes[:-1]
+            codes, last = codes[final], users[final]
+            reach = np.full(n, -1, dtype=np.int64)
+            np.maximum.at(reach, codes // _R, last)
+            self._arrays = (flat, start, reach, codes, last)
         return self._arrays
 
 
@@ -221,7 +231,7 @@ def _build_sequence(blocks: Sequence[Block], barriers: set[int], signatures: _Si
     """`barriers`: ids of the calls created by the pass (kept alive by the IR). Operands are
     defined before their uses (as the verifier checks)."""
     seq = _Sequence()
-    ops, sig, flat, start, last, reach = seq.ops, seq.sig, seq.operands, seq.start, seq.last, seq.reach
+    ops, sig, flat, start = seq.ops, seq.sig, seq.operands, seq.start
     code: dict[int, int] = {}  # id(result of an op of the sequence) -> its code
     get = code.get
     of_op = signatures.of_op
@@ -235,12 +245,12 @@ def _build_sequence(blocks: Sequence[Block], barriers: set[int], signatures: _Si
             for v in user.operands:
                 c = get(id(v))
                 if c is not None:
-                    last[c] = reach[c // _R] = q
+                    seq.outside_codes.append(c)
+                    seq.outside_at.append(q)
         n_separators += 1
         ops.append(None)
         sig.append(-n_separators)
         start.append(len(flat))
-        reach.append(-1)
 
     for block in blocks:
         for op in block.ops:
@@ -254,19 +264,14 @@ def _build_sequence(blocks: Sequence[Block], barriers: set[int], signatures: _Si
                 continue
             q = len(ops)
             operands = op.operands
-            cs = [get(id(v), -id(v)) for v in operands]
-            for c in cs:
-                if c >= 0:
-                    last[c] = reach[c // _R] = q
             start.append(len(flat))
-            flat += cs
+            flat += [get(i, -i) for i in map(id, operands)]
             base = q * _R
-            for r in op.results:
-                code[id(r)] = base + r.index
+            for i, r in enumerate(op.results):
+                code[id(r)] = base + i
             g = of_op.get(id(op))
             ops.append(op)
             sig.append(g if g is not None else signatures.compute(op, operands))
-            reach.append(-1)
         separator(())
     start.append(len(flat))
     return seq
@@ -635,7 +640,7 @@ def outline_group(
     inputs = [renamed.get(id(v), v) for v in used]
     number = {id(v): i for i, v in enumerate(used)}
     by_ref = [False] * len(inputs)
-    for op in first:
+    for op in (first[k] for k in users):
         for i in _written(op):
             k = number.get(id(op.operands[i]))
             if k is not None:
@@ -668,7 +673,9 @@ def outline_group(
             args = [run[k].operands[i] for k, i in slots]
             args = [renamed.get(id(v), v) for v in args]
         call = CallOp.create(operands=args, result_types=out_types, properties={"callee": callee})
-        Rewriter.insert_op(call, InsertPoint.after(run[-1]))
+        where = run[0].parent
+        assert where is not None
+        where.insert_op_after(call, run[-1])
         calls.append(call)
         # uses after the run take the call's results
         for (k, r), res in zip(group.outputs, call.res, strict=True):
@@ -681,7 +688,7 @@ def outline_group(
         # the run goes: the values it uses from outside lose those uses; what it defines
         # is used only by runs, which go or move too
         for op in run:
-            op.detach()
+            where.detach_op(op)
         for k in users:
             run[k].drop_all_references()
     # the first run becomes the graph body, using the graph's inputs
