@@ -12,7 +12,8 @@ block, and across calls at the caller (a call's destination may take the storage
 buffer that died before the call).
 
 The straightforward plan (`xl.runtime.executable`) runs the body at each call: the walk
-visits it with the arguments bound to that call's arrays (`expand_call`).
+visits it with the arguments bound to that call's arrays (`expand_call`); what does not
+depend on the arrays (each kernel of the body, its description) is made once per op.
 
 The generated plan (`xl.runtime.plan`) emits one Python function per distinct body
 (`emit_call`). The templates bind to the actual arrays (precomputed views, BLAS calls
@@ -23,8 +24,10 @@ bound BLAS calls and kernels, ...) becomes a parameter `a0, a1, ...`, while the 
 own buffers, the shared callables (an equal callable bound under another name is written
 with the first name), constants and scratch buffers stay globals. Sites whose
 lines are then identical share one function `_f<k>_<name>`, and each site is one line
-calling it with its own names. A site whose code differs (e.g. a template that chose
-another path because the arguments alias) gets a function of its own; so does each site
+calling it with its own names. With `CALL_TABLES`, consecutive sites of one function in the
+step (the repeated layers of a model) are one line looping over a table of their arguments
+(`for _a in t7: _f0_layer(*_a)  # rt.call @layer (12 sites)`). A site whose code differs
+(e.g. a template that chose another path because the arguments alias) gets a function of its own; so does each site
 when profiling (the kernel indices in the timing lines differ). A body that stops at a
 replica collective (`yield`) is emitted in place at each site (lowering never makes such
 a function).
@@ -69,6 +72,9 @@ if TYPE_CHECKING:
 # Sites of one function with one binding signature reuse the first one's body (recipes);
 # False: every site generates its body (the reference the recipes are tested against).
 SHARE_SITES = True
+# Consecutive calls of one function in the step are one line over a table (`_emit_site`);
+# False: one line per call.
+CALL_TABLES = False
 
 _IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 _YIELD = re.compile(r"^\s*yield\b")
@@ -103,6 +109,7 @@ class _State:
     # (function, binding signature of a site) -> how to call its function at another site
     # with that signature (None: regenerate the body at each such site)
     recipes: dict[tuple[rt.FuncOp, tuple[Any, ...]], _Recipe | None] = field(default_factory=dict)
+    run: _Run | None = None  # the last call line emitted in the step (`_emit_site`)
 
 
 def _state(walk: Any) -> _State:
@@ -158,7 +165,7 @@ def emit_call(b: PlanBuilder, op: rt.CallOp, depth: int) -> None:
             params = [_site_param(g, d, arrays, names) for d in recipe.params]
             b.fallbacks += recipe.fallbacks
             b.snapshots += recipe.snapshots
-            b.emit(f"{recipe.fn.name}({', '.join(params)})  # rt.call @{func.func_name}", depth)
+            _emit_site(b, st, recipe.fn, params, func.func_name, depth)
             return
     for arg, v in zip(func.body.block.args, operands, strict=True):
         g.arrays[arg] = g.arrays[v]
@@ -249,8 +256,51 @@ def _generate(b: PlanBuilder, st: _State, func: rt.FuncOp, depth: int) -> tuple[
     if fn is None:
         fname = f"_f{len(st.functions)}_{re.sub(r'[^A-Za-z0-9_]', '_', func.func_name)}"
         fn = st.functions[key] = _Function(fname, len(params), body, kernels)
-    b.emit(f"{fn.name}({', '.join(params)})  # rt.call @{func.func_name}", depth)
+    _emit_site(b, st, fn, params, func.func_name, depth)
     return fn, params
+
+
+@dataclass
+class _Run:
+    """Consecutive call lines of one function in the step: the line (`lines[index]`), and
+    each site's arguments once they are a table."""
+
+    lines: list[str]
+    index: int
+    fn: _Function
+    depth: int
+    sites: list[tuple[Any, ...]]
+    table: str = ""
+
+
+def _emit_site(b: PlanBuilder, st: _State, fn: _Function, params: list[str], callee: str, depth: int) -> None:
+    """Emit the call of `fn` with `params` at this site. Consecutive calls of one function
+    in the step (e.g. the repeated layers of a model) become one line looping over a
+    table of the sites' arguments: `for _a in t7: _f0_layer(*_a)  # rt.call @layer (12 sites)`
+    (the same calls, in the same order; unpacking a tuple costs no more than loading the
+    arguments' names)."""
+    g = b.g
+    run = st.run
+    if st.stack or not CALL_TABLES:  # inside a body being generated: its lines are parametrised
+        b.emit(f"{fn.name}({', '.join(params)})  # rt.call @{callee}", depth)
+        return
+    args = tuple(g.ns[p] for p in params)
+    if (
+        run is not None
+        and run.lines is g.lines
+        and run.index == len(g.lines) - 1
+        and run.fn is fn
+        and run.depth == depth
+    ):
+        run.sites.append(args)
+        if not run.table:
+            run.table = g.bind(run.sites, "t")
+        g.lines[run.index] = (
+            "    " * depth + f"for _a in {run.table}: {fn.name}(*_a)  # rt.call @{callee} ({len(run.sites)} sites)"
+        )
+        return
+    b.emit(f"{fn.name}({', '.join(params)})  # rt.call @{callee}", depth)
+    st.run = _Run(g.lines, len(g.lines) - 1, fn, depth, [args])
 
 
 # -- calling a function at another site of the same binding signature ---------------------

@@ -94,6 +94,15 @@ def _reference(x: np.ndarray, steps: int) -> tuple[list[dict[str, np.ndarray]], 
 
 
 @pytest.fixture
+def call_tables() -> Iterator[None]:
+    functions.CALL_TABLES = True
+    try:
+        yield
+    finally:
+        functions.CALL_TABLES = False
+
+
+@pytest.fixture
 def regenerate() -> Iterator[None]:
     functions.SHARE_SITES = False
     try:
@@ -241,3 +250,90 @@ def test_profiled_sites_record_each_kernel() -> None:
     a, b = exe.run({"x": X}), plain.run({"x": X})
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
+
+
+RUN = """
+rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {
+  rt.func @pick(%t: memref<4x3xf32>, %i: memref<2xi32>) -> (%r: memref<2x3xf32>) {
+    rt.kernel "popxl.gather"(%t, %i) -> (%r) {axis = 0 : i64} : (memref<4x3xf32>, memref<2xi32>) -> memref<2x3xf32>
+  }
+  rt.func @twice(%x: memref<2x3xf32>) -> (%y: memref<2x3xf32>) {
+    rt.kernel "popxl.add"(%x, %x) -> (%y) : (memref<2x3xf32>, memref<2x3xf32>) -> memref<2x3xf32>
+  }
+  %t = rt.state "t" = dense<[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0], [9.0, 10.0, 11.0]]> : tensor<4x3xf32> : memref<4x3xf32>
+  %i = rt.alloc : memref<2xi32>
+  rt.h2d "i", %i : memref<2xi32>
+  %j = rt.alloc : memref<2xi32>
+  rt.h2d "j", %j : memref<2xi32>
+  %a = rt.alloc : memref<2x3xf32>
+  %b = rt.alloc : memref<2x3xf32>
+  %c = rt.alloc : memref<2x3xf32>
+  %d = rt.alloc : memref<2x3xf32>
+  %e = rt.alloc : memref<2x3xf32>
+  rt.call @pick(%t, %i) -> (%a) : (memref<4x3xf32>, memref<2xi32>) -> (memref<2x3xf32>)
+  rt.call @pick(%t, %j) -> (%b) : (memref<4x3xf32>, memref<2xi32>) -> (memref<2x3xf32>)
+  rt.call @pick(%t, %i) -> (%c) : (memref<4x3xf32>, memref<2xi32>) -> (memref<2x3xf32>)
+  rt.call @twice(%a) -> (%d) : (memref<2x3xf32>) -> (memref<2x3xf32>)
+  rt.call @twice(%d) -> (%e) : (memref<2x3xf32>) -> (memref<2x3xf32>)
+  rt.kernel "popxl.add"(%e, %b) -> (%e) : (memref<2x3xf32>, memref<2x3xf32>) -> memref<2x3xf32>
+  rt.call @twice(%c) -> (%d) : (memref<2x3xf32>) -> (memref<2x3xf32>)
+  rt.d2h "e", %e : memref<2x3xf32>
+  rt.d2h "d", %d : memref<2x3xf32>
+}
+"""
+
+
+def test_consecutive_calls_become_one_line_over_a_table(call_tables: None) -> None:
+    exe = compile_program(_program(RUN), optimize=True)
+    src = exe.sources[0]
+    # three picks in a row, two doublings in a row: one line each; the last doubling
+    # (after another kernel) is a call of its own
+    assert len(re.findall(r"^    for _a in t\d+: _f\d+_pick\(\*_a\)  # rt\.call @pick \(3 sites\)$", src, re.M)) == 1
+    assert len(re.findall(r"^    for _a in t\d+: _f\d+_twice\(\*_a\)  # rt\.call @twice \(2 sites\)$", src, re.M)) == 1
+    assert len(re.findall(r"^    _f\d+_twice\(\w+, \w+\)  # rt\.call @twice$", src, re.M)) == 1
+    t = np.arange(12, dtype=np.float32).reshape(4, 3)
+    i, j = np.array([0, 3], np.int32), np.array([2, 1], np.int32)
+    out = exe.run({"i": i, "j": j})
+    np.testing.assert_array_equal(out["e"], 4 * t[i] + t[j])
+    np.testing.assert_array_equal(out["d"], 2 * t[i])
+    plain = compile_program(_program(RUN), optimize=False).run({"i": i, "j": j})
+    np.testing.assert_array_equal(out["e"], plain["e"])
+    # the second site of the table fails: the op is named
+    with pytest.raises(Exception, match=r"^Gather \(popxl\.gather\) failed: popxl\.gather: index 7") as info:
+        exe.run({"i": i, "j": np.array([7, 1], np.int32)})
+    assert getattr(info.value, "xl_kernel").name == "popxl.gather"  # noqa: B009
+
+
+LOOP = """
+rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {
+  rt.func @inc(%x: memref<3xf32>, %k: memref<3xf32>) -> () {
+    rt.kernel "popxl.add"(%x, %k) -> (%x) : (memref<3xf32>, memref<3xf32>) -> memref<3xf32>
+  }
+  %k = rt.const dense<[1.0, 2.0, 4.0]> : tensor<3xf32> : memref<3xf32>
+  %x = rt.alloc : memref<3xf32>
+  rt.h2d "x", %x : memref<3xf32>
+  rt.call @inc(%x, %k) -> () : (memref<3xf32>, memref<3xf32>) -> ()
+  rt.loop 3 {
+    rt.call @inc(%x, %k) -> () : (memref<3xf32>, memref<3xf32>) -> ()
+    rt.call @inc(%x, %k) -> () : (memref<3xf32>, memref<3xf32>) -> ()
+  }
+  rt.call @inc(%x, %k) -> () : (memref<3xf32>, memref<3xf32>) -> ()
+  rt.d2h "x", %x : memref<3xf32>
+}
+"""
+
+
+def test_call_tables_stay_inside_their_block(call_tables: None) -> None:
+    # a call before a loop, two in its body, one after: only the body's two share a line
+    exe = compile_program(_program(LOOP), optimize=True)
+    functions.CALL_TABLES = False
+    plain = compile_program(_program(LOOP), optimize=True)
+    assert len(re.findall(r"# rt\.call @inc$", plain.sources[0], re.M)) == 4
+    body = exe.sources[0].split("def _step():\n", 1)[1].splitlines()
+    calls = [line for line in body if "rt.call @inc" in line]
+    assert len(calls) == 3
+    assert calls[0].startswith("    _f") and calls[2].startswith("    _f")
+    assert re.fullmatch(r"        for _a in t\d+: _f\d+_inc\(\*_a\)  # rt\.call @inc \(2 sites\)", calls[1])
+    x = np.array([0.0, 1.0, -1.0], np.float32)
+    want = x + 8 * np.array([1.0, 2.0, 4.0], np.float32)
+    np.testing.assert_array_equal(exe.run({"x": x})["x"], want)
