@@ -133,9 +133,27 @@ class _Signatures:
         self.ids: dict[tuple, int] = {}  # signature -> id
         self.by_id: dict[int, int] = {}  # id(attribute) -> its class number
         self.by_value: dict[Attribute, int] = {}  # attribute -> its class number
+        # (name, number of operands, ids of the operand and result types) -> signature id,
+        # for ops without properties and attributes
+        self.by_types: dict[tuple, int] = {}
         self.alive: list[object] = []  # the ops and attributes whose ids are keys above
 
     def compute(self, op: Operation, operands: Sequence[SSAValue]) -> int:
+        props, attrs = op.properties, op.attributes
+        if not props and not attrs:  # only types: often the same objects as another op's
+            types = [v.type for v in operands]
+            types += [r.type for r in op.results]
+            same = (op.name, len(operands), *map(id, types))
+            sig = self.by_types.get(same)
+            if sig is None:
+                sig = self.by_types[same] = self._compute(op, operands)  # keeps the types alive
+            else:
+                self.of_op[id(op)] = sig
+                self.alive.append(op)
+            return sig
+        return self._compute(op, operands)
+
+    def _compute(self, op: Operation, operands: Sequence[SSAValue]) -> int:
         props, attrs = op.properties, op.attributes
         if len(props) > 1:
             prop_names = tuple(sorted(props))
@@ -384,26 +402,30 @@ def _wirings(seq: _Sequence, positions: list[int], length: int) -> tuple[list[by
     outside by the first slot using the same value; and each run's number of inputs."""
     flat, start = seq.arrays()[:2]
     p = np.asarray(positions, dtype=np.int64)
-    first = start[p]
     m = seq.start[positions[0] + length] - seq.start[positions[0]]
+    k = len(positions)
     if m == 0:
-        return [b""] * len(positions), [0] * len(positions)
+        return [b""] * k, [0] * k
     slot = np.arange(m, dtype=np.int64)
-    rows = flat[first[:, None] + slot]
-    base = (p * _R)[:, None]
+    at = (start[p][:, None] + slot).ravel()
+    rows = flat[at]
+    base = np.repeat(p * _R, m)
     inside = rows >= base
-    # outside values: label each slot by the first slot holding the same value
-    values = np.where(inside, np.int64(1 << 62) + slot, rows)
-    order = np.argsort(values, axis=1, kind="stable")
-    ordered = np.take_along_axis(values, order, axis=1)
-    new = np.ones(ordered.shape, dtype=bool)
-    new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
-    lead = np.maximum.accumulate(np.where(new, slot, 0), axis=1)
-    label = np.empty_like(order)
-    np.put_along_axis(label, order, np.take_along_axis(order, lead, axis=1), axis=1)
-    keys = np.where(inside, rows - base, -1 - label)
-    n_inputs = ((label == slot) & ~inside).sum(axis=1)
-    return [k.tobytes() for k in keys], n_inputs.tolist()
+    # outside values: label each slot by the first slot of its run holding the same value
+    run = np.repeat(np.arange(k, dtype=np.int64), m)
+    values = np.where(inside, -(1 << 62), rows)
+    order = np.lexsort((values, run))  # by run, then value, then slot
+    same = np.empty(k * m, dtype=bool)
+    same[0] = False
+    same[1:] = (values[order[1:]] == values[order[:-1]]) & (run[order[1:]] == run[order[:-1]])
+    same &= ~inside[order]
+    lead = np.maximum.accumulate(np.where(same, 0, np.arange(k * m)))
+    label = np.empty(k * m, dtype=np.int64)
+    label[order] = order[lead]
+    label -= run * m
+    keys = np.where(inside, rows - base, -1 - label).reshape(k, m)
+    n_inputs = ((label == np.tile(slot, k)) & ~inside).reshape(k, m).sum(axis=1)
+    return [key.tobytes() for key in keys], n_inputs.tolist()
 
 
 def _outputs(seq: _Sequence, starts: Sequence[int], length: int) -> list[tuple[int, int]]:
@@ -462,13 +484,14 @@ def _packing_bound(positions: list[int], length: int, gap: int) -> int:
     return max(0, (c - 1) * length - c)
 
 
-def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
+def select_groups(seq: _Sequence, min_ops: int) -> tuple[list[_Group], bool]:
     """Greedy choice of groups of non-overlapping isomorphic runs of >= `min_ops` ops, best
     first: a group is taken once no unexamined interval can beat it (its bound is lower),
-    after dropping its runs that overlap groups already taken."""
+    after dropping its runs that overlap groups already taken. Also whether another round
+    could find more (see `_repeats_left`)."""
     s = seq.sig
     if len(s) < 2:
-        return []
+        return [], False
     sa, lcp = suffix_lcp_arrays(s)
     intervals = lcp_intervals(lcp, min_ops)
     spans = range_min_max(sa, [lb for _, lb, _ in intervals], [rb for _, _, rb in intervals])
@@ -520,26 +543,50 @@ def select_groups(seq: _Sequence, min_ops: int) -> list[_Group]:
             continue
         entry = heapq.heappop(heap)
         neg_bound, refined, l, lb, rb, i, positions, gap = entry
+        clear = True  # no op of the interval's span is in a taken run
         if taken:  # c runs of L ops fit in the free ops of the span: saved < free ops
-            cap = (ends[i] - lo[i]) - covered.count(1, lo[i], ends[i]) - 2
+            n_taken = covered.count(1, lo[i], ends[i])
+            cap = (ends[i] - lo[i]) - n_taken - 2
             if cap < -neg_bound:
                 if cap > 0:
                     heapq.heappush(heap, (-cap, *entry[1:]))
                 continue
+            clear = n_taken == 0
         if not refined:
             positions = sorted(sa[lb : rb + 1])
             gap = min(map(sub, positions[1:], positions))
         lengths = sorted({l, max(min_ops, min(l, gap))})
         if not refined:
-            bound = max(_packing_bound(free(positions, length), length, gap) for length in lengths)
+            bound = max(
+                _packing_bound(positions if clear else free(positions, length), length, gap) for length in lengths
+            )
             if bound > 0:
                 heapq.heappush(heap, (-bound, True, l, lb, rb, i, positions, gap))
             continue
         for length in lengths:
-            for g in _examine(seq, free(positions, length), length):
+            for g in _examine(seq, positions if clear else free(positions, length), length):
                 count += 1
                 heapq.heappush(pending, (tuple(-x for x in g.rank()), count, g))  # pyright: ignore[reportArgumentType]
-    return taken
+    return taken, bool(taken) and _repeats_left(sa, intervals, covered, min_ops)
+
+
+def _repeats_left(sa: list[int], intervals: list[tuple[int, int, int]], covered: bytearray, min_ops: int) -> bool:
+    """Whether the free ops (outside the runs taken) still hold two equal runs of `min_ops`
+    ops. The next round's sequence is this one with each taken run replaced by a separator
+    (its call), so its repeats are repeats of free ops here: two positions of one interval
+    (all intervals share >= min_ops ops) whose first `min_ops` ops are all free. Without
+    any, the next round finds nothing and is skipped."""
+    if not intervals:
+        return False
+    n = len(sa)
+    n_covered = np.concatenate(([0], np.cumsum(np.frombuffer(covered, dtype=np.uint8), dtype=np.int64)))
+    p = np.arange(n - min_ops + 1)
+    free = np.zeros(n, dtype=np.int64)
+    free[: len(p)] = n_covered[p + min_ops] == n_covered[p]
+    in_order = np.concatenate(([0], np.cumsum(free[np.asarray(sa, dtype=np.int64)])))
+    lb = np.asarray([lb for _, lb, _ in intervals], dtype=np.int64)
+    rb = np.asarray([rb for _, _, rb in intervals], dtype=np.int64)
+    return bool((in_order[rb + 1] - in_order[lb] >= 2).any())
 
 
 # -- rewriting --------------------------------------------------------------------------
@@ -724,12 +771,11 @@ def outline(module: ModuleOp, min_ops: int = 3, graph: str | None = None) -> lis
     barriers: set[int] = set()  # ids of the calls created (alive: they stay in the IR)
     signatures = _Signatures()
     created: list[str] = []
-    while True:
+    more = True
+    while more:
         blocks = [h.regions[0].block for h in holders]
         seq = _build_sequence(blocks, barriers, signatures)
-        groups = select_groups(seq, min_ops)
-        if not groups:
-            return created
+        groups, more = select_groups(seq, min_ops)
         in_runs = {id(op) for g in groups for p in g.starts for op in seq.ops[p : p + g.length]}
         renamed: dict[int, SSAValue] = {}
         redirects = _Redirects()
@@ -738,6 +784,7 @@ def outline(module: ModuleOp, min_ops: int = 3, graph: str | None = None) -> lis
             barriers.update(id(c) for c in calls)
             created.append(calls[0].callee.root_reference.data)
         redirects.apply()
+    return created
 
 
 def count_ops(module: ModuleOp) -> int:
