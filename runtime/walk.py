@@ -20,6 +20,7 @@ there (`yield k`) so that the executable can run the collective over all replica
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -156,54 +157,77 @@ class ProgramWalk(ABC, Generic[At]):
             self.visit(op, at)
 
     def visit(self, op: Operation, at: At) -> None:
-        if isinstance(op, rt.AllocOp):
-            t = op.result.type
-            self.bind(op.result, np.zeros(shape_of(t), dtype=dtype_of(t)), "b")
-        elif isinstance(op, rt.StateOp):
-            t = op.result.type
-            init = op.replica_init(self.replica, self.replication_factor)
-            arr = init if init is not None else np.zeros(shape_of(t), dtype=dtype_of(t))
-            arr = np.array(arr, dtype=dtype_of(t), order="C").reshape(shape_of(t))
-            if (
-                self.shared_state is not None
-                and REPLICA_INVARIANT in op.attributes
-                and only_updated_by_all_replicas(op.result, self.replication_factor)
-            ):
-                arr = self.shared_state.setdefault(op.slot.data, arr)
-            self.bind(op.result, arr, "w")
-            self.state[op.slot.data] = arr
-        elif isinstance(op, rt.ConstOp):
-            arr = np.array(dense_to_numpy(op.value)).reshape(shape_of(op.result.type))
-            arr.flags.writeable = False
-            self.bind(op.result, arr, "c")
-        elif isinstance(op, rt.KernelOp):
-            collective = self._collective.get(op)
-            if collective is None:  # once per op (a function's body is walked at each call)
-                collective = self._collective[op] = is_collective(kernel_class(op.kernel.data))
-            if collective:
-                ins, outs = op.io()
-                check_writable(op.kernel.data, [self.array(v) for v in outs], lambda i: self.describe(outs[i]))
-                self.sites.append((op, tuple(self.array(v) for v in ins), tuple(self.array(v) for v in outs)))
-                self.collective(op, len(self.sites) - 1, at)
-            else:
-                self.kernel(op, at)
-        elif isinstance(op, rt.CopyOp):
-            dest = op.dest
-            check_writable(op.name, [self.array(dest)], lambda i: self.describe(dest))
-            self.copy(op, at)
-        elif isinstance(op, rt.H2DOp):
-            buf = op.buffer
-            check_writable(op.name, [self.array(buf)], lambda i: self.describe(buf))
-            self.h2d(op, stream_entry(op, self.inputs, self._stream_in, "loaded"), at)
-        elif isinstance(op, rt.D2HOp):
-            self.d2h(op, stream_entry(op, self.outputs, self._stream_out, "stored"), at)
-        elif isinstance(op, rt.LoopOp):
-            self.loop(op, at)
-        elif isinstance(op, rt.IfOp):
-            self.branch(op, at)
-        elif isinstance(op, rt.CallOp):
-            self.call(op, at)
-        elif isinstance(op, rt.FuncOp):
-            pass  # run by its calls
+        visit = _VISITS.get(type(op))
+        if visit is None:  # a subclass of an rt op, or not an rt op
+            visit = next((f for cls, f in _VISITS.items() if isinstance(op, cls)), None)
+            if visit is None:
+                raise PlanError(f"runtime: cannot execute '{op.name}'")
+        visit(self, op, at)
+
+    def _alloc(self, op: rt.AllocOp, at: At) -> None:
+        t = op.result.type
+        self.bind(op.result, np.zeros(shape_of(t), dtype=dtype_of(t)), "b")
+
+    def _state(self, op: rt.StateOp, at: At) -> None:
+        t = op.result.type
+        init = op.replica_init(self.replica, self.replication_factor)
+        arr = init if init is not None else np.zeros(shape_of(t), dtype=dtype_of(t))
+        arr = np.array(arr, dtype=dtype_of(t), order="C").reshape(shape_of(t))
+        if (
+            self.shared_state is not None
+            and REPLICA_INVARIANT in op.attributes
+            and only_updated_by_all_replicas(op.result, self.replication_factor)
+        ):
+            arr = self.shared_state.setdefault(op.slot.data, arr)
+        self.bind(op.result, arr, "w")
+        self.state[op.slot.data] = arr
+
+    def _const(self, op: rt.ConstOp, at: At) -> None:
+        arr = np.array(dense_to_numpy(op.value)).reshape(shape_of(op.result.type))
+        arr.flags.writeable = False
+        self.bind(op.result, arr, "c")
+
+    def _kernel(self, op: rt.KernelOp, at: At) -> None:
+        collective = self._collective.get(op)
+        if collective is None:  # once per op (a function's body is walked at each call)
+            collective = self._collective[op] = is_collective(kernel_class(op.kernel.data))
+        if collective:
+            ins, outs = op.io()
+            check_writable(op.kernel.data, [self.array(v) for v in outs], lambda i: self.describe(outs[i]))
+            self.sites.append((op, tuple(self.array(v) for v in ins), tuple(self.array(v) for v in outs)))
+            self.collective(op, len(self.sites) - 1, at)
         else:
-            raise PlanError(f"runtime: cannot execute '{op.name}'")
+            self.kernel(op, at)
+
+    def _copy(self, op: rt.CopyOp, at: At) -> None:
+        dest = op.dest
+        check_writable(op.name, [self.array(dest)], lambda i: self.describe(dest))
+        self.copy(op, at)
+
+    def _h2d(self, op: rt.H2DOp, at: At) -> None:
+        buf = op.buffer
+        check_writable(op.name, [self.array(buf)], lambda i: self.describe(buf))
+        self.h2d(op, stream_entry(op, self.inputs, self._stream_in, "loaded"), at)
+
+    def _d2h(self, op: rt.D2HOp, at: At) -> None:
+        self.d2h(op, stream_entry(op, self.outputs, self._stream_out, "stored"), at)
+
+    def _func(self, op: rt.FuncOp, at: At) -> None:
+        pass  # run by its calls
+
+
+# What the walk does for each rt op class (looked up by the op's exact class: `isinstance`
+# on IRDL op classes, which are ABCs, costs about as much as the rest of a visit).
+_VISITS: dict[type[Operation], Callable[[Any, Any, Any], None]] = {
+    rt.KernelOp: ProgramWalk._kernel,  # noqa: SLF001
+    rt.AllocOp: ProgramWalk._alloc,  # noqa: SLF001
+    rt.CallOp: lambda w, op, at: w.call(op, at),
+    rt.StateOp: ProgramWalk._state,  # noqa: SLF001
+    rt.ConstOp: ProgramWalk._const,  # noqa: SLF001
+    rt.CopyOp: ProgramWalk._copy,  # noqa: SLF001
+    rt.H2DOp: ProgramWalk._h2d,  # noqa: SLF001
+    rt.D2HOp: ProgramWalk._d2h,  # noqa: SLF001
+    rt.LoopOp: lambda w, op, at: w.loop(op, at),
+    rt.IfOp: lambda w, op, at: w.branch(op, at),
+    rt.FuncOp: ProgramWalk._func,  # noqa: SLF001
+}
