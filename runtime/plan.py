@@ -33,9 +33,10 @@ one. Either way `infos` (`xl.runtime.profile.KernelInfo`) describes each kernel 
 error names the failing popxl op (`MatMul.101`) at no cost per step.
 
 Code size: kernels of 4+ lines become calls to helper functions shared by all kernels
-with the same code, and long programs are split into chunk functions, so `compile()`
-stays linear and small. Scratch buffers are shared by all kernels of a replica: a step
-function is not re-entrant.
+with the same code (whichever of their operands are the same buffer), `rt.func` bodies
+are one function each (`xl.runtime.functions`), and long programs are split into chunk
+functions, so `compile()` stays linear and small. Scratch buffers are shared by all
+kernels of a replica: a step function is not re-entrant.
 """
 
 from __future__ import annotations
