@@ -12,17 +12,26 @@ outs = exe.run({"x": x})
 Automatic outlining. With the default pipeline, `compile_module` runs `OUTLINE_PIPELINE`
 on programs of at least `OUTLINE_MIN_PROGRAM_OPS` ops once inlined (`count_ops`; 400:
 below that, compiling is fast and repeats are few; MNIST's training program has 57 ops and
-is compiled exactly as without outlining). `outline` runs first, on the graphs as the
-frontend built them (after `pipeline` and `dce`: an outlined call would keep dead code
-alive), so that repeated code (identical layers, their gradients, the same optimiser step
-on each weight) becomes one graph before anything is expanded; `inline{keep-shared=true}`
-then expands the graphs called once and keeps those called from several places (the
-outlined ones, and the user's), which `lower-to-rt` keeps as one `rt.func` each: the later
-passes, the rt optimisations and the generated plan work on one copy of each. Runs are at
-least `OUTLINE_MIN_OPS` ops (6: a call costs about a microsecond, so shorter runs of small
-ops would slow the step down). `outline=False` compiles with `DEFAULT_PIPELINE` as is;
-`functions=False` expands every call when lowering (`lower-to-rt{functions=false}`). A
-pipeline given explicitly is used as given.
+is compiled exactly as without outlining):
+
+- `inline{keep-shared=true}` expands the graphs called from one place (the forward and
+  gradient graphs of a training step: their ops are moved, not copied) and keeps the
+  calls of graphs called from several places (a layer the user calls twice);
+- `dce`: a call keeps its whole body alive, so dead code must be gone before outlining;
+- `hoist-updates` moves each in-place update of a variable (the optimiser step) right after
+  its gradient, so that outlining keeps a layer's backward and its update in one graph:
+  the weight gradient stays inside the graph (where `rt-fold-update` folds the step into
+  the gemm) instead of becoming an output of every call, alive until the end of the step;
+- `outline{min-ops=6}` turns repeated code (identical layers, their gradients and
+  updates) into one graph called at each repeat; runs are at least `OUTLINE_MIN_OPS` ops
+  (a call costs about a microsecond, so shorter runs of small ops would slow the step);
+- then `canonicalize,cse,dce,lower-to-rt` as in `DEFAULT_PIPELINE`; `lower-to-rt` keeps
+  each graph called from several places as one `rt.func`, so the rt optimisations and the
+  generated plan work on one copy of each.
+
+`outline=False` compiles with `DEFAULT_PIPELINE` as is; `functions=False` expands every
+call when lowering (`lower-to-rt{functions=false}`). A pipeline given explicitly is used
+as given.
 """
 
 from __future__ import annotations
@@ -52,11 +61,11 @@ DEFAULT_PIPELINE = "pipeline,inline,canonicalize,cse,dce,lower-to-rt"
 OUTLINE_MIN_PROGRAM_OPS = 400
 OUTLINE_MIN_OPS = 6
 
-# `DEFAULT_PIPELINE` with automatic outlining: what `compile_module` runs by default on
-# programs of `OUTLINE_MIN_PROGRAM_OPS` ops or more. `dce` first: a call keeps its whole
-# body alive, so dead code must be gone before outlining.
+# `DEFAULT_PIPELINE` with automatic outlining (see the module docstring): what
+# `compile_module` runs by default on programs of `OUTLINE_MIN_PROGRAM_OPS` ops or more.
 OUTLINE_PIPELINE = (
-    f"pipeline,dce,outline{{min-ops={OUTLINE_MIN_OPS}}},inline{{keep-shared=true}},canonicalize,cse,dce,lower-to-rt"
+    f"pipeline,inline{{keep-shared=true}},dce,hoist-updates,outline{{min-ops={OUTLINE_MIN_OPS}}},"
+    "canonicalize,cse,dce,lower-to-rt"
 )
 
 

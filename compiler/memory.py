@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from xl.compiler.driver import DEFAULT_PIPELINE, RT_PIPELINE, apply_extra_passes, lower
+from xl.compiler.driver import DEFAULT_PIPELINE, RT_PIPELINE, apply_extra_passes, compile_pipeline, lower
 from xl.dialects import rt
 from xl.runtime.errors import PlanError
 from xl.runtime.memory import MemoryReport, memory_report
@@ -25,16 +25,20 @@ __all__ = ["lowered_program", "module_memory_report"]
 
 
 def lowered_program(
-    module: ModuleOp, pipeline: str = DEFAULT_PIPELINE, extra_passes: Sequence[ModulePass] = ()
+    module: ModuleOp,
+    pipeline: str = DEFAULT_PIPELINE,
+    extra_passes: Sequence[ModulePass] = (),
+    outline: bool = True,
 ) -> rt.ProgramOp:
-    """The `rt.program` that `compile_module(module, pipeline, extra_passes=...)` plans
-    (optimised); `module` is left untouched."""
+    """The `rt.program` that `compile_module(module, pipeline, extra_passes=...,
+    outline=...)` plans (optimised; automatic outlining as `compile_module` does it);
+    `module` is left untouched."""
     if extra_passes:
         module = apply_extra_passes(module, extra_passes)
     if any(isinstance(op, rt.ProgramOp) for op in module.ops):
         module = lower(module, RT_PIPELINE)
     else:
-        module = lower(module, f"{pipeline},{RT_PIPELINE}")
+        module = lower(module, f"{compile_pipeline(pipeline, outline, True, module)},{RT_PIPELINE}")
     programs = [op for op in module.ops if isinstance(op, rt.ProgramOp)]
     if len(programs) != 1:
         raise PlanError(f"runtime: expected one rt.program, found {len(programs)}")
@@ -42,10 +46,13 @@ def lowered_program(
 
 
 def module_memory_report(
-    module: ModuleOp, pipeline: str = DEFAULT_PIPELINE, extra_passes: Sequence[ModulePass] = ()
+    module: ModuleOp,
+    pipeline: str = DEFAULT_PIPELINE,
+    extra_passes: Sequence[ModulePass] = (),
+    outline: bool = True,
 ) -> MemoryReport:
     """`memory_report` of the program `compile_module` would build from `module`."""
-    return memory_report(lowered_program(module, pipeline, extra_passes))
+    return memory_report(lowered_program(module, pipeline, extra_passes, outline))
 
 
 def session_memory_report(session: object, print_table: bool = True) -> MemoryReport:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 from xdsl.dialects.builtin import (
     FlatSymbolRefAttrConstr,
@@ -46,17 +47,49 @@ from xl.dialects.graph import GraphOp
 from xl.dialects.traits import NotDifferentiable, PopartType
 from xl.dialects.utils import fmt_type
 
+# The graphs of each symbol table (a module), by name: a cache that `lookup_graph` checks
+# before using (the graph found must still be in that table under that name) and rebuilds
+# on a miss, so that graphs added, renamed or erased never give a stale answer.
+_GRAPHS: WeakKeyDictionary[Operation, dict[str, GraphOp]] = WeakKeyDictionary()
+_IS_TABLE: dict[type[Operation], bool] = {}
+
+
+def _symbol_table(op: Operation) -> Operation | None:
+    anchor = op.parent_op()
+    while anchor is not None:
+        t = type(anchor)
+        is_table = _IS_TABLE.get(t)
+        if is_table is None:
+            is_table = _IS_TABLE[t] = anchor.has_trait(SymbolTable)
+        if is_table:
+            return anchor
+        anchor = anchor.parent_op()
+    return None
+
 
 def lookup_graph(op: Operation, callee: SymbolRefAttr) -> GraphOp:
+    """The `graph.graph` that `callee` names, from the symbol table around `op`; a
+    VerifyException naming the op when there is none."""
+    table = _symbol_table(op) if not callee.nested_references.data else None
+    if table is not None:
+        name = callee.root_reference.data
+        graphs = _GRAPHS.get(table)
+        g = graphs.get(name) if graphs is not None else None
+        if g is not None and g.parent_op() is table and g.graph_name == name:
+            return g
+        graphs = _GRAPHS[table] = {o.graph_name: o for o in table.regions[0].block.ops if isinstance(o, GraphOp)}
+        g = graphs.get(name)
+        if g is not None:
+            return g
     try:
-        g = SymbolTable.lookup_symbol(op, callee)
+        found = SymbolTable.lookup_symbol(op, callee)
     except ValueError:  # detached op: no enclosing symbol table
-        g, what = None, "the op is not inside a module"
+        found, what = None, "the op is not inside a module"
     else:
-        what = "no such symbol" if g is None else f"it is a {g.name}"
-    if not isinstance(g, GraphOp):
+        what = "no such symbol" if found is None else f"it is a {found.name}"
+    if not isinstance(found, GraphOp):
         raise VerifyException(f"{op.name}: @{callee.root_reference.data} does not name a graph.graph ({what})")
-    return g
+    return found
 
 
 def check_signature(op: Operation, g: GraphOp, args: Sequence[SSAValue], results: Sequence[SSAValue]) -> None:
@@ -113,7 +146,7 @@ class _CalleeByRef:
             g = self.callee_graph()
         except VerifyException:
             return True  # unknown callee: assume the worst
-        return i < len(g.body.block.args) and g.input_is_by_ref(i)
+        return i in g.by_ref_inputs()
 
     def by_ref_operands(self) -> tuple[int, ...]:
         """The operands i with `operand_is_by_ref(i)`, looking the callee up once."""
@@ -123,8 +156,7 @@ class _CalleeByRef:
             g = self.callee_graph()
         except VerifyException:
             return tuple(range(off, n))
-        m = len(g.body.block.args)
-        return tuple(i for i in range(off, n) if i - off < m and g.input_is_by_ref(i - off))
+        return tuple(i + off for i in g.by_ref_inputs() if i + off < n)
 
 
 @irdl_op_definition

@@ -182,6 +182,18 @@ class GraphOp(IRDLOperation):
             return False
         return BY_REF_ATTR in self.arg_attrs.data[index].data
 
+    def by_ref_inputs(self) -> tuple[int, ...]:
+        """The indices of the by-reference inputs (computed once per `arg_attrs` value:
+        the attribute is immutable, so a change replaces it and the answer is recomputed)."""
+        attrs = self.arg_attrs
+        cached: tuple[ArrayAttr[DictionaryAttr] | None, tuple[int, ...]] | None = vars(self).get("_by_ref")
+        if cached is not None and cached[0] is attrs:
+            return cached[1]
+        n = len(self.body.block.args)
+        found = () if attrs is None else tuple(i for i in range(n) if BY_REF_ATTR in attrs.data[i].data)
+        vars(self)["_by_ref"] = (attrs, found)
+        return found
+
     def set_arg_attrs(self, names: Sequence[str], by_ref: Sequence[bool]) -> None:
         self.arg_attrs = ArrayAttr([_arg_attr(n, r) for n, r in zip(names, by_ref, strict=True)])
 

@@ -54,6 +54,11 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return OutlinePass
 
+    def get_hoist_updates() -> type[ModulePass]:
+        from xl.passes.hoist_updates import HoistUpdatesPass
+
+        return HoistUpdatesPass
+
     def get_inline() -> type[ModulePass]:
         from xl.passes.inline import InlinePass
 
@@ -106,6 +111,7 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "autodiff": get_autodiff,
         "functionalize": get_functionalize,
         "inline": get_inline,
+        "hoist-updates": get_hoist_updates,
         "outline": get_outline,
         "pipeline": get_pipeline,
         "lower-to-rt": get_lower_to_rt,

@@ -35,13 +35,13 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from xl.dialects.call import CallOp, call_sites
 from xl.dialects.effects import is_written
-from xl.dialects.graph import GraphOp, OutputOp, graphs_by_name
+from xl.dialects.graph import GraphOp, MainGraphOp, OutputOp, graphs_by_name
 from xl.dialects.popxl import IdentityOp
 
 
@@ -50,8 +50,10 @@ def called_names(module: ModuleOp) -> set[str]:
     return set(call_sites(module))
 
 
-def inline_call(call: CallOp, callee: GraphOp) -> None:
-    """Inline one call (callee must not contain the call itself)."""
+def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> None:
+    """Inline one call (callee must not contain the call itself). With `move`, the body's
+    ops are moved out of the callee instead of copied (its only call, when it is erased
+    afterwards: much cheaper for the big graphs of a training step)."""
     block = callee.body.block
     vm: dict[SSAValue, SSAValue] = {}
     for i, (arg, operand) in enumerate(zip(block.args, call.args, strict=True)):
@@ -60,23 +62,35 @@ def inline_call(call: CallOp, callee: GraphOp) -> None:
             Rewriter.insert_op(copy, InsertPoint.before(call))
             operand = copy.results[0]
         vm[arg] = operand
-    body_values: set[SSAValue] = set()
-    for inner in block.ops:
-        if isinstance(inner, OutputOp):
-            outs: list[SSAValue] = []
-            for v in inner.outs:
-                mapped = vm.get(v, v)
-                if v not in body_values:
-                    copy = IdentityOp.make([mapped])
-                    Rewriter.insert_op(copy, InsertPoint.before(call))
-                    mapped = copy.results[0]
-                outs.append(mapped)
-            break
-        new = inner.clone(vm)
-        Rewriter.insert_op(new, InsertPoint.before(call))
-        body_values.update(inner.results)
-    else:  # pragma: no cover - verified graphs end with graph.output
+    terminator = block.last_op
+    if not isinstance(terminator, OutputOp):  # pragma: no cover - verified graphs end with graph.output
         raise ValueError(f"graph @{callee.graph_name} has no graph.output")
+    outs: list[SSAValue] = []
+    anchor: Operation = call
+    for v in terminator.outs:
+        mapped = vm.get(v, v)
+        if not isinstance(v.owner, Operation) or v.owner.parent_block() is not block:
+            copy = IdentityOp.make([mapped])  # an input or outside value: the caller gets a copy
+            Rewriter.insert_op(copy, InsertPoint.after(anchor))
+            anchor = copy
+            mapped = copy.results[0]
+        outs.append(mapped)
+    if move:
+        for arg in block.args:
+            arg.replace_all_uses_with(vm[arg])
+        outs = [vm.get(v, v) for v in outs]
+        while (inner := block.first_op) is not terminator:
+            assert inner is not None
+            inner.detach()
+            Rewriter.insert_op(inner, InsertPoint.before(call))
+    else:
+        for inner in block.ops:
+            if inner is terminator:
+                break
+            new = inner.clone(vm)
+            Rewriter.insert_op(new, InsertPoint.before(call))
+            vm.update(zip(inner.results, new.results))
+        outs = [vm.get(v, v) for v in outs]
     for old, new_v in zip(call.res, outs, strict=True):
         if old.name_hint and new_v.name_hint is None:
             new_v.name_hint = old.name_hint
@@ -84,11 +98,40 @@ def inline_call(call: CallOp, callee: GraphOp) -> None:
     Rewriter.erase_op(call)
 
 
+def _movable(sites: dict[str, list[Operation]]) -> set[Operation]:
+    """The calls whose body can be moved rather than copied: the only call of their graph,
+    in `graph.main` or in a graph whose own body is moved (never in one that is copied)."""
+    owner: dict[Operation, str | None] = {}
+    for ops in sites.values():
+        for op in ops:
+            g = op.parent_op()
+            while g is not None and not isinstance(g, GraphOp | MainGraphOp):
+                g = g.parent_op()
+            owner[op] = g.graph_name if isinstance(g, GraphOp) else None
+    done: dict[str, bool] = {}
+
+    def moved(name: str) -> bool:
+        if name in done:
+            return done[name]
+        done[name] = False  # a cycle: copied (and reported as recursive)
+        ops = sites.get(name, [])
+        ok = len(ops) == 1 and isinstance(ops[0], CallOp)
+        if ok:
+            parent = owner[ops[0]]
+            ok = parent is None or moved(parent)
+        done[name] = ok
+        return ok
+
+    return {ops[0] for name, ops in sites.items() if moved(name)}
+
+
 def inline_all(module: ModuleOp, remove_dead: bool = True, keep_shared: bool = False) -> None:
     """Inline every `call.call` in the module, innermost callees first; with `keep_shared`,
     not the calls of graphs called from more than one place."""
     graphs = graphs_by_name(module)
-    shared = {name for name, sites in call_sites(module).items() if len(sites) > 1} if keep_shared else set()
+    sites = call_sites(module)
+    shared = {name for name, ops in sites.items() if len(ops) > 1} if keep_shared else set()
+    movable = _movable(sites) if remove_dead else set()
     changed = True
     while changed:
         changed = False
@@ -102,7 +145,7 @@ def inline_all(module: ModuleOp, remove_dead: bool = True, keep_shared: bool = F
                 raise ValueError(f"inline: call to unknown graph @{name}")
             if callee.is_ancestor(call):
                 raise ValueError(f"inline: graph @{name} calls itself")
-            inline_call(call, callee)
+            inline_call(call, callee, move=call in movable)
             changed = True
     if remove_dead:
         live = called_names(module)

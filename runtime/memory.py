@@ -14,7 +14,10 @@ report gives, in bytes per replica:
   its first use to its last use in program order; a use inside an `rt.loop` / `rt.if`
   counts over the whole loop / branch of the block the buffer is allocated in, so a buffer
   used across iterations is live over the whole loop; a use of a view is a use of the
-  viewed buffer;
+  viewed buffer. A function's own temporaries (`rt.alloc` in an `rt.func` body, allocated
+  once and shared by its calls) live from its first call to its last (a call inside
+  another function counts over that function's calls); the buffers a call passes live
+  as any buffer does at that call;
 - `activations_allocated`: the total size of those temporaries (the NumPy runtime
   preallocates all of them once, so this is what it holds).
 
@@ -207,6 +210,31 @@ class _Layout:
             return None
         return self.pos[cur], self.end[cur]
 
+    def calls_span(self, func: rt.FuncOp, calls: dict[str, list[rt.CallOp]]) -> tuple[int, int] | None:
+        """The positions of the program body from the first call of `func` to the last one
+        (a call made inside another function counts with that function's calls); None when
+        it is never called."""
+        memo: dict[str, tuple[int, int] | None] = self.__dict__.setdefault("_calls_span", {})
+        name = func.func_name
+        if name in memo:
+            return memo[name]
+        memo[name] = None  # a call cycle (rejected by the verifier) adds nothing
+        spans: list[tuple[int, int]] = []
+        for call in calls.get(name, ()):
+            outer = call.parent_op()
+            while outer is not None and not isinstance(outer, rt.FuncOp | rt.ProgramOp):
+                outer = outer.parent_op()
+            if isinstance(outer, rt.FuncOp):
+                span = self.calls_span(outer, calls)
+            else:
+                block = outer.body.block if isinstance(outer, rt.ProgramOp) else None
+                span = self.span_in(call, block) if block is not None else None
+            if span is not None:
+                spans.append(span)
+        result = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+        memo[name] = result
+        return result
+
 
 def memory_report(program: rt.ProgramOp) -> MemoryReport:
     """Memory per virtual IPU of `program` (see the module docstring)."""
@@ -220,6 +248,10 @@ def memory_report(program: rt.ProgramOp) -> MemoryReport:
         if isinstance(op, rt.StateOp | rt.ConstOp) or (isinstance(op, rt.AllocOp) and op.result not in view_src):
             storage.append(op.results[0])
     uses: dict[SSAValue, list[Operation]] = {v: [] for v in storage}
+    calls: dict[str, list[rt.CallOp]] = {}
+    for op in layout.ops:
+        if isinstance(op, rt.CallOp):
+            calls.setdefault(op.callee_name, []).append(op)
     for op in layout.ops:
         for v in dict.fromkeys(root(x) for x in op.operands):
             if v in uses:
@@ -251,9 +283,13 @@ def memory_report(program: rt.ProgramOp) -> MemoryReport:
             assert isinstance(owner, Operation)
             block = owner.parent
             assert block is not None, "a buffer is allocated inside the program"
-            spans = [s for op in uses[v] if (s := layout.span_in(op, block)) is not None]
-            if spans:
-                live = (min(s[0] for s in spans), max(s[1] for s in spans))
+            func = block.parent_op()
+            if isinstance(func, rt.FuncOp):  # a function's own buffer: live over its calls
+                live = layout.calls_span(func, calls)
+            else:
+                spans = [s for op in uses[v] if (s := layout.span_in(op, block)) is not None]
+                if spans:
+                    live = (min(s[0] for s in spans), max(s[1] for s in spans))
         buffers.append(BufferInfo(names[v], kind, buffers_at.ipu(v), shape_of(t), dtype_of(t), nbytes(t), live))
 
     ids = sorted({b.ipu for b in buffers} | {p for op in layout.ops if (p := placement(op)) is not None} or {0})

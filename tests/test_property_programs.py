@@ -10,6 +10,8 @@ through the popxl Python API and run with
 
 - `popxl.Session` (the optimised plan), reading variables with `get_tensor_data`;
 - `compile_module(..., optimize=False)` (the straightforward plan);
+- the default compile's outlining pipeline with runs of 2+ ops (`inline`, `hoist-updates`,
+  `outline`, functions in the generated plan), forced on these small programs;
 
 and every stored output and every variable after every run is compared with a float64
 NumPy evaluation of the same program, within a bound on the float32 rounding error that
@@ -40,6 +42,7 @@ import numpy as np
 from hypothesis import currently_in_test_context, example, given, note, reject
 
 import popxl
+from xl.compiler.driver import OUTLINE_MIN_OPS, OUTLINE_PIPELINE
 from xl.runtime import compile_module
 
 from .property_programs import (
@@ -68,6 +71,12 @@ def _check(plan: str, what: str, run: int, got: np.ndarray, want: np.ndarray, er
         )
 
 
+# The default compile's outlining pipeline (xl.compiler.driver.OUTLINE_PIPELINE) with runs
+# of 2+ ops, so that the small random programs get outlined too.
+OUTLINED = OUTLINE_PIPELINE.replace(f"outline{{min-ops={OUTLINE_MIN_OPS}}}", "outline{min-ops=2}")
+assert OUTLINED != OUTLINE_PIPELINE
+
+
 def check_program(p: Program) -> None:
     """Build `p` with popxl, run it on both plans, compare with the NumPy reference."""
     try:
@@ -89,14 +98,17 @@ def check_program(p: Program) -> None:
                 got = session.get_tensor_data(v)
                 _check("Session", f"variable w{n}", run, got, want_vars[run][n], var_errs[run][n])
 
-    exe = compile_module(built.ir._module, optimize=False)
-    for run in range(p.recipe.runs):
-        outs = exe.run({f"x{n}": x for n, x in enumerate(run_inputs(p, run))})
-        for n in range(len(built.d2h)):
-            _check("straightforward plan", f"o{n}", run, outs[f"o{n}"], want_outs[run][n], out_errs[run][n])
-        for n in range(len(built.variables)):
-            got = exe.get_state(f"w{n}")
-            _check("straightforward plan", f"variable w{n}", run, got, want_vars[run][n], var_errs[run][n])
+    for plan, exe in (
+        ("straightforward plan", compile_module(built.ir._module, optimize=False)),
+        ("outlined plan", compile_module(built.ir._module, pipeline=OUTLINED)),
+    ):
+        for run in range(p.recipe.runs):
+            outs = exe.run({f"x{n}": x for n, x in enumerate(run_inputs(p, run))})
+            for n in range(len(built.d2h)):
+                _check(plan, f"o{n}", run, outs[f"o{n}"], want_outs[run][n], out_errs[run][n])
+            for n in range(len(built.variables)):
+                got = exe.get_state(f"w{n}")
+                _check(plan, f"variable w{n}", run, got, want_vars[run][n], var_errs[run][n])
 
 
 # The two silent wrong results of issue 9, pinned (the generator finds them on its own too):

@@ -234,7 +234,7 @@ def _run(args: argparse.Namespace) -> None:
 
         try:
             verify_located(module)
-            print(module_memory_report(module, args.pipeline).table())
+            print(module_memory_report(module, args.pipeline, outline=not args.no_outline).table())
         except LocatedError as e:
             raise _Located(format_located(e, source, PROG)) from None
         return

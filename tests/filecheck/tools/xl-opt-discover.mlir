@@ -21,8 +21,11 @@
 // PASSES-NEXT:     names: tuple[str, ...] | None = None
 // PASSES-NEXT:     keep: tuple[int, ...] = ()
 // PASSES-NEXT:     counter: str = 'mean_accum_counter'
-// PASSES:      inline: Inline all `call.call` ops; `remove-dead` erases graphs no longer called.
+// PASSES:      hoist-updates: In-place updates of variables move up to where their inputs are ready.
+// PASSES-NEXT:     graph: str | None = None
+// PASSES:      inline: Inline all `call.call` ops (with `keep-shared`, not those of graphs called from several places); `remove-dead` erases graphs no longer called.
 // PASSES-NEXT:     remove-dead: bool = True
+// PASSES-NEXT:     keep-shared: bool = False
 // PASSES:      outline: Repeated isomorphic op sequences
 // PASSES:          min-ops: int = 3
 // PASSES:      rt-optimize: All `rt` optimisations

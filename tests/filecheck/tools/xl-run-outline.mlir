@@ -8,9 +8,9 @@
 // RUN: python %S/Inputs/deep_chain.py check 90 %t.x.npy %t.on.npz %t.off.npz | filecheck %s --check-prefix=BOTH
 // RUN: python %S/Inputs/deep_chain.py check 90 %t.x.npy %t.off.npz | filecheck %s
 // The default compile's outlining, spelled out: the layers become rt.call's of functions.
-// RUN: xl-opt %t.mlir -p 'pipeline,inline,dce,outline{min-ops=6 min-program-ops=400},canonicalize,cse,dce,lower-to-rt' | filecheck %s --check-prefix=IR
+// RUN: xl-opt %t.mlir -p 'pipeline,inline{keep-shared=true},dce,hoist-updates,outline{min-ops=6},canonicalize,cse,dce,lower-to-rt' | filecheck %s --check-prefix=IR
 // Below the threshold nothing is outlined.
-// RUN: xl-opt %t.mlir -p 'pipeline,inline,dce,outline{min-ops=6 min-program-ops=1000},canonicalize,cse,dce,lower-to-rt' | filecheck %s --check-prefix=SMALL
+// RUN: xl-opt %t.mlir -p 'pipeline,inline{keep-shared=true},dce,hoist-updates,outline{min-ops=6 min-program-ops=1000},canonicalize,cse,dce,lower-to-rt' | filecheck %s --check-prefix=SMALL
 
 // differences at most 1e-5 from NumPy (float32), at most 1e-7 between the two compiles
 // CHECK: numpy: {{[0-9]\.[0-9]e-0[6-9]|0\.0e\+00}}
