@@ -396,27 +396,25 @@ class _Group:
         return (self.saved, -(self.n_inputs + len(self.outputs)), self.starts[0])
 
 
-def _wirings(seq: _Sequence, positions: list[int], length: int) -> tuple[list[bytes], list[int]]:
+def _wirings(seq: _Sequence, positions: list[int], length: int) -> tuple[np.ndarray, np.ndarray]:
     """Canonical wiring of the runs of `length` ops at `positions` (isomorphic ops, so the
-    same operand slots): an operand defined in the run by (offset, result index), one from
-    outside by the first slot using the same value; and each run's number of inputs."""
+    same operand slots), a row per run and a column per operand slot: an operand defined in
+    the run by its code relative to the run's start (offset and result index), one from
+    outside by -1 - the first slot using the same value; and where the runs' inputs are
+    first used. The first columns are the wiring of shorter runs at the same positions."""
     flat, start = seq.arrays()[:2]
     p = np.asarray(positions, dtype=np.int64)
     m = seq.start[positions[0] + length] - seq.start[positions[0]]
     k = len(positions)
-    if m == 0:
-        return [b""] * k, [0] * k
     slot = np.arange(m, dtype=np.int64)
-    at = (start[p][:, None] + slot).ravel()
-    rows = flat[at]
+    rows = flat[(start[p][:, None] + slot).ravel()]
     base = np.repeat(p * _R, m)
     inside = rows >= base
     # outside values: label each slot by the first slot of its run holding the same value
     run = np.repeat(np.arange(k, dtype=np.int64), m)
     values = np.where(inside, -(1 << 62), rows)
     order = np.lexsort((values, run))  # by run, then value, then slot
-    same = np.empty(k * m, dtype=bool)
-    same[0] = False
+    same = np.zeros(k * m, dtype=bool)
     same[1:] = (values[order[1:]] == values[order[:-1]]) & (run[order[1:]] == run[order[:-1]])
     same &= ~inside[order]
     lead = np.maximum.accumulate(np.where(same, 0, np.arange(k * m)))
@@ -424,8 +422,7 @@ def _wirings(seq: _Sequence, positions: list[int], length: int) -> tuple[list[by
     label[order] = order[lead]
     label -= run * m
     keys = np.where(inside, rows - base, -1 - label).reshape(k, m)
-    n_inputs = ((label == np.tile(slot, k)) & ~inside).reshape(k, m).sum(axis=1)
-    return [key.tobytes() for key in keys], n_inputs.tolist()
+    return keys, ((label == np.tile(slot, k)) & ~inside).reshape(k, m)
 
 
 def _outputs(seq: _Sequence, starts: Sequence[int], length: int) -> list[tuple[int, int]]:
@@ -446,9 +443,19 @@ def _outputs(seq: _Sequence, starts: Sequence[int], length: int) -> list[tuple[i
 
 
 def _pick(positions: list[int], length: int) -> list[int]:
-    """Greedy non-overlapping runs of `length` ops at `positions` (ascending), left to right."""
-    chosen: list[int] = []
-    i, n = 0, len(positions)
+    """Greedy non-overlapping runs of `length` ops at `positions` (ascending), left to right:
+    by bisection when few of them can fit, else by one scan."""
+    n = len(positions)
+    if not n or (positions[-1] - positions[0]) // length * 8 >= n:
+        chosen: list[int] = []
+        end = -1
+        for p in positions:
+            if p >= end:
+                chosen.append(p)
+                end = p + length
+        return chosen
+    chosen = []
+    i = 0
     while i < n:
         p = positions[i]
         chosen.append(p)
@@ -456,15 +463,25 @@ def _pick(positions: list[int], length: int) -> list[int]:
     return chosen
 
 
-def _examine(seq: _Sequence, positions: list[int], length: int) -> list[_Group]:
-    """The groups of isomorphic runs of `length` ops at `positions` that save something."""
+def _examine(
+    seq: _Sequence, positions: list[int], length: int, table: tuple[np.ndarray, np.ndarray] | None = None
+) -> list[_Group]:
+    """The groups of isomorphic runs of `length` ops at `positions` that save something
+    (`table`: `_wirings` of these positions for `length` or more ops)."""
     if len(positions) < 2:
         return []
+    keys, inputs = table if table is not None else _wirings(seq, positions, length)
+    m = seq.start[positions[0] + length] - seq.start[positions[0]]
+    keys, n_inputs = keys[:, :m], inputs[:, :m].sum(axis=1).tolist()
     by_wiring: dict[bytes, list[int]] = {}
-    inputs: dict[bytes, int] = {}
-    for p, key, n_inputs in zip(positions, *_wirings(seq, positions, length), strict=True):
-        by_wiring.setdefault(key, []).append(p)
-        inputs[key] = n_inputs
+    first: dict[bytes, int] = {}
+    for i, (p, key) in enumerate(zip(positions, map(np.ndarray.tobytes, keys), strict=True)):
+        ps = by_wiring.get(key)
+        if ps is None:
+            by_wiring[key] = [p]
+            first[key] = i
+        else:
+            ps.append(p)
     out: list[_Group] = []
     for key, ps in by_wiring.items():
         if len(ps) < 2:
@@ -473,7 +490,7 @@ def _examine(seq: _Sequence, positions: list[int], length: int) -> list[_Group]:
         c = len(starts)
         if c < 2 or (c - 1) * length - c <= 0:
             continue
-        out.append(_Group(length, starts, inputs[key], _outputs(seq, starts, length), ps))
+        out.append(_Group(length, starts, n_inputs[first[key]], _outputs(seq, starts, length), ps))
     return out
 
 
@@ -563,8 +580,9 @@ def select_groups(seq: _Sequence, min_ops: int) -> tuple[list[_Group], bool]:
             if bound > 0:
                 heapq.heappush(heap, (-bound, True, l, lb, rb, i, positions, gap))
             continue
+        table = _wirings(seq, positions, lengths[-1]) if clear and len(positions) > 1 else None
         for length in lengths:
-            for g in _examine(seq, positions if clear else free(positions, length), length):
+            for g in _examine(seq, positions if clear else free(positions, length), length, table):
                 count += 1
                 heapq.heappush(pending, (tuple(-x for x in g.rank()), count, g))  # pyright: ignore[reportArgumentType]
     return taken, bool(taken) and _repeats_left(sa, intervals, covered, min_ops)
