@@ -31,6 +31,7 @@ function of each; graphs nested in a kept graph are inlined into it as usual.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -50,10 +51,12 @@ def called_names(module: ModuleOp) -> set[str]:
     return set(call_sites(module))
 
 
-def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> None:
-    """Inline one call (callee must not contain the call itself). With `move`, the body's
-    ops are moved out of the callee instead of copied (its only call, when it is erased
-    afterwards: much cheaper for the big graphs of a training step)."""
+def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> list[CallOp]:
+    """Inline one call (callee must not contain the call itself); returns the `call.call`s
+    of the copied body (none when moved). With `move`, the body's ops are moved out of the
+    callee instead of copied (its only call, when it is erased afterwards: much cheaper for
+    the big graphs of a training step)."""
+    copied: list[CallOp] = []
     block = callee.body.block
     vm: dict[SSAValue, SSAValue] = {}
     for i, (arg, operand) in enumerate(zip(block.args, call.args, strict=True)):
@@ -90,12 +93,17 @@ def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> None:
             new = inner.clone(vm)
             Rewriter.insert_op(new, InsertPoint.before(call))
             vm.update(zip(inner.results, new.results))
+            if isinstance(new, CallOp):
+                copied.append(new)
+            elif new.regions:
+                copied.extend(op for op in new.walk() if isinstance(op, CallOp))
         outs = [vm.get(v, v) for v in outs]
     for old, new_v in zip(call.res, outs, strict=True):
         if old.name_hint and new_v.name_hint is None:
             new_v.name_hint = old.name_hint
         old.replace_all_uses_with(new_v)
     Rewriter.erase_op(call)
+    return copied
 
 
 def _movable(sites: dict[str, list[Operation]]) -> set[Operation]:
@@ -126,27 +134,24 @@ def _movable(sites: dict[str, list[Operation]]) -> set[Operation]:
 
 
 def inline_all(module: ModuleOp, remove_dead: bool = True, keep_shared: bool = False) -> None:
-    """Inline every `call.call` in the module, innermost callees first; with `keep_shared`,
-    not the calls of graphs called from more than one place."""
+    """Inline every `call.call` in the module (the calls found, then those in the copied
+    bodies); with `keep_shared`, not the calls of graphs called from more than one place."""
     graphs = graphs_by_name(module)
     sites = call_sites(module)
     shared = {name for name, ops in sites.items() if len(ops) > 1} if keep_shared else set()
     movable = _movable(sites) if remove_dead else set()
-    changed = True
-    while changed:
-        changed = False
-        calls = [op for op in module.walk() if isinstance(op, CallOp)]
-        for call in calls:
-            name = call.callee.root_reference.data
-            if name in shared:
-                continue
-            callee = graphs.get(name)
-            if callee is None:
-                raise ValueError(f"inline: call to unknown graph @{name}")
-            if callee.is_ancestor(call):
-                raise ValueError(f"inline: graph @{name} calls itself")
-            inline_call(call, callee, move=call in movable)
-            changed = True
+    work = deque(op for op in module.walk() if isinstance(op, CallOp))
+    while work:
+        call = work.popleft()
+        name = call.callee.root_reference.data
+        if name in shared:
+            continue
+        callee = graphs.get(name)
+        if callee is None:
+            raise ValueError(f"inline: call to unknown graph @{name}")
+        if callee.is_ancestor(call):
+            raise ValueError(f"inline: graph @{name} calls itself")
+        work.extend(inline_call(call, callee, move=call in movable))
     if remove_dead:
         live = called_names(module)
         for g in list(graphs.values()):
