@@ -47,6 +47,7 @@ from xl.passes.rt_analysis import (
     kernel_io,
     parent_positions,
     programs,
+    walk_ops,
     written_between,
 )
 from xl.runtime.profile import fused_source_attrs
@@ -162,9 +163,12 @@ def _erase_if_dead(op: Operation) -> None:
 
 def fold_updates(program: rt.ProgramOp) -> int:
     """Apply the folding to every match in `program`; returns the number of folds."""
-    mem = Memory(program)
+    ops = walk_ops(program)
+    candidates = [op for op in ops if type(op) is rt.KernelOp and kernel_class_of(op) is ScaledAddInplaceOp]
+    if not candidates:
+        return 0
+    mem = Memory(program, ops)
     n = 0
-    candidates = [op for op in mem.ops if type(op) is rt.KernelOp and kernel_class_of(op) is ScaledAddInplaceOp]
     pos_cache: dict[Block, dict[Operation, int]] = {}
     for upd in candidates:
         upd_ins, upd_outs = kernel_io(upd)
@@ -238,9 +242,12 @@ def fold_updates(program: rt.ProgramOp) -> int:
 
 def fold_bias_adds(program: rt.ProgramOp) -> int:
     """Pattern 2 (see the module docstring); returns the number of folds."""
-    mem = Memory(program)
+    ops = walk_ops(program)
+    adds = [op for op in ops if type(op) is rt.KernelOp and kernel_class_of(op) is AddOp]
+    if not adds:
+        return 0
+    mem = Memory(program, ops)
     n = 0
-    adds = [op for op in mem.ops if type(op) is rt.KernelOp and kernel_class_of(op) is AddOp]
     pos_cache: dict[Block, dict[Operation, int]] = {}
     for add in adds:
         ins, outs = kernel_io(add)
