@@ -337,3 +337,18 @@ def test_call_tables_stay_inside_their_block(call_tables: None) -> None:
     x = np.array([0.0, 1.0, -1.0], np.float32)
     want = x + 8 * np.array([1.0, 2.0, 4.0], np.float32)
     np.testing.assert_array_equal(exe.run({"x": x})["x"], want)
+
+
+def test_replicas_each_bind_their_sites() -> None:
+    # two replicas: each builds its own bodies and recipes over its own buffers
+    text = _text().replace("replication_factor = 1", "replication_factor = 2")
+    shared = compile_program(_program(text), optimize=True)
+    plain = compile_program(_program(text), optimize=False)
+    x = np.stack([X, 0.5 * X])
+    for _ in range(2):
+        a, b = shared.run({"x": x}), plain.run({"x": x})
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+    assert not np.array_equal(a["y5"][0], a["y5"][1])
+    ref, _ = _reference(0.5 * X, 2)
+    np.testing.assert_allclose(a["y5"][1], ref[1]["y5"], rtol=1e-5, atol=1e-5)
