@@ -22,15 +22,15 @@ arguments bound to that site's arrays, exactly as if it were expanded there; the
 global name of those lines that may differ between sites (the arguments, views of them,
 bound BLAS calls and kernels, ...) becomes a parameter `a0, a1, ...`, while the function's
 own buffers, the shared callables (an equal callable bound under another name is written
-with the first name), constants and scratch buffers stay globals. Sites whose
-lines are then identical share one function `_f<k>_<name>`, and each site is one line
-calling it with its own names. With `CALL_TABLES`, consecutive sites of one function in the
-step (the repeated layers of a model) are one line looping over a table of their arguments
+with the first name), constants and scratch buffers stay globals. Sites whose lines are
+then identical share one function `_f<k>_<name>`, and each site is one line calling it
+with its own names. With `CALL_TABLES`, consecutive sites of one function in the step
+(the repeated layers of a model) are one line looping over a table of their arguments
 (`for _a in t7: _f0_layer(*_a)  # rt.call @layer (12 sites)`). A site whose code differs
-(e.g. a template that chose another path because the arguments alias) gets a function of its own; so does each site
-when profiling (the kernel indices in the timing lines differ). A body that stops at a
-replica collective (`yield`) is emitted in place at each site (lowering never makes such
-a function).
+(e.g. a template that chose another path because the arguments alias) gets a function of
+its own; so does each site when profiling (the kernel indices in the timing lines differ).
+A body that stops at a replica collective (`yield`) is emitted in place at each site
+(lowering never makes such a function).
 
 Generating a body costs what expanding it does, so it happens once per *binding
 signature* of a function: the shape, dtype, strides and writability of each argument
@@ -47,7 +47,7 @@ object holding argument memory with no `xl_bound`) makes every site of that sign
 generate its body, as above.
 
 Errors: the function's lines map to the kernels of its first site (the same `rt` ops), so
-a failing kernel inside a function is named as usual.
+a failing kernel inside a function is named as usual, whichever site called it.
 """
 
 from __future__ import annotations
