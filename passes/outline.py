@@ -103,9 +103,9 @@ Complexity: O(n log^2 n) per round plus the examined intervals' O(|P| * L): in t
 case O(n^2), in practice few intervals are examined (a chain of 10,000 identical ops: one
 round, 100 calls of a 100-op graph). Measured (CPU time, shared 2-core machine): on the
 default compile's input (after `pipeline,inline{keep-shared=true},dce,hoist-updates`,
-`min-ops=6`) mlp-48 (~550 ops in the sequence) ~8 ms, transformer-12 (~1,560) ~16 ms, one
+`min-ops=6`) mlp-48 (~550 ops in the sequence) ~8 ms, transformer-12 (~1,560) ~15 ms, one
 round each; frontend programs of benchmarks/outline.py (`min-ops=3`): mlp-48 ~10 ms,
-transformer-12 ~19 ms, 10,000-op graphs 0.2-1 s.
+transformer-12 ~19 ms, 1,000-op graphs 20-40 ms, 10,000-op graphs 0.2-0.6 s.
 """
 
 from __future__ import annotations
