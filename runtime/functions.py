@@ -72,9 +72,9 @@ if TYPE_CHECKING:
 # Sites of one function with one binding signature reuse the first one's body (recipes);
 # False: every site generates its body (the reference the recipes are tested against).
 SHARE_SITES = True
-# Consecutive calls of one function in the step are one line over a table (`_emit_site`);
-# False: one line per call.
-CALL_TABLES = False
+# Consecutive calls of one function in the step are one line over a table (`_emit_site`, the
+# default); False: one line per call.
+CALL_TABLES = True
 
 _IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 _YIELD = re.compile(r"^\s*yield\b")

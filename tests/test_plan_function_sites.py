@@ -95,11 +95,12 @@ def _reference(x: np.ndarray, steps: int) -> tuple[list[dict[str, np.ndarray]], 
 
 @pytest.fixture
 def call_tables() -> Iterator[None]:
+    old = functions.CALL_TABLES
     functions.CALL_TABLES = True
     try:
         yield
     finally:
-        functions.CALL_TABLES = False
+        functions.CALL_TABLES = old
 
 
 @pytest.fixture
