@@ -56,9 +56,18 @@ class WritesOperands(InPlaceInterface):
                 raise VerifyException(f"{op.name}: writes operand {w}, but has {len(op.operands)} operands")
 
 
+# The in-place trait of each op class (traits belong to the class; xDSL's `get_trait`
+# scans them on every call, and the effect queries ask this for every use of a value).
+_IN_PLACE: dict[type[Operation], InPlaceInterface | None] = {}
+
+
 def written_operands(op: Operation) -> tuple[int, ...]:
     """Indices of the operands `op` updates in place (() for ops without `InPlaceInterface`)."""
-    t = type(op).get_trait(InPlaceInterface)
+    cls = type(op)
+    try:
+        t = _IN_PLACE[cls]
+    except KeyError:
+        t = _IN_PLACE[cls] = cls.get_trait(InPlaceInterface)
     return () if t is None else t.written_operands(op)
 
 
@@ -80,6 +89,16 @@ class AllocEffect(MemoryEffect):
         return {EffectInstance(MemoryEffectKind.ALLOC, r) for r in op.results}
 
 
+_ALLOCATES: dict[type[Operation], bool] = {}
+
+
+def _allocates(cls: type[Operation]) -> bool:
+    a = _ALLOCATES.get(cls)
+    if a is None:
+        a = _ALLOCATES[cls] = cls.has_trait(AllocEffect)
+    return a
+
+
 class TensorOpEffect(MemoryEffect):
     """Reads the operands; writes the operands of `written_operands(op)`.
 
@@ -92,7 +111,7 @@ class TensorOpEffect(MemoryEffect):
 
     @classmethod
     def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
-        if op.has_trait(AllocEffect):
+        if _allocates(type(op)):
             return set()
         if any(is_written(r) for r in op.results):
             return None

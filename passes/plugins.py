@@ -67,9 +67,18 @@ def _entry_point_factory(ep: EntryPoint) -> Callable[[], type[ModulePass]]:
     return factory
 
 
+_ENTRY_POINTS: dict[tuple[str, ...], dict[str, Callable[[], type[ModulePass]]]] = {}
+
+
 def entry_point_passes() -> dict[str, Callable[[], type[ModulePass]]]:
-    """Lazy factories for the passes of the installed `xl.passes` entry points."""
-    return {ep.name: _entry_point_factory(ep) for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    """Lazy factories for the passes of the installed `xl.passes` entry points (read once
+    per `sys.path`: scanning the installed distributions costs about 1.5 ms, and every
+    compile looks its passes up)."""
+    key = tuple(sys.path)
+    found = _ENTRY_POINTS.get(key)
+    if found is None:
+        found = _ENTRY_POINTS[key] = {ep.name: _entry_point_factory(ep) for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return dict(found)
 
 
 def loaded_plugin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
