@@ -28,7 +28,9 @@ with its own names. With `CALL_TABLES`, consecutive sites of one function in the
 (the repeated layers of a model) are one line looping over a table of their arguments
 (`for _a in t7: _f0_layer(*_a)  # rt.call @layer (12 sites)`). A site whose code differs
 (e.g. a template that chose another path because the arguments alias) gets a function of
-its own; so does each site when profiling (the kernel indices in the timing lines differ).
+its own. When profiling, the timing lines of a body name their kernels relative to a
+parameter holding the site's first kernel index, so sites share the body's code too (each
+site still generates it: its kernels get their own entries in the profile).
 A body that stops at a replica collective (`yield`) is emitted in place at each site
 (lowering never makes such a function).
 
@@ -79,6 +81,7 @@ CALL_TABLES = True
 _IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 _YIELD = re.compile(r"^\s*yield\b")
 _HELPER = re.compile(r"_h\d+")
+_EVENT = re.compile(r"_ev\(\((\d+), ")
 
 
 @dataclass
@@ -189,6 +192,7 @@ def _generate(b: PlanBuilder, st: _State, func: rt.FuncOp, depth: int) -> tuple[
     own = st.own.get(func)
     first = own is None
     own_names: set[str] = set()
+    k0 = len(b.infos)  # the index of the body's first kernel at this site (profiled timing lines)
     saved_lines, saved_kernels = g.lines, b._line_kernel  # noqa: SLF001
     g.lines, b._line_kernel = [], {}  # noqa: SLF001
     st.stack.append(func.func_name)
@@ -216,6 +220,11 @@ def _generate(b: PlanBuilder, st: _State, func: rt.FuncOp, depth: int) -> tuple[
                 b._line_kernel[len(g.lines)] = k  # noqa: SLF001
             b.emit(line, depth)
         return None, []
+    if b.profile is not None:
+        # the timing lines name their kernel by index: relative to a parameter holding this
+        # site's first index, so that sites share the body's code
+        base = g.bind(k0, "kb")
+        lines = [_EVENT.sub(lambda m: f"_ev(({base} + {int(m.group(1)) - k0}, ", line) for line in lines]
     params: list[str] = []
     index: dict[str, int] = {}
     ns = g.ns

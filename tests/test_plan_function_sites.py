@@ -253,6 +253,25 @@ def test_profiled_sites_record_each_kernel() -> None:
         np.testing.assert_array_equal(a[k], b[k])
 
 
+def test_profiled_sites_share_the_body_code_and_record_their_own_kernels() -> None:
+    """Profiled, the sites still share one function (the timing lines name their kernels
+    relative to a per-site base index), and every kernel entry of every site is recorded
+    exactly once per step (the program has no loops)."""
+    exe = compile_program(_program(_text()), optimize=True, profile=True)
+    src = exe.sources[0]
+    assert len(re.findall(r"^def _f\d+_", src, re.M)) == 1
+    rec = exe.profile
+    assert rec is not None
+    start = rec.mark()
+    exe.run({"x": X})
+    events = rec.events[0][start[1][0] :]
+    kernels = [k for k, _, _ in events]
+    assert len(kernels) == len(set(kernels))  # no entry recorded twice
+    # every entry that times something is reached, each site's matmul at its own entry
+    matmuls = [k for k in kernels if rec.infos[0][k].name == "popxl.matmul"]
+    assert len(matmuls) == len(SITES)
+
+
 RUN = """
 rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {
   rt.func @pick(%t: memref<4x3xf32>, %i: memref<2xi32>) -> (%r: memref<2x3xf32>) {
