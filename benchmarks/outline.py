@@ -194,15 +194,7 @@ def downstream(module: ModuleOp, steps: int, outline: bool = True) -> tuple[floa
     exe = compile_module(module, outline=outline)
     compile_s = time.perf_counter() - t0
     lines = sum(len(s.splitlines()) for s in exe.sources)
-    rng = np.random.default_rng(0)
-    inputs = {}
-    for name, (shape, dtype) in exe.h2d_streams.items():
-        full = exe.full_shape(shape)
-        inputs[name] = (
-            rng.normal(size=full).astype(dtype)
-            if np.dtype(dtype).kind == "f"
-            else rng.integers(0, 10, size=full).astype(dtype)
-        )
+    inputs = _inputs(exe)
     exe.run(inputs)
     times = []
     for _ in range(steps):

@@ -69,22 +69,18 @@ _START: _Pos = (-1, -1)
 
 
 # Per op class: (may be hoisted: updates in place and is neither a call nor a collective,
-# view-like, has the in-place interface). Traits belong to the class: asked once per class.
-_KIND: dict[type[Operation], tuple[bool, bool, bool]] = {}
+# view-like). Traits belong to the class: asked once per class.
+_KIND: dict[type[Operation], tuple[bool, bool]] = {}
 
 
-def _kind(op: Operation) -> tuple[bool, bool, bool]:
+def _kind(op: Operation) -> tuple[bool, bool]:
     t = type(op)
     k = _KIND.get(t)
     if k is None:
         writes = t.get_trait(InPlaceInterface) is not None
         call = issubclass(t, CallOp | RepeatOp | ConditionalOp)
-        k = _KIND[t] = (writes and not call and not is_cross_replica(op), is_view_like(op), writes)
+        k = _KIND[t] = (writes and not call and not is_cross_replica(op), is_view_like(op))
     return k
-
-
-def _written(op: Operation) -> tuple[int, ...]:
-    return written_operands(op) if _kind(op)[2] else ()
 
 
 def _movable(op: Operation, root: dict[SSAValue, SSAValue]) -> bool:
@@ -115,7 +111,7 @@ def hoist_block(block: Block) -> bool:
     barrier = _START
     for op in list(block.ops):
         roots = [root.get(v, v) for v in op.operands]
-        written = set(_written(op))
+        written = set(written_operands(op))
         if _movable(op, root):
             at = barrier
             for i, (v, r) in enumerate(zip(op.operands, roots, strict=True)):

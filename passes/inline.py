@@ -81,7 +81,6 @@ def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> list[CallO
     if move:
         for arg in block.args:
             arg.replace_all_uses_with(vm[arg])
-        outs = [vm.get(v, v) for v in outs]
         while (inner := block.first_op) is not terminator:
             assert inner is not None
             inner.detach()
@@ -90,9 +89,8 @@ def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> list[CallO
         for inner in block.ops:
             if inner is terminator:
                 break
-            new = inner.clone(vm)
+            new = inner.clone(vm)  # maps the results in vm too
             Rewriter.insert_op(new, InsertPoint.before(call))
-            vm.update(zip(inner.results, new.results))
             if isinstance(new, CallOp):
                 copied.append(new)
             elif new.regions:

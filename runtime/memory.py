@@ -187,6 +187,7 @@ class _Layout:
     """Positions of the ops in program order, and the extent of each op's regions."""
 
     def __init__(self, program: rt.ProgramOp):
+        self._calls_span: dict[str, tuple[int, int] | None] = {}  # by function name
         self.pos: dict[Operation, int] = {}
         self.end: dict[Operation, int] = {}
         self.ops: list[Operation] = []
@@ -214,7 +215,7 @@ class _Layout:
         """The positions of the program body from the first call of `func` to the last one
         (a call made inside another function counts with that function's calls); None when
         it is never called."""
-        memo: dict[str, tuple[int, int] | None] = self.__dict__.setdefault("_calls_span", {})
+        memo = self._calls_span
         name = func.func_name
         if name in memo:
             return memo[name]

@@ -39,6 +39,7 @@ from tests.property_programs import (
     run_inputs,
     tolerance,
 )
+from tests.test_outline import Linear  # the deep addons model's layer
 from xl.compiler import compile_module
 from xl.compiler.driver import DEFAULT_PIPELINE, OUTLINE_MIN_PROGRAM_OPS, compile_pipeline, lower
 from xl.compiler.memory import lowered_program
@@ -339,19 +340,6 @@ def test_session_outline_option() -> None:
 
 
 # -- outlined == inlined: deep models, examples, seeds ---------------------------------------------
-
-
-class Linear(addons.Module):
-    def __init__(self, out_features: int):
-        super().__init__()
-        self.out_features = out_features
-
-    def build(self, x: popxl.Tensor) -> popxl.Tensor:
-        w = self.add_variable_input(
-            "weight", partial(np.random.normal, 0, 0.3, (x.shape[-1], self.out_features)), x.dtype
-        )
-        b = self.add_variable_input("bias", partial(np.random.normal, 0, 0.1, (self.out_features,)), x.dtype)
-        return x @ w + b
 
 
 class Deep(addons.Module):
