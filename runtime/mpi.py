@@ -25,7 +25,9 @@ all-gathers a small header (a sequence number, the count, size, shape and dtype 
 arrays), so instances that disagree (an instance-dependent branch around a collective, different input shapes) get a
 `CommMismatchError` naming both sides on every instance instead of wrong numbers; at exit
 an instance makes one last header exchange, so an instance left waiting in an exchange the
-others never make fails the same way instead of hanging.
+others never make fails the same way instead of hanging. After a mismatch the communicator
+is spent: a later exchange raises at once, and the exit exchange is skipped (every instance
+saw the mismatch in the same exchange, so none waits for it).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ _HEADER = 4
 # the header an instance sends when its program ends (`_say_goodbye`)
 _GOODBYE = np.full(_HEADER, -1, dtype=np.int64)
 _goodbye_registered = False
+# set when an exchange on MPI.COMM_WORLD mismatched: the exit exchange is skipped
+_world_diverged = False
 
 
 class CommMismatchError(RuntimeError):
@@ -79,6 +83,7 @@ class MpiComm:
         self.num_instances: int = self.comm.Get_size()
         self.instance_index: int = self.comm.Get_rank()
         self._exchanges = 0
+        self._diverged: str | None = None  # the mismatch that spent this communicator
         global _goodbye_registered
         if not _goodbye_registered and self.num_instances > 1 and self.comm == self._MPI.COMM_WORLD:
             # at exit, before mpi4py finalises MPI (atexit runs in reverse order)
@@ -93,6 +98,8 @@ class MpiComm:
         shape and dtype) and those of the other instances, which pass as many arrays."""
         if not local:
             raise ValueError("MpiComm.gather: no local arrays (every instance runs at least one replica)")
+        if self._diverged is not None:
+            raise CommMismatchError(f"no exchange after the instances diverged (earlier: {self._diverged})")
         first = np.asarray(local[0])
         shape, dtype = first.shape, first.dtype
         for a in local[1:]:
@@ -126,6 +133,8 @@ class MpiComm:
             if (headers[i] == _GOODBYE).all():
                 return f"instance {i} has finished its program"
             seq, n, nbytes, fp = (int(x) for x in headers[i])
+            if n == 0:
+                return f"instance {i} is at exchange #{seq}, a barrier"
             what = f"{n} array(s) of {nbytes} bytes"
             if i == me:
                 what += f" ({dtype} {shape})"
@@ -133,14 +142,29 @@ class MpiComm:
                 what += " (another shape or dtype)"
             return f"instance {i} is at exchange #{seq} with {what}"
 
+        self._diverged = f"{side(me)}, but {side(other)}"
+        if self.comm == self._MPI.COMM_WORLD:
+            global _world_diverged
+            _world_diverged = True
         raise CommMismatchError(
-            f"the instances diverged: {side(me)}, but {side(other)}; every instance must run "
+            f"the instances diverged: {self._diverged}; every instance must run "
             "the same collectives in the same order on arrays of the same shape (is a "
             "collective under a condition that differs between instances?)"
         )
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        """Wait for every instance: an exchange of headers only (no arrays), so an instance
+        that meets another exchange, or an instance that has finished, is reported as in
+        `gather`."""
+        if self._diverged is not None:
+            raise CommMismatchError(f"no barrier after the instances diverged (earlier: {self._diverged})")
+        seq = self._exchanges
+        self._exchanges += 1
+        header = np.array([seq, 0, 0, 0], dtype=np.int64)
+        headers = np.empty((self.num_instances, _HEADER), dtype=np.int64)
+        self.comm.Allgather([header, self._MPI.INT64_T], [headers, self._MPI.INT64_T])
+        if not (headers == header).all():
+            self._mismatch(headers, (), np.dtype(np.float32))
 
     def __repr__(self) -> str:
         return f"MpiComm(instance {self.instance_index} of {self.num_instances})"
@@ -148,8 +172,13 @@ class MpiComm:
 
 def _say_goodbye(MPI: Any) -> None:
     """At exit: one last header exchange, so an instance still waiting in a collective (one
-    the others never reach) fails with `CommMismatchError` instead of waiting forever; this
-    instance then aborts the job too."""
+    the others never reach) gets this goodbye as the other side of its header exchange and
+    fails with `CommMismatchError` instead of waiting forever. Every exchange starts with a
+    header exchange, so the waiting instance always receives it; this instance then notes
+    it and ends normally (aborting here could stop the waiting instance before it reports).
+    Skipped after a mismatch on `MPI.COMM_WORLD`: every instance saw it, none waits."""
+    if _world_diverged:
+        return
     comm = MPI.COMM_WORLD
     headers = np.empty((comm.Get_size(), _HEADER), dtype=np.int64)
     comm.Allgather([_GOODBYE, MPI.INT64_T], [headers, MPI.INT64_T])
@@ -157,11 +186,10 @@ def _say_goodbye(MPI: Any) -> None:
         waiting = [i for i in range(len(headers)) if not (headers[i] == _GOODBYE).all()]
         print(
             f"xl.runtime.mpi: instance {comm.Get_rank()} has finished, but instance(s) {waiting} "
-            "still wait in a collective exchange; aborting the job",
+            "still wait in a collective exchange (they stop with CommMismatchError)",
             file=sys.stderr,
             flush=True,
         )
-        comm.Abort(1)
 
 
 def instance_comm() -> Comm | None:

@@ -229,6 +229,30 @@ def main(argv: list[str]) -> None:
             comm.gather([np.zeros(3, np.float32)])
             raise SystemExit("instance 0 got an exchange nobody else made")
         return
+    if case in ("early_exit_caught", "barrier"):
+        import popdist
+
+        popdist.init()
+        from xl.runtime.mpi import CommMismatchError, MpiComm
+
+        comm = MpiComm()
+        comm.barrier()
+        if case == "barrier":
+            # instance 0 at a barrier, instance 1 at an exchange of arrays: both stop
+            if comm.instance_index == 0:
+                comm.barrier()
+            else:
+                comm.gather([np.zeros(3, np.float32)])
+            raise SystemExit("a barrier met an exchange of arrays")
+        # instance 0 catches the error of the exchange instance 1 never makes, then tries
+        # another: an error at once (nobody is left to exchange with), and both end normally
+        if comm.instance_index == 0:
+            for attempt in ("first", "second"):
+                try:
+                    comm.gather([np.zeros(3, np.float32)])
+                except CommMismatchError as e:
+                    print(f"{attempt}: {e}", flush=True)
+        return
     values = popdist_values()
     results: dict[str, Any] = {f"popdist.{k}": v for k, v in values.items()}
     results.update({f"collective.{k}": v for k, v in run_collectives("popdist").items()})

@@ -38,6 +38,8 @@ def mpi_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "indivisible": launch([script, str(out), "indivisible"], env={"POPDIST_NUM_TOTAL_REPLICAS": "3"}),
         "diverge": launch([script, str(out), "diverge"]),
         "early_exit": launch([script, str(out), "early_exit"]),
+        "early_exit_caught": launch([script, str(out), "early_exit_caught"]),
+        "barrier": launch([script, str(out), "barrier"]),
     }
     runs: dict[str, Any] = {name: finish(p) for name, p in procs.items()}
     code, log = runs["all"]
@@ -187,19 +189,35 @@ def test_diverged_instances_stop_with_an_error(mpi_runs: dict) -> None:
 
 @needs_mpi
 def test_instance_left_waiting_stops_with_an_error(mpi_runs: dict) -> None:
-    """Instance 1 ends while instance 0 waits in an exchange: an error, not a hang."""
+    """Instance 1 ends while instance 0 waits in an exchange: an error, not a hang. The
+    finished instance's goodbye is the other side of instance 0's header exchange, so
+    instance 0 always reports it (the finished one only notes it, it does not abort the job
+    under instance 0's report)."""
     code, log = mpi_runs["early_exit"]
     assert code != 0, log
-    # Whichever side reports first: instance 0 (waiting) raises CommMismatchError, or
-    # instance 1 (finished) sees the waiting instance at exit and aborts the job, which may
-    # stop instance 0 before it prints.
-    waiting = (
-        "CommMismatchError: the instances diverged: instance 0 is at exchange #1" in log
-        and "but instance 1 has finished its program" in log
-    )
-    finished = "instance 1 has finished, but instance(s) [0] still wait in a collective" in log
-    assert waiting or finished, log
+    assert "CommMismatchError: the instances diverged: instance 0 is at exchange #1" in log, log
+    assert "but instance 1 has finished its program" in log, log
     assert "nobody else made" not in log
+
+
+@needs_mpi
+def test_exchange_after_a_mismatch_fails_at_once(mpi_runs: dict) -> None:
+    """Instance 0 catches the mismatch and tries again: an error at once, not a wait for an
+    instance that has finished; no exit exchange either, so both instances end normally."""
+    code, log = mpi_runs["early_exit_caught"]
+    assert code == 0, log
+    assert "first: the instances diverged: instance 0 is at exchange #1 with 1 array(s) of 12 bytes" in log, log
+    assert "but instance 1 has finished its program" in log, log
+    assert "second: no exchange after the instances diverged (earlier: instance 0 is at exchange #1" in log, log
+
+
+@needs_mpi
+def test_barrier_meeting_an_exchange_stops_with_an_error(mpi_runs: dict) -> None:
+    code, log = mpi_runs["barrier"]
+    assert code != 0, log
+    assert "CommMismatchError: the instances diverged" in log, log
+    assert "is at exchange #1, a barrier" in log, log
+    assert "met an exchange of arrays" not in log
 
 
 # ------------------------------------------------------------------------------------
