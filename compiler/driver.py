@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass, PassPipeline
+from xdsl.passes import ModulePass, PassPipeline, parse_pipeline
 from xdsl.transforms import get_all_passes
 from xdsl.utils.exceptions import VerifyException
 
@@ -118,9 +118,30 @@ def lower(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> ModuleOp:
     included)."""
     with gc_paused():
         module = module.clone()
-        passes = {**get_all_passes(), **xl_passes()}
-        PassPipeline.parse_spec(passes, pipeline).apply(xl_context(), module)
+        pass_pipeline(pipeline).apply(xl_context(), module)
     return module
+
+
+# Parsed pipelines by spec and the pass classes its names resolve to (a plugin installed
+# later resolves to other classes, hence a new entry). Passes are frozen dataclasses that
+# keep no state between runs, so one instance serves every compile.
+_PIPELINES: dict[tuple[str, tuple[type[ModulePass], ...]], PassPipeline] = {}
+
+
+def pass_pipeline(pipeline: str) -> PassPipeline:
+    """The `PassPipeline` of a spec (xDSL's and xl's pass names, plugins included), made
+    once per spec: instantiating the passes from their options costs milliseconds."""
+    passes = {**get_all_passes(), **xl_passes()}
+    try:
+        names = [p.name for p in parse_pipeline(pipeline)]
+        key = (pipeline, tuple(passes[n]() for n in names))
+    except Exception:  # a malformed spec or an unknown name: xDSL's own error
+        return PassPipeline.parse_spec(passes, pipeline)
+    if key not in _PIPELINES:
+        if len(_PIPELINES) >= 256:
+            _PIPELINES.clear()
+        _PIPELINES[key] = PassPipeline.parse_spec(passes, pipeline)
+    return _PIPELINES[key]
 
 
 def apply_extra_passes(module: ModuleOp, passes: Sequence[ModulePass]) -> ModuleOp:

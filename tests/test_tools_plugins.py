@@ -185,3 +185,24 @@ def test_extra_passes_errors(plugin: Path) -> None:
 
     with pytest.raises(ValueError, match="the IR after pass 'xl-test-fail' is invalid"):
         compile_module(ir._module, extra_passes=[TestFailPass(kind="verify")])
+
+
+def test_pipelines_are_parsed_once_per_spec_and_pass_classes(tmp_path: Path) -> None:
+    """`compile_module` reuses a parsed pipeline, but a plugin that registers another class
+    under a name already used is what the next compile runs; unknown names still fail."""
+    from xl.compiler.driver import DEFAULT_PIPELINE, pass_pipeline
+
+    assert pass_pipeline(DEFAULT_PIPELINE) is pass_pipeline(DEFAULT_PIPELINE)
+    x = np.array([0.5, 2.0], np.float32)
+    ir, xs, ys = _program()
+    spec = f"test-double-constants,{DEFAULT_PIPELINE}"
+    outs = []
+    for factor in (2.0, 3.0):  # two plugin files, one pass name
+        p = tmp_path / f"double_{int(factor)}.py"
+        p.write_text(DOUBLE_CONSTANTS.replace("factor: float = 2.0", f"factor: float = {factor}"))
+        load_pass_plugin(p)
+        outs.append(compile_module(ir._module, pipeline=spec).run({"x": x})["y"])
+    np.testing.assert_allclose(outs[0], x * np.array([2.0, -6.0], np.float32))
+    np.testing.assert_allclose(outs[1], x * np.array([3.0, -9.0], np.float32))
+    with pytest.raises(ValueError, match="Unrecognized passes"):
+        pass_pipeline("inline,no-such-pass")
