@@ -39,8 +39,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass, PassPipeline, parse_pipeline
+from xdsl.passes import ModulePass, PassPipeline
 from xdsl.transforms import get_all_passes
+from xdsl.utils.arg_spec import parse_pipeline
 from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects import rt
