@@ -12,6 +12,7 @@ same arrays for every replica in one process.
 from __future__ import annotations
 
 import sys
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,21 @@ def popdist_values() -> dict[str, Any]:
     }
 
 
+class _StopsAfterHeaders:
+    """An mpi4py communicator whose second `Allgather` (the data of the first exchange)
+    raises instead: an exception inside an exchange, e.g. an interrupt."""
+
+    def __init__(self, comm: Any) -> None:
+        self._comm = comm
+        self._calls = 0
+
+    def Allgather(self, send: Any, recv: Any) -> None:
+        self._calls += 1
+        if self._calls == 2:
+            raise RuntimeError("instance 0 stops between the header and the data of an exchange")
+        self._comm.Allgather(send, recv)
+
+
 def main(argv: list[str]) -> None:
     out_dir = Path(argv[1])
     case = argv[2] if len(argv) > 2 else "all"
@@ -229,6 +245,40 @@ def main(argv: list[str]) -> None:
             comm.gather([np.zeros(3, np.float32)])
             raise SystemExit("instance 0 got an exchange nobody else made")
         return
+    if case == "failed":
+        # instance 0 stops with an uncaught exception; instance 1 goes on to its next exchange
+        # only once instance 0 has raised: it stops with an error naming instance 0, and
+        # nothing either printed is lost (no instance aborts the job)
+        import popdist
+
+        popdist.init()
+        from xl.runtime.mpi import MpiComm
+
+        comm = MpiComm()
+        comm.barrier()
+        raised = out_dir / "failed.raised"
+        if comm.instance_index == 0:
+            print("instance 0 printed this before its error")  # not flushed
+            raised.touch()
+            raise RuntimeError("instance 0 fails on its own")
+        while not raised.exists():
+            time.sleep(0.01)
+        print("instance 1 goes on after instance 0's error", flush=True)
+        comm.gather([np.zeros(3, np.float32)])
+        raise SystemExit("instance 1 exchanged with an instance that had stopped")
+    if case == "interrupted":
+        # instance 0 stops between the header and the data of an exchange, instance 1 waits
+        # in its data: no exit exchange can answer that, the job is aborted (no hang)
+        import popdist
+
+        popdist.init()
+        from xl.runtime.mpi import MpiComm
+
+        comm = MpiComm()
+        if comm.instance_index == 0:
+            comm.comm = _StopsAfterHeaders(comm.comm)
+        comm.gather([np.zeros(3, np.float32)])
+        raise SystemExit("an exchange went through")
     if case in ("early_exit_caught", "barrier"):
         import popdist
 

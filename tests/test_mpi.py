@@ -7,6 +7,7 @@ extra). `popdist` in one process needs no MPI."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,10 @@ def mpi_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "early_exit": launch([script, str(out), "early_exit"]),
         "early_exit_caught": launch([script, str(out), "early_exit_caught"]),
         "barrier": launch([script, str(out), "barrier"]),
+        # Python's own buffering of stdout (PYTHONUNBUFFERED unset): lines printed before
+        # the error must still come out
+        "failed": launch([script, str(out), "failed"], env={"PYTHONUNBUFFERED": ""}),
+        "interrupted": launch([script, str(out), "interrupted"]),
     }
     runs: dict[str, Any] = {name: finish(p) for name, p in procs.items()}
     code, log = runs["all"]
@@ -171,19 +176,23 @@ def test_grouped_variables_same_on_every_instance(mpi_runs: dict, simulated: dic
 def test_indivisible_replica_count_stops_every_instance(mpi_runs: dict) -> None:
     code, log = mpi_runs["indivisible"]
     assert code != 0, log
-    assert (
+    error = (
         "ValueError: popdist: POPDIST_NUM_TOTAL_REPLICAS=3 replicas cannot be split evenly over 2 "
-        "instances (use a multiple of 2)" in log
-    ), log
+        "instances (use a multiple of 2)"
+    )
+    assert log.count(error) == 2, log  # each instance reports it in full (no abort cuts one off)
     assert "accepted an indivisible" not in log
 
 
 @needs_mpi
 def test_diverged_instances_stop_with_an_error(mpi_runs: dict) -> None:
+    """Both instances see the mismatch and each reports its own side: both reports come out
+    in full (neither aborts the job under the other's report)."""
     code, log = mpi_runs["diverge"]
     assert code != 0, log
-    assert "CommMismatchError: the instances diverged" in log, log
-    assert "float32 (3,)" in log or "float32 (4,)" in log, log
+    assert log.count("CommMismatchError: the instances diverged") == 2, log
+    assert "diverged: instance 0 is at exchange #0 with 1 array(s) of 12 bytes (float32 (3,)), but instance 1" in log
+    assert "diverged: instance 1 is at exchange #0 with 1 array(s) of 16 bytes (float32 (4,)), but instance 0" in log
     assert "exchanged them" not in log
 
 
@@ -197,6 +206,8 @@ def test_instance_left_waiting_stops_with_an_error(mpi_runs: dict) -> None:
     assert code != 0, log
     assert "CommMismatchError: the instances diverged: instance 0 is at exchange #1" in log, log
     assert "but instance 1 has finished its program" in log, log
+    # and the finished instance's note: no abort cuts either instance's output off
+    assert "xl.runtime.mpi: instance 1 has finished, but instance(s) [0] still wait in a collective exchange" in log
     assert "nobody else made" not in log
 
 
@@ -215,9 +226,45 @@ def test_exchange_after_a_mismatch_fails_at_once(mpi_runs: dict) -> None:
 def test_barrier_meeting_an_exchange_stops_with_an_error(mpi_runs: dict) -> None:
     code, log = mpi_runs["barrier"]
     assert code != 0, log
-    assert "CommMismatchError: the instances diverged" in log, log
-    assert "is at exchange #1, a barrier" in log, log
+    assert log.count("CommMismatchError: the instances diverged") == 2, log
+    assert "diverged: instance 0 is at exchange #1, a barrier, but instance 1 is at exchange #1 with 1 array" in log
+    assert "diverged: instance 1 is at exchange #1 with 1 array(s) of 12 bytes (float32 (3,)), but instance 0 is at " \
+        "exchange #1, a barrier" in log, log  # fmt: skip
     assert "met an exchange of arrays" not in log
+
+
+@needs_mpi
+def test_uncaught_exception_stops_the_others_at_their_next_exchange(mpi_runs: dict) -> None:
+    """Instance 0 raises; instance 1 reaches its next exchange only after that. Instance 0
+    ends normally (its exit exchange is the other side of instance 1's exchange), so its
+    traceback and what it printed unflushed come out, and instance 1, not killed, stops with
+    an error naming instance 0 (the job used to be aborted from instance 0's excepthook)."""
+    code, log = mpi_runs["failed"]
+    assert code != 0, log
+    assert "instance 0 printed this before its error" in log, log
+    assert "RuntimeError: instance 0 fails on its own" in log, log
+    assert "instance 1 goes on after instance 0's error" in log, log
+    assert (
+        "CommMismatchError: the instances diverged: instance 1 is at exchange #1 with 1 array(s) of 12 bytes "
+        "(float32 (3,)), but instance 0 has stopped with an error" in log
+    ), log
+    assert "xl.runtime.mpi: instance 0 has stopped, but instance(s) [1] still wait" in log, log
+    assert "exchanged with an instance that had stopped" not in log
+    assert "MPI_Abort" not in log
+
+
+@needs_mpi
+def test_instance_stopping_inside_an_exchange_aborts_the_job(mpi_runs: dict) -> None:
+    """Instance 0 stops between the header and the data of an exchange while instance 1
+    waits in its data: the job is aborted (no hang), instance 0's report complete first."""
+    code, log = mpi_runs["interrupted"]
+    assert code != 0, log
+    assert "RuntimeError: instance 0 stops between the header and the data of an exchange" in log, log
+    assert (
+        "xl.runtime.mpi: instance 0 stopped inside exchange #0 (the other instances may wait in it); "
+        "aborting the job" in log
+    ), log
+    assert "an exchange went through" not in log
 
 
 # ------------------------------------------------------------------------------------
@@ -273,6 +320,53 @@ def test_popdist_launch_without_mpi4py(one_process: pytest.MonkeyPatch) -> None:
     one_process.setattr(popdist, "_instances", None)
     one_process.setenv("PMI_SIZE", "1")
     assert popdist.isPopdistEnvSet() and popdist.getNumInstances() == 1
+
+
+def test_wait_until_read_waits_for_the_reader_of_a_pipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An aborting instance first waits until the launcher has read its output: the wait
+    ends when the reader has read everything, not before, and gives up after its timeout
+    when nobody reads; files are not waited for."""
+    import threading
+    import time
+
+    import xl.runtime.mpi as mpi
+
+    r, w = os.pipe()
+    try:
+        os.write(w, b"x" * 1000)
+        assert mpi.unread_bytes(w) == 1000 and mpi.unread_bytes(r) == 1000
+        assert not mpi.wait_until_read((w,), 0.05)  # nobody reads: the timeout
+        assert mpi.unread_bytes(w) == 1000
+        # the reader starts only once the wait has seen the unread bytes (its first pause)
+        go = threading.Event()
+        got: list[bytes] = []
+
+        sleep = time.sleep
+
+        def pause(s: float) -> None:
+            go.set()
+            sleep(s)
+
+        def reader() -> None:
+            go.wait()
+            got.append(os.read(r, 600))
+            got.append(os.read(r, 600))
+
+        monkeypatch.setattr(mpi.time, "sleep", pause)
+        t = threading.Thread(target=reader)
+        t.start()
+        assert mpi.wait_until_read((w,), 60)
+        assert go.is_set()  # it did wait
+        assert mpi.unread_bytes(w) == 0 and sum(map(len, got)) == 1000  # and returned once all was read
+        t.join()
+    finally:
+        os.close(r)
+        os.close(w)
+    with open(tmp_path / "f", "wb") as f:
+        f.write(b"y" * 10)
+        f.flush()
+        assert mpi.unread_bytes(f.fileno()) is None
+        assert mpi.wait_until_read((f.fileno(),), 0)
 
 
 def test_mpi_comm_import_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

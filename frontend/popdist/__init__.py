@@ -23,16 +23,17 @@ ir.instance_replication_factor           # = popdist.getNumLocalReplicas()
   (contiguous, as poprun).
 
 mpi4py is imported only when the environment shows an MPI launch (the launcher's `PMI_SIZE`
-/ `OMPI_COMM_WORLD_SIZE`). `init()` makes an uncaught exception in any instance abort every
-instance (`MPI.COMM_WORLD.Abort`), so a failing instance cannot leave the others waiting in a
-collective.
+/ `OMPI_COMM_WORLD_SIZE`). With several instances, `init()` registers the exit exchange of
+`xl.runtime.mpi`, so a failing instance cannot leave the others waiting in a collective: an
+instance that ends (normally or with an uncaught exception) takes part in one last exchange,
+and an instance waiting in a collective, or reaching its next one, stops with
+`CommMismatchError` ("instance 0 has stopped with an error"). Every instance ends normally,
+its output complete (no `MPI_Abort`, which can cut off what the instances printed last).
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from typing import Any
 
 __all__ = [
     "getDeviceId",
@@ -52,7 +53,6 @@ TOTAL_REPLICAS_VAR = "POPDIST_NUM_TOTAL_REPLICAS"
 IPUS_PER_REPLICA_VAR = "POPDIST_NUM_IPUS_PER_REPLICA"
 
 _instances: tuple[int, int] | None = None  # (number of instances, this instance's index)
-_abort_hook_installed = False
 
 
 def _launcher_size() -> int | None:
@@ -153,26 +153,10 @@ def getDeviceId() -> int:
 
 def init() -> None:
     """Check the launch (instances, total replicas divisible by them) and, when there are
-    several instances, make an uncaught exception abort all of them. Idempotent."""
+    several instances, register the exit exchange that stops the others when one ends
+    (`xl.runtime.mpi.register_exit_exchange`). Idempotent."""
     if getNumInstances() > 1:
-        _install_abort_hook()
+        from xl.runtime.mpi import import_mpi, register_exit_exchange
+
+        register_exit_exchange(import_mpi())
     getNumTotalReplicas()  # raises for an indivisible total
-
-
-def _install_abort_hook() -> None:
-    global _abort_hook_installed
-    if _abort_hook_installed:
-        return
-    _abort_hook_installed = True
-    previous = sys.excepthook
-
-    def abort_all(exc_type: Any, exc: Any, tb: Any) -> None:
-        try:
-            previous(exc_type, exc, tb)
-            sys.stderr.flush()
-        finally:
-            from mpi4py import MPI
-
-            MPI.COMM_WORLD.Abort(1)
-
-    sys.excepthook = abort_all
