@@ -19,7 +19,8 @@ graph.main {
 
 Call semantics are kept: a by-reference input is the caller's tensor itself; an
 input that the callee updates in place without being by-reference is copied first
-(`popxl.identity`), and an output that is one of the callee's inputs is copied, so
+(`popxl.identity`), as is one whose tensor the call also passes to a by-reference input
+that the callee updates, and an output that is one of the callee's inputs is copied, so
 the caller never aliases what it passed in. Graphs no longer called from anywhere
 are erased unless `remove-dead=false`.
 
@@ -59,8 +60,11 @@ def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> list[CallO
     copied: list[CallOp] = []
     block = callee.body.block
     vm: dict[SSAValue, SSAValue] = {}
+    # the caller's tensors that the callee updates through a by-reference input: an input
+    # not by reference given the same tensor must still see its value before the call
+    updated = {x for i, (a, x) in enumerate(zip(block.args, call.args)) if callee.input_is_by_ref(i) and is_written(a)}
     for i, (arg, operand) in enumerate(zip(block.args, call.args, strict=True)):
-        if not callee.input_is_by_ref(i) and is_written(arg):
+        if not callee.input_is_by_ref(i) and (is_written(arg) or operand in updated):
             copy = IdentityOp.make([operand])
             Rewriter.insert_op(copy, InsertPoint.before(call))
             operand = copy.results[0]

@@ -323,10 +323,17 @@ class _Emitter:
         self.funcs[name] = func
         return func
 
+    @staticmethod
+    def updated_by_ref(g: GraphOp, args: Sequence[SSAValue]) -> set[SSAValue]:
+        """The buffers of `args` that `g` updates through a by-reference input: an input not
+        by reference given the same buffer is copied, so that it keeps the caller's value."""
+        return {b for i, (a, b) in enumerate(zip(g.body.block.args, args)) if g.input_is_by_ref(i) and is_written(a)}
+
     def bind_args(self, g: GraphOp, args: Sequence[SSAValue], block: Block) -> dict[SSAValue, SSAValue]:
         env: dict[SSAValue, SSAValue] = {}
+        updated = self.updated_by_ref(g, args)
         for i, (arg, buf) in enumerate(zip(g.body.block.args, args, strict=True)):
-            if not g.input_is_by_ref(i) and is_written(arg):
+            if not g.input_is_by_ref(i) and (is_written(arg) or buf in updated):
                 buf = self.copy_to_new(block, buf, arg.name_hint)
             env[arg] = buf
         return env
@@ -368,8 +375,9 @@ class _Emitter:
         block.add_op(loop)
         body = loop.body.block
         benv: dict[SSAValue, SSAValue] = {}
+        updated = self.updated_by_ref(g, args)
         for i, (arg, buf) in enumerate(zip(g.body.block.args, args, strict=True)):
-            if i >= n_out and not g.input_is_by_ref(i) and is_written(arg):
+            if i >= n_out and not g.input_is_by_ref(i) and (is_written(arg) or buf in updated):
                 # a fresh copy per iteration: the callee must see the caller's value
                 buf = self.copy_to_new(body, buf, arg.name_hint)
             benv[arg] = buf

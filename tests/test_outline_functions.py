@@ -169,9 +169,9 @@ graph.main {
 def test_a_call_passing_an_updated_buffer_twice_is_expanded() -> None:
     m = parse(ALIASED)
     assert funcs_and_calls(lower(m, "lower-to-rt")) == (1, 1)  # the second call only
-    a, b = np.array([1.0, 2.0, 3.0]), np.array([-1.0, 0.5, 0.25])
-    a = a + 0.5 * np.tanh(a)  # x is acc itself: the update is seen by the product
-    y = a * a
+    a0, b = np.array([1.0, 2.0, 3.0]), np.array([-1.0, 0.5, 0.25])
+    a = a0 + 0.5 * np.tanh(a0)  # x (not by reference) is a copy of a made at the call:
+    y = a * a0  # the update of acc (a itself) is not seen through x
     b = b + 0.5 * np.tanh(a)
     z = b * a
     for optimize in (True, False):
