@@ -15,6 +15,9 @@
 - **Ops remember where they came from.** An op without an explicit `loc(...)` gets
   `loc("file":line:col)` of its first token, so verifier errors can point at the source
   and `--print-debuginfo` prints real locations.
+
+A float attribute of a type xDSL has no number format for (`1.0 : f80`, `f128`) is refused
+where it is written: xDSL parses it but cannot print it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import (
     DenseResourceAttr,
     FileLineColLoc,
+    FloatAttr,
     IntAttr,
     ModuleOp,
     StringAttr,
@@ -149,6 +153,21 @@ class XlParser(Parser):
                 "(to_mlir(weights=...), xl-run --vars)",
             )
         return super()._parse_builtin_dense_resource_attr()
+
+    def parse_optional_builtin_int_or_float_attr(self):  # noqa: ANN201 - xDSL's signature
+        start = self._current_token.span
+        attr = super().parse_optional_builtin_int_or_float_attr()
+        if isinstance(attr, FloatAttr):
+            try:
+                attr.type.pack([attr.value.data])
+            except NotImplementedError:
+                end = self._current_token.span.start
+                raise ParseError(
+                    Span(start.start, max(end, start.end), start.input),
+                    f"a float attribute of type {attr.type}: xDSL cannot represent {attr.type} values "
+                    "(use f16, bf16, f32 or f64)",
+                ) from None
+        return attr
 
     def _internal_error(self, e: Exception, span: Span[str] | None = None) -> ParseError:
         return ParseError(span or self._current_token.span, describe_exception(e))
