@@ -1,7 +1,10 @@
 """Mutation fuzzing of `xl-opt` and `xl-run` (used by `tests/test_fuzz_parser.py`).
 
 Valid programs (the `.mlir` files of `tests/filecheck` and `examples/ir`, split at
-`// -----`, plus a small program printed by the popxl frontend) are mutated at the token
+`// -----`, plus a small program printed by the popxl frontend; with `--extended` also
+frontend programs with repeat / conditional / IPU copies / replicas / pipelining and every
+runnable program lowered to the `rt` dialect, optimised and outlined, for `xl-run` at the
+rt level) are mutated at the token
 level (delete / duplicate / swap tokens, flip characters, insert quotes, truncate, change
 numbers and element types, rename SSA values, insert bytes that are not UTF-8, ...) and fed
 to the tools' entry points in this process. Each run must end either in success (exit 0)
@@ -185,7 +188,97 @@ def _frontend_program() -> str:
     return ir.to_mlir()
 
 
-def corpus(include_frontend: bool = True) -> list[tuple[str, str]]:
+def _frontend_structured_programs() -> list[tuple[str, str]]:
+    """Programs printed by the frontend with the structure the small one lacks: a repeated
+    subgraph calling another graph, a conditional, copies between virtual IPUs, replicas with
+    collectives and replicated streams, a pipelined loop over two stages."""
+    import numpy as np
+
+    import popxl
+    import popxl.ops as ops
+    import popxl_addons as addons
+
+    out: list[tuple[str, str]] = []
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xs = popxl.h2d_stream((2, 3), popxl.float32, "x")
+        x = ops.host_load(xs, "x")
+        inc = popxl.variable(np.full((2, 3), 0.5, np.float32), name="inc")
+        double = ir.create_graph(lambda a: a * 2.0, x)
+
+        def body(acc: popxl.Tensor, d: popxl.Tensor) -> popxl.Tensor:
+            (twice,) = ops.call(double, acc)
+            return ops.tanh(twice + d)
+
+        bg = ir.create_graph(body, x, inc)
+        (r,) = ops.repeat(bg, 3, x, inc)
+        t_g = ir.create_graph(lambda a: a + 10.0, r)
+        e_g = ir.create_graph(lambda a: a - 10.0, r)
+        flag = popxl.variable(True, name="flag")
+        (c,) = ops.conditional(flag, t_g, e_g, [r], [r])
+        with popxl.ipu(1):
+            y = ops.relu(c.copy_to_ipu(1, 0))
+        ys = popxl.d2h_stream(y.shape, y.dtype, "y")
+        ops.host_store(ys, y)
+    out.append(("frontend-repeat", ir.to_mlir()))
+
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph:
+        xs = popxl.h2d_stream((4,), popxl.float32, "x")
+        x = ops.host_load(xs, "x")
+        w = popxl.variable(np.arange(4, dtype=np.float32), name="w")
+        g = ops.collectives.replicated_all_reduce(x * w)
+        ops.scaled_add_(w, g, b=-0.1)
+        ys = popxl.d2h_stream((4,), popxl.float32, "y")
+        ops.host_store(ys, ops.collectives.replicated_all_reduce(ops.sin(g), op="mean"))
+    out.append(("frontend-replicas", ir.to_mlir()))
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xs = popxl.h2d_stream((2,), popxl.float32, "x")
+        ys = popxl.d2h_stream((2,), popxl.float32, "y")
+        with addons.pipelined_execution(4) as p:
+            with p.stage(0), popxl.ipu(0):
+                x = ops.host_load(xs)
+                x = ops.gelu(x).copy_to_ipu(1)
+            with p.stage(1), popxl.ipu(1):
+                ops.host_store(ys, ops.relu(x) * 3.0)
+    ir.num_host_transfers = 4
+    out.append(("frontend-pipeline", ir.to_mlir()))
+    return out
+
+
+def _lowered_programs(programs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Each runnable graph-level program lowered to the runtime dialect and printed, as
+    `compile_module` runs it (default pipeline then `rt-optimize`: fused kernels, views,
+    folded updates, reused buffers) and outlined with runs of 2+ ops (`rt.func` / `rt.call`):
+    inputs for `xl-run` at the rt level. A program that does not lower is left out."""
+    from xl.compiler.driver import DEFAULT_PIPELINE, OUTLINE_MIN_OPS, OUTLINE_PIPELINE, RT_PIPELINE, lower
+    from xl.tools.context import xl_context
+    from xl.tools.diagnostics import verify_located
+    from xl.tools.parse import parse_source
+
+    outlined = OUTLINE_PIPELINE.replace(f"outline{{min-ops={OUTLINE_MIN_OPS}}}", "outline{min-ops=2}")
+    out: list[tuple[str, str]] = []
+    for name, text in programs:
+        if "graph.main" not in text:
+            continue
+        for tag, pipe in (("rt", DEFAULT_PIPELINE), ("rt-outlined", outlined)):
+            try:
+                module = lower(parse_source(xl_context(), text, "x.mlir"), f"{pipe},{RT_PIPELINE}")
+            except Exception:  # noqa: BLE001 - not lowerable on purpose (an error test): skip
+                continue
+            text = str(module)
+            try:  # the printed rt program must read back: a failure is a printer / parser bug
+                verify_located(parse_source(xl_context(), text, "lowered.mlir"))
+            except Exception as e:  # noqa: BLE001
+                raise RuntimeError(f"{name} lowered with {pipe} does not parse back: {e}\n{text}") from e
+            out.append((f"{name}@{tag}", text))
+    return out
+
+
+def corpus(include_frontend: bool = True, extended: bool = False) -> list[tuple[str, str]]:
     """(name, text) of every valid program chunk: parses and verifies with `xl-opt`."""
     from xl.tools.context import xl_context
     from xl.tools.diagnostics import verify_located
@@ -208,6 +301,9 @@ def corpus(include_frontend: bool = True) -> list[tuple[str, str]]:
             out.append(("frontend", _frontend_program()))
         except Exception as e:  # noqa: BLE001
             raise RuntimeError(f"cannot build the frontend program: {e}") from e
+    if extended:
+        out += _frontend_structured_programs()
+        out += _lowered_programs(out)
     return out
 
 
@@ -350,7 +446,7 @@ def run_in_process(tool: str, argv: list[str]) -> tuple[int | None, bytes, bytes
 def _inputs_for(data: bytes, folder: Path) -> list[str]:
     """`name=file.npy` arguments with data of the right shape for the program's streams."""
     import numpy as np
-    from xdsl.dialects.builtin import StringAttr, TensorType
+    from xdsl.dialects.builtin import MemRefType, StringAttr, TensorType
 
     from xl.dialects.utils import numpy_dtype
     from xl.tools.context import xl_context
@@ -360,33 +456,38 @@ def _inputs_for(data: bytes, folder: Path) -> list[str]:
         module = parse_source(xl_context(), data, "in.mlir")
     except Exception:  # noqa: BLE001 - the tool reports it
         return []
-    nht = 1
+    nht, rf = 1, 1
     for op in module.walk():
-        if op.name == "graph.main":
+        if op.name in ("graph.main", "rt.program"):
             a = op.attributes.get("num_host_transfers")
             nht = getattr(getattr(a, "value", None), "data", 1)
-    if not isinstance(nht, int) or not 1 <= nht <= 64:
+            a = op.attributes.get("replication_factor")
+            rf = getattr(getattr(a, "value", None), "data", 1)
+    if not isinstance(nht, int) or not 1 <= nht <= 64 or not isinstance(rf, int) or not 1 <= rf <= 16:
         return []
-    specs: list[tuple[str, tuple[int, ...], np.dtype]] = []
+    specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     for op in module.walk():
-        if op.name == "graph.h2d_stream":
+        if op.name in ("graph.h2d_stream", "rt.h2d"):
             try:
-                t = op.properties["type"]
-                if not isinstance(t, TensorType):
+                if op.name == "rt.h2d":  # rt.h2d "x", %buf : memref<...>
+                    t = op.operands[0].type
+                    name = op.properties["stream"]
+                else:
+                    t = op.properties["type"]
+                    name = op.properties["sym_name"]
+                if not isinstance(t, TensorType | MemRefType) or not isinstance(name, StringAttr):
                     return []
                 shape = tuple(int(d) for d in t.get_shape())
                 dtype = numpy_dtype(t.get_element_type())
-                if any(d < 0 for d in shape) or np.prod(shape, dtype=object) * nht > 1 << 16:
+                if any(d < 0 for d in shape) or np.prod(shape, dtype=object) * nht * rf > 1 << 16:
                     return []
             except Exception:  # noqa: BLE001
                 return []
-            name = op.properties["sym_name"]
-            assert isinstance(name, StringAttr), name
-            specs.append((name.data, shape, dtype))
+            specs[name.data] = (shape, dtype)
     args = []
     rng = np.random.default_rng(0)
-    for name, shape, dtype in specs:
-        full = ((nht,) if nht > 1 else ()) + shape
+    for name, (shape, dtype) in specs.items():
+        full = ((nht,) if nht > 1 else ()) + ((rf,) if rf > 1 else ()) + shape
         arr = rng.integers(0, 2, size=full) if dtype.kind in "iub" else rng.normal(size=full)
         path = folder / f"{abs(hash(name))}.npy"
         np.save(path, arr.astype(dtype))
@@ -395,9 +496,14 @@ def _inputs_for(data: bytes, folder: Path) -> list[str]:
 
 
 def fuzz(
-    n: int, seed: int, *, progress: Path | None = None, tools: tuple[str, ...] = ("xl-opt", "xl-run")
+    n: int,
+    seed: int,
+    *,
+    progress: Path | None = None,
+    tools: tuple[str, ...] = ("xl-opt", "xl-run"),
+    extended: bool = False,
 ) -> tuple[int, list[Finding], dict[str, float]]:
-    """Tries `n` mutated inputs; returns (runs, findings, stats)."""
+    """Tries `n` mutated inputs (of `corpus(extended=extended)`); returns (runs, findings, stats)."""
     import warnings
 
     warnings.simplefilter("ignore")
@@ -405,11 +511,17 @@ def fuzz(
 
     np.seterr(all="ignore")
     rng = random.Random(seed)
-    programs = corpus()
+    programs = corpus(extended=extended)
     findings: list[Finding] = []
     notes: list[Finding] = []
     runs = 0
-    stats = {"ok": 0, "error": 0, "max_seconds": 0.0, "programs": len(programs)}
+    stats = {
+        "ok": 0,
+        "error": 0,
+        "max_seconds": 0.0,
+        "programs": len(programs),
+        "lowered": sum("@rt" in name for name, _ in programs),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for k in range(n):
@@ -485,6 +597,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the findings as JSON here")
     ap.add_argument("--progress", type=Path, help="each input is written here before it runs")
     ap.add_argument(
+        "--extended",
+        action="store_true",
+        help="also mutate frontend programs with repeat / conditional / IPU copies / replicas / "
+        "pipelining, and every runnable program lowered to the rt dialect (for xl-run)",
+    )
+    ap.add_argument(
         "--memory-gb",
         type=float,
         default=6.0,
@@ -499,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ImportError, ValueError, OSError):  # not on this platform: run unlimited
         pass
-    runs, findings, stats = fuzz(args.n, args.seed, progress=args.progress)
+    runs, findings, stats = fuzz(args.n, args.seed, progress=args.progress, extended=args.extended)
     report = {
         "runs": runs,
         "stats": stats,

@@ -1,8 +1,10 @@
 """Mutation fuzz test of the parser and verifier behind `xl-opt` and `xl-run`.
 
-Mutated valid programs (see `tests/fuzz_mlir.py`) must each end in a valid result or a
-clear error (exit status 1, `file:line:col: error:` or `xl-opt: error:` / `xl-run: error:`),
-never a traceback and never a hang. CI tries `XL_FUZZ_N` inputs (default 400, about 10 s);
+Mutated valid programs (see `tests/fuzz_mlir.py`; its extended corpus, with frontend
+programs using repeat / IPU copies / replicas / pipelining and programs lowered to the rt
+dialect) must each end in a valid result or a clear error (exit status 1,
+`file:line:col: error:` or `xl-opt: error:` / `xl-run: error:`), never a traceback and
+never a hang. CI tries `XL_FUZZ_N` inputs (default 400, about 10 s);
 a longer run::
 
     XL_FUZZ_N=5000 XL_FUZZ_SEED=7 pytest tests/test_fuzz_parser.py
@@ -46,6 +48,7 @@ def test_mutated_inputs_end_in_a_result_or_a_located_error(tmp_path: Path) -> No
                 str(out),
                 "--progress",
                 str(progress),
+                "--extended",
             ],
             capture_output=True,
             text=True,
@@ -59,6 +62,8 @@ def test_mutated_inputs_end_in_a_result_or_a_located_error(tmp_path: Path) -> No
     report = json.loads(out.read_text())
     assert report["runs"] == N
     assert report["stats"]["programs"] >= 20  # the corpus was found
+    # the extended corpus: programs lowered to the rt dialect (each read back) for xl-run
+    assert report["stats"]["lowered"] >= 20
     findings = report["findings"]
     detail = "\n\n".join(
         f"{f['tool']} {f['kind']} ({f['source']}, {f['mutations']}):\n{f['detail']}\n--- input ---\n{f['input'][:2000]}"
