@@ -51,11 +51,11 @@ SHAPES = ((2, 3), (2, 2), (3,), (3, 3), (1, 4), (2, 1, 2))
 UNARY = ("tanh", "neg", "relu", "sigmoid", "abs", "sin")
 BINARY = ("add", "sub", "mul", "maximum")
 SCALAR = ("mul_c", "add_c")
-INPLACE = ("iadd", "accumulate_", "scaled_add_", "copy_var_update_", "add_")
+INPLACE = ("iadd", "accumulate_", "scaled_add_", "copy_var_update_", "add_", "relu_")
 CONSTS = (0.5, -1.0, 2.0, 0.25, -0.5, 1.5, 0.75)
 # Simple kinds first (Hypothesis shrinks towards them); the structured kinds often.
 KINDS = ("unary", "binary", "inplace", "call", "call", "call", "repeat", "repeat", "cond", "cond",
-         "inplace", "inplace", "scalar", "matmul", "rowsum", "store")  # fmt: skip
+         "inplace", "inplace", "scalar", "matmul", "rowsum", "store", "const")  # fmt: skip
 GRAPH_KINDS = tuple(k for k in KINDS if k not in ("cond", "store"))
 
 
@@ -176,7 +176,7 @@ def _resolve_body(
     ipus: int,
     slot_ipu: list[int] | None,
     cond_slot: int | None,
-) -> tuple[list[Stmt], int]:
+) -> tuple[list[Stmt], int, list[int]]:
     """Concrete statements of a body whose first `n_slots` slots exist. With `slot_ipu`
     (the main graph on several IPUs) operands on another IPU are copied first."""
     out: list[Stmt] = []
@@ -239,6 +239,8 @@ def _resolve_body(
         elif kind == "matmul":
             x, y = on(sa, cur_ipu), on(sb, cur_ipu)
             out.append(Stmt("matmul", "matmul", (x, y), (new(),), ipu=place))
+        elif kind == "const":  # a constant (updated in place later: a fresh copy at each execution)
+            out.append(Stmt("const", "const", (), (new(),), c, count=k, ipu=place))
         elif kind == "rowsum":
             x = on(sa, cur_ipu)
             out.append(Stmt("rowsum", "rowsum", (x,), (new(),), c, count=k % ndim, ipu=place))
@@ -260,7 +262,7 @@ def _resolve_body(
             outs = tuple(new() for _ in graphs[ti].outs)
             out.append(Stmt("cond", "", (cnd, *t_args, *e_args), outs, graph=ti, graph2=ei,
                             count=len(t_args), ipu=place, style=k % 4))  # fmt: skip
-    return out, n_slots
+    return out, n_slots, live
 
 
 def resolve(recipe: Recipe) -> Program:
@@ -268,7 +270,7 @@ def resolve(recipe: Recipe) -> Program:
     square = _square(shape)
     graphs: list[Graph] = []
     for gr in recipe.graphs:
-        stmts, n = _resolve_body(gr.body, graphs, gr.n_in, square, len(shape), 1, None, None)
+        stmts, n, _ = _resolve_body(gr.body, graphs, gr.n_in, square, len(shape), 1, None, None)
         outs = tuple(n - 1 - (o % n) for o in gr.outs)
         graphs.append(Graph(gr.n_in, gr.by_ref, gr.style, stmts, outs, n))
     n_streams, n_vars = recipe.streams, recipe.variables
@@ -279,10 +281,12 @@ def resolve(recipe: Recipe) -> Program:
     ipus = recipe.ipus
     slot_ipu = [0] * n_streams + [v % ipus for v in range(n_vars)] + ([0] if uses_cond else [])
     multi = ipus > 1
-    main, n = _resolve_body(recipe.main, graphs, n0, square, len(shape), ipus, slot_ipu if multi else None, cond_slot)
+    main, n, live = _resolve_body(
+        recipe.main, graphs, n0, square, len(shape), ipus, slot_ipu if multi else None, cond_slot
+    )
     p = Program(recipe, shape, graphs, main, n, cond_slot, slot_ipu=slot_ipu if multi else [0] * n)
     stored = [s.args[0] for s in main if s.kind == "store"]
-    last = [s for s in range(n) if s != cond_slot][-1]
+    last = live[-1]  # the latest value (not the condition or a copy of it)
     if not stored or stored[-1] != last:
         main.append(Stmt("store", args=(last,), ipu=p.slot_ipu[last] if multi else None))
     p.stores = [s.args[0] for s in main if s.kind == "store"]
@@ -306,7 +310,12 @@ def run_inputs(p: Program, run: int) -> tuple[list[np.ndarray], np.ndarray | Non
 # --- popxl source --------------------------------------------------------------------------------
 
 
-def _expr(s: Stmt, names: list[str], graph_names: list[str], graphs: list[Graph]) -> str:
+def _const(s: Stmt, shape: tuple[int, ...]) -> np.ndarray:
+    """The value of a `const` statement (multiples of 1/8)."""
+    return (np.random.default_rng([s.count, 5]).integers(-8, 9, size=shape) / 8).astype(np.float64)
+
+
+def _expr(s: Stmt, names: list[str], graph_names: list[str], graphs: list[Graph], shape: tuple[int, ...]) -> str:
     """The popxl statement of `s` (operands and results named by `names`)."""
     a = [names[i] for i in s.args]
     o = [names[i] for i in s.outs]
@@ -325,6 +334,8 @@ def _expr(s: Stmt, names: list[str], graph_names: list[str], graphs: list[Graph]
         return f"{o[0]} = {a[0]} {sym} {s.c!r}"
     if s.kind == "matmul":
         return f"{o[0]} = ops.matmul({a[0]}, {a[1]}) * 0.5"
+    if s.kind == "const":
+        return f"{o[0]} = popxl.constant(np.array({_const(s, shape).tolist()!r}), popxl.float32)"
     if s.kind == "rowsum":
         return f"{o[0]} = {a[0]} + ops.sum({a[0]}, axis={s.count}, keepdims=True) * 0.25"
     if s.kind == "inplace":
@@ -333,6 +344,8 @@ def _expr(s: Stmt, names: list[str], graph_names: list[str], graphs: list[Graph]
             return f"{d} += {x}"
         if s.op == "add_":
             return f"ops.add_({d}, {x})"
+        if s.op == "relu_":
+            return f"ops.relu_({d})"
         if s.op == "accumulate_":
             return (
                 f"ops.var_updates.accumulate_({d}, {x}, {s.c!r})"
@@ -380,7 +393,7 @@ def popxl_source(p: Program) -> str:
                     f"        a{i} = popxl.graph_input(S, popxl.float32, 'a{i}'{', by_ref=True' if r else ''})"
                 )
         for s in g.stmts:
-            lines.append("        " + _expr(s, names, graph_names, p.graphs))
+            lines.append("        " + _expr(s, names, graph_names, p.graphs, p.shape))
         if g.outs:
             lines.append(f"        return {', '.join(names[o] for o in g.outs)}{',' if len(g.outs) == 1 else ''}")
         else:
@@ -416,7 +429,7 @@ def popxl_source(p: Program) -> str:
             lines += placed(s.ipu, f"ops.host_store(o{k}, {names[s.args[0]]})")
             k += 1
         else:
-            lines += placed(s.ipu, _expr(s, names, graph_names, p.graphs))
+            lines += placed(s.ipu, _expr(s, names, graph_names, p.graphs, p.shape))
     return "\n".join(lines) + "\n"
 
 
@@ -511,6 +524,9 @@ def _binary(op: str, x: Val, y: Val) -> Val:
 def _inplace(s: Stmt, d: Val, x: Val) -> None:
     """Updates `d` (its array, in place: aliases see it)."""
     xa = x.a.copy()  # the source is read before the destination is written (d may be x)
+    if s.op == "relu_":
+        np.maximum(d.a, 0, out=d.a)
+        return
     if s.op in ("iadd", "add_") or (s.op == "accumulate_" and s.style % 2 == 0):
         d.a += xa
         d.e = d.e + x.e + U * _mx(d.a)
@@ -575,6 +591,8 @@ class _Ref:
                 n = x.a.shape[-1]
                 y = (x.a @ w.a) * 0.5
                 r = [Val(y, 0.5 * n * (x.m * w.e + w.m * x.e + x.e * w.e + n * U * x.m * w.m) + U * _mx(y))]
+            elif s.kind == "const":
+                r = [Val(_const(s, self.p.shape), 0.0)]
             elif s.kind == "rowsum":
                 x = a[0]
                 ax = s.count

@@ -59,8 +59,8 @@ PATHS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("outlined (min-ops=2), functions=False", dict(pipeline=OUTLINED, functions=False)),
 )
 
-# CI: a tenth of the profile's examples (20); the long profile: 300 per call.
-_EXAMPLES = max(5, settings().max_examples // 10)
+# CI: 3/10 of the profile's examples (60); the long profile: 900 per call.
+_EXAMPLES = max(5, settings().max_examples * 3 // 10)
 
 Results = list[tuple[list[np.ndarray], list[np.ndarray]]]  # per run: (stores, variables)
 
