@@ -100,6 +100,7 @@ from xl.dialects.popxl import PopxlOp, is_written, op_props, to_attr
 from xl.dialects.traits import is_cross_replica
 from xl.passes.lower_remote import lowering_of
 from xl.runtime.profile import GRAPH_ATTR, SOURCE_ATTR
+from xl.tools.weights import EXTERNAL_ATTR
 
 _MEMREFS: dict[Attribute, MemRefType] = {}
 
@@ -219,6 +220,8 @@ class _Emitter:
             self.slots.add(name)
             # a grouped variable (`grouping` of several groups) keeps one value per group
             st = rt.StateOp(name, to_memref(op.result.type), op.init, op.properties.get("grouping"))
+            if EXTERNAL_ATTR in op.attributes:  # its value is in an .npz: xl-run --vars must give it
+                st.attributes[EXTERNAL_ATTR] = op.attributes[EXTERNAL_ATTR]
             st.result.name_hint = op.result.name_hint
             block.add_op(st)
             env[op.result] = st.result

@@ -140,17 +140,16 @@ def check_external_variables(module: ModuleOp, data: dict[str, np.ndarray] | Non
     missing = missing_external_variables(module, data)
     if not missing:
         return
-    op = missing[0]
-    name = op.var_name.data
+    name, op = missing[0]
     where = op.attributes[EXTERNAL_ATTR]
     file = getattr(where, "data", "an .npz")
     if vars_path is None:
         msg = (
-            f'graph.variable "{name}": its value is not in the program but in "{file}" '
+            f'{op.name} "{name}": its value is not in the program but in "{file}" '
             f"(written by to_mlir(weights=...)): run with --vars {file}"
         )
     else:
-        msg = f"graph.variable \"{name}\": --vars '{vars_path}' has no value for this external variable"
+        msg = f"{op.name} \"{name}\": --vars '{vars_path}' has no value for this external variable"
     others = len(missing) - 1
     if others:
         msg += f" ({others} more external variable{'s' if others > 1 else ''} missing)"

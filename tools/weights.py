@@ -20,6 +20,7 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 
 from xl.dialects.graph import VariableOp
+from xl.dialects.rt import StateOp
 
 __all__ = [
     "EXTERNAL_ATTR",
@@ -56,14 +57,23 @@ def externalize_variables(module: ModuleOp, path: str | os.PathLike[str]) -> Mod
     return module
 
 
-def external_variables(module: ModuleOp) -> dict[str, VariableOp]:
-    """The variables marked `graph.external`, by name."""
-    return {
-        op.var_name.data: op for op in module.walk() if isinstance(op, VariableOp) and EXTERNAL_ATTR in op.attributes
-    }
+def external_variables(module: ModuleOp) -> dict[str, VariableOp | StateOp]:
+    """The variables marked `graph.external`, by name: `graph.variable`s, and the `rt.state`
+    slots `lower-to-rt` makes of them (a lowered program keeps the mark)."""
+    found: dict[str, VariableOp | StateOp] = {}
+    for op in module.walk():
+        if EXTERNAL_ATTR not in op.attributes:
+            continue
+        if isinstance(op, VariableOp):
+            found[op.var_name.data] = op
+        elif isinstance(op, StateOp):
+            found[op.slot.data] = op
+    return found
 
 
-def missing_external_variables(module: ModuleOp, given: Mapping[str, object] | None) -> list[VariableOp]:
-    """The external variables `given` (the `--vars` values) does not provide."""
+def missing_external_variables(
+    module: ModuleOp, given: Mapping[str, object] | None
+) -> list[tuple[str, VariableOp | StateOp]]:
+    """(name, op) of the external variables `given` (the `--vars` values) does not provide."""
     provided = given or {}
-    return [op for name, op in external_variables(module).items() if name not in provided]
+    return [(name, op) for name, op in external_variables(module).items() if name not in provided]
