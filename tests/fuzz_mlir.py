@@ -269,12 +269,12 @@ def _lowered_programs(programs: list[tuple[str, str]]) -> list[tuple[str, str]]:
                 module = lower(parse_source(xl_context(), text, "x.mlir"), f"{pipe},{RT_PIPELINE}")
             except Exception:  # noqa: BLE001 - not lowerable on purpose (an error test): skip
                 continue
-            text = str(module)
+            printed = str(module)
             try:  # the printed rt program must read back: a failure is a printer / parser bug
-                verify_located(parse_source(xl_context(), text, "lowered.mlir"))
+                verify_located(parse_source(xl_context(), printed, "lowered.mlir"))
             except Exception as e:  # noqa: BLE001
-                raise RuntimeError(f"{name} lowered with {pipe} does not parse back: {e}\n{text}") from e
-            out.append((f"{name}@{tag}", text))
+                raise RuntimeError(f"{name} lowered with {pipe} does not parse back: {e}\n{printed}") from e
+            out.append((f"{name}@{tag}", printed))
     return out
 
 
