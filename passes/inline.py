@@ -21,7 +21,8 @@ Call semantics are kept: a by-reference input is the caller's tensor itself; an
 input that the callee updates in place without being by-reference is copied first
 (`popxl.identity`), as is one whose tensor the call also passes to a by-reference input
 that the callee updates, and an output that is one of the callee's inputs is copied, so
-the caller never aliases what it passed in. Graphs no longer called from anywhere
+the caller never aliases what it passed in (a value output twice is copied the second
+time: the call's results are distinct tensors). Graphs no longer called from anywhere
 are erased unless `remove-dead=false`.
 
 `inline{keep-shared=true}` inlines only the calls of graphs called from one place and
@@ -72,16 +73,12 @@ def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> list[CallO
     terminator = block.last_op
     if not isinstance(terminator, OutputOp):  # pragma: no cover - verified graphs end with graph.output
         raise ValueError(f"graph @{callee.graph_name} has no graph.output")
-    outs: list[SSAValue] = []
-    anchor: Operation = call
-    for v in terminator.outs:
-        mapped = vm.get(v, v)
-        if not isinstance(v.owner, Operation) or v.owner.parent_block() is not block:
-            copy = IdentityOp.make([mapped])  # an input or outside value: the caller gets a copy
-            Rewriter.insert_op(copy, InsertPoint.after(anchor))
-            anchor = copy
-            mapped = copy.results[0]
-        outs.append(mapped)
+    results = list(terminator.outs)
+    # an input or outside value, or a value output twice: the caller gets a copy
+    copied_out = [
+        not isinstance(v.owner, Operation) or v.owner.parent_block() is not block or v in results[:n]
+        for n, v in enumerate(results)
+    ]
     if move:
         for arg in block.args:
             arg.replace_all_uses_with(vm[arg])
@@ -99,7 +96,16 @@ def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> list[CallO
                 copied.append(new)
             elif new.regions:
                 copied.extend(op for op in new.walk() if isinstance(op, CallOp))
-        outs = [vm.get(v, v) for v in outs]
+    outs: list[SSAValue] = []
+    anchor: Operation = call
+    for v, copy_it in zip(results, copied_out, strict=True):
+        mapped = vm.get(v, v)
+        if copy_it:
+            copy = IdentityOp.make([mapped])
+            Rewriter.insert_op(copy, InsertPoint.after(anchor))
+            anchor = copy
+            mapped = copy.results[0]
+        outs.append(mapped)
     for old, new_v in zip(call.res, outs, strict=True):
         if old.name_hint and new_v.name_hint is None:
             new_v.name_hint = old.name_hint

@@ -12,7 +12,8 @@ combine the structured features around it:
   reference updated in place, which must leave the caller's tensor alone;
 - `ops.repeat` (0 to 4 iterations) with the graph's N outputs carried into its first N
   inputs, and by-reference accumulators among the other inputs;
-- `ops.conditional` on a host-loaded boolean;
+- `ops.conditional` on a host-loaded boolean, or on `sum(value) > 0` (also inside graphs
+  and loop bodies, where each iteration may take another branch);
 - graphs calling (or repeating) other graphs;
 - main-graph statements placed on 1-3 virtual IPUs (`popxl.ipu(k)`), operands moved with
   `ops.ipu_copy`.
@@ -56,7 +57,7 @@ CONSTS = (0.5, -1.0, 2.0, 0.25, -0.5, 1.5, 0.75)
 # Simple kinds first (Hypothesis shrinks towards them); the structured kinds often.
 KINDS = ("unary", "binary", "inplace", "call", "call", "call", "repeat", "repeat", "cond", "cond",
          "inplace", "inplace", "scalar", "matmul", "rowsum", "store", "const")  # fmt: skip
-GRAPH_KINDS = tuple(k for k in KINDS if k not in ("cond", "store"))
+GRAPH_KINDS = tuple(k for k in KINDS if k != "store")
 
 
 @dataclass(frozen=True)
@@ -213,8 +214,8 @@ def _resolve_body(
             kind = "binary"
         if kind in ("call", "repeat") and not graphs:
             kind = "unary"
-        if kind == "cond" and (cond_slot is None or not graphs):
-            kind = "call" if graphs else "unary"
+        if kind == "cond" and not graphs:
+            kind = "unary"
         if kind == "repeat" and not any(_repeatable(g) for g in graphs):
             kind = "call"
         if kind == "store":
@@ -252,15 +253,15 @@ def _resolve_body(
             outs = tuple(new() for _ in g.outs)
             out.append(Stmt(kind, "", tuple(args), outs, graph=gi, count=(k // 4) % 5, ipu=place, style=k % 4))
         elif kind == "cond":
-            assert cond_slot is not None
+            data = cond_slot is None or (k // 16) % 2 == 1  # the condition: sum(value) > 0
             ti = k % len(graphs)
             same = [i for i, g in enumerate(graphs) if len(g.outs) == len(graphs[ti].outs)]
             ei = same[(k // 4) % len(same)]
             t_args = [on(pick(p), cur_ipu) for p in (*picks, a, b)[: graphs[ti].n_in]]
             e_args = [on(pick(p), cur_ipu) for p in (b, a, *picks)[: graphs[ei].n_in]]
-            cnd = on(cond_slot, cur_ipu)
+            cnd = on(sa if data or cond_slot is None else cond_slot, cur_ipu)
             outs = tuple(new() for _ in graphs[ti].outs)
-            out.append(Stmt("cond", "", (cnd, *t_args, *e_args), outs, graph=ti, graph2=ei,
+            out.append(Stmt("cond", "data" if data else "", (cnd, *t_args, *e_args), outs, graph=ti, graph2=ei,
                             count=len(t_args), ipu=place, style=k % 4))  # fmt: skip
     return out, n_slots, live
 
@@ -369,10 +370,11 @@ def _expr(s: Stmt, names: list[str], graph_names: list[str], graphs: list[Graph]
         n_t = s.count
         t, e = a[1 : 1 + n_t], a[1 + n_t :]
         tn, en = graph_names[s.graph], graph_names[s.graph2]
+        cnd = f"ops.greater(ops.sum({a[0]}), 0.0)" if s.op == "data" else a[0]
         if s.style == 1 and t:
-            return (f"{lhs}ops.conditional({a[0]}, {tn}, {en}, then_inputs=[{', '.join(t[:-1])}], "
+            return (f"{lhs}ops.conditional({cnd}, {tn}, {en}, then_inputs=[{', '.join(t[:-1])}], "
                     f"else_inputs=[{', '.join(e)}], then_inputs_dict={{{tn}.inputs[{n_t - 1}]: {t[-1]}}})")  # fmt: skip
-        return f"{lhs}ops.conditional({a[0]}, {tn}, {en}, [{', '.join(t)}], [{', '.join(e)}])"
+        return f"{lhs}ops.conditional({cnd}, {tn}, {en}, [{', '.join(t)}], [{', '.join(e)}])"
     raise AssertionError(s.kind)
 
 
@@ -611,7 +613,13 @@ class _Ref:
                         _check(v, "repeat")
                 r = carried
             elif s.kind == "cond":
-                take = bool(a[0].a)
+                if s.op == "data":
+                    total, n = float(a[0].a.sum()), a[0].a.size
+                    if abs(total) <= 4 * n * (a[0].e + n * U * a[0].m) + 1e-6:
+                        raise Rejected("a condition sum(x) > 0 too close to 0")
+                    take = total > 0
+                else:
+                    take = bool(a[0].a)
                 t, e = a[1 : 1 + s.count], a[1 + s.count :]
                 r = self.run_graph(s.graph, self.call_args(s.graph, t)) if take else self.run_graph(
                     s.graph2, self.call_args(s.graph2, e))  # fmt: skip

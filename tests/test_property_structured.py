@@ -221,3 +221,32 @@ def test_input_aliasing_an_updated_by_ref_input_is_copied_at_the_call() -> None:
             outs = exe.run(feed if kind == "conditional" else {"x0": x})
             np.testing.assert_array_equal(outs["o0"], want_r, err_msg=f"{kind}, {plan}: the output")
             np.testing.assert_array_equal(outs["o1"], want_x, err_msg=f"{kind}, {plan}: x after the call")
+
+
+def test_a_value_output_twice_gives_two_tensors() -> None:
+    """Found by the structured generator: a graph returning one value twice (`return t, t`)
+    gives the caller two tensors; `inline` used to give both results the same value, so that
+    updating one in place (`t3 += t3`) changed the other. Every compile path, NumPy values;
+    called twice too (outlining keeps a function of it)."""
+    import popxl.ops as ops
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) / 4
+    for calls in (1, 2):
+        ir = popxl.Ir()
+        spec = popxl.TensorSpec((2, 3), popxl.float32)
+        with ir.main_graph:
+            graph = ir.create_graph(lambda a: (ops.tanh(a),) * 2, spec)
+            xs = popxl.h2d_stream((2, 3), popxl.float32, "x0")
+            x_t = ops.host_load(xs, "x")
+            stores = []
+            for _ in range(calls):
+                t2, t3 = ops.call(graph, x_t)
+                t3 += t3
+                for t in (t2, t3):
+                    stores.append(popxl.d2h_stream((2, 3), popxl.float32, f"o{len(stores)}"))
+                    ops.host_store(stores[-1], t)
+        want = [np.tanh(x.astype(np.float64)), 2 * np.tanh(x.astype(np.float64))] * calls
+        for plan, kwargs in (("default", {}), *PATHS):
+            outs = compile_module(ir._module, **kwargs).run({"x0": x})
+            for n, w in enumerate(want):
+                np.testing.assert_allclose(outs[f"o{n}"], w, rtol=1e-6, err_msg=f"{calls} call(s), {plan}: o{n}")
