@@ -32,6 +32,7 @@ import argparse
 import io
 import os
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -406,7 +407,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     np.set_printoptions(precision=6, suppress=True, linewidth=120)
     try:
-        _run(args)
+        with warnings.catch_warnings():  # restores showwarning afterwards
+            warnings.showwarning = _show_warning
+            _run(args)
     except BrokenPipeError:  # `xl-run ... | head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
@@ -448,6 +451,19 @@ def _describe(e: BaseException) -> str:
         where = f" '{e.filename}'" if e.filename else ""
         return f"{e.strerror}{where}"
     return f"{msg} ({type(e).__name__})"
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: object = None,
+    line: str | None = None,
+) -> None:
+    """A warning (e.g. the runtime's host-transfer counts) as one `xl-run: warning:` line,
+    not Python's `file.py:543: HostTransferWarning:` and a line of xl's source."""
+    _eprint(f"{PROG}: warning: {message}")
 
 
 def _eprint(text: str) -> None:
