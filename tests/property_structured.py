@@ -90,27 +90,27 @@ _gstmt = st.tuples(st.sampled_from(GRAPH_KINDS), _pick, _pick, st.integers(0, 63
 
 
 @st.composite
-def graph_recipes(draw: Any) -> GraphRecipe:
+def graph_recipes(draw: Any, max_body: int = 5) -> GraphRecipe:
     n_in = draw(st.integers(1, 3))
     return GraphRecipe(
         n_in=n_in,
         by_ref=tuple(draw(st.lists(st.booleans(), min_size=n_in, max_size=n_in))),
         style=draw(st.integers(0, 1)),
-        body=tuple(draw(st.lists(_gstmt, min_size=0, max_size=5))),
+        body=tuple(draw(st.lists(_gstmt, min_size=0, max_size=max_body))),
         outs=tuple(draw(st.lists(_pick, min_size=0, max_size=2))),
     )
 
 
 @st.composite
-def recipes(draw: Any, max_ipus: int = 3) -> Recipe:
+def recipes(draw: Any, max_ipus: int = 3, max_graphs: int = 4, max_body: int = 5, max_main: int = 10) -> Recipe:
     return Recipe(
         shape=draw(st.integers(0, len(SHAPES) - 1)),
         streams=draw(st.integers(1, 2)),
         variables=draw(st.integers(0, 2)),
         ipus=draw(st.integers(1, max_ipus)),
-        graphs=tuple(draw(st.lists(graph_recipes(), min_size=1, max_size=4))),
-        main=tuple(draw(st.lists(_stmt, min_size=1, max_size=10))),
-        runs=draw(st.integers(1, 2)),
+        graphs=tuple(draw(st.lists(graph_recipes(max_body), min_size=1, max_size=max_graphs))),
+        main=tuple(draw(st.lists(_stmt, min_size=1, max_size=max_main))),
+        runs=draw(st.integers(1, 3 if max_main > 10 else 2)),
         seed=draw(st.integers(0, 2**16)),
         in_sequence=draw(st.booleans()),
     )

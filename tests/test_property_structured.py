@@ -157,6 +157,16 @@ def test_random_structured_programs_match_numpy(recipe: Recipe) -> None:
     check_program(resolve(recipe))
 
 
+# CI: 15 larger programs (6 graphs of up to 10 ops, 24 main statements, 3 runs); long: 225.
+_LARGE_EXAMPLES = max(3, settings().max_examples * 3 // 40)
+
+
+@settings(max_examples=_LARGE_EXAMPLES)
+@given(recipes(max_graphs=6, max_body=10, max_main=24))
+def test_larger_random_structured_programs_match_numpy(recipe: Recipe) -> None:
+    check_program(resolve(recipe))
+
+
 # --- regressions found by the generator ----------------------------------------------------------
 
 
