@@ -8,7 +8,8 @@ is the code of the virtual IPUs given to one worker: IPU k goes to worker
 `rank(k) % workers` (workers = min(number of IPUs, `os.cpu_count()`), so with fewer cores
 than IPUs several IPUs share a worker, their ops interleaved in program order). The main
 thread runs stream 0; the others run on a process-wide pool of daemon worker threads,
-started on first use and shared by every executable (never a thread per step). NumPy
+started on first use and shared by every executable (never a thread per step; steps running
+at the same time, from several threads, take different workers). NumPy
 releases the GIL inside BLAS and ufunc loops, so streams overlap where the kernels are large
 enough.
 
@@ -575,17 +576,30 @@ def _serve(jobs: queue.SimpleQueue[Job]) -> None:
             done.put((s, None))
 
 
-_POOL: list[_Worker] = []
+_IDLE: list[_Worker] = []  # the pool's workers no step is using
 _POOL_LOCK = threading.Lock()
+_STARTED = [0]  # workers started so far (for their names)
 
 
-def worker_pool(n: int) -> list[_Worker]:
-    """The first `n` workers of the process-wide pool, started on first use and kept: every
-    concurrent executable shares them (no thread per step, none per executable)."""
+def take_workers(n: int) -> list[_Worker]:
+    """`n` idle workers of the process-wide pool, for one step: started on first use and
+    kept (`give_back`), so every concurrent executable reuses them (no thread per step, none
+    per executable). Steps running at the same time (executables run from several threads)
+    never share a worker: a stream queued behind another step's stream on a shared worker
+    could wait for a stream of its own step queued behind a stream of the other step that
+    waits for it (a deadlock)."""
     with _POOL_LOCK:
-        while len(_POOL) < n:
-            _POOL.append(_Worker(f"xl worker {len(_POOL) + 1}"))
-        return _POOL[:n]
+        taken = [_IDLE.pop() for _ in range(min(n, len(_IDLE)))]
+        while len(taken) < n:
+            _STARTED[0] += 1
+            taken.append(_Worker(f"xl worker {_STARTED[0]}"))
+        return taken
+
+
+def give_back(workers: list[_Worker]) -> None:
+    """Return the workers of a finished step to the pool."""
+    with _POOL_LOCK:
+        _IDLE.extend(reversed(workers))
 
 
 class _Blas:
@@ -620,7 +634,13 @@ class ConcurrentStep:
         return len(self.streams)
 
     def __call__(self) -> None:
-        workers = worker_pool(len(self.streams) - 1)
+        workers = take_workers(len(self.streams) - 1)
+        try:
+            self._run(workers)
+        finally:
+            give_back(workers)  # every stream has ended: the workers are idle
+
+    def _run(self, workers: list[_Worker]) -> None:
         sync = self.sync
         sync.reset()
         libs = _Blas.libs()

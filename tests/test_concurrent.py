@@ -287,13 +287,16 @@ def test_xl_serial_env_and_session_option(monkeypatch: pytest.MonkeyPatch) -> No
         assert session._exe.workers == 1
         session.run(feed)
     assert _stream_threads() <= before  # the serial sessions started no worker
-    # sessions live as long as their Ir, but the workers are one pool for the process
+    # sessions live as long as their Ir, but the workers are one pool for the process:
+    # sessions run one after another start no more workers
+    with popxl.Session(ir, "cpu") as s:
+        s.run(feed)
+    started = _stream_threads()
+    assert len(started) >= 1
     for _ in range(4):
         with popxl.Session(ir, "cpu") as s:
             s.run(feed)
-    import os
-
-    assert 1 <= len(_stream_threads()) <= (os.cpu_count() or 1)
+    assert _stream_threads() == started
     with pytest.raises(TypeError, match="concurrent must be a bool"):
         popxl.Session(ir, "cpu", concurrent="yes")  # pyright: ignore[reportArgumentType]
 
@@ -682,3 +685,80 @@ def test_numpy_error_handling_of_the_caller_applies_in_workers() -> None:
                 assert np.isinf(session.run(big)[ys][0])
             with np.errstate(over="raise"), pytest.raises(FloatingPointError, match=r"on IPU 1\) failed"):
                 session.run(big)  # (in this thread: np.errstate is per thread)
+
+
+# ------------------------------------------------------------------------------------
+# Steps of two executables at the same time (from two threads)
+# ------------------------------------------------------------------------------------
+
+PING_PONG = f"""rt.program attributes {{num_host_transfers = 1 : i64, replication_factor = 1 : i64}} {{
+  %a = rt.state "a" = dense<0.5> : tensor<4x4xf32> : {T}
+  %b = rt.state "b" = dense<0.25> : tensor<4x4xf32> : {T}
+  %c = rt.state "c" = dense<0.125> : tensor<4x4xf32> : {T}
+  rt.kernel "popxl.tanh"(%a) -> (%a) {{ipu.id = 0 : i64}} : ({T}) -> {T}
+  rt.kernel "popxl.add"(%b, %c) -> (%b) {{ipu.id = 1 : i64}} : ({T}, {T}) -> {T}
+  rt.kernel "popxl.add"(%c, %b) -> (%c) {{ipu.id = 2 : i64}} : ({T}, {T}) -> {T}
+  rt.kernel "popxl.mul"(%b, %c) -> (%b) {{ipu.id = 1 : i64}} : ({T}, {T}) -> {T}
+}}"""
+
+
+class _Gate:
+    """A pool worker's job queue that makes the named threads' steps put their jobs in a
+    forced order: a thread in `wait_for` first waits for its event, a thread in `then_set`
+    sets its event after its put."""
+
+    def __init__(self, jobs: Any, wait_for: dict[str, threading.Event], then_set: dict[str, threading.Event]) -> None:
+        self.jobs, self.wait_for, self.then_set = jobs, wait_for, then_set
+
+    def put(self, job: Any) -> None:
+        me = threading.current_thread().name
+        if me in self.wait_for:
+            self.wait_for[me].wait(30)
+        self.jobs.put(job)
+        if me in self.then_set:
+            self.then_set[me].set()
+
+
+def test_two_executables_stepping_at_once_take_different_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two 3-IPU executables step at the same time from threads A and B; in each, IPU 1
+    waits for IPU 2 and IPU 2 for IPU 1. Forced order of the jobs: A's stream 1 on the first
+    worker, then B's streams 1 and 2, then A's stream 2. On one shared pool that queued B's
+    stream 1 behind A's (waiting for A's stream 2) and A's stream 2 behind B's (waiting for
+    B's stream 1): a deadlock. A step takes idle workers, so B (started once A has taken
+    them) runs on others; both finish with the numbers of the serial plan."""
+    from xl.runtime import concurrent
+
+    exes = [_compile(PING_PONG, workers=3) for _ in range(2)]
+    assert all(e.workers == 3 for e in exes)
+    serial = _compile(PING_PONG, concurrent=False)
+    for e in (*exes, serial):
+        e.run()  # the pool has the workers a step takes
+    first, second = concurrent.take_workers(2)
+    concurrent.give_back([first, second])  # the next step takes these two, in this order
+    a_on_first, b_on_second = threading.Event(), threading.Event()
+    monkeypatch.setattr(first, "jobs", _Gate(first.jobs, {"B": a_on_first}, {"A": a_on_first}))
+    monkeypatch.setattr(second, "jobs", _Gate(second.jobs, {"A": b_on_second}, {"B": b_on_second}))
+    errors: list[BaseException] = []
+
+    def step(i: int) -> None:
+        try:
+            exes[i].run()
+        except BaseException as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+        finally:
+            b_on_second.set()  # B's step is over (it put nothing on the second worker)
+
+    threads = [threading.Thread(target=step, args=(i,), name=n, daemon=True) for i, n in enumerate("AB")]
+    threads[0].start()
+    assert a_on_first.wait(30)  # A has taken its workers (B starts after that)
+    threads[1].start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "the two steps deadlocked"
+    assert not errors, errors
+    serial.run()
+    for e in exes:
+        for name in "abc":
+            assert np.array_equal(e.get_state(name), serial.get_state(name)), name
+    # the gated workers went back to the pool with the others: no worker is taken
+    assert not (_stream_threads() - {w.thread.name for w in concurrent._IDLE})
