@@ -128,7 +128,7 @@ _INSERTS = [
 @dataclass
 class Finding:
     tool: str
-    kind: str  # "exception", "traceback", "timeout", "unclear-error", "slow"
+    kind: str  # "exception", "traceback", "timeout", "unclear-error", "slow", "plans-differ"
     detail: str
     source: str
     mutations: list[str] = field(default_factory=list)
@@ -495,6 +495,49 @@ def _inputs_for(data: bytes, folder: Path) -> list[str]:
     return args
 
 
+def plans_differ(data: bytes, argv: list[str]) -> str | None:
+    """For an input `xl-run` ran: the optimised plan (`compile_module`, what `xl-run` runs)
+    and the straightforward one (`optimize=False`) over two steps with the same inputs.
+    None if every output and variable agrees (within float32 rounding of a fused or
+    reordered computation, NaN where NaN), else what differs."""
+    import numpy as np
+
+    from xl.runtime import compile_module
+    from xl.tools.context import xl_context
+    from xl.tools.parse import parse_source
+
+    module = parse_source(xl_context(), data, "in.mlir")
+    inputs = {a.split("=", 1)[0]: np.load(a.split("=", 1)[1]) for a in argv[1:] if "=" in a}
+    results = []
+    for optimize in (True, False):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # programs that print (rt.print)
+                exe = compile_module(module, optimize=optimize)
+                outs = [{k: v.copy() for k, v in exe.run(inputs).items()} for _ in range(2)]
+        except Exception as e:  # noqa: BLE001 - compared below: both plans must fail alike
+            results.append(f"{type(e).__name__}: {e}"[:300])
+            continue
+        results.append((outs, {k: exe.gather_state(k) for k in exe.state}))
+    (a, b) = results
+    if isinstance(a, str) or isinstance(b, str):
+        return (
+            None if isinstance(a, str) and isinstance(b, str) else f"optimised: {a!s:.300}\nstraightforward: {b!s:.300}"
+        )
+    (oa, sa), (ob, sb) = a, b
+    pairs = [(f"step {i} {k}", x[k], y.get(k)) for i, (x, y) in enumerate(zip(oa, ob, strict=True)) for k in x]
+    pairs += [(f"variable {k}", sa[k], sb.get(k)) for k in sa]
+    for what, x, y in pairs:
+        if y is None or x.shape != y.shape or x.dtype != y.dtype:
+            return f"{what}: {None if y is None else (y.shape, y.dtype)} vs {(x.shape, x.dtype)}"
+        if x.dtype.kind in "fc":
+            ok = np.allclose(x, y, rtol=1e-5, atol=1e-5, equal_nan=True)
+        else:
+            ok = np.array_equal(x, y)
+        if not ok:
+            return f"{what}: optimised {x.ravel()[:8]} vs straightforward {y.ravel()[:8]}"
+    return None
+
+
 def fuzz(
     n: int,
     seed: int,
@@ -502,8 +545,11 @@ def fuzz(
     progress: Path | None = None,
     tools: tuple[str, ...] = ("xl-opt", "xl-run"),
     extended: bool = False,
+    differential: bool = False,
 ) -> tuple[int, list[Finding], dict[str, float]]:
-    """Tries `n` mutated inputs (of `corpus(extended=extended)`); returns (runs, findings, stats)."""
+    """Tries `n` mutated inputs (of `corpus(extended=extended)`); returns (runs, findings,
+    stats). `differential`: every input `xl-run` runs is also run on both runtime plans
+    (`plans_differ`), a difference being a finding."""
     import warnings
 
     warnings.simplefilter("ignore")
@@ -577,6 +623,17 @@ def fuzz(
                 findings.append(Finding(tool, problem, detail, name, muts, data.decode("latin-1"), argv))
             elif code == 0:
                 stats["ok"] += 1
+                if differential and tool == "xl-run":
+                    try:
+                        with _time_limit(4 * TIME_LIMIT):
+                            diff = plans_differ(data, argv)
+                    except _Timeout:
+                        diff = f"the two plans took more than {4 * TIME_LIMIT} s"
+                    except BaseException as e:  # noqa: BLE001
+                        diff = f"{type(e).__name__}: {e}"[:500]
+                    stats["compared"] = stats.get("compared", 0) + 1
+                    if diff is not None:
+                        findings.append(Finding(tool, "plans-differ", diff, name, muts, data.decode("latin-1"), argv))
             else:
                 stats["error"] += 1
     stats["internal_messages"] = len(notes)
@@ -603,6 +660,12 @@ def main(argv: list[str] | None = None) -> int:
         "pipelining, and every runnable program lowered to the rt dialect (for xl-run)",
     )
     ap.add_argument(
+        "--differential",
+        action="store_true",
+        help="also run every input xl-run runs on the optimised and the straightforward runtime "
+        "plans: outputs and variables over two steps must agree",
+    )
+    ap.add_argument(
         "--memory-gb",
         type=float,
         default=6.0,
@@ -617,7 +680,9 @@ def main(argv: list[str] | None = None) -> int:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ImportError, ValueError, OSError):  # not on this platform: run unlimited
         pass
-    runs, findings, stats = fuzz(args.n, args.seed, progress=args.progress, extended=args.extended)
+    runs, findings, stats = fuzz(
+        args.n, args.seed, progress=args.progress, extended=args.extended, differential=args.differential
+    )
     report = {
         "runs": runs,
         "stats": stats,

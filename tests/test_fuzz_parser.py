@@ -4,7 +4,8 @@ Mutated valid programs (see `tests/fuzz_mlir.py`; its extended corpus, with fron
 programs using repeat / IPU copies / replicas / pipelining and programs lowered to the rt
 dialect) must each end in a valid result or a clear error (exit status 1,
 `file:line:col: error:` or `xl-opt: error:` / `xl-run: error:`), never a traceback and
-never a hang. CI tries `XL_FUZZ_N` inputs (default 400, about 10 s);
+never a hang; an input `xl-run` runs must give the same outputs and variables on the
+optimised and the straightforward runtime plans. CI tries `XL_FUZZ_N` inputs (default 400, about 10 s);
 a longer run::
 
     XL_FUZZ_N=5000 XL_FUZZ_SEED=7 pytest tests/test_fuzz_parser.py
@@ -49,6 +50,7 @@ def test_mutated_inputs_end_in_a_result_or_a_located_error(tmp_path: Path) -> No
                 "--progress",
                 str(progress),
                 "--extended",
+                "--differential",
             ],
             capture_output=True,
             text=True,
@@ -64,6 +66,8 @@ def test_mutated_inputs_end_in_a_result_or_a_located_error(tmp_path: Path) -> No
     assert report["stats"]["programs"] >= 20  # the corpus was found
     # the extended corpus: programs lowered to the rt dialect (each read back) for xl-run
     assert report["stats"]["lowered"] >= 20
+    # the inputs xl-run ran were also run on both runtime plans (--differential)
+    assert report["stats"].get("compared", 0) > 0
     findings = report["findings"]
     detail = "\n\n".join(
         f"{f['tool']} {f['kind']} ({f['source']}, {f['mutations']}):\n{f['detail']}\n--- input ---\n{f['input'][:2000]}"
@@ -112,3 +116,28 @@ def test_check_output_classifies() -> None:
     assert ok(1, b"Traceback (most recent call last):\n") == "traceback"
     assert ok(1, b"something went wrong\n") == "unclear-error"
     assert ok(2, b"") == "exit status 2"
+
+
+def test_plans_differ_compares_both_plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The differential check of `--differential` passes on a program whose plans agree and
+    reports a plan that computes something else."""
+    import numpy as np
+
+    import xl.runtime
+
+    text = (Path(fuzz_mlir.ROOT) / "examples" / "ir" / "linear.mlir").read_text()
+    argv = [str(tmp_path / "p.mlir"), *fuzz_mlir._inputs_for(text.encode(), tmp_path)]
+    assert fuzz_mlir.plans_differ(text.encode(), argv) is None
+
+    real = xl.runtime.compile_module
+
+    def off_by_one(module, optimize=True, **kw):  # noqa: ANN001, ANN003, ANN202
+        exe = real(module, optimize=optimize, **kw)
+        if not optimize:
+            run = exe.run
+            exe.run = lambda inputs: {k: v + np.float32(1) for k, v in run(inputs).items()}
+        return exe
+
+    monkeypatch.setattr(xl.runtime, "compile_module", off_by_one)
+    diff = fuzz_mlir.plans_differ(text.encode(), argv)
+    assert diff is not None and diff.startswith("step 0 y: optimised")
