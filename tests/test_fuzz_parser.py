@@ -5,8 +5,8 @@ programs using repeat / IPU copies / replicas / pipelining and programs lowered 
 dialect) must each end in a valid result or a clear error (exit status 1,
 `file:line:col: error:` or `xl-opt: error:` / `xl-run: error:`), never a traceback and
 never a hang; an input `xl-run` runs must give the same outputs and variables on the
-optimised and the straightforward runtime plans. CI tries `XL_FUZZ_N` inputs (default 400, about 10 s);
-a longer run::
+optimised and the straightforward runtime plans. CI tries `XL_FUZZ_N` inputs (default
+400, about 20 s); a longer run::
 
     XL_FUZZ_N=5000 XL_FUZZ_SEED=7 pytest tests/test_fuzz_parser.py
 """
