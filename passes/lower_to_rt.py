@@ -366,9 +366,12 @@ class _Emitter:
         n_out = len(op.res)
         carried: list[SSAValue] = []
         args: list[SSAValue] = []
+        updated = self.updated_by_ref(g, [env[a] for a in op.args])
         for i, a in enumerate(op.args):
             buf = env[a]
-            if i < n_out and not g.input_is_by_ref(i):
+            if not g.input_is_by_ref(i) and (i < n_out or buf in updated):
+                # carried values, and an input whose tensor the loop updates through a
+                # by-reference input (it keeps its value from before the loop, as upstream)
                 buf = self.copy_to_new(block, buf, g.body.block.args[i].name_hint)
             if i < n_out:
                 carried.append(buf)
@@ -378,10 +381,9 @@ class _Emitter:
         block.add_op(loop)
         body = loop.body.block
         benv: dict[SSAValue, SSAValue] = {}
-        updated = self.updated_by_ref(g, args)
         for i, (arg, buf) in enumerate(zip(g.body.block.args, args, strict=True)):
-            if i >= n_out and not g.input_is_by_ref(i) and (is_written(arg) or buf in updated):
-                # a fresh copy per iteration: the callee must see the caller's value
+            if i >= n_out and not g.input_is_by_ref(i) and is_written(arg):
+                # a fresh copy per iteration: the callee must see the value before the loop
                 buf = self.copy_to_new(body, buf, arg.name_hint)
             benv[arg] = buf
         outs = self.emit_body(g, benv, body)

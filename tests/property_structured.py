@@ -25,12 +25,15 @@ statements or moving integers towards 0 gives another valid recipe, so failures 
 Python (the reproducer printed on failure) and `reference` evaluates them in float64 NumPy
 with PopXL's semantics:
 
-- an input not by reference is a copy made at the call (for `repeat`, at each
-  iteration); a by-reference input is the caller's tensor itself;
+- an input not by reference is a copy made at the call; a by-reference input is the
+  caller's tensor itself;
 - outputs are copies of the graph's values when it ends (a by-reference input returned
   as an output gives its final value);
 - `repeat` runs the graph `count` times, each output feeding the input at its position;
-  with count 0 its results are (copies of) its first N inputs;
+  with count 0 its results are (copies of) its first N inputs; the other inputs not by
+  reference have their values from before the loop at every iteration (upstream copies them
+  into the loop once, then into the graph at each call), even when the loop updates the
+  caller's tensor through a by-reference input;
 - `ipu_copy` is a new tensor (an in-place update of the copy leaves the source alone);
 - variables keep their values between runs.
 
@@ -504,7 +507,7 @@ def _unary(op: str, x: Val) -> Val:
         y = np.sin(a)
         return Val(y, x.e + 4 * U * (1 + _mx(a)))
     if op == "sigmoid":
-        y = 1 / (1 + np.exp(-a))
+        y = 0.5 * (1 + np.tanh(0.5 * a))  # = 1 / (1 + exp(-a)), without overflow
         return Val(y, 0.25 * x.e + 4 * U)
     y = {"neg": lambda: -a, "relu": lambda: np.maximum(a, 0), "abs": lambda: np.abs(a)}[op]()
     return Val(y, x.e)
@@ -607,8 +610,10 @@ class _Ref:
                 g = self.p.graphs[s.graph]
                 n = len(g.outs)
                 carried = [v.copy() for v in a[:n]]
+                # the other inputs not by reference: their values before the loop
+                rest = [v if r else v.copy() for v, r in zip(a[n:], g.by_ref[n:], strict=True)]
                 for _ in range(s.count):
-                    carried = self.run_graph(s.graph, self.call_args(s.graph, carried + a[n:]))
+                    carried = self.run_graph(s.graph, self.call_args(s.graph, carried + rest))
                     for v in carried:
                         _check(v, "repeat")
                 r = carried

@@ -172,8 +172,8 @@ def test_larger_random_structured_programs_match_numpy(recipe: Recipe) -> None:
 
 def _aliased_by_ref_program(kind: str) -> tuple[Any, Any, Any, Any]:
     """One tensor passed to a by-reference input the callee updates (`a0 += a1`) and to an
-    input not by reference (`a1`, returned): `a1` is a copy made at the call, so the output is
-    the value before the update. `kind`: call (twice, so that outlining keeps a function),
+    input not by reference (`a1`, returned): `a1` is a copy made at the call (at the start of
+    the loop for repeat), so the output is the value before the update. `kind`: call (twice, so that outlining keeps a function),
     repeat (2 iterations, a1 not carried) or conditional."""
     import popxl.ops as ops
 
@@ -220,7 +220,9 @@ def test_input_aliasing_an_updated_by_ref_input_is_copied_at_the_call() -> None:
     x = np.arange(6, dtype=np.float32).reshape(2, 3) / 4
     want = {  # (o0, o1): the output, then x after the program
         "call": (2 * x, 2 * x),  # r = x (before x += x), r2 = y = x (before y += y)
-        "repeat": (4 * x, 4 * x),  # iteration 1: h = x + x, x = 2x; iteration 2: h = 2x + 2x, x = 4x
+        # a1 is x from before the loop in both iterations (upstream copies it into the loop
+        # once): iteration 1: x = 2x, h = x + x; iteration 2: x = 3x, h = 2x + x
+        "repeat": (3 * x, 3 * x),
         "conditional": (x, 2 * x),
     }
     for kind, (want_r, want_x) in want.items():
