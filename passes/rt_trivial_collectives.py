@@ -7,7 +7,9 @@ kernel writing its own input (in place) is erased; one writing a fresh buffer be
 `rt.copy`. The program then needs no lockstep stop there, and the update after it can be
 folded into its gemm (`rt-fold-update`): a data-parallel program run on one replica costs
 what the same program without the all-reduce costs. `square_add` (the sum of squares) is
-never the identity and stays.
+never the identity and stays. A grouping that does not fit the replication factor (groups
+of 2 on one replica) is no identity either: the kernel stays and building the plan reports
+it, as without the pass.
 
 ```mlir
 // before (replication_factor = 1)
@@ -31,6 +33,7 @@ from xl.dialects.replica import (
     AllReduceIdenticalInputsOp,
     AllReduceInplaceOp,
     AllReduceOp,
+    ReplicaGroupingAttr,
 )
 from xl.passes.rt_analysis import kernel_class_of, programs, walk_ops
 
@@ -49,8 +52,11 @@ def _is_identity(op: rt.KernelOp, replication_factor: int) -> bool:
     if params.get("op") in _NOT_IDENTITY_ALONE:
         return False
     grouping = params.get("grouping")
-    size = 1 if replication_factor == 1 else (grouping.size() if grouping is not None else replication_factor)
-    return size == 1
+    if grouping is None:
+        return replication_factor == 1
+    if not isinstance(grouping, ReplicaGroupingAttr) or grouping.fit_error(replication_factor) is not None:
+        return False  # a grouping that does not fit the replicas: kept, for the plan to report
+    return grouping.size() == 1
 
 
 def drop_trivial_collectives(program: rt.ProgramOp) -> int:

@@ -77,3 +77,52 @@ def test_writing_an_rt_const_is_refused(tmp_path, capsys) -> None:
     assert main([str(prog)]) == 1
     err = capsys.readouterr().err
     assert "xl-run: error: runtime: 'popxl.scaled_add_' writes the constant tensor \"c\"" in err
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_collective_grouping_larger_than_the_replicas_is_refused_by_both_plans(optimize: bool) -> None:
+    """An rt-level all-reduce over groups of 2 in a one-replica program (found by the IR
+    fuzzer's differential run: `replication_factor = 4` misspelt, so the program has one
+    replica) is an error on both plans. rt-trivial-collectives used to erase it as an
+    identity (every all-reduce was the identity with one replica), so the optimised plan
+    ran it silently while the straightforward plan refused it."""
+    from xdsl.dialects.builtin import ModuleOp
+
+    from xl.runtime import compile_module
+    from xl.runtime.errors import PlanError
+    from xl.tools.context import xl_context
+    from xl.tools.parse import parse_source
+
+    module = parse_source(
+        xl_context(),
+        "rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {\n"
+        '  %w = rt.state "w" = dense<1.0> : tensor<4xf32> : memref<4xf32>\n'
+        '  rt.kernel "replica.all_reduce_"(%w) -> (%w) {grouping = #replica.grouping<stride = 1, group_size = 2>,'
+        ' op = "mean"} : (memref<4xf32>) -> memref<4xf32>\n'
+        '  rt.d2h "y", %w : memref<4xf32>\n'
+        "}\n",
+        "g.mlir",
+    )
+    assert isinstance(module, ModuleOp)
+    with pytest.raises(PlanError, match="replication factor 1 is not divisible by stride \\* group_size = 2"):
+        compile_module(module, optimize=optimize)
+
+
+def test_trivial_collectives_still_dropped_with_one_replica() -> None:
+    """The fix above keeps rt-trivial-collectives' job: on one replica, an all-reduce without
+    a grouping or over groups of one is erased."""
+    from xl.compiler.driver import lower
+    from xl.tools.context import xl_context
+    from xl.tools.parse import parse_source
+
+    text = (
+        "rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 1 : i64} {\n"
+        '  %w = rt.state "w" = dense<1.0> : tensor<4xf32> : memref<4xf32>\n'
+        '  rt.kernel "replica.all_reduce_"(%w) -> (%w) {grouping = #replica.grouping<stride = 1, group_size = 1>,'
+        ' op = "mean"} : (memref<4xf32>) -> memref<4xf32>\n'
+        '  rt.kernel "replica.all_reduce_"(%w) -> (%w) {op = "add"} : (memref<4xf32>) -> memref<4xf32>\n'
+        '  rt.d2h "y", %w : memref<4xf32>\n'
+        "}\n"
+    )
+    out = lower(parse_source(xl_context(), text, "g.mlir"), "rt-trivial-collectives")
+    assert "all_reduce" not in str(out)
