@@ -81,13 +81,16 @@ from xdsl.traits import (
 from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects.dominance import verify_dominance
-from xl.dialects.effects import ValueEffect
+from xl.dialects.effects import ValueEffect, is_written
 from xl.dialects.replica import ReplicaGroupingAttr
 from xl.dialects.traits import NoGradient
 from xl.dialects.utils import fmt_type
 
 NAME_ATTR = "graph.name"
 BY_REF_ATTR = "graph.by_ref"
+# discardable attribute of a `graph.variable` (and the `rt.state` lowered from it) whose
+# value is in an `.npz`: its file name (`xl.tools.weights`)
+EXTERNAL_ATTR = "graph.external"
 
 
 class GraphCallable(CallableOpInterface):
@@ -193,6 +196,13 @@ class GraphOp(IRDLOperation):
         found = () if attrs is None else tuple(i for i in range(n) if BY_REF_ATTR in attrs.data[i].data)
         vars(self)["_by_ref"] = (attrs, found)
         return found
+
+    def updated_by_ref(self, args: Sequence[SSAValue]) -> set[SSAValue]:
+        """The values of `args` (a call's operands, in input order) that this graph updates in
+        place through a by-reference input. An input not by reference given one of them is
+        copied at the call, so that it keeps the caller's value from before the call."""
+        block = self.body.block
+        return {args[i] for i in self.by_ref_inputs() if is_written(block.args[i])}
 
     def set_arg_attrs(self, names: Sequence[str], by_ref: Sequence[bool]) -> None:
         self.arg_attrs = ArrayAttr([_arg_attr(n, r) for n, r in zip(names, by_ref, strict=True)])

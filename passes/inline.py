@@ -61,9 +61,7 @@ def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> list[CallO
     copied: list[CallOp] = []
     block = callee.body.block
     vm: dict[SSAValue, SSAValue] = {}
-    # the caller's tensors that the callee updates through a by-reference input: an input
-    # not by reference given the same tensor must still see its value before the call
-    updated = {x for i, (a, x) in enumerate(zip(block.args, call.args)) if callee.input_is_by_ref(i) and is_written(a)}
+    updated = callee.updated_by_ref(call.args)
     for i, (arg, operand) in enumerate(zip(block.args, call.args, strict=True)):
         if not callee.input_is_by_ref(i) and (is_written(arg) or operand in updated):
             copy = IdentityOp.make([operand])

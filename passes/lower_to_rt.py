@@ -84,6 +84,7 @@ from xl.dialects import rt
 from xl.dialects.call import CallOp, ConditionalOp, RepeatOp
 from xl.dialects.effects import written_operands
 from xl.dialects.graph import (
+    EXTERNAL_ATTR,
     ConstantOp,
     D2HStreamOp,
     GraphOp,
@@ -100,7 +101,6 @@ from xl.dialects.popxl import PopxlOp, is_written, op_props, to_attr
 from xl.dialects.traits import is_cross_replica
 from xl.passes.lower_remote import lowering_of
 from xl.runtime.profile import GRAPH_ATTR, SOURCE_ATTR
-from xl.tools.weights import EXTERNAL_ATTR
 
 _MEMREFS: dict[Attribute, MemRefType] = {}
 
@@ -326,15 +326,9 @@ class _Emitter:
         self.funcs[name] = func
         return func
 
-    @staticmethod
-    def updated_by_ref(g: GraphOp, args: Sequence[SSAValue]) -> set[SSAValue]:
-        """The buffers of `args` that `g` updates through a by-reference input: an input not
-        by reference given the same buffer is copied, so that it keeps the caller's value."""
-        return {b for i, (a, b) in enumerate(zip(g.body.block.args, args)) if g.input_is_by_ref(i) and is_written(a)}
-
     def bind_args(self, g: GraphOp, args: Sequence[SSAValue], block: Block) -> dict[SSAValue, SSAValue]:
         env: dict[SSAValue, SSAValue] = {}
-        updated = self.updated_by_ref(g, args)
+        updated = g.updated_by_ref(args)
         for i, (arg, buf) in enumerate(zip(g.body.block.args, args, strict=True)):
             if not g.input_is_by_ref(i) and (is_written(arg) or buf in updated):
                 buf = self.copy_to_new(block, buf, arg.name_hint)
@@ -366,7 +360,7 @@ class _Emitter:
         n_out = len(op.res)
         carried: list[SSAValue] = []
         args: list[SSAValue] = []
-        updated = self.updated_by_ref(g, [env[a] for a in op.args])
+        updated = g.updated_by_ref([env[a] for a in op.args])
         for i, a in enumerate(op.args):
             buf = env[a]
             if not g.input_is_by_ref(i) and (i < n_out or buf in updated):

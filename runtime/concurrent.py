@@ -63,6 +63,7 @@ program is compiled, e.g. at `Session` creation).
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import re
@@ -578,7 +579,7 @@ def _serve(jobs: queue.SimpleQueue[Job]) -> None:
 
 _IDLE: list[_Worker] = []  # the pool's workers no step is using
 _POOL_LOCK = threading.Lock()
-_STARTED = [0]  # workers started so far (for their names)
+_WORKER_NUMBERS = itertools.count(1)  # the names of the workers started
 
 
 def take_workers(n: int) -> list[_Worker]:
@@ -591,8 +592,7 @@ def take_workers(n: int) -> list[_Worker]:
     with _POOL_LOCK:
         taken = [_IDLE.pop() for _ in range(min(n, len(_IDLE)))]
         while len(taken) < n:
-            _STARTED[0] += 1
-            taken.append(_Worker(f"xl worker {_STARTED[0]}"))
+            taken.append(_Worker(f"xl worker {next(_WORKER_NUMBERS)}"))
         return taken
 
 

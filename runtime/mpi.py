@@ -117,8 +117,6 @@ class MpiComm:
         shape and dtype) and those of the other instances, which pass as many arrays."""
         if not local:
             raise ValueError("MpiComm.gather: no local arrays (every instance runs at least one replica)")
-        if self._diverged is not None:
-            raise CommMismatchError(f"no exchange after the instances diverged (earlier: {self._diverged})")
         first = np.asarray(local[0])
         shape, dtype = first.shape, first.dtype
         for a in local[1:]:
@@ -134,27 +132,29 @@ class MpiComm:
         recv = np.empty((self.num_instances * n, *shape), dtype=dtype)
         MPI = self._MPI
         # the headers first: instances that disagree stop here, before any data moves
-        headers = self._headers(n, nbytes, _fingerprint(shape, dtype))
-        if not (headers == headers[self.instance_index]).all():
-            self._mismatch(headers, shape, dtype)
+        self._begin(n, nbytes, shape, dtype)
         self.comm.Allgather([send.reshape(-1).view(np.uint8), MPI.BYTE], [recv.reshape(-1).view(np.uint8), MPI.BYTE])
         global _inside
         _inside = None
         return list(recv)
 
-    def _headers(self, n: int, nbytes: int, fingerprint: int) -> np.ndarray:
-        """The header exchange starting the next exchange: every instance's header (sequence
-        number, arrays, bytes per array, shape / dtype fingerprint). From here until the
-        exchange ends (its data exchanged, or a mismatch raised) this instance is inside it:
-        ending there aborts the job."""
+    def _begin(self, n: int, nbytes: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """The header exchange starting the next exchange (sequence number, arrays, bytes per
+        array, shape / dtype fingerprint; `n = 0` for a barrier): `CommMismatchError` when the
+        instances disagree or the communicator is spent. From here until the exchange ends (its
+        data exchanged, or a mismatch raised) this instance is inside it: ending there aborts
+        the job."""
+        if self._diverged is not None:
+            raise CommMismatchError(f"no exchange after the instances diverged (earlier: {self._diverged})")
         global _inside
         seq = self._exchanges
         self._exchanges += 1
         _inside = f"exchange #{seq}"
-        header = np.array([seq, n, nbytes, fingerprint], dtype=np.int64)
+        header = np.array([seq, n, nbytes, _fingerprint(shape, dtype) if n else 0], dtype=np.int64)
         headers = np.empty((self.num_instances, _HEADER), dtype=np.int64)
         self.comm.Allgather([header, self._MPI.INT64_T], [headers, self._MPI.INT64_T])
-        return headers
+        if not (headers == header).all():
+            self._mismatch(headers, shape, dtype)
 
     def _mismatch(self, headers: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> None:
         me = self.instance_index
@@ -190,11 +190,7 @@ class MpiComm:
         """Wait for every instance: an exchange of headers only (no arrays), so an instance
         that meets another exchange, or an instance that has finished, is reported as in
         `gather`."""
-        if self._diverged is not None:
-            raise CommMismatchError(f"no barrier after the instances diverged (earlier: {self._diverged})")
-        headers = self._headers(0, 0, 0)
-        if not (headers == headers[self.instance_index]).all():
-            self._mismatch(headers, (), np.dtype(np.float32))
+        self._begin(0, 0, (), np.dtype(np.float32))
         global _inside
         _inside = None
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 
-from xl.dialects.graph import VariableOp
+from xl.dialects.graph import EXTERNAL_ATTR, VariableOp
 from xl.dialects.rt import StateOp
 
 __all__ = [
@@ -28,9 +28,6 @@ __all__ = [
     "externalize_variables",
     "missing_external_variables",
 ]
-
-EXTERNAL_ATTR = "graph.external"
-"""Discardable attribute of a `graph.variable` whose value is in an `.npz` (its file name)."""
 
 
 def externalize_variables(module: ModuleOp, path: str | os.PathLike[str]) -> ModuleOp:
