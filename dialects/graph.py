@@ -89,7 +89,7 @@ from xl.dialects.utils import fmt_type
 NAME_ATTR = "graph.name"
 BY_REF_ATTR = "graph.by_ref"
 # discardable attribute of a `graph.variable` (and the `rt.state` lowered from it) whose
-# value is in an `.npz`: its file name (`xl.tools.weights`)
+# value is in an `.npz`: its file name (`xl.compiler.weights`)
 EXTERNAL_ATTR = "graph.external"
 
 

@@ -48,6 +48,7 @@ from xdsl.utils.exceptions import (
 )
 
 from xl.compiler import DEFAULT_PIPELINE, compile_module
+from xl.compiler.weights import EXTERNAL_ATTR, missing_external_variables
 from xl.passes.plugins import load_pass_plugin
 from xl.runtime import Executable
 from xl.runtime.executable import ReplicaDivergenceError
@@ -61,7 +62,6 @@ from xl.tools.diagnostics import (
 )
 from xl.tools.opt import format_parse_error, version_text
 from xl.tools.parse import as_parse_error, parse_source
-from xl.tools.weights import EXTERNAL_ATTR, missing_external_variables
 
 PROG = "xl-run"
 

@@ -355,8 +355,8 @@ class Ir:
         module = self._module
         if values == "current" and self._sessions:
             module = self._module_with_values(self._session_values(self._sessions[-1]))
+        from xl.compiler.weights import externalize_variables
         from xl.tools.elide import print_op
-        from xl.tools.weights import externalize_variables
 
         if weights is not None:
             module = externalize_variables(module, weights)
