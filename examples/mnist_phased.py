@@ -5,8 +5,9 @@ phase by phase, batch serialisation, replica-sharded variables and optimiser sta
     python examples/mnist_phased.py --io-mode compute    # or io (default), io_overlapped
     python examples/mnist_phased.py --memory-report      # resident vs remote bytes, beside the unphased program
 
-Every variable and its Adam state live in remote buffers (`named_variable_buffers`; those
-with at least `--sharded-threshold` elements sharded over the replicas). A step runs seven
+Every variable and its Adam state live in remote buffers (`named_variable_buffers` with a
+`shard_over_dict`: those with at least `--sharded-threshold` elements are sharded over the
+replicas, `get_shard_groups`). A step runs seven
 phases, each holding only one layer on chip:
 
     fc1 fwd, fc2 fwd, fc3 fwd                   load + all-gather the layer, batch-serialised fwd
@@ -38,8 +39,14 @@ import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
 import popxl_addons as addons  # noqa: E402
 from popxl_addons import batch_serial_buffer, batch_serialise, batch_serialise_fwd_and_grad  # noqa: E402
+from popxl_addons.named_replica_grouping import NamedReplicaGrouping  # noqa: E402
 from popxl_addons.named_tensors import NamedTensors  # noqa: E402
-from popxl_addons.remote import load_remote_graph, named_variable_buffers, store_remote_graph  # noqa: E402
+from popxl_addons.remote import (  # noqa: E402
+    NamedRemoteBuffers,
+    load_remote_graph,
+    named_variable_buffers,
+    store_remote_graph,
+)
 from popxl_addons.rts import all_gather_replica_sharded_graph, reduce_replica_sharded_graph, replica_sharded_spec  # noqa: E402
 from popxl_addons.variable_factory import NamedVariableFactories  # noqa: E402
 
@@ -149,12 +156,29 @@ class Adam(addons.Module):
         ops.scaled_add_(var, updater, b=-lr)
 
 
+def get_shard_groups(opts, facts: NamedVariableFactories) -> dict[str, popxl.ReplicaGrouping]:
+    """The replica grouping each variable is sharded over: its replica grouping when it has
+    at least `--sharded-threshold` elements and they divide by the group size, else a group
+    of one replica (not sharded); sorted by name."""
+    ir = popxl.gcg().ir
+    groups = {}
+    for name, f in facts.to_dict().items():
+        size = int(np.prod(f.shape))
+        rg = f.replica_grouping
+        if size >= opts.sharded_threshold and size % rg.group_size == 0:
+            groups[name] = rg
+        else:
+            groups[name] = ir.replica_grouping(group_size=1)
+    return dict(sorted(groups.items()))
+
+
 class Graphs:
     """A layer's forward, gradient and optimiser graphs, its remote buffers (variables and
     optimiser state) and the load / store / gather / reduce graphs of its phases."""
 
     def __init__(self, opts, layer: addons.Module, optimizer: addons.Module, entries: int, require_dx_0: bool, *args):
         fwd_facts, self.fwd = layer.create_graph(*args)
+        self.shard_groups = get_shard_groups(opts, fwd_facts)
         required = (self.fwd.graph.inputs[0],) if require_dx_0 else ()
         grad_facts, self.bwd = addons.autodiff_with_accumulation(
             self.fwd, tensors_to_accumulate_grads=self.fwd.args.tensors, grads_required=required
@@ -168,6 +192,7 @@ class Graphs:
         graphs = cls.__new__(cls)
         graphs.bwd = None
         facts, graphs.fwd = fwd_and_bwd.create_graph(*args)
+        graphs.shard_groups = get_shard_groups(opts, facts.fwd)
         optim_facts = graphs._setup_optim(optimizer, graphs.fwd.args.fwd, opts)
         graphs._set_factories(facts.fwd, optim_facts, facts.pop("bwd"))
         graphs._setup_graphs(opts, entries)
@@ -177,7 +202,7 @@ class Graphs:
         optim_facts = {}
         self.optim = {}
         for name, var in fwd_vars.to_dict().items():
-            spec = replica_sharded_spec(var, threshold=opts.sharded_threshold)
+            spec = replica_sharded_spec(var, shard_over=self.shard_groups[name])
             optim_facts[name], self.optim[name] = optimizer.create_graph(spec, spec, lr=opts.lr, bias_correction=False)
         return optim_facts
 
@@ -186,17 +211,23 @@ class Graphs:
         self.grad_facts = grad_facts
 
     def _setup_graphs(self, opts, entries: int) -> None:
-        self.buffers = named_variable_buffers(self.facts, entries, sharded_threshold=opts.sharded_threshold)
+        shard_over = {n: g.group_size for n, g in self.shard_groups.items()}
+        optim_shard_over = {n: g.group_size for n, g in get_shard_groups(opts, self.facts.optim).items()}
+        self.buffers = NamedRemoteBuffers(
+            fwd=named_variable_buffers(self.facts.fwd, entries, shard_over_dict=shard_over),
+            optim=named_variable_buffers(self.facts.optim, entries, shard_over_dict=optim_shard_over),
+        )
         self._fwd_load, self._fwd_load_names = load_remote_graph(self.buffers.fwd, entries)
         self._optim_fwd_load, self._optim_fwd_load_names = load_remote_graph(self.buffers, entries)
         self._optim_fwd_store = store_remote_graph(self.buffers, entries)
         self._fwd_all_gather, self._fwd_all_gather_names = all_gather_replica_sharded_graph(
-            NamedTensors.pack(self._fwd_load_names, self._fwd_load.graph.outputs)
+            NamedTensors.pack(self._fwd_load_names, self._fwd_load.graph.outputs),
+            replica_groups=NamedReplicaGrouping.from_dict(self.shard_groups),
         )
         grad_accums = self.bwd.args.copy() if self.bwd else self.fwd.args.bwd.copy()
         grad_accums.pop("mean_accum_counter")
         self._grad_reduce, self._grad_reduce_names = reduce_replica_sharded_graph(
-            grad_accums, "mean", threshold=opts.sharded_threshold
+            grad_accums, "mean", shard_groups=NamedReplicaGrouping.from_dict(get_shard_groups(opts, self.grad_facts))
         )
 
     def fwd_load(self, i: int | popxl.Tensor) -> NamedTensors:

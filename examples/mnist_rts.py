@@ -5,11 +5,12 @@
 
 Data parallel over `--data-parallel` (4) replicas with `--gradient-accumulation` (8) micro
 batches each. After accumulation the gradients of tensors with at least
-`--sharded-threshold` (512) elements are reduce-scattered over the replicas
+`--sharded-threshold` (512) elements (their shard group: all replicas, `get_shard_groups`)
+are reduce-scattered over the replicas
 (`popxl_addons.rts.reduce_replica_sharded_graph`): each replica gets one quarter of the
 mean gradient, takes the Adam step on its quarter of the weight (`replica_sharded_slice`)
 with optimiser state that is itself sharded and kept in remote buffers
-(`addons.named_variable_buffers`, `load_remote_graph`, `store_remote_graph`,
+(`addons.named_variable_buffers(..., shard_over_dict=...)`, `load_remote_graph`, `store_remote_graph`,
 `NamedVariableFactories.init_remote`), and the updated quarters are all-gathered back into
 the full weight (`copy_var_update_`). Smaller tensors are all-reduced and updated whole.
 Data: the bundled MNIST digits (`mnist_data.py`) or full MNIST with `--data-dir`.
@@ -32,6 +33,7 @@ from progress_bar import progress  # noqa: E402
 import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
 import popxl_addons as addons  # noqa: E402
+from popxl_addons.named_replica_grouping import NamedReplicaGrouping  # noqa: E402
 from popxl_addons.named_tensors import NamedTensors  # noqa: E402
 from popxl_addons.rts import reduce_replica_sharded_graph, replica_sharded_spec  # noqa: E402
 
@@ -117,14 +119,33 @@ class Adam(addons.Module):
         ops.scaled_add_(var, updater, b=-lr)
 
 
-def remote_step(var: popxl.Tensor, grad: popxl.Tensor, optimizer: addons.Module, opts) -> None:
+def get_shard_groups(opts, facts: addons.NamedVariableFactories) -> dict[str, popxl.ReplicaGrouping]:
+    """The replica grouping each variable is sharded over: its replica grouping when it has
+    at least `--sharded-threshold` elements and they divide by the group size, else a group
+    of one replica (not sharded); sorted by name."""
+    ir = popxl.gcg().ir
+    groups = {}
+    for name, f in facts.to_dict().items():
+        size = int(np.prod(f.shape))
+        rg = f.replica_grouping
+        if size >= opts.sharded_threshold and size % rg.group_size == 0:
+            groups[name] = rg
+        else:
+            groups[name] = ir.replica_grouping(group_size=1)
+    return dict(sorted(groups.items()))
+
+
+def remote_step(
+    var: popxl.Tensor, grad: popxl.Tensor, optimizer: addons.Module, opts, shard_group: popxl.ReplicaGrouping
+) -> None:
     """One Adam step whose state lives off chip: load the state, update, store it back."""
     facts, opt_graph = optimizer.create_graph(
-        replica_sharded_spec(var, threshold=opts.sharded_threshold),
-        replica_sharded_spec(grad, threshold=opts.sharded_threshold),
+        replica_sharded_spec(var, shard_over=shard_group),
+        replica_sharded_spec(grad, shard_over=shard_group),
         lr=opts.lr,
     )
-    buffers = addons.named_variable_buffers(facts, entries=1, sharded_threshold=opts.sharded_threshold)
+    shard_over = {n: rg.group_size for n, rg in get_shard_groups(opts, facts).items()}
+    buffers = addons.named_variable_buffers(facts, entries=1, shard_over_dict=shard_over)
     opt_load, names = addons.load_remote_graph(buffers, entries=1)
     opt_store = addons.store_remote_graph(buffers, entries=1)
     facts.init_remote(buffers)  # the state's initial values, in the buffers
@@ -133,9 +154,11 @@ def remote_step(var: popxl.Tensor, grad: popxl.Tensor, optimizer: addons.Module,
     opt_store.bind(state).call(0)  # device -> remote
 
 
-def optimizer_step(variables: NamedTensors, grads: dict[popxl.Tensor, popxl.Tensor], optimizer, counter, opts) -> None:
-    for var in variables.named_tensors.values():
-        remote_step(var, grads[var], optimizer, opts)
+def optimizer_step(
+    variables: NamedTensors, grads: dict[popxl.Tensor, popxl.Tensor], optimizer, counter, opts, shard_groups
+) -> None:
+    for name, var in variables.named_tensors.items():
+        remote_step(var, grads[var], optimizer, opts, shard_groups[name])
     if counter is not None:
         ops.var_updates.accumulator_scale_(counter, 0.0)  # reset the accumulators
 
@@ -151,6 +174,7 @@ def train_program(opts):
         facts, fwd_graph = Net().create_graph(img_spec)
         variables = facts.init()
         bound_fwd = fwd_graph.bind(variables)
+        shard_groups = get_shard_groups(opts, facts)
         bwd_facts, bwd_graph = addons.autodiff_with_accumulation(fwd_graph, fwd_graph.args.tensors)
         accumulated = bwd_facts.init()
         counter = accumulated.mean_accum_counter
@@ -168,13 +192,15 @@ def train_program(opts):
 
             if opts.data_parallel > 1:
                 # large gradients are reduce-scattered (sharded), small ones all-reduced
-                grad_reduce, names = reduce_replica_sharded_graph(grads, "mean", threshold=opts.sharded_threshold)
+                grad_reduce, names = reduce_replica_sharded_graph(
+                    grads, "mean", shard_groups=NamedReplicaGrouping.from_dict(shard_groups)
+                )
                 grads = NamedTensors.pack(names, grad_reduce.bind(grads).call())
                 # the replica's shard of each large variable
                 shards = {}
                 for name, v in variables.named_tensors.items():
-                    if v.nelms >= opts.sharded_threshold and v.nelms % ir.replication_factor == 0:
-                        shards[name] = ops.collectives.replica_sharded_slice(v)
+                    if shard_groups[name].group_size > 1:
+                        shards[name] = ops.collectives.replica_sharded_slice(v, group=shard_groups[name])
                     else:
                         shards[name] = v
                 sharded_vars = NamedTensors.from_dict(shards)
@@ -183,13 +209,13 @@ def train_program(opts):
 
             grad_of = grads.named_tensors
             grads_dict = {v: grad_of[k] for k, v in sharded_vars.named_tensors.items()}
-            optimizer_step(sharded_vars, grads_dict, Adam(cache=True), counter, opts)
+            optimizer_step(sharded_vars, grads_dict, Adam(cache=True), counter, opts, shard_groups)
 
             # gather the updated shards into the full variables
             full_vars = variables.named_tensors
             for name, v in sharded_vars.named_tensors.items():
                 if v.meta_shape:
-                    full = ops.collectives.replicated_all_gather(v)
+                    full = ops.collectives.replicated_all_gather(v, group=shard_groups[name])
                     ops.var_updates.copy_var_update_(full_vars[name], full)
 
     ir.num_host_transfers = opts.gradient_accumulation

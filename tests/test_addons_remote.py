@@ -46,7 +46,7 @@ class AddData(addons.Module):
         ops.var_updates.accumulate_(b, y)
 
 
-def _phased(replicas: int, threshold: int, layers: int = 3):
+def _phased(replicas: int, shard_w: bool, layers: int = 3):
     rng = np.random.default_rng(0)
     before = [{"w": rng.standard_normal(W_SHAPE).astype(np.float32),
                "b": rng.standard_normal(B_SHAPE).astype(np.float32)} for _ in range(layers)]  # fmt: skip
@@ -58,7 +58,10 @@ def _phased(replicas: int, threshold: int, layers: int = 3):
         for k in ("w", "b"):  # layer i's initial values, in init_remote's (alphabetical) order
             it = iter([before[i][k] for i in range(layers)])
             facts.insert(k, addons.VariableFactory(it, popxl.float32, k), overwrite=True)
-        buffers = named_variable_buffers(facts, entries=layers, sharded_threshold=threshold)
+        # w sharded over every replica (when asked), b (3 elements) never
+        buffers = named_variable_buffers(
+            facts, entries=layers, shard_over_dict={"w": replicas if shard_w else 1, "b": 1}
+        )
         variables = [facts.init_remote(buffers, i, f"layer{i}") for i in range(layers)]
         load, names = load_remote_graph(buffers)
         store = store_remote_graph(buffers)
@@ -83,10 +86,10 @@ def _phased(replicas: int, threshold: int, layers: int = 3):
     return ir, buffers, variables, before, xs, ys
 
 
-@pytest.mark.parametrize("replicas,threshold", [(1, 16), (4, 16), (4, 10**6)])
-def test_phased_round_trip(replicas: int, threshold: int) -> None:
-    ir, buffers, variables, before, xs, ys = _phased(replicas, threshold)
-    sharded = replicas > 1 and threshold <= 32
+@pytest.mark.parametrize("replicas,shard_w", [(1, True), (4, True), (4, False)])
+def test_phased_round_trip(replicas: int, shard_w: bool) -> None:
+    ir, buffers, variables, before, xs, ys = _phased(replicas, shard_w)
+    sharded = replicas > 1 and shard_w
     assert buffers.w.meta_shape == (W_SHAPE if sharded else ())
     assert buffers.w.tensor_shape == ((32 // replicas,) if sharded else W_SHAPE)
     assert buffers.b.meta_shape == () and buffers.b.entries == 3
@@ -108,7 +111,7 @@ def test_phased_round_trip(replicas: int, threshold: int) -> None:
             want = replicas * before[i][k] + data.sum(0)
             np.testing.assert_allclose(got[i][narrow(v.get(k), popxl.Tensor)], want, rtol=1e-5, atol=1e-6)
     if replicas == 4 and sharded:  # upstream's check: equal data on every replica -> (before + data) * 4
-        ir, buffers, variables, before, xs, ys = _phased(replicas, threshold, layers=2)
+        ir, buffers, variables, before, xs, ys = _phased(replicas, shard_w, layers=2)
         with popxl.Session(ir) as s:
             s.run({xs: np.stack([x[0]] * 4), ys: np.stack([y[0]] * 4)})
             w1 = s.get_tensor_data(variables[1].w)
@@ -116,21 +119,23 @@ def test_phased_round_trip(replicas: int, threshold: int) -> None:
 
 
 def test_named_buffers_and_load_store_in_main() -> None:
-    """`named_buffers` (upstream's fails with a TypeError): buffers keyed like the tensors,
-    sharded at the threshold; `store_remote` then `load_remote` in the main graph returns the
-    stored values (doubled in between)."""
+    """`named_buffers`: a buffer per tensor keyed alike, of the tensor's shape (a replica
+    shard's buffer has its meta_shape); `store_remote` then `load_remote` in the main graph
+    returns the stored values (doubled in between)."""
     ir = popxl.Ir(replication=2)
     a0 = np.arange(8, dtype=np.float32).reshape(2, 4)
     c0 = np.arange(3, dtype=np.float32)
     with ir.main_graph, popxl.in_sequence():
         ts = addons.NamedTensors.from_dict({"l.a": popxl.variable(a0, name="a"), "l.c": popxl.variable(c0, name="c")})
-        bufs = named_buffers(ts, entries=2, sharded_threshold=8)
+        shards = addons.NamedTensors.from_dict({"l.a": ops.collectives.replica_sharded_slice(ts.l.a), "l.c": ts.l.c})
+        bufs = named_buffers(shards, entries=2)
         assert isinstance(bufs, NamedRemoteBuffers)
-        assert bufs.l.a.meta_shape == (2, 4) and bufs.l.a.tensor_shape == (4,)
+        assert bufs.l.a.meta_shape == (2, 4) and bufs.l.a.tensor_shape == (4,) and bufs.l.a.entries == 2
         assert bufs.l.c.meta_shape == () and bufs.l.c.tensor_shape == (3,)
         with pytest.raises(KeyError, match="no tensor for the buffers"):
             store_remote(bufs, addons.NamedTensors.from_dict({"l.a": ts.l.a}))
-        plain = named_buffers(ts, entries=2, sharded_threshold=100)
+        plain = named_buffers(ts, entries=2)
+        assert plain.l.a.meta_shape == () and plain.l.a.tensor_shape == (2, 4)
         store_remote(plain, ts, entry=1)
         back = load_remote(plain, 1)
         outs = {}
@@ -147,16 +152,21 @@ def test_create_remote_buffer_cases_and_errors() -> None:
     ir = popxl.Ir(replication=4)
     with ir.main_graph:
         spec = popxl.TensorSpec((4, 4), popxl.float32)
-        assert create_remote_buffer(spec, 2, 16).meta_shape == (4, 4)
-        assert create_remote_buffer(spec, 2, 17).meta_shape == ()
-        assert create_remote_buffer(popxl.TensorSpec((5, 3), popxl.float32), 1, 1).meta_shape == ()  # 15 % 4
+        full = create_remote_buffer(spec, 2)  # shard_over: the whole (default) replica group
+        assert (full.meta_shape, full.tensor_shape, full.entries) == ((4, 4), (4,), 2)
+        assert create_remote_buffer(spec, 2, shard_over=2).tensor_shape == (8,)
+        plain = create_remote_buffer(spec, 2, shard_over=1)
+        assert plain.meta_shape == () and plain.tensor_shape == (4, 4)
+        assert create_remote_buffer(popxl.variable(np.zeros((2, 2), np.float32)), shard_over=4).tensor_shape == (1,)
+        with pytest.raises(ValueError, match="cannot shard a tensor of 15 elements"):
+            create_remote_buffer(popxl.TensorSpec((5, 3), popxl.float32))
+        with pytest.raises(ValueError, match="shard_over=5 must be between 1 and the replica group size 4"):
+            create_remote_buffer(spec, shard_over=5)
         already = create_remote_buffer(popxl.TensorSpec((8,), popxl.float32, (4, 4)), 3)
         assert already.tensor_shape == (8,) and already.meta_shape == (4, 4) and already.entries == 3
         pairs = ir.replica_grouping(stride=2, group_size=2)  # 2 groups of 2
-        b = create_remote_buffer(spec, 1, 1, replica_group=pairs)
+        b = create_remote_buffer(spec, 1, replica_group=pairs)
         assert b.tensor_shape == (8,) and b.meta_shape == (4, 4)
-        with pytest.raises(ValueError, match="does not split the replica group"):
-            create_remote_buffer(spec, 1, 1, replica_group=pairs, shard_group=ir.replica_grouping(1, 2))
         with pytest.raises(ValueError, match="entries must be a positive int"):
             create_remote_buffer(spec, 0)
         with pytest.raises(TypeError, match="not a popxl.RemoteBuffer"):
@@ -166,6 +176,12 @@ def test_create_remote_buffer_cases_and_errors() -> None:
         )
         with pytest.raises(KeyError, match="no buffer for the factories"):
             facts.init_remote(NamedRemoteBuffers(), 0)
+        with pytest.raises(KeyError, match=r"shard_over_dict names \['b'\]"):
+            named_variable_buffers(facts, shard_over_dict={"b": 2})
+        with pytest.raises(ValueError, match="shard_over_dict must be a dict, an int or a bool"):
+            named_variable_buffers(facts, shard_over_dict="all")  # pyright: ignore[reportArgumentType]  # bad input
+        with pytest.raises(ValueError, match=r"\('a'\): shard_over=8 must be between 1"):
+            named_variable_buffers(facts, shard_over_dict=8)
 
 
 def test_grouped_sharded_remote_variable_round_trip() -> None:
@@ -179,7 +195,7 @@ def test_grouped_sharded_remote_variable_round_trip() -> None:
         facts = addons.NamedVariableFactories.from_dict(
             {"w": addons.VariableFactory(iter(data), popxl.float32, "w", replica_grouping=rg)}
         )
-        bufs = named_variable_buffers(facts, entries=1, sharded_threshold=16)
+        bufs = named_variable_buffers(facts, entries=1)  # sharded over each group (2 replicas)
         assert bufs.w.meta_shape == (4, 4) and bufs.w.tensor_shape == (8,)
         v = facts.init_remote(bufs, 0)
         loaded = load_remote(bufs, 0)
@@ -219,9 +235,9 @@ def test_io_tile_graphs_round_trip() -> None:
     a = np.arange(8, dtype=np.float32)
     with ir.main_graph, popxl.in_sequence():
         ts = addons.NamedTensors.from_dict({"a": popxl.variable(a, name="a")})
-        bufs = named_buffers(ts, entries=2, sharded_threshold=4)
-        store = store_remote_graph(bufs, use_io_tiles=True)
         shard = ops.collectives.replica_sharded_slice(ts.a + 1)
+        bufs = named_buffers(addons.NamedTensors.from_dict({"a": shard}), entries=2)
+        store = store_remote_graph(bufs, use_io_tiles=True)
         store.bind(addons.NamedTensors.from_dict({"a": shard})).call(1)
         load, names = load_remote_graph(bufs, use_io_tiles=True)
         loaded = addons.NamedTensors.pack(names, load.call(1))

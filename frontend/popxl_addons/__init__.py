@@ -2,6 +2,8 @@
 graphs with named args, transforms and ops on top of `popxl` (upstream: graphcore/popxl-addons).
 """
 
+from typing import Any
+
 from popxl_addons import (  # noqa: F401  (the submodules, as upstream exposes them)
     array_munging,
     debugging,
@@ -54,7 +56,7 @@ from popxl_addons.tuning import (
     set_available_memory_proportion_by_ipu,
     set_graph_available_memory_proportion_by_ipu,
 )
-from popxl_addons.utils import WeightsDict, timer
+from popxl_addons.utils import OrderedDict, WeightsDict, timer
 from popxl_addons.variable_factory import (
     NamedReplicaGrouping,
     NamedVariableFactories,
@@ -63,9 +65,32 @@ from popxl_addons.variable_factory import (
     add_variable_input,
 )
 
+GIT_COMMIT: str | None  # bound on first use by __getattr__
 
-def __getattr__(name: str):
-    # transforms re-exported at top level (addons.autodiff, addons.pipelined_execution, ...)
+
+def _git_commit() -> str | None:
+    """The short commit of the git checkout this package is in (None when it is not in one,
+    e.g. installed from a wheel)."""
+    import os
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=7", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def __getattr__(name: str) -> Any:
+    # GIT_COMMIT (upstream: the short commit of the popxl-addons checkout) is looked up on
+    # first use; transforms are re-exported at top level (addons.autodiff, ...)
+    if name == "GIT_COMMIT":
+        commit = _git_commit()
+        globals()["GIT_COMMIT"] = commit
+        return commit
     try:
         return getattr(transforms, name)
     except AttributeError:
@@ -105,6 +130,7 @@ __all__ = [
     "TaskSession",
     "write_variables_pb",
     "WeightsDict",
+    "OrderedDict",
     "timer",
     "testing_utils",
     "route_tensor_into_graph",

@@ -13,20 +13,17 @@ for i in range(3):                                       # one phase per layer
     store.bind(ws).call(i)
 ```
 
-A variable whose factory has at least `sharded_threshold` elements gets a replica-sharded
-buffer when its shard group (default: its replica group restricted to one instance) has
-more than one replica and divides its element count; each replica's entry then holds its
-1-D shard and `meta_shape` is the full shape (gather with `popxl_addons.rts`).
-
-`named_buffers` fixes upstream's: upstream passes the int threshold where
-`replica_sharded_spec` expects the shard grouping, so any call fails; here it builds each
-buffer with `create_remote_buffer(t.spec, ...)` like `named_variable_buffers` does.
+Replicated tensor sharding: `shard_over` is the number of replicas of a variable's replica
+group that hold one equal 1-D part each of the flattened variable (`meta_shape` the full
+shape; gather with `popxl_addons.rts`). `named_variable_buffers(facts, shard_over_dict=...)`
+takes it per variable name (a dict; a name not in it: the whole group), for every variable
+(an int), or True (the whole group, the default) / False (no sharding).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -35,11 +32,6 @@ import popxl
 import popxl.ops as ops
 from popxl_addons.dot_tree import DotTree
 from popxl_addons.graph import GraphWithNamedArgs
-from popxl_addons.named_replica_grouping import (
-    NamedReplicaGrouping,
-    get_instance_replica_grouping,
-    is_cross_instance,
-)
 from popxl_addons.named_tensors import NamedTensors
 
 __all__ = [
@@ -81,97 +73,108 @@ def _check_buffers(buffers: Any, what: str) -> None:
             raise TypeError(f"{what}: buffers[{name!r}] is a {type(b).__name__}, not a popxl.RemoteBuffer")
 
 
+def _check_shard_over(shard_over: Any, group: popxl.ReplicaGrouping, what: str) -> int:
+    if isinstance(shard_over, bool) or not isinstance(shard_over, int | np.integer):
+        raise TypeError(f"{what}: shard_over must be an int, got {shard_over!r}")
+    if not 1 <= shard_over <= group.group_size:
+        raise ValueError(
+            f"{what}: shard_over={int(shard_over)} must be between 1 and the replica group size {group.group_size}"
+        )
+    return int(shard_over)
+
+
 def create_remote_buffer(
-    spec: popxl.TensorSpec,
+    spec: popxl.TensorSpec | popxl.Tensor,
     entries: int = 1,
-    sharded_threshold: int = 1024,
     replica_group: popxl.ReplicaGrouping | None = None,
-    shard_group: popxl.ReplicaGrouping | None = None,
+    shard_over: int | None = None,
 ) -> popxl.RemoteBuffer:
-    """A remote buffer of `entries` entries for tensors like `spec`.
+    """A remote buffer of `entries` entries for tensors like `spec` (a TensorSpec or Tensor).
 
     - `spec` with a meta_shape (already a shard): a buffer of the shard's shape with that
-      meta_shape.
-    - else, when the shard group has more than one replica and the tensor has at least
-      `sharded_threshold` elements, divisible by the shard group size: a replica-sharded
-      buffer (`popxl.replica_sharded_buffer`, entries of `(nelms // shard_size,)`).
+      meta_shape;
+    - else, `shard_over` > 1 (default: the size of `replica_group`, itself all replicas by
+      default): a replica-sharded buffer (`popxl.replica_sharded_buffer`: entries of
+      `(nelms // shard_over,)`, meta_shape `spec.shape`) for one variable per group of
+      `replica_group`; the element count must divide by `shard_over` (ValueError);
     - else a plain buffer of `spec.shape`.
-
-    `replica_group` is the variable's grouping (default: all replicas). `shard_group`
-    (default: `replica_group` restricted to one instance) must lie in one instance and
-    split the variable's groups: same stride, group size dividing the replica group's.
     """
     what = "create_remote_buffer"
     entries = _check_entries(entries, what)
     ir = popxl.gcg().ir
-    replica_group = replica_group if replica_group is not None else ir.replica_grouping()
-    if shard_group is None:
-        shard_group = get_instance_replica_grouping(replica_group)
-    if is_cross_instance(shard_group):
-        raise ValueError(
-            f"{what}: the shard group {shard_group} must be restricted to a single instance "
-            f"(instance replication factor {ir.instance_replication_factor}). "
-            "Use get_instance_replica_grouping."
-        )
-    meta = tuple(spec.meta_shape or ())
+    if replica_group is None:
+        replica_group = ir.replica_grouping()
+    elif not isinstance(replica_group, popxl.ReplicaGrouping):
+        raise TypeError(f"{what}: replica_group must be a popxl.ReplicaGrouping, got {type(replica_group).__name__}")
+    shard = replica_group.group_size if shard_over is None else _check_shard_over(shard_over, replica_group, what)
+    shape, dtype, meta = tuple(spec.shape), spec.dtype, tuple(spec.meta_shape or ())
     if meta:
-        buffer = popxl.remote_buffer(spec.shape, spec.dtype, entries)
+        buffer = popxl.remote_buffer(shape, dtype, entries)
         buffer.meta_shape = meta
         return buffer
-    nelms = int(np.prod(spec.shape))
-    size = shard_group.group_size
-    if size > 1 and nelms >= sharded_threshold and nelms % size == 0:
-        if shard_group.stride != replica_group.stride or replica_group.group_size % size:
-            raise ValueError(
-                f"{what}: the shard group {shard_group} does not split the replica group "
-                f"{replica_group} (it needs the same stride and a group size dividing "
-                f"{replica_group.group_size})"
-            )
+    if shard > 1:
+        nelms = int(np.prod(shape))
+        if nelms % shard:
+            raise ValueError(f"{what}: cannot shard a tensor of {nelms} elements {shape} over {shard} replicas")
         groups = replica_group.num_groups
-        shape = (groups, *spec.shape) if groups > 1 else tuple(spec.shape)
-        rg = replica_group if groups > 1 else None
-        return popxl.replica_sharded_buffer(shape, spec.dtype, rg, size, entries)
-    return popxl.remote_buffer(spec.shape, spec.dtype, entries)
+        full = (groups, *shape) if groups > 1 else shape
+        return popxl.replica_sharded_buffer(full, dtype, replica_group, shard, entries)
+    return popxl.remote_buffer(shape, dtype, entries)
 
 
-def named_buffers(
-    tensors: NamedTensors,
-    entries: int = 1,
-    sharded_threshold: int = 1024,
-    shard_group: popxl.ReplicaGrouping | None = None,
-) -> NamedRemoteBuffers:
-    """A buffer (`create_remote_buffer`) for each tensor of `tensors`, keyed alike; tensors
-    with at least `sharded_threshold` elements get replica-sharded buffers over
-    `shard_group` (default: all replicas of one instance)."""
-    return NamedRemoteBuffers.from_dict(
-        {
-            name: create_remote_buffer(t.spec, entries, sharded_threshold, None, shard_group)
-            for name, t in tensors.to_dict().items()
-        }
-    )
+def named_buffers(tensors: NamedTensors, entries: int = 1) -> NamedRemoteBuffers:
+    """A buffer for each tensor of `tensors`, keyed alike, of the tensor's shape (with its
+    meta_shape: a replica-sharded tensor gets a buffer for its shards)."""
+    if not isinstance(tensors, DotTree):
+        raise TypeError(f"named_buffers: tensors must be NamedTensors, got {type(tensors).__name__}")
+    entries = _check_entries(entries, "named_buffers")
+    buffers = {}
+    for name, t in tensors.to_dict().items():
+        buffer = popxl.remote_buffer(t.shape, t.dtype, entries)
+        if tuple(t.meta_shape or ()):
+            buffer.meta_shape = tuple(t.meta_shape)
+        buffers[name] = buffer
+    return NamedRemoteBuffers.from_dict(buffers)
 
 
 def named_variable_buffers(
     factories: Any,
     entries: int = 1,
-    sharded_threshold: int = 1024,
-    shard_groups: NamedReplicaGrouping | None = None,
+    shard_over_dict: Mapping[str, int] | int | bool = True,
 ) -> NamedRemoteBuffers:
     """A buffer (`create_remote_buffer`) for each factory of `factories`, keyed alike, with
-    the factory's replica grouping; `shard_groups` by name (default: each factory's
-    grouping restricted to one instance)."""
+    the factory's replica grouping.
+
+    `shard_over_dict`: the number of replicas of each variable's replica group it is
+    sharded over: a dict by name (a name not in it: the whole group), one int for every
+    variable (1 to the group size), True (the whole group) or False (no sharding).
+    """
+    what = "named_variable_buffers"
     ir = popxl.gcg().ir
-    facts = factories.to_dict()
-    groups = {k: f.replica_grouping if f.replica_grouping is not None else ir.replica_grouping()
-              for k, f in facts.items()}  # fmt: skip
-    shards = shard_groups.to_dict() if shard_groups is not None else {}
+    if not isinstance(shard_over_dict, Mapping | int | np.integer):
+        raise ValueError(
+            f"{what}: shard_over_dict must be a dict, an int or a bool, got {type(shard_over_dict).__name__}"
+        )
+    if isinstance(shard_over_dict, Mapping):
+        unknown = sorted(set(shard_over_dict) - set(factories.to_dict()))
+        if unknown:
+            raise KeyError(f"{what}: shard_over_dict names {unknown}, which are not variables of the factories")
     buffers = {}
-    for name, f in facts.items():
-        spec = popxl.TensorSpec(f.shape, f.dtype, f.meta_shape)
-        sg = shards.get(name)
-        if sg is None:
-            sg = get_instance_replica_grouping(groups[name])
-        buffers[name] = create_remote_buffer(spec, entries, sharded_threshold, groups[name], sg)
+    for name, f in factories.to_dict().items():
+        group = f.replica_grouping if f.replica_grouping is not None else ir.replica_grouping()
+        if isinstance(shard_over_dict, Mapping):
+            shard_over = shard_over_dict.get(name)
+        elif isinstance(shard_over_dict, bool):
+            shard_over = group.group_size if shard_over_dict else 1
+        else:
+            shard_over = shard_over_dict
+        if shard_over is not None:
+            shard_over = _check_shard_over(shard_over, group, f"{what} ({name!r})")
+        spec = popxl.TensorSpec(f.shape, f.dtype, tuple(f.meta_shape or ()))
+        try:
+            buffers[name] = create_remote_buffer(spec, entries, group, shard_over)
+        except ValueError as e:
+            raise ValueError(f"{what}: variable {name!r}: {e}") from None
     return NamedRemoteBuffers.from_dict(buffers)
 
 

@@ -5,17 +5,23 @@ loads checkpoints (popxl_addons/task_session.py).
 session = TaskSession(inputs, outputs, state=variables, ir=ir, device_desc="cpu")
 with session:
     session.run(...)
-session.save_checkpoint("ckpt")     # ckpt/model/<name>.npz per tensor + ckpt/session_state.json
+session.add_session_state_info({"total_steps": 0})   # saved in session_info.json
+session.save_checkpoint("ckpt")     # ckpt/model/<name>.npz per tensor + ckpt/session_info.json
 other.load_checkpoint("ckpt", report_missing="error")
+other.session_state["steps"]        # the runs made before the checkpoint
 ```
 
 A checkpoint directory holds `model/<dotted name>.npz` (one array, key `"data"`) for every
-tensor of `state` and `session_state.json` (format version, the names, shapes and dtypes
-of the tensors, and the state of the `dataloader` when it has `state_dict()`). Every
-file is written to a temporary file in the same directory, then moved into place with
-`os.replace`, so a crash leaves either the old file or the new one. Loading checks every
-tensor's shape and dtype against the session's before writing any (a `ValueError` naming
-the tensor); names missing on either side are reported as `report_missing` says.
+tensor of `state`, `session_info.json` (upstream's: the `session_state` dict, the number of
+`run` calls under `"steps"` and what `add_session_state_info` added), `session_state.json`
+(xl's record of the format version and the names, shapes and dtypes of the tensors) and
+the state of the `dataloader`: `dataloader.bin` written by its `save(path)` (upstream's
+protocol, read back with `resume(filename=...)`), or its `state_dict()` in
+`session_state.json`. Every file is written to a temporary file in the same directory, then
+moved into place with `os.replace`, so a crash leaves either the old file or the new one.
+Loading checks every tensor's shape and dtype against the session's before writing any (a
+`ValueError` naming the tensor); names missing on either side, in the tensors or in the
+session state, are reported as `report_missing` says.
 """
 
 from __future__ import annotations
@@ -34,12 +40,14 @@ import popxl
 from popxl_addons.named_tensors import NamedTensorData, NamedTensors
 from popxl_addons.streams import InputStreams, OutputStreams
 
-__all__ = ["TaskSession", "write_variables_pb", "CHECKPOINT_FORMAT_VERSION"]
+__all__ = ["TaskSession", "write_variables_pb", "initialise_memmap_dir_from_checkpoint", "CHECKPOINT_FORMAT_VERSION"]
 
 logger = logging.getLogger("popxl_addons")
 
 CHECKPOINT_FORMAT_VERSION = 1
 _STATE_FILE = "session_state.json"
+_SESSION_INFO_FILE = "session_info.json"
+_DATALOADER_FILE = "dataloader.bin"
 _MODEL_DIR = "model"
 _REPORT = ("none", "warn", "error")
 
@@ -85,6 +93,32 @@ def _report(ckpt_keys: Iterable[str], model_keys: Iterable[str], how: str, where
     logger.warning(msg)
 
 
+def _report_state(ckpt_keys: Iterable[str], session_keys: Iterable[str], how: str, where: str) -> None:
+    ckpt, own = set(ckpt_keys), set(session_keys)
+    lines = []
+    if ckpt - own:
+        lines.append(f"Session state keys in {where} not in the session: {sorted(ckpt - own)}")
+    if own - ckpt:
+        lines.append(f"Session state keys not in {where}: {sorted(own - ckpt)}")
+    if not lines or how == "none":
+        return
+    if how == "error":
+        raise ValueError("\n".join(lines))
+    logger.warning("\n".join(lines))
+
+
+def initialise_memmap_dir_from_checkpoint(checkpoint_dir: str, memmap_dir: str) -> None:
+    """Copy the memory-mapped variable files (`model/*.npy`) of a checkpoint into
+    `memmap_dir`, where `init(memmap_dir=...)` / `init_remote(memmap_dir=...)` then use them."""
+    model_dir = os.path.join(os.fspath(checkpoint_dir), _MODEL_DIR)
+    if not os.path.isdir(model_dir):
+        raise FileNotFoundError(f"initialise_memmap_dir_from_checkpoint: {model_dir} does not exist")
+    os.makedirs(memmap_dir, exist_ok=True)
+    for fn in sorted(os.listdir(model_dir)):
+        if fn.endswith(".npy"):
+            shutil.copyfile(os.path.join(model_dir, fn), os.path.join(memmap_dir, fn))
+
+
 class TaskSession(popxl.Session):
     """A Session with its input and output streams and its `state` (the named variables
     that make a checkpoint: weights, optimiser state, seeds, ...).
@@ -125,6 +159,9 @@ class TaskSession(popxl.Session):
         self.max_checkpoints = max_checkpoints
         self._saved_checkpoints: list[str] = []
         self._dataloader: Any = None
+        self.session_state: dict[str, Any] = {"steps": 0}
+        """What a checkpoint saves besides the tensors (`session_info.json`): `"steps"`, the
+        number of `run` calls, and the entries of `add_session_state_info`."""
 
     # upstream's older name for `state`
     @property
@@ -133,13 +170,48 @@ class TaskSession(popxl.Session):
 
     @property
     def dataloader(self) -> Any:
-        """An object whose `state_dict()` is saved with checkpoints and given back to its
-        `load_state_dict(...)` on load (both optional)."""
+        """The data loader whose state checkpoints save: one with `save(path)` and
+        `resume(filename=path)` (upstream's protocol), or with `state_dict()` and
+        `load_state_dict(state)`. None (the default) saves no data loader state."""
         return self._dataloader
 
     @dataloader.setter
     def dataloader(self, value: Any) -> None:
+        if value is not None and not (
+            (hasattr(value, "save") and hasattr(value, "resume"))
+            or (hasattr(value, "state_dict") and hasattr(value, "load_state_dict"))
+        ):
+            raise ValueError(
+                "TaskSession.dataloader: the data loader must implement save and resume methods "
+                f"(or state_dict and load_state_dict); {type(value).__name__} has neither pair"
+            )
         self._dataloader = value
+
+    def add_session_state_info(self, info: Mapping[str, Any]) -> None:
+        """Add entries to `session_state`, which checkpoints save in `session_info.json`
+        and `load_checkpoint` restores (e.g. total steps, a learning rate schedule). The
+        values must be JSON-serialisable (TypeError naming the key otherwise)."""
+        if not isinstance(info, Mapping):
+            raise TypeError(f"add_session_state_info: info must be a dict, got {type(info).__name__}")
+        for key, value in info.items():
+            if not isinstance(key, str):
+                raise TypeError(f"add_session_state_info: keys must be str, got {key!r}")
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"add_session_state_info: the value of {key!r} is not JSON-serialisable: {e}") from None
+        self.session_state.update(info)
+
+    def run(
+        self,
+        inputs: Mapping[popxl.HostToDeviceStream, Any] | None = None,
+        downcast_inputs: bool = True,
+    ) -> dict[popxl.DeviceToHostStream, np.ndarray]:
+        """`popxl.Session.run`, counting the runs in `session_state["steps"]` (a run that
+        raises is not counted)."""
+        outputs = super().run(inputs, downcast_inputs)
+        self.session_state["steps"] += 1
+        return outputs
 
     def get_named_tensors_data(self) -> NamedTensorData:
         """The current values of `state`, by name."""
@@ -167,10 +239,14 @@ class TaskSession(popxl.Session):
             tensors_meta[name] = {"shape": list(arr.shape), "dtype": str(arr.dtype)}
         meta: dict[str, Any] = {"format_version": CHECKPOINT_FORMAT_VERSION, "tensors": tensors_meta}
         dl = self._dataloader
-        if dl is not None and hasattr(dl, "state_dict"):
+        if dl is not None and hasattr(dl, "save") and hasattr(dl, "resume"):
+            dl.save(os.path.join(checkpoint_dir, _DATALOADER_FILE))
+        elif dl is not None and hasattr(dl, "state_dict"):
             meta["dataloader"] = dl.state_dict()
         text = json.dumps(meta, indent=2, sort_keys=True)
         _atomic_write(os.path.join(checkpoint_dir, _STATE_FILE), lambda f: f.write(text), mode="w")
+        info = json.dumps(self.session_state)
+        _atomic_write(os.path.join(checkpoint_dir, _SESSION_INFO_FILE), lambda f: f.write(info), mode="w")
         self._remember(checkpoint_dir)
 
     def _remember(self, checkpoint_dir: str) -> None:
@@ -182,9 +258,10 @@ class TaskSession(popxl.Session):
             old = self._saved_checkpoints.pop(0)
             # delete only what save_checkpoint wrote
             shutil.rmtree(os.path.join(old, _MODEL_DIR), ignore_errors=True)
-            state_file = os.path.join(old, _STATE_FILE)
-            if os.path.exists(state_file):
-                os.unlink(state_file)
+            for name in (_STATE_FILE, _SESSION_INFO_FILE, _DATALOADER_FILE):
+                path = os.path.join(old, name)
+                if os.path.exists(path):
+                    os.unlink(path)
             try:
                 os.rmdir(old)
             except OSError:
@@ -194,9 +271,12 @@ class TaskSession(popxl.Session):
         """Write the values saved in `checkpoint_dir` into the `state` variables.
 
         `report_missing`: 'warn' (log), 'error' (ValueError) or 'none' for names in only one
-        of the checkpoint and `state`. A shape or dtype that differs is always a ValueError
-        naming the tensor; nothing is written unless every tensor fits. `skip_memmap` is
-        accepted for upstream compatibility (xl keeps no memory-mapped variables).
+        of the checkpoint and `state`, and for `session_state` keys in only one of
+        `session_info.json` and this session. A shape or dtype that differs is always a
+        ValueError naming the tensor; nothing is written unless every tensor fits.
+        `session_state` becomes the checkpoint's (`{"steps": 0}` without a
+        `session_info.json`) and the data loader resumes from its saved state. `skip_memmap`
+        is accepted for upstream's signature (which ignores it too).
         """
         _check_report(report_missing)
         checkpoint_dir = os.fspath(checkpoint_dir)
@@ -248,10 +328,25 @@ class TaskSession(popxl.Session):
                     f"session's variable is {tuple(var.shape)} {want_dtype}"
                 )
             to_write[var] = arr
+        info_file = os.path.join(checkpoint_dir, _SESSION_INFO_FILE)
+        loaded_state: dict[str, Any] = {"steps": 0}
+        if os.path.exists(info_file):
+            try:
+                with open(info_file) as f:
+                    loaded_state = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"load_checkpoint: {info_file} is not valid JSON: {e}") from None
+            if not isinstance(loaded_state, dict) or not isinstance(loaded_state.get("steps", 0), int):
+                raise ValueError(f"load_checkpoint: {info_file} must hold a JSON object with an int 'steps'")
+        _report_state(loaded_state.keys(), self.session_state.keys(), report_missing, info_file)
         if to_write:
             self.write_variables_data(to_write)
+        self.session_state = {"steps": 0, **loaded_state}
         dl = self._dataloader
-        if "dataloader" in meta and dl is not None and hasattr(dl, "load_state_dict"):
+        dl_file = os.path.join(checkpoint_dir, _DATALOADER_FILE)
+        if dl is not None and hasattr(dl, "resume") and os.path.exists(dl_file):
+            dl.resume(filename=dl_file)
+        elif "dataloader" in meta and dl is not None and hasattr(dl, "load_state_dict"):
             dl.load_state_dict(meta["dataloader"])
 
     def load_from_session(self, src: TaskSession, report_missing: str = "none") -> None:

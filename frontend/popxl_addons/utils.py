@@ -1,16 +1,51 @@
-"""Small helpers of popxl_addons (popxl_addons/utils.py): `timer`, `WeightsDict`."""
+"""Small helpers of popxl_addons (popxl_addons/utils.py): `timer`, `WeightsDict`,
+`OrderedDict`, `null_context`, `suffix_graph_name`."""
 
 from __future__ import annotations
 
+import collections
 import logging
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["timer", "WeightsDict", "overrides", "truncated_normal"]
+__all__ = ["timer", "WeightsDict", "OrderedDict", "overrides", "truncated_normal", "null_context", "suffix_graph_name"]
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class OrderedDict(collections.OrderedDict[_K, _V]):
+    """An `OrderedDict` with `idx(i)` (the i-th value) and a one-item-per-line repr."""
+
+    def idx(self, idx: int) -> _V:
+        """The value at position `idx` (negative counts from the end)."""
+        values = list(self.values())
+        try:
+            return values[idx]
+        except IndexError:
+            raise IndexError(f"OrderedDict.idx: index {idx} out of range for {len(values)} items") from None
+
+    def __repr__(self) -> str:
+        if not self:
+            return "{}"
+        return "{\n" + "".join(f"{k}: {v},\n" for k, v in self.items()) + "}"
+
+
+@contextmanager
+def null_context() -> Iterator[None]:
+    """A context manager that does nothing."""
+    yield
+
+
+def suffix_graph_name(name: str, suffix: str) -> str:
+    """`name` without its `_subgraph(N)` parts, then `_<suffix>`."""
+    base = re.sub(r"_subgraph\(\d+\)", "", name)
+    return f"{base}_{suffix}"
 
 
 class WeightsDict(dict):
@@ -35,16 +70,18 @@ logger = logging.getLogger("popxl_addons")
 
 
 @contextmanager
-def timer(title: str) -> Iterator[dict[str, float]]:
+def timer(title: str | None = None, log_to_wandb: bool = True) -> Iterator[dict[str, float]]:
     """Log `"<title> duration: <s> s"` (logger 'popxl_addons', INFO) for the block; the
-    yielded dict gets `"seconds"` at the end."""
+    yielded dict gets `"seconds"` at the end. `log_to_wandb` is accepted for upstream's
+    signature (xl logs to Weights & Biases never)."""
     result: dict[str, float] = {}
     start = time.perf_counter()
+    logger.info("Starting %s", title or "")
     try:
         yield result
     finally:
         result["seconds"] = time.perf_counter() - start
-        logger.info("%s duration: %.3f s", title, result["seconds"])
+        logger.info("%s: %.3f s", f"{title} duration" if title else "Duration", result["seconds"])
 
 
 def overrides(cls: type, base: type, method: str) -> bool:

@@ -4,10 +4,18 @@ A module adds a *named input* to its graph with `add_variable_input(name, data_i
 that creates a `popxl.graph_input` in the graph being built and a `VariableFactory`
 that later makes a matching `popxl.variable` in the main graph (`factory.create_tensor()`),
 so that the graph can be bound to it.
+
+`memmap_dir` (in `init`, `init_remote`, `create_tensor`, `create_remote_tensor`) keeps a
+variable's host data in a memory-mapped file `<memmap_dir>/<name>.npy`, as upstream: the raw
+array (no header) of the variable's full shape (`(num_groups, *shape)` with several replica
+groups), created with the initial values if it does not exist and reused as it is
+otherwise (opened read-only with `read_only_if_exists`). Launched as several instances,
+instance 0 creates the files and the others wait for it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -25,6 +33,8 @@ __all__ = [
     "add_variable_input",
     "add_replica_sharded_variable_input",
 ]
+
+logger = logging.getLogger("popxl_addons")
 
 # float64 -> float32, int64 -> int32, uint64 -> uint32 (popxl's host downcast rules)
 _DOWNCAST = {
@@ -55,6 +65,28 @@ def _num_groups(replica_grouping: Any) -> int:
     return int(getattr(replica_grouping, "num_groups", 1))
 
 
+def _current_default_grouping() -> Any:
+    """All replicas of the current graph's Ir (`ir.replica_grouping()`), or None outside
+    a graph context."""
+    import popxl
+    from popxl.context import NoGraphSelectedError
+
+    try:
+        return popxl.gcg().ir.replica_grouping()
+    except NoGraphSelectedError:
+        return None
+
+
+def _instances_barrier() -> None:
+    """Wait for every instance of a multi-instance launch (nothing with one instance)."""
+    import popdist
+
+    if popdist.getNumInstances() > 1:
+        from xl.runtime.mpi import MpiComm
+
+        MpiComm().barrier()
+
+
 class VariableFactory:
     """Makes graph inputs and main-graph variables of one shape and dtype from `data_iter`.
 
@@ -67,7 +99,9 @@ class VariableFactory:
         name: default tensor name.
         by_ref: whether the graph input is passed by reference.
         replica_grouping: `popxl.ReplicaGrouping` of the variable; with more than one
-            group, `create_tensor` stacks one draw per group.
+            group, `create_tensor` stacks one draw per group. Default (None): all replicas
+            of the Ir of the graph being built (`ir.replica_grouping()`), as upstream;
+            read outside a graph context it stays None.
         shard_over: replica-sharded factories hold `1/shard_over` of the flattened data
             per replica (`shape = (nelms // shard_over,)`, `meta_shape` = full shape).
     """
@@ -116,8 +150,16 @@ class VariableFactory:
             self._first.append(first)  # keep the first element of an iterator
         self.name = name
         self.by_ref = by_ref
-        self.replica_grouping = replica_grouping
-        self.shard_over = int(shard_over or 1)
+        self._replica_grouping = replica_grouping if replica_grouping is not None else _current_default_grouping()
+        if isinstance(shard_over, bool) or not isinstance(shard_over, int | np.integer) or shard_over < 1:
+            raise ValueError(f"VariableFactory '{name}': shard_over must be a positive int, got {shard_over!r}")
+        self.shard_over = int(shard_over)
+        groups = self._replica_grouping
+        if self.shard_over > 1 and groups is not None and self.shard_over > groups.group_size:
+            raise ValueError(
+                f"VariableFactory '{name}': shard_over={self.shard_over} is larger than the replica group "
+                f"size {groups.group_size}"
+            )
         self.dtype = _as_popxl_dtype(dtype) if dtype is not None else _infer_dtype(first)
         full_shape = tuple(first.shape)
         if self.shard_over > 1:
@@ -127,6 +169,22 @@ class VariableFactory:
         else:
             self.shape = full_shape
             self.meta_shape = ()
+
+    @property
+    def replica_grouping(self) -> Any:
+        """The variable's `popxl.ReplicaGrouping` (default: all replicas of the current Ir)."""
+        if self._replica_grouping is None:
+            return _current_default_grouping()
+        return self._replica_grouping
+
+    @replica_grouping.setter
+    def replica_grouping(self, value: Any) -> None:
+        self._replica_grouping = value
+
+    @property
+    def replica_sharded(self) -> bool:
+        """Whether the graph input holds one replica's shard (`shard_over > 1`)."""
+        return self.shard_over > 1
 
     # -- data ------------------------------------------------------------------------
     @property
@@ -156,19 +214,53 @@ class VariableFactory:
         return np.stack([np.asarray(self._draw(), dtype=np_dtype) for _ in range(n)])
 
     def next_memmap(
-        self, name: str, memmap_dir: str, empty: bool = False, read_only_if_exists: bool = False
-    ) -> np.ndarray:
-        """The next initial value stored in `<memmap_dir>/<name>.npy` (reused if it exists)."""
-        os.makedirs(memmap_dir, exist_ok=True)
+        self, memmap_dir: str, name: str, empty: bool = False, read_only_if_exists: bool = False
+    ) -> np.memmap:
+        """The next initial value kept in the memory-mapped file `<memmap_dir>/<name>.npy`.
+
+        The file holds the raw array (upstream's layout: no header) of the full shape, with
+        a leading `num_groups` dim when the replica grouping has several groups. A missing
+        file is created (by instance 0 of a multi-instance launch) and filled with the next
+        initial value (left unfilled with `empty`); an existing one is used as it is, opened
+        read-only with `read_only_if_exists`. A file whose size does not fit the variable is
+        a ValueError naming it.
+        """
+        import popdist
+
+        if not isinstance(memmap_dir, str | os.PathLike):
+            raise TypeError(f"VariableFactory '{name}': memmap_dir must be a path, got {type(memmap_dir).__name__}")
+        memmap_dir = os.fspath(memmap_dir)
+        first = popdist.getInstanceIndex() == 0
+        if first:
+            os.makedirs(memmap_dir, exist_ok=True)
         path = os.path.join(memmap_dir, f"{name}.npy")
-        if os.path.exists(path):
-            return np.load(path, mmap_mode="r" if read_only_if_exists else "r+")
-        data = self.next_data(empty)
-        mm = np.lib.format.open_memmap(path, mode="w+", dtype=data.dtype, shape=data.shape)
-        if not empty:
-            mm[...] = data
-        mm.flush()
-        return mm
+        n = _num_groups(self.replica_grouping)
+        shape = self.full_shape if n == 1 else (n, *self.full_shape)
+        np_dtype = np.dtype(self.dtype.as_numpy())
+        if first and not os.path.exists(path):
+            logger.debug("creating memory-mapped variable file (w+): %s", path)
+            data = np.memmap(path, dtype=np_dtype, mode="w+", shape=shape)
+            if not empty:
+                data[...] = self.next_data()
+                data.flush()
+            _instances_barrier()
+            return data
+        _instances_barrier()
+        expected = int(np.prod(shape)) * np_dtype.itemsize
+        size = os.path.getsize(path)
+        if size != expected:
+            raise ValueError(
+                f"VariableFactory '{name}': the memory-mapped file {path} has {size} bytes; the variable "
+                f"({shape} {np_dtype}) needs {expected}. Remove the file or use another memmap_dir"
+            )
+        mode = "r" if read_only_if_exists else "r+"
+        logger.debug("using the existing memory-mapped variable file (%s): %s", mode, path)
+        return np.memmap(path, dtype=np_dtype, mode=mode, shape=shape)
+
+    def _initial(self, name: str | None, empty: bool, memmap_dir: str | None, read_only_if_exists: bool) -> np.ndarray:
+        if memmap_dir is not None:
+            return self.next_memmap(memmap_dir, name or self.name or "variable", empty, read_only_if_exists)
+        return self.next_data(empty)
 
     # -- tensors ---------------------------------------------------------------------
     def _graph_input(self, name: str | None) -> Any:
@@ -198,10 +290,7 @@ class VariableFactory:
         import popxl
 
         name = name if name is not None else self.name
-        if memmap_dir is not None:
-            data = self.next_memmap(name or "variable", memmap_dir, empty, read_only_if_exists)
-        else:
-            data = self.next_data(empty)
+        data = self._initial(name, empty, memmap_dir, read_only_if_exists)
         kwargs: dict[str, Any] = {}
         if self.replica_grouping is not None:
             kwargs["replica_grouping"] = self.replica_grouping
@@ -215,12 +304,21 @@ class VariableFactory:
         full, shard = popxl.replica_sharded_variable(data, self.dtype, name, shard_over=self.shard_over, **kwargs)
         return shard
 
-    def create_remote_tensor(self, buffer: Any, entry: int, name: str | None = None, empty: bool = False) -> Any:
-        """A remote variable in `buffer` at `entry` (replica-sharded if the buffer has a meta_shape)."""
+    def create_remote_tensor(
+        self,
+        buffer: Any,
+        entry: int,
+        name: str | None = None,
+        empty: bool = False,
+        memmap_dir: str | None = None,
+        read_only_if_exists: bool = False,
+    ) -> Any:
+        """A remote variable in `buffer` at `entry` (replica-sharded if the buffer has a
+        meta_shape), its host data memory-mapped in `memmap_dir` when given."""
         import popxl
 
         name = name if name is not None else self.name
-        data = self.next_data(empty)
+        data = self._initial(name, empty, memmap_dir, read_only_if_exists)
         kwargs: dict[str, Any] = {}
         if self.replica_grouping is not None:
             kwargs["replica_grouping"] = self.replica_grouping
@@ -253,7 +351,8 @@ class NamedVariableFactories(DotTree[VariableFactory]):
         memmap_dir: str | None = None,
         read_only_if_exists: bool = False,
     ) -> NamedTensors:
-        """Create a variable for every factory (alphabetical key order) named `prefix.key`."""
+        """Create a variable for every factory (alphabetical key order) named `prefix.key`;
+        host data memory-mapped in `memmap_dir` when given (see `VariableFactory.next_memmap`)."""
         p = self._prefix(prefix)
         out = {}
         for k, f in self._sorted():
@@ -261,9 +360,17 @@ class NamedVariableFactories(DotTree[VariableFactory]):
         return NamedTensors.from_dict(out)
 
     def init_remote(
-        self, buffers: DotTree, entry: int = 0, prefix: str | None = None, empty: bool = False
+        self,
+        buffers: DotTree,
+        entry: int = 0,
+        prefix: str | None = None,
+        empty: bool = False,
+        memmap_dir: str | None = None,
+        read_only_if_exists: bool = False,
     ) -> NamedTensors:
-        """Create remote variables in `buffers` (a DotTree with the same keys) at `entry`."""
+        """Create remote variables in `buffers` (a DotTree with the same keys) at `entry`,
+        named `prefix.key` (alphabetical key order); host data memory-mapped in
+        `memmap_dir` when given (see `VariableFactory.next_memmap`)."""
         p = self._prefix(prefix)
         bufs = buffers.to_dict()
         missing = sorted(set(self.to_dict()) - set(bufs))
@@ -271,7 +378,7 @@ class NamedVariableFactories(DotTree[VariableFactory]):
             raise KeyError(f"NamedVariableFactories.init_remote: no buffer for the factories {missing}")
         out = {}
         for k, f in self._sorted():
-            out[k] = f.create_remote_tensor(bufs[k], entry, p + k, empty)
+            out[k] = f.create_remote_tensor(bufs[k], entry, p + k, empty, memmap_dir, read_only_if_exists)
         return NamedTensors.from_dict(out)
 
     def init_zero(self, prefix: str | None = None) -> NamedTensors:
@@ -309,13 +416,12 @@ def add_replica_sharded_variable_input(
     replica_grouping: Any = None,
     shard_over: int | None = None,
 ) -> tuple[Any, VariableFactory]:
-    """Like `add_variable_input` but the input holds one replica's shard of the flattened data."""
-    if shard_over is None:
-        if replica_grouping is not None:
-            shard_over = int(getattr(replica_grouping, "group_size", 1))
-        else:
-            import popxl
+    """Like `add_variable_input` but the input holds one replica's shard of the flattened
+    data, sharded over `shard_over` replicas of `replica_grouping` (default: all replicas;
+    `shard_over` default: the group size)."""
+    import popxl
 
-            shard_over = int(popxl.gir().replication_factor)
-    vf = VariableFactory(data_iter, dtype, name, by_ref, replica_grouping, shard_over)
+    group = replica_grouping if replica_grouping is not None else popxl.gcg().ir.replica_grouping()
+    shard = int(group.group_size) if shard_over is None else shard_over
+    vf = VariableFactory(data_iter, dtype, name, by_ref, group, shard)
     return vf.create_input(), vf

@@ -14,7 +14,7 @@ from popxl.transforms.autodiff import GradGraphInfo
 from popxl.transforms.autodiff import autodiff as _popxl_autodiff
 from popxl_addons.graph import GraphWithNamedArgs
 
-__all__ = ["autodiff", "remap_grad_info"]
+__all__ = ["autodiff", "remap_grad_info"]  # and autodiff_with_accumulation, through __getattr__
 
 
 def autodiff(
@@ -77,3 +77,13 @@ def remap_grad_info(grad_info: GradGraphInfo, forward_graph: popxl.Graph, backwa
     `backward_graph` (e.g. copies of the original graphs)."""
     expected_inputs, expected_outputs = grad_info.connections
     return GradGraphInfo.create(forward_graph, backward_graph, expected_inputs, expected_outputs)
+
+
+def __getattr__(name: str) -> object:
+    # upstream defines autodiff_with_accumulation in this module; here it lives in
+    # popxl_addons.transforms.accumulate (which imports this module), so it is looked up late
+    if name == "autodiff_with_accumulation":
+        from popxl_addons.transforms.accumulate import autodiff_with_accumulation
+
+        return autodiff_with_accumulation
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

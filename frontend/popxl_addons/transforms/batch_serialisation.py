@@ -134,7 +134,7 @@ def batch_serial_buffer(
                 f"batch_serial_buffer: {t} has {t.nelms} elements, not divisible by the shard group "
                 f"size {shard_group.group_size}"
             )
-        return create_remote_buffer(t.spec, steps * rows, 1, replica_group=shard_group, shard_group=shard_group)
+        return create_remote_buffer(t.spec, steps * rows, replica_group=shard_group, shard_over=shard_group.group_size)
     return popxl.remote_buffer(t.shape, t.dtype, steps * rows)
 
 
