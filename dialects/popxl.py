@@ -1299,8 +1299,9 @@ class SliceOp(PopxlOp):
 class GatherOp(PopxlOp):
     """Selects slices of `data` along `axis` at integer `indices` (popxl.ops.gather).
 
-    Result shape `data.shape[:axis] + indices.shape + data.shape[axis+1:]`. Negative
-    indices count from the end. With `zero_oor`, out-of-range indices give zeros.
+    Result shape `data.shape[:axis] + indices.shape + data.shape[axis+1:]`. An index
+    out of range gives zeros: with `zero_oor` the range is `[0, n)` (negative indices give
+    zeros, as upstream); without it `[-n, n)`, negative indices counting from the end.
 
     ```mlir
     %g = popxl.gather %w, %i {axis = 0 : i64} : (tensor<10x4xf32>, tensor<2x3xi32>) -> tensor<2x3x4xf32>
@@ -1743,7 +1744,8 @@ class NllLossGradOp(PopxlOp):
 
 @irdl_op_definition
 class GatherGradOp(ResultTypedOp):
-    """Scatter-add of `dy` into zeros of the result (data) type at `indices` on `axis`.
+    """Scatter-add of `dy` into zeros of the result (data) type at `indices` on `axis`;
+    indices out of range (as `popxl.gather` with the same `zero_oor`) add nothing.
 
     ```mlir
     %dw = popxl.gather_grad %dy, %i {axis = 0 : i64} : (tensor<2x3x4xf32>, tensor<2x3xi32>) -> tensor<10x4xf32>
@@ -1756,6 +1758,7 @@ class GatherGradOp(ResultTypedOp):
     indices = operand_def(TensorType)
     result = result_def(TensorType)
     axis = prop_def(IntegerAttr)
+    zero_oor = opt_prop_def(IntegerAttr)
 
     @classmethod
     def check(cls, types, props, result):

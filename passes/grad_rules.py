@@ -621,8 +621,10 @@ def _gather(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
     x, idx = op.operands[0], op.operands[1]
     if not b.needs(x):
         return [None, None]
-    axis = op_props(op)["axis"]
-    return [b.v(GatherGradOp, dy, b.fwd(idx), result_type=x.type, axis=axis), None]
+    props = op_props(op)
+    # zero_oor: the indices the forward gather gave zeros for get no gradient (the kernel)
+    zero_oor = {"zero_oor": True} if props.get("zero_oor") else {}
+    return [b.v(GatherGradOp, dy, b.fwd(idx), result_type=x.type, axis=props["axis"], **zero_oor), None]
 
 
 # ------------------------------------------------------------------------------------

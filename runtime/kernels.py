@@ -596,42 +596,35 @@ def _slice_grad(p: dict[str, Any]) -> Kernel:
 
 @kernel(GatherOp)
 def _gather(p: dict[str, Any]) -> Kernel:
-    """np.take along `axis`; negative indices wrap; `zero_oor`: out of range -> 0."""
+    """np.take along `axis`. An index outside the valid range gives zeros (never raises,
+    never another row's data). Valid: `[0, n)` with `zero_oor` (upstream: every other
+    index, negative ones too, gives zeros); `[-n, n)` without it, negative indices counting
+    from the end as in ONNX Gather (upstream leaves out-of-range results undefined)."""
     axis = int(p["axis"])
-    if not p.get("zero_oor", False):
+    zero_oor = bool(p.get("zero_oor", False))
 
-        def k(data: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
-            n = data.shape[axis]
-            check_range(
-                idx,
-                -n,
-                n,
-                p,
-                1,
-                "popxl.gather",
-                "index",
-                f"axis {axis % data.ndim} has size {n}; zero_OOR=True gives zeros instead",
-            )
-            np.take(data, idx, axis=axis, out=out)
-
-        return k
-
-    def k_oor(data: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
+    def k(data: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
         n = data.shape[axis]
-        bad = (idx < -n) | (idx >= n)
+        lo = 0 if zero_oor else -n
+        if idx.size == 0 or (idx.min() >= lo and idx.max() < n):
+            np.take(data, idx, axis=axis, out=out)
+            return
+        bad = (idx < lo) | (idx >= n)
         np.take(data, np.where(bad, 0, idx), axis=axis, out=out)
         a = axis % data.ndim
         mask = bad.reshape((1,) * a + idx.shape + (1,) * (data.ndim - a - 1))
         np.copyto(out, 0, where=mask)
 
-    return k_oor
+    return k
 
 
 @kernel(GatherGradOp)
 def _gather_grad(p: dict[str, Any]) -> Kernel:
-    """Scatter-add of dy into zeros; repeated indices accumulate; out-of-range indices
-    (zero_OOR gathers) contribute nothing."""
+    """Scatter-add of dy into zeros; repeated indices accumulate; an index the forward
+    gather gave zeros for (outside `[0, n)` with `zero_oor`, outside `[-n, n)` without)
+    contributes nothing."""
     axis = int(p["axis"])
+    zero_oor = bool(p.get("zero_oor", False))
     lead: tuple[slice, ...] | None = None
 
     def k(dy: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
@@ -639,11 +632,10 @@ def _gather_grad(p: dict[str, Any]) -> Kernel:
         if lead is None:
             lead = (slice(None),) * (axis % out.ndim)
         n = out.shape[axis]
+        lo = 0 if zero_oor else -n
         out.fill(0)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            # Only reachable after a forward gather with zero_OOR=True (without it the
-            # forward gather raised): those positions gathered zeros, no gradient flows.
-            bad = (idx < -n) | (idx >= n)
+        if idx.size and (idx.min() < lo or idx.max() >= n):
+            bad = (idx < lo) | (idx >= n)
             a = axis % out.ndim
             mask = bad.reshape((1,) * a + idx.shape + (1,) * (out.ndim - a - 1))
             _add_at(out, (*lead, np.where(bad, 0, idx)), np.where(mask, 0, dy))

@@ -320,33 +320,47 @@ def _run_with_timeout(fn: Callable[[], Any], seconds: float = 60.0) -> Any:
 
 
 def test_worker_error_names_the_op_and_does_not_hang() -> None:
-    ir, idx_s, ys, _ = _two_ipu_program()
+    """A dynamic_slice offset out of range fails on IPU 1's worker (a gather gives zeros)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        off_s = popxl.h2d_stream((1,), popxl.uint32, "off")
+        ys = popxl.d2h_stream((2, 3), popxl.float32, "y")
+        with popxl.ipu(0):
+            table = popxl.variable(np.arange(12, dtype=np.float32).reshape(4, 3), name="table")
+            t2 = (table * 2.0).copy_to_ipu(1)
+        with popxl.ipu(1):
+            off = ops.host_load(off_s, "off")
+            ops.host_store(ys, ops.dynamic_slice(t2, off, axes=[0], sizes=[2], no_overlap=False))
     with popxl.Session(ir, "cpu") as session:
         assert session._exe.workers == 2
-        with pytest.raises(DataRangeError, match=r"Gather\.\d+ \(popxl.gather in graph main_graph on IPU 1\) failed"):
-            _run_with_timeout(lambda: session.run({idx_s: np.array([0, 9], np.int32)}))
+        with pytest.raises(
+            DataRangeError, match=r"DynamicSlice\.\d+ \(popxl.dynamic_slice in graph main_graph on IPU 1\) failed"
+        ):
+            _run_with_timeout(lambda: session.run({off_s: np.array([3], np.uint32)}))
         # the next run works
-        out = _run_with_timeout(lambda: session.run({idx_s: np.array([2, 0], np.int32)}))
-        np.testing.assert_array_equal(out[ys], np.arange(12, dtype=np.float32).reshape(4, 3)[[2, 0]] * 2)
+        out = _run_with_timeout(lambda: session.run({off_s: np.array([2], np.uint32)}))
+        np.testing.assert_array_equal(out[ys], np.arange(12, dtype=np.float32).reshape(4, 3)[2:4] * 2)
 
 
 def test_main_stream_error_releases_the_waiting_worker() -> None:
     """IPU 0 (the calling thread) fails while IPU 1 waits for its copy: no hang."""
     ir = popxl.Ir()
     with ir.main_graph:
-        idx_s = popxl.h2d_stream((2,), popxl.int32, "idx")
+        off_s = popxl.h2d_stream((1,), popxl.uint32, "off")
         ys = popxl.d2h_stream((2, 3), popxl.float32, "y")
         with popxl.ipu(0):
             table = popxl.variable(np.ones((4, 3), np.float32), name="table")
-            idx = ops.host_load(idx_s, "idx")
-            g = ops.gather(table, idx).copy_to_ipu(1)
+            off = ops.host_load(off_s, "off")
+            g = ops.dynamic_slice(table, off, axes=[0], sizes=[2], no_overlap=False).copy_to_ipu(1)
         with popxl.ipu(1):
             ops.host_store(ys, g + 1.0)
     with popxl.Session(ir, "cpu") as session:
         assert session._exe.workers == 2
-        with pytest.raises(DataRangeError, match=r"Gather\.\d+ \(popxl.gather in graph main_graph on IPU 0\) failed"):
-            _run_with_timeout(lambda: session.run({idx_s: np.array([7, 0], np.int32)}))
-        out = _run_with_timeout(lambda: session.run({idx_s: np.array([0, 1], np.int32)}))
+        with pytest.raises(
+            DataRangeError, match=r"DynamicSlice\.\d+ \(popxl.dynamic_slice in graph main_graph on IPU 0\) failed"
+        ):
+            _run_with_timeout(lambda: session.run({off_s: np.array([7], np.uint32)}))
+        out = _run_with_timeout(lambda: session.run({off_s: np.array([1], np.uint32)}))
         np.testing.assert_array_equal(out[ys], np.full((2, 3), 2.0, np.float32))
 
 

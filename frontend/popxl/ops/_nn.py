@@ -272,8 +272,9 @@ def groupedgather(
     (`axis` counts the dims of `t[g]`), so the result is
     `(group_size, *t.shape[1:axis+1], *indices.shape[1:], *t.shape[axis+2:])`.
 
-    Negative indices count from the end; an index out of range gives zeros with
-    `zero_OOR`, else an error when the program runs. Differentiable in `t`.
+    An index out of range gives zeros, as `gather`: with `zero_OOR` the range is `[0, n)`
+    (negative indices give zeros, as upstream), without it `[-n, n)`, negative indices
+    counting from the end. Differentiable in `t` (out-of-range indices get no gradient).
     """
     t = _tensor(t, "t")
     g = as_int(group_size, "group_size")
@@ -294,11 +295,11 @@ def groupedgather(
     if indices.dtype != dtypes.int32:
         indices = _ops.cast(indices, dtypes.int32)
     zero = constant(np.int32(0))
-    idx = _ops.where(_ops.greater(zero, indices), indices + size, indices)
+    idx = indices if zero_OOR else _ops.where(_ops.greater(zero, indices), indices + size, indices)
     oor = _ops.logical_or(_ops.greater(zero, idx), _ops.greater(idx, constant(np.int32(size - 1))))
     offsets = constant((np.arange(g, dtype=np.int32) * size).reshape((g,) + (1,) * (indices.rank - 1)))
     flat_idx = _ops.where(oor, constant(np.int32(g * size)), idx + offsets)
-    out = _ops.gather(table, flat_idx, 0, zero_OOR=bool(zero_OOR))  # (g, *idx, *before, *after)
+    out = _ops.gather(table, flat_idx, 0, zero_OOR=True)  # (g, *idx, *before, *after)
     ni, nb = indices.rank - 1, len(before)
     perm = [0, *range(1 + ni, 1 + ni + nb), *range(1, 1 + ni), *range(1 + ni + nb, out.rank)]
     return _ops.transpose(out, perm) if perm != list(range(out.rank)) else out

@@ -783,7 +783,11 @@ def gather(
     """`np.take(t, indices, axis)`: the slices of `t` at integer `indices` along `axis`.
 
     The result shape is `t.shape[:axis] + indices.shape + t.shape[axis + 1:]`. An index out
-    of range is an error at run time, or gives zeros when `zero_OOR`.
+    of range never raises and never reads another row: it gives zeros. With `zero_OOR` the
+    range is `[0, n)` for an axis of size `n` (as upstream: negative indices give zeros too);
+    without it `[-n, n)`, negative indices counting from the end as in ONNX Gather (upstream
+    leaves the results of out-of-range indices undefined). The gradient (scatter-add into
+    `t`) skips the same out-of-range indices.
     `available_memory_proportion` is accepted and ignored (an IPU tile-memory hint).
     """
     indices = to_tensor(indices, dtypes.int32)
