@@ -53,6 +53,7 @@ from popxl.remote_buffer import (
     TensorLocation,
     TensorStorage,
     remote_buffer,
+    replica_sharded_buffer,
 )
 from popxl.replica_grouping import ReplicaGrouping
 from popxl.session import Session
@@ -68,7 +69,6 @@ from popxl.tensor import (
     graph_output,
     remote_replica_sharded_variable,
     remote_variable,
-    replica_sharded_buffer,
     replica_sharded_variable,
     variable,
 )

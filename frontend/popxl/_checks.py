@@ -1,7 +1,7 @@
 """Argument checks shared by the popxl API (popxl/_checks.py).
 
-Every public entry point that takes a shape, a dtype, an int or a name from the user
-checks it here, so a mistake is refused at once with a message naming the function
+Every public entry point that takes a shape, an int or a name from the user checks it
+here (a dtype: `popxl.dtypes.checked_dtype`), so a mistake is refused at once with a message naming the function
 and the object (stream, tensor, op), instead of failing later inside xl:
 
     >>> check_shape((2.5, 3), "popxl.h2d_stream 'x'")
@@ -11,14 +11,11 @@ and the object (stream, tensor, op), instead of failing later inside xl:
 
 from __future__ import annotations
 
-import builtins
 from typing import Any
 
 import numpy as np
 
-from popxl.dtypes import dtype
-
-__all__ = ["check_dtype", "check_int", "check_name", "check_shape", "describe"]
+__all__ = ["check_int", "check_name", "check_shape", "describe"]
 
 
 def describe(x: Any) -> str:
@@ -59,29 +56,6 @@ def check_shape(shape: Any, what: str) -> tuple[int, ...]:
         if d < 0:
             raise ValueError(f"{what}: shape {dims} has a negative dim {int(d)}")
     return tuple(int(d) for d in dims)
-
-
-# What a `dtype` argument may be: a popxl dtype, its name, a NumPy dtype or scalar type,
-# a Python type (float, int, bool) or a torch dtype. Values (5, 2.5, arrays) are refused.
-def check_dtype(dt: Any, what: str) -> dtype:
-    """A popxl dtype with a NumPy equivalent (the runtime computes on NumPy)."""
-    ok = (
-        isinstance(dt, dtype | str | np.dtype)
-        or any(dt is t for t in (builtins.float, builtins.int, builtins.bool))
-        or (isinstance(dt, type) and issubclass(dt, np.generic))
-        or (type(dt).__module__.startswith("torch") and type(dt).__name__ == "dtype")
-    )
-    if not ok:
-        raise TypeError(f"{what}: dtype must be a popxl dtype (e.g. popxl.float32), got {describe(dt)}")
-    try:
-        d = dtype.as_dtype(dt)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what}: {dt!r} is not a popxl dtype") from None
-    try:
-        d.as_numpy()
-    except TypeError:
-        raise ValueError(f"{what}: dtype {d.name} is not supported by xl (no NumPy equivalent)") from None
-    return d
 
 
 def check_name(name: Any, what: str) -> str | None:

@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 from xdsl.ir import Attribute
 
+from popxl._checks import describe
 from xl.dialects.utils import element_type as _np_to_elem
 from xl.dialects.utils import numpy_dtype as _elem_to_np
 
@@ -208,17 +209,6 @@ _UPSTREAM_FLOAT8 = {
     np.dtype([("float8_152", "u1")]): float8_152,
 }
 
-# float64 -> float32, int64 -> int32, uint64 -> uint32 (popxl.utils.to_numpy downcast rules)
-_DOWNCAST = {
-    np.dtype(np.float64): np.dtype(np.float32),
-    np.dtype(np.int64): np.dtype(np.int32),
-    np.dtype(np.uint64): np.dtype(np.uint32),
-}
-
-
-def _downcast_np(npd: np.dtype) -> np.dtype:
-    return _DOWNCAST.get(np.dtype(npd), np.dtype(npd))
-
 
 def element_type(dt: Any) -> Attribute:
     """The xDSL element type of a popxl dtype (or anything `dtype.as_dtype` accepts)."""
@@ -233,8 +223,25 @@ def from_element_type(elem: Attribute) -> dtype:
 def checked_dtype(dt: Any, what: str) -> dtype:
     """`dt` (a popxl dtype, NumPy dtype or type, Python type, name or torch dtype) as a popxl
     dtype xl computes with, for checking an argument: `TypeError` when `dt` is not a dtype
-    at all, `ValueError` when it names no popxl dtype or one without a NumPy equivalent;
-    messages start with `what` (e.g. the function called)."""
-    from popxl._checks import check_dtype
-
-    return check_dtype(dt, what)
+    at all (values such as 5, 2.5 or arrays included), `ValueError` when it names no popxl
+    dtype or one without a NumPy equivalent (the runtime computes on NumPy); messages start
+    with `what` (e.g. the function called)."""
+    if isinstance(dt, dtype):  # the common case: nothing to resolve
+        if dt._np is None:
+            raise ValueError(f"{what}: dtype {dt.name} is not supported by xl (no NumPy equivalent)")
+        return dt
+    ok = (
+        isinstance(dt, str | np.dtype)
+        or any(dt is t for t in (builtins.float, builtins.int, builtins.bool))
+        or (isinstance(dt, type) and issubclass(dt, np.generic))
+        or (type(dt).__module__.startswith("torch") and type(dt).__name__ == "dtype")
+    )
+    if not ok:
+        raise TypeError(f"{what}: dtype must be a popxl dtype (e.g. popxl.float32), got {describe(dt)}")
+    try:
+        d = dtype.as_dtype(dt)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: {dt!r} is not a popxl dtype") from None
+    if d._np is None:
+        raise ValueError(f"{what}: dtype {d.name} is not supported by xl (no NumPy equivalent)")
+    return d

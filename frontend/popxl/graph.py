@@ -17,11 +17,14 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 from popxl import context
-from popxl._checks import check_dtype, check_name, check_shape
+from popxl._checks import check_name, check_shape
+from popxl.dtypes import checked_dtype
 from popxl.dtypes import dtype as _dtype
 from popxl.tensor import Constant, Tensor, Variable
+from xl.dialects.call import called_graph_names
 from xl.dialects.graph import (
     BY_REF_ATTR,
     ConstantOp,
@@ -31,7 +34,7 @@ from xl.dialects.graph import (
     OutputOp,
     VariableOp,
 )
-from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
+from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR, RemoteVariableOp, ReplicaShardedVariableOp
 from xl.dialects.utils import tensor_type
 
 if TYPE_CHECKING:
@@ -129,7 +132,9 @@ class Graph:
             name, hint = self._derive_name(value)
         owner = value.owner
         cls: type[Tensor] = Tensor
-        if isinstance(owner, VariableOp):
+        if isinstance(owner, VariableOp) or (
+            isinstance(owner, RemoteVariableOp | ReplicaShardedVariableOp) and value is owner.results[0]
+        ):
             cls = Variable
         elif isinstance(owner, ConstantOp):
             cls = Constant
@@ -210,8 +215,6 @@ class Graph:
 
     @property
     def called_graphs(self) -> tuple[Graph, ...]:
-        from xl.dialects.call import called_graph_names
-
         names = [n for op in self._block.ops for n in called_graph_names(op)]
         seen: dict[str, Graph] = {}
         for n in names:
@@ -232,22 +235,33 @@ class Graph:
         return self.outputs
 
     # -- building ----------------------------------------------------------------------------
-    def _insert(self, op: Operation) -> None:
+    def _insert(self, op: Operation, verify_as: str | None = None) -> None:
         """Append `op` to the block (before the terminator, if any), with the
-        placement of the current context."""
+        placement of the current context, then number it and tell the hooks.
+
+        `verify_as`: verify the op where it stands (for an op whose verifier looks a
+        symbol up in the module); on failure it is removed again and a `ValueError`
+        starting with `verify_as` raised."""
         ipu = context._current_ipu()
         if ipu is not None and IPU_ATTR not in op.attributes:
             op.attributes[IPU_ATTR] = IntegerAttr(ipu, i64)
         tiles = context._current_tile_set()
         if tiles is not None and TILE_SET_ATTR not in op.attributes:
             op.attributes[TILE_SET_ATTR] = StringAttr(tiles)
-        self._ir._op_ids[op] = next(self._ir._op_counter)
         block = self._block
         last = block.last_op
         if isinstance(last, OutputOp):
             block.insert_op_before(op, last)
         else:
             block.add_op(op)
+        if verify_as is not None:
+            try:
+                op.verify_()  # the op's own checks (the block may still lack its terminator)
+            except VerifyException as e:
+                op.detach()
+                op.erase()
+                raise ValueError(f"{verify_as}: " + str(e).split("\n\n")[0]) from None
+        self._ir._op_ids[op] = next(self._ir._op_counter)
         for hook in tuple(self._hooks.values()):
             hook(op)
 
@@ -268,7 +282,7 @@ class Graph:
         if name is not None:
             what += f" ({name!r})"
         shape = check_shape(shape, what)
-        dt = check_dtype(dtype, what)
+        dt = checked_dtype(dtype, what)
         meta_shape = check_shape(meta_shape, what + " meta_shape") if meta_shape else None
         ttype = tensor_type(shape, dt.as_numpy())
         name = self._unique_name(name if name is not None else "input", scoped=True)

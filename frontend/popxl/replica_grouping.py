@@ -23,10 +23,15 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from popxl._checks import describe
+from xl.dialects.replica import ReplicaGroupingAttr
+
 if TYPE_CHECKING:
     from popxl.ir import Ir
 
-__all__ = ["ReplicaGrouping"]
+__all__ = ["ReplicaGrouping", "checked_grouping", "checked_shard_over", "replica_group_size"]
 
 
 def _strides(assignment: Sequence[int]) -> set[int]:
@@ -234,8 +239,6 @@ class ReplicaGrouping:
     # -- IR ---------------------------------------------------------------------------------
     def _to_attr(self) -> Any:
         """The `#replica.grouping` attribute of this grouping."""
-        from xl.dialects.replica import ReplicaGroupingAttr
-
         if self._stride is not None:
             return ReplicaGroupingAttr(self._stride, self._group_size)
         return ReplicaGroupingAttr(assignment=self._assignment)
@@ -266,3 +269,55 @@ class ReplicaGrouping:
             f"ReplicaGrouping(num_replicas={self._num_replicas}, stride={self._stride}, "
             f"group_size={self._group_size}, num_groups={self.num_groups})"
         )
+
+
+# ---------------------------------------------------------------------------------------
+# Arguments of the functions creating variables and sharded buffers
+# ---------------------------------------------------------------------------------------
+
+
+def checked_grouping(ir: Ir, replica_grouping: Any, what: str) -> tuple[ReplicaGroupingAttr | None, int]:
+    """A `replica_grouping` argument (None: all replicas in one group) of a function
+    building in `ir`: (its attribute or None, the number of groups)."""
+    if replica_grouping is None:
+        return None, 1
+    if not isinstance(replica_grouping, ReplicaGrouping):
+        raise TypeError(
+            f"{what}: replica_grouping must be a popxl.ReplicaGrouping (from ir.replica_grouping), "
+            f"got {describe(replica_grouping)}"
+        )
+    replica_grouping._check_ir(ir, what)
+    return replica_grouping._to_attr(), int(replica_grouping.num_groups)
+
+
+def replica_group_size(ir: Ir, replica_grouping: ReplicaGrouping | None) -> int:
+    """The replicas of each group of `replica_grouping` (all replicas without one)."""
+    rf = ir.replication_factor
+    if replica_grouping is None:
+        return rf
+    return rf // int(replica_grouping.num_groups)
+
+
+def checked_shard_over(ir: Ir, replica_grouping: ReplicaGrouping | None, shard_over: Any, what: str) -> int:
+    """A `shard_over` argument: the replicas a value is sharded over, a divisor of the
+    group size (its default)."""
+    size = replica_group_size(ir, replica_grouping)
+    if shard_over is None:
+        return size
+    if isinstance(shard_over, bool) or not isinstance(shard_over, int | np.integer) or shard_over < 1:
+        raise ValueError(f"{what}: shard_over must be a positive int, got {describe(shard_over)}")
+    if shard_over > size:
+        raise ValueError(
+            f"The sharding group size ({shard_over}) must be less than or equal to the replica "
+            f"group size ({size}). Note that if no replica grouping was passed, the replica "
+            "group size defaults to the IR's global replication factor; and if no sharding "
+            "group size was passed, it defaults to the replica group size."
+        )
+    if size % shard_over:
+        raise ValueError(
+            f"The replica group size ({size}) must be divisible by the sharding group size "
+            f"({shard_over}). Note that if no replica grouping was passed, the replica group "
+            "size defaults to the IR's global replication factor; and if no sharding group "
+            "size was passed, it defaults to the replica group size."
+        )
+    return int(shard_over)

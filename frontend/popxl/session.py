@@ -33,7 +33,8 @@ import numpy as np
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
 from xdsl.utils.exceptions import VerifyException
 
-from popxl.dtypes import _downcast_np
+from popxl._host import downcast_np_dtype
+from popxl._session_remote import SessionRemote
 from popxl.ir import Ir
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
@@ -143,9 +144,9 @@ class Session:
                 v = main._tensor(op.result)
                 assert isinstance(v, Variable)
                 self._host[v] = self._initial_value(v, op)
-        from popxl.remote_buffer import SessionRemote
-
-        self._remote = SessionRemote(self)  # remote / replica-sharded variables: full values
+        # remote / replica-sharded variables: their host copies are full values
+        self._remote = SessionRemote(main, self._exe, self._all_replicas)
+        self._host.update(self._remote.initial_values())
 
     def _initial_value(self, v: Variable, op: VariableOp) -> np.ndarray:
         name = op.var_name.data
@@ -406,7 +407,7 @@ class Session:
                 data = data.detach().cpu().numpy()
             arr = np.asarray(data)
             want = np.dtype(s.dtype.as_numpy())
-            if arr.dtype != want and downcast and _downcast_np(arr.dtype) == want:
+            if arr.dtype != want and downcast and downcast_np_dtype(arr.dtype) == want:
                 arr = arr.astype(want)
             full = self._full_input_shape(s.shape)
             if arr.shape != full:

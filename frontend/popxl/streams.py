@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 from numpy.typing import DTypeLike
 
-from popxl._checks import check_dtype, check_name, check_shape
+from popxl._checks import check_name, check_shape
 from popxl.context import gcg
+from popxl.dtypes import checked_dtype
 from popxl.dtypes import dtype as _dtype
 from popxl.tensor import TensorSpec
 from xl.dialects.graph import D2HStreamOp, H2DStreamOp
@@ -101,7 +102,7 @@ def _make(kind: str, shape: Iterable[int] | int, dtype: _dtype | DTypeLike, name
     if name is not None:
         what += f" {name!r}"
     shape = check_shape(shape, what)
-    dt = check_dtype(dtype, what)
+    dt = checked_dtype(dtype, what)
     ir = gcg().ir
     name = ir._unique_stream_name(name if name is not None else f"{kind}_stream")
     ttype = tensor_type(shape, dt.as_numpy())

@@ -1,7 +1,12 @@
 """Tensors (popxl/tensor.py): thin views over SSA values of the IR.
 
 A `Tensor` wraps one `SSAValue` of one graph; `Graph._tensor(value)` always returns
-the same object for the same value, so tensors hash and compare by identity.
+the same object for the same value, so tensors hash and compare by identity. This module
+also creates the tensors that are not op results: `variable`, `constant`, the remote and
+replica-sharded variables (in a `popxl.RemoteBuffer`), `graph_input`. Host data becomes
+their value through `popxl._host.host_array`. Tensor's ops as methods (`t.reshape`,
+`t + 1`, `t[0]`) are set by `popxl.ops` (`popxl/ops/_tensor_methods.py`): this module
+imports no op.
 """
 
 from __future__ import annotations
@@ -14,17 +19,26 @@ import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, TensorType
 from xdsl.ir import BlockArgument, OpResult, SSAValue
 
-from popxl import dtypes
-from popxl._checks import check_dtype, check_name, check_shape, describe
+from popxl._checks import check_name, check_shape, describe
+from popxl._host import NotHostDataError, host_array
 from popxl.context import gcg
-from popxl.dtypes import dtype
-from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR
+from popxl.dtypes import checked_dtype, dtype
+from popxl.remote_buffer import (
+    RemoteBuffer,
+    ReplicatedTensorSharding,
+    TensorLocation,
+    TensorLocationInfo,
+    TensorStorage,
+    checked_buffer,
+)
+from popxl.replica_grouping import ReplicaGrouping, checked_grouping, checked_shard_over, replica_group_size
+from xl.dialects.graph import ConstantOp, VariableOp
+from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR, RemoteVariableOp, ReplicaShardedVariableOp
+from xl.dialects.utils import dense_attr, dense_to_numpy, tensor_type
 
 if TYPE_CHECKING:
     from popxl.graph import Graph
     from popxl.ir import Ir
-    from popxl.remote_buffer import TensorLocationInfo
-    from popxl.replica_grouping import ReplicaGrouping
 
 __all__ = [
     "Constant",
@@ -37,7 +51,6 @@ __all__ = [
     "graph_output",
     "remote_replica_sharded_variable",
     "remote_variable",
-    "replica_sharded_buffer",
     "replica_sharded_variable",
     "variable",
 ]
@@ -53,7 +66,7 @@ class TensorSpec(Mapping):
 
     def __init__(self, shape: Iterable[int], dtype: dtype, meta_shape: Iterable[int] = ()):
         self.shape = check_shape(shape, "popxl.TensorSpec")
-        self.dtype = check_dtype(dtype, "popxl.TensorSpec")
+        self.dtype = checked_dtype(dtype, "popxl.TensorSpec")
         self.meta_shape = check_shape(meta_shape, "popxl.TensorSpec meta_shape") if meta_shape else ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -239,162 +252,51 @@ class Tensor:
     def __bool__(self) -> bool:
         return True
 
-    # -- shape methods --------------------------------------------------------------------
-    def reshape(self, shape: Iterable[int]) -> Tensor:
-        from popxl import ops
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        """A Tensor is a value of the program, not host data: NumPy cannot convert it."""
+        raise NotHostDataError(self)
 
-        return ops.reshape(self, shape)
+    # Shape methods and operators (`t.reshape(...)`, `t + 1`, `t[0]`, ...) are set by
+    # `popxl.ops` (`popxl/ops/_tensor_methods.py`) when it is imported; their types:
+    if TYPE_CHECKING:
 
-    def reshape_(self, shape: Iterable[int]) -> Tensor:
-        from popxl import ops
-
-        return ops.reshape_(self, shape)
-
-    def flatten(self) -> Tensor:
-        from popxl import ops
-
-        return ops.flatten(self)
-
-    def flatten_(self) -> Tensor:
-        from popxl import ops
-
-        return ops.flatten_(self)
-
-    def transpose(self, permutation: Iterable[int] | None = None) -> Tensor:
-        from popxl import ops
-
-        return ops.transpose(self, permutation)
-
-    def transpose_(self, permutation: Iterable[int] | None = None) -> Tensor:
-        from popxl import ops
-
-        return ops.transpose_(self, permutation)
-
-    @property
-    def T(self) -> Tensor:
-        return self.transpose()
-
-    @property
-    def T_(self) -> Tensor:
-        return self.transpose_()
-
-    def detach(self) -> Tensor:
-        from popxl import ops
-
-        return ops.detach(self)
-
-    def detach_(self) -> Tensor:
-        from popxl import ops
-
-        return ops.detach_(self)
-
-    def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
-        """Copy to virtual IPU `destination` (`ipu.copy`); `source` defaults to this tensor's IPU."""
-        from popxl import ops
-
-        return ops.ipu_copy(self, destination, source)
-
-    # -- indexing ---------------------------------------------------------------------------
-    def __getitem__(self, key: Any) -> Tensor:
-        from popxl.ops._ops import _getitem
-
-        return _getitem(self, key)
-
-    # -- operators --------------------------------------------------------------------------
-    def _ensure_tensor(self, value: Any) -> Tensor:
-        if isinstance(value, Tensor):
-            return value
-        return constant(value, dtype=self.dtype)
-
-    def _binop(self, fn_name: str, other: Any, reflected: bool = False) -> Tensor:
-        from popxl import ops
-
-        if not isinstance(other, Tensor | int | float | bool | np.ndarray | np.generic | list | tuple):
-            if type(other).__module__.startswith("torch"):
-                other = np.asarray(other)
-            else:
-                return NotImplemented
-        other_t = self._ensure_tensor(other)
-        fn = getattr(ops, fn_name)
-        return fn(other_t, self) if reflected else fn(self, other_t)
-
-    def __add__(self, o: Any) -> Tensor:
-        return self._binop("add", o)
-
-    def __radd__(self, o: Any) -> Tensor:
-        return self._binop("add", o, True)
-
-    def __iadd__(self, o: Any) -> Tensor:
-        """`t += o` updates `t` in place (`ops.add_`), as in PopXL."""
-        from popxl import ops
-
-        return ops.add_(self, o)
-
-    def __sub__(self, o: Any) -> Tensor:
-        return self._binop("sub", o)
-
-    def __rsub__(self, o: Any) -> Tensor:
-        return self._binop("sub", o, True)
-
-    def __mul__(self, o: Any) -> Tensor:
-        return self._binop("mul", o)
-
-    def __rmul__(self, o: Any) -> Tensor:
-        return self._binop("mul", o, True)
-
-    def __truediv__(self, o: Any) -> Tensor:
-        return self._binop("div", o)
-
-    def __rtruediv__(self, o: Any) -> Tensor:
-        return self._binop("div", o, True)
-
-    def __mod__(self, o: Any) -> Tensor:
-        return self._binop("fmod", o)
-
-    def __rmod__(self, o: Any) -> Tensor:
-        return self._binop("fmod", o, True)
-
-    def __pow__(self, o: Any) -> Tensor:
-        return self._binop("pow", o)
-
-    def __rpow__(self, o: Any) -> Tensor:
-        return self._binop("pow", o, True)
-
-    def __matmul__(self, o: Any) -> Tensor:
-        return self._binop("matmul", o)
-
-    def __rmatmul__(self, o: Any) -> Tensor:
-        return self._binop("matmul", o, True)
-
-    def __and__(self, o: Any) -> Tensor:
-        return self._binop("logical_and", o)
-
-    def __rand__(self, o: Any) -> Tensor:
-        return self._binop("logical_and", o, True)
-
-    def __or__(self, o: Any) -> Tensor:
-        return self._binop("logical_or", o)
-
-    def __ror__(self, o: Any) -> Tensor:
-        return self._binop("logical_or", o, True)
-
-    def __invert__(self) -> Tensor:
-        from popxl import ops
-
-        return ops.logical_not(self)
-
-    def __neg__(self) -> Tensor:
-        from popxl import ops
-
-        return ops.negate(self)
-
-    def __pos__(self) -> Tensor:
-        return self
-
-    def __abs__(self) -> Tensor:
-        from popxl import ops
-
-        return ops.abs(self)
+        def reshape(self, shape: Iterable[int]) -> Tensor: ...
+        def reshape_(self, shape: Iterable[int]) -> Tensor: ...
+        def flatten(self) -> Tensor: ...
+        def flatten_(self) -> Tensor: ...
+        def transpose(self, permutation: Iterable[int] | None = None) -> Tensor: ...
+        def transpose_(self, permutation: Iterable[int] | None = None) -> Tensor: ...
+        @property
+        def T(self) -> Tensor: ...
+        @property
+        def T_(self) -> Tensor: ...
+        def detach(self) -> Tensor: ...
+        def detach_(self) -> Tensor: ...
+        def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor: ...
+        def __getitem__(self, key: Any) -> Tensor: ...
+        def __add__(self, o: Any) -> Tensor: ...
+        def __radd__(self, o: Any) -> Tensor: ...
+        def __iadd__(self, o: Any) -> Tensor: ...
+        def __sub__(self, o: Any) -> Tensor: ...
+        def __rsub__(self, o: Any) -> Tensor: ...
+        def __mul__(self, o: Any) -> Tensor: ...
+        def __rmul__(self, o: Any) -> Tensor: ...
+        def __truediv__(self, o: Any) -> Tensor: ...
+        def __rtruediv__(self, o: Any) -> Tensor: ...
+        def __mod__(self, o: Any) -> Tensor: ...
+        def __rmod__(self, o: Any) -> Tensor: ...
+        def __pow__(self, o: Any) -> Tensor: ...
+        def __rpow__(self, o: Any) -> Tensor: ...
+        def __matmul__(self, o: Any) -> Tensor: ...
+        def __rmatmul__(self, o: Any) -> Tensor: ...
+        def __and__(self, o: Any) -> Tensor: ...
+        def __rand__(self, o: Any) -> Tensor: ...
+        def __or__(self, o: Any) -> Tensor: ...
+        def __ror__(self, o: Any) -> Tensor: ...
+        def __invert__(self) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
+        def __pos__(self) -> Tensor: ...
+        def __abs__(self) -> Tensor: ...
 
 
 # An op argument that becomes a constant when it is not a Tensor: a Tensor or host data.
@@ -440,9 +342,6 @@ class Variable(Tensor):
 
     @property
     def _var_name(self) -> str:
-        from xl.dialects.graph import VariableOp
-        from xl.dialects.ipu import RemoteVariableOp, ReplicaShardedVariableOp
-
         op = self._value.owner
         assert isinstance(op, VariableOp | RemoteVariableOp | ReplicaShardedVariableOp), f"{self._name}: not a variable"
         return op.var_name.data
@@ -460,9 +359,6 @@ class Constant(Tensor):
 
     @property
     def _data(self) -> np.ndarray:
-        from xl.dialects.graph import ConstantOp
-        from xl.dialects.utils import dense_to_numpy
-
         op = self._value.owner
         assert isinstance(op, ConstantOp), f"{self._name} is not defined by a graph.constant"
         return dense_to_numpy(op.value)
@@ -474,54 +370,64 @@ class TensorByRef(Tensor):
 
 
 # ---------------------------------------------------------------------------------------
-# Host data
-# ---------------------------------------------------------------------------------------
-
-
-def _contains_tensor(data: Any) -> bool:
-    if isinstance(data, Tensor):
-        return True
-    if isinstance(data, list | tuple):
-        return any(_contains_tensor(d) for d in data)
-    return False
-
-
-def _to_numpy(data: HostTensor, dtype_: dtype | None, downcast: bool, what: str = "popxl.constant") -> np.ndarray:
-    """`data` (array, scalar, nested lists, torch tensor) as a C-contiguous array; user
-    mistakes (None, strings, Tensors inside lists, ragged lists) raise TypeError/ValueError
-    naming `what`."""
-    if isinstance(data, Tensor):
-        raise TypeError(f"{what}: expected host data (array, scalar), got a popxl Tensor {data!r}")
-    if _contains_tensor(data):
-        raise TypeError(
-            f"{what}: expected host data (array, scalar), got a {type(data).__name__} "
-            "containing popxl Tensors; use ops.concat to combine tensors"
-        )
-    if data is None or isinstance(data, str | bytes):
-        raise TypeError(f"{what}: expected host data (array, scalar), got {describe(data)}")
-    if type(data).__module__.startswith("torch"):
-        data = data.detach().cpu().numpy()
-    try:
-        arr = np.asarray(data)
-    except ValueError as e:  # ragged nested lists
-        raise ValueError(f"{what}: cannot convert {describe(data)} to an array: {e}") from None
-    if arr.dtype == np.dtype(object) or arr.dtype.kind in "USVOM":
-        raise TypeError(f"{what}: cannot convert {describe(data)} to a tensor")
-    if dtype_ is not None:
-        arr = arr.astype(dtype_.as_numpy(), copy=False)
-        return np.require(arr, requirements="C")
-    if downcast:
-        arr = arr.astype(dtypes._downcast_np(arr.dtype), copy=False)
-    try:
-        dtype.as_dtype(arr.dtype)
-    except ValueError:
-        raise TypeError(f"{what}: data of NumPy dtype {arr.dtype} has no popxl dtype") from None
-    return np.require(arr, requirements="C")
-
-
-# ---------------------------------------------------------------------------------------
 # Creation functions
 # ---------------------------------------------------------------------------------------
+
+
+def _main_graph(what: str) -> Graph:
+    g = gcg()
+    if not g._is_main:
+        raise ValueError(
+            "You cannot initialise a variable tensor within a graph. Create it in the main "
+            f"graph (`with ir.main_graph:`) and pass it to graph {g.name!r} as an input. ({what})"
+        )
+    return g
+
+
+def _what(fn: str, name: Any) -> str:
+    """`popxl.variable 'w'`: the function called and the name given, for error messages."""
+    return fn + (f" {name!r}" if isinstance(name, str) else "")
+
+
+def _retrieval(mode: Any, what: str) -> str:
+    mode = "one_per_group" if mode is None else mode
+    if mode not in ("one_per_group", "all_replicas"):
+        raise ValueError(f"{what}: invalid retrieval_mode {mode!r}")
+    return mode
+
+
+def _value_shape(arr: np.ndarray, num_groups: int, replica_grouping: Any, what: str) -> tuple[int, ...]:
+    """The shape of the variable holding `arr`: `arr`'s, without the leading `num_groups`
+    dim when there are several groups."""
+    if num_groups > 1:
+        if arr.ndim == 0 or arr.shape[0] != num_groups:
+            raise ValueError(
+                f"{what}: with {replica_grouping!r} the data must have shape "
+                f"(num_groups={num_groups}, *shape), got {arr.shape}"
+            )
+        return tuple(arr.shape[1:])
+    return tuple(arr.shape)
+
+
+def _register(
+    g: Graph,
+    value: SSAValue,
+    name: str,
+    replica_grouping: ReplicaGrouping | None,
+    mode: str,
+    arr: np.ndarray,
+    num_groups: int,
+    info: TensorLocationInfo | None = None,
+) -> Variable:
+    """The Variable `name` of `value` (result 0 of a variable op just inserted into `g`)."""
+    v = g._tensor(value, name)
+    assert isinstance(v, Variable)
+    v._replica_grouping = replica_grouping
+    v._retrieval_mode = mode
+    v._location_info = info
+    if num_groups > 1:
+        v._host_init = arr
+    return v
 
 
 def variable(
@@ -529,7 +435,7 @@ def variable(
     dtype: dtype | None = None,
     name: str | None = None,
     downcast: bool = True,
-    replica_grouping: Any = None,
+    replica_grouping: ReplicaGrouping | None = None,
     retrieval_mode: str | None = None,
     log2_scale: Any = None,
     nan_on_overflow: Any = None,
@@ -538,60 +444,32 @@ def variable(
 
     float64 data becomes float32 and int64 int32 unless `dtype` is given or `downcast=False`.
     """
-    from xl.dialects.graph import VariableOp
-    from xl.dialects.utils import dense_attr, tensor_type
-
-    g = gcg()
-    if not g._is_main:
-        raise ValueError(
-            "You cannot initialise a variable tensor within a graph. Create it in the main "
-            f"graph (`with ir.main_graph:`) and pass it to graph {g.name!r} as an input."
-        )
-    what = "popxl.variable" + (f" {name!r}" if isinstance(name, str) else "")
+    what = _what("popxl.variable", name)
+    g = _main_graph(what)
     name = check_name(name, what)
     if retrieval_mode not in (None, "one_per_group", "all_replicas"):
         raise ValueError(f"{what}: invalid retrieval_mode {retrieval_mode!r}")
-    from popxl.utils import host_data
-
-    arr = host_data(data, dtype, log2_scale, nan_on_overflow)  # float8 data, else None
-    if arr is None:
-        arr = _to_numpy(data, check_dtype(dtype, what) if dtype is not None else None, downcast, what)
-    grouping_attr = None
-    num_groups = 1
-    if replica_grouping is not None:
-        from popxl.replica_grouping import ReplicaGrouping
-
-        if not isinstance(replica_grouping, ReplicaGrouping):
-            raise TypeError(
-                f"{what}: replica_grouping must be a popxl.ReplicaGrouping (from "
-                f"ir.replica_grouping), got {describe(replica_grouping)}"
-            )
-        replica_grouping._check_ir(g._ir, what)
-        grouping_attr = replica_grouping._to_attr()
-        num_groups = replica_grouping.num_groups
-    if num_groups > 1:
-        if arr.ndim == 0 or arr.shape[0] != num_groups:
-            raise ValueError(
-                f"{what}: with {replica_grouping!r} the data must have shape "
-                f"(num_groups={num_groups}, *shape), got {arr.shape}"
-            )
-        shape = arr.shape[1:]
-    else:
-        shape = arr.shape
-    name = g._unique_name(name if name is not None else "t", scoped=True)
-    init = dense_attr(arr)
-    vtype = tensor_type(shape, arr.dtype)
-    op = VariableOp(
-        name, vtype, init, grouping=grouping_attr,
-        retrieval_mode=retrieval_mode if grouping_attr is not None else None,
-    )  # fmt: skip
+    arr, _ = host_array(
+        data, dtype, downcast=downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow, what=what
+    )
+    grouping_attr, num_groups = checked_grouping(g._ir, replica_grouping, what)
+    shape = _value_shape(arr, num_groups, replica_grouping, what)
+    vname = g._unique_name(name if name is not None else "t", scoped=True)
+    mode = retrieval_mode if grouping_attr is not None else None
+    op = VariableOp(vname, tensor_type(shape, arr.dtype), dense_attr(arr), grouping=grouping_attr, retrieval_mode=mode)
     g._insert(op)
-    t = g._tensor(op.result, name)
-    assert isinstance(t, Variable)
-    t._replica_grouping = replica_grouping
-    t._retrieval_mode = retrieval_mode or "one_per_group"
-    if num_groups > 1:
-        t._host_init = arr
+    return _register(g, op.result, vname, replica_grouping, retrieval_mode or "one_per_group", arr, num_groups)
+
+
+def constant_of(arr: np.ndarray, dt: dtype, name: str | None = None) -> Constant:
+    """A constant in the current graph holding `arr` (of popxl dtype `dt`: the result of
+    `host_array`), named `name` (scoped, made unique) when given."""
+    assert arr.dtype == np.dtype(dt.as_numpy()), f"constant_of: {arr.dtype} is not {dt}"
+    g = gcg()
+    op = ConstantOp(dense_attr(arr))
+    g._insert(op)
+    t = g._tensor(op.result, g._unique_name(name, scoped=True) if name is not None else None)
+    assert isinstance(t, Constant)
     return t
 
 
@@ -604,22 +482,180 @@ def constant(
     nan_on_overflow: Any = None,
 ) -> Constant:
     """A constant tensor in the current graph."""
-    from xl.dialects.graph import ConstantOp
-    from xl.dialects.utils import dense_attr
-
-    what = "popxl.constant" + (f" {name!r}" if isinstance(name, str) else "")
+    what = _what("popxl.constant", name)
     name = check_name(name, what)
-    g = gcg()
-    from popxl.utils import host_data
+    arr, dt = host_array(
+        data, dtype, downcast=downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow, what=what
+    )
+    return constant_of(arr, dt, name)
 
-    arr = host_data(data, dtype, log2_scale, nan_on_overflow)  # float8 data, else None
-    if arr is None:
-        arr = _to_numpy(data, check_dtype(dtype, what) if dtype is not None else None, downcast, what)
-    op = ConstantOp(dense_attr(arr))
-    g._insert(op)
-    t = g._tensor(op.result, g._unique_name(name, scoped=True) if name is not None else None)
-    assert isinstance(t, Constant)
-    return t
+
+def remote_variable(
+    data: Any,
+    remote_buffer: RemoteBuffer,
+    offset: int = 0,
+    dtype: dtype | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    replica_grouping: ReplicaGrouping | None = None,
+    retrieval_mode: str | None = "one_per_group",
+    log2_scale: Any = None,
+    nan_on_overflow: Any = None,
+) -> Variable:
+    """A variable stored in entry `offset` of `remote_buffer` (`ipu.remote_variable`).
+
+    Ops do not use the variable itself: load the entry with `ops.remote_load(remote_buffer,
+    offset)`. `Session.get_tensor_data` / `write_variable_data` read and write the entry
+    (one value per group of `replica_grouping`, data shaped `(num_groups, *shape)`)."""
+    what = _what("popxl.remote_variable", name)
+    g = _main_graph(what)
+    arr, _ = host_array(
+        data, dtype, downcast=downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow, what=what
+    )
+    return _remote_variable(g, arr, remote_buffer, offset, name, replica_grouping, retrieval_mode, None, what)
+
+
+def _remote_variable(
+    g: Graph,
+    arr: np.ndarray,
+    remote_buffer: Any,
+    offset: Any,
+    name: Any,
+    replica_grouping: Any,
+    retrieval_mode: Any,
+    shard_over: int | None,
+    what: str,
+) -> Variable:
+    rb = checked_buffer(remote_buffer, what)
+    name = check_name(name, what)
+    mode = _retrieval(retrieval_mode, what)
+    if isinstance(offset, bool) or not isinstance(offset, int | np.integer):
+        raise TypeError(f"{what}: offset must be an int, got {describe(offset)}")
+    offset = int(offset)
+    if not 0 <= offset < rb.entries:
+        raise ValueError(f"{what}: offset {offset} is out of range [0, {rb.entries}) (entries of {rb!r})")
+    attr, groups = checked_grouping(g._ir, replica_grouping, what)
+    shape = _value_shape(arr, groups, replica_grouping, what)
+    vdt = dtype.as_dtype(arr.dtype)
+    if vdt != rb.tensor_dtype:
+        raise ValueError(f"{what}: dtype {vdt.name} does not match {rb!r} (dtype {rb.tensor_dtype.name})")
+    if shard_over is None and shape != rb.tensor_shape:
+        raise ValueError(
+            f"Tensor does not match buffer.\nExisting remote buffer has shape={rb.tensor_shape} "
+            f"and dtype={rb.tensor_dtype.name}.\nThe tensor has shape={shape}, dtype={vdt.name}."
+        )
+    for op in g._block.ops:
+        if isinstance(op, RemoteVariableOp) and op.buffer_name == rb._name and op.entry == offset:
+            raise ValueError(f"{what}: entry {offset} of {rb!r} already holds remote variable {op.var_name.data!r}")
+    vname = g._unique_name(name if name is not None else "t", scoped=True)
+    op = RemoteVariableOp(
+        vname, rb._name, offset, tensor_type(shape, arr.dtype), dense_attr(arr),
+        grouping=attr, retrieval_mode=mode if attr is not None else None, shard_over=shard_over,
+    )  # fmt: skip
+    g._insert(op, verify_as=op.name)  # its verifier looks the buffer up in the module
+    rts = ReplicatedTensorSharding.On if shard_over is not None else ReplicatedTensorSharding.Off
+    info = TensorLocationInfo(TensorLocation(TensorStorage.OffChip, rts), rb, offset)
+    return _register(g, op.result, vname, replica_grouping, mode, arr, groups, info)
+
+
+def _require_replication(g: Graph) -> None:
+    rf = g._ir.replication_factor
+    if rf <= 1:
+        raise ValueError(
+            f"The IR's global replication factor is {rf}. It must be greater than 1 to create "
+            "a replica sharded variable."
+        )
+
+
+def remote_replica_sharded_variable(
+    data: Any,
+    remote_buffer: RemoteBuffer,
+    offset: int = 0,
+    dtype: dtype | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    replica_grouping: ReplicaGrouping | None = None,
+    retrieval_mode: str | None = "one_per_group",
+    log2_scale: Any = None,
+    nan_on_overflow: Any = None,
+) -> Variable:
+    """A variable sharded over replicas and stored in entry `offset` of `remote_buffer`:
+    each replica's copy of the entry holds its shard. Sets `remote_buffer.meta_shape` to the
+    variable's shape. The number of shards is the buffer's (`replica_sharded_buffer`), else
+    the largest divisor of the replica group size whose shards fit the entry. Needs
+    replication_factor > 1."""
+    what = _what("popxl.remote_replica_sharded_variable", name)
+    g = _main_graph(what)
+    _require_replication(g)
+    rb = checked_buffer(remote_buffer, what)
+    arr, _ = host_array(
+        data, dtype, downcast=downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow, what=what
+    )
+    _, groups = checked_grouping(g._ir, replica_grouping, what)
+    shape = _value_shape(arr, groups, replica_grouping, what)
+    if rb.meta_shape == ():
+        rb.meta_shape = shape
+    elif rb.meta_shape != shape:
+        raise ValueError(
+            f"Cannot use RemoteBuffer[id={rb.remote_buffer_id}] for replica sharded variable of "
+            f"shape {shape}. The buffer's meta_shape has already been set to: {rb.meta_shape}."
+        )
+    n, per = math.prod(shape), math.prod(rb.tensor_shape)
+    s = rb._shard_over
+    if s is None:
+        size = replica_group_size(g._ir, replica_grouping)
+        fits = [d for d in range(size, 0, -1) if size % d == 0 and -(-n // d) == per]
+        if not fits:
+            raise ValueError(
+                f"{what}: entries of {rb!r} ({per} elements) cannot hold the shards of {shape} "
+                f"({n} elements) over any divisor of the replica group size {size}"
+            )
+        s = fits[0]
+    elif -(-n // s) != per:
+        raise ValueError(
+            f"{what}: shards of {shape} over {s} replicas have {-(-n // s)} elements, but entries of {rb!r} have {per}"
+        )
+    return _remote_variable(g, arr, rb, offset, name, replica_grouping, retrieval_mode, s, what)
+
+
+def replica_sharded_variable(
+    data: Any,
+    dtype: dtype | None = None,
+    name: str | None = None,
+    downcast: bool = True,
+    replica_grouping: ReplicaGrouping | None = None,
+    shard_over: int | None = None,
+    retrieval_mode: str | None = "one_per_group",
+    log2_scale: Any = None,
+    nan_on_overflow: Any = None,
+) -> tuple[Variable, Tensor]:
+    """A variable sharded over replicas (`ipu.replica_sharded_variable`): returns `(full,
+    shard)`. `shard` is this replica's 1-D shard, resident state that ops use and update;
+    `full` is the host's handle (Session get/write of the full value; not for ops).
+    `shard_over` defaults to the replica group size. Needs replication_factor > 1."""
+    what = _what("popxl.replica_sharded_variable", name)
+    g = _main_graph(what)
+    _require_replication(g)
+    name = check_name(name, what)
+    mode = _retrieval(retrieval_mode, what)
+    arr, _ = host_array(
+        data, dtype, downcast=downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow, what=what
+    )
+    attr, groups = checked_grouping(g._ir, replica_grouping, what)
+    shape = _value_shape(arr, groups, replica_grouping, what)
+    s = checked_shard_over(g._ir, replica_grouping, shard_over, what)
+    n = -(-math.prod(shape) // s)
+    vname = g._unique_name(name if name is not None else "t", scoped=True)
+    op = ReplicaShardedVariableOp(
+        vname, tensor_type(shape, arr.dtype), tensor_type((n,), arr.dtype), dense_attr(arr),
+        shard_over=s, grouping=attr, retrieval_mode=mode if attr is not None else None,
+    )  # fmt: skip
+    g._insert(op, verify_as=op.name)
+    info = TensorLocationInfo(TensorLocation(TensorStorage.OnChip, ReplicatedTensorSharding.On), None, None)
+    v = _register(g, op.results[0], vname, replica_grouping, mode, arr, groups, info)
+    shard = g._tensor(op.shard, g._unique_name(vname + "_rts"))
+    shard._meta_shape = shape
+    return v, shard
 
 
 def graph_input(
@@ -636,20 +672,3 @@ def graph_input(
 def graph_output(t: Tensor) -> None:
     """Mark `t` as the next output of the current (sub)graph."""
     gcg()._add_output(t)
-
-
-def _not_supported(what: str) -> Any:
-    def f(*args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"popxl.{what} is not supported by xl yet")
-
-    f.__name__ = what
-    return f
-
-
-# Remote and replica-sharded variables live in popxl/remote_buffer.py (it imports this module).
-from popxl.remote_buffer import (  # noqa: E402
-    remote_replica_sharded_variable,
-    remote_variable,
-    replica_sharded_buffer,
-    replica_sharded_variable,
-)

@@ -5,11 +5,12 @@ NumPy with PopXL's downcast and float8 rules), `downcast_np_dtypes`, `table_to_s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 import numpy as np
 
-from popxl.dtypes import _UPSTREAM_FLOAT8, float8_143, float8_152, np_dtype_float8_143, np_dtype_float8_152
+from popxl._host import downcast_np_dtypes, host_array, is_torch
+from popxl.dtypes import checked_dtype, np_dtype_float8_143, np_dtype_float8_152
 from popxl.dtypes import dtype as _dtype
 
 __all__ = [
@@ -21,19 +22,7 @@ __all__ = [
     "to_numpy",
 ]
 
-downcast_np_dtypes: dict[np.dtype, np.dtype] = {
-    np.dtype("int64"): np.dtype("int32"),
-    np.dtype("uint64"): np.dtype("uint32"),
-    np.dtype("float64"): np.dtype("float32"),
-}
-"""The NumPy dtypes `to_numpy` (and `popxl.variable` / `constant`) narrow to 32 bits when
-no dtype is given and `downcast` is True."""
-
 MAX_UINT64 = 2**64 - 1
-
-
-def _is_float8(dtype: Any) -> TypeGuard[_dtype]:
-    return dtype is float8_143 or dtype is float8_152
 
 
 def to_numpy(
@@ -44,7 +33,8 @@ def to_numpy(
     log2_scale: int | None = None,
     nan_on_overflow: bool | None = None,
 ) -> np.ndarray:
-    """`x` (an array, torch tensor, scalar or nested lists) as a C-ordered NumPy array.
+    """`x` (an array, torch tensor, scalar or nested lists) as a C-ordered NumPy array,
+    converted by the rules of `popxl.variable` / `constant` (`popxl._host.host_array`):
 
     - `dtype` given: converted to it. For `popxl.float8_143` / `float8_152`, float16/32/64
       data is converted by `popxl.fp8_utils.host_pow2scale_cast_to_fp8` (scaled by
@@ -57,12 +47,9 @@ def to_numpy(
     - `copy=False` may return `x` itself. An `np.memmap` is never copied then: it must be
       C-ordered and aligned, need no downcast and match `dtype` (ValueError otherwise).
     """
-    from popxl.fp8_utils import float8_view, host_pow2scale_cast_to_fp8
-
-    if dtype is not None:
-        dtype = _dtype.as_dtype(dtype)
+    what = "popxl.utils.to_numpy"
     if isinstance(x, np.memmap):
-        if dtype is not None and np.dtype(dtype.as_numpy()) != x.dtype:
+        if dtype is not None and np.dtype(checked_dtype(dtype, what).as_numpy()) != x.dtype:
             raise ValueError(
                 "When passing a memory-mapped NumPy array, the `dtype` parameter must be "
                 "None or the same as the array's dtype"
@@ -77,79 +64,15 @@ def to_numpy(
                 "supported, as it requires downcasting the array into a new array with a "
                 "dtype supported by PopXL."
             )
-    elif type(x).__module__.startswith("torch"):
+    elif is_torch(x):
         x = x.detach().cpu().numpy()
-
-    def asarray(v: Any, **kw: Any) -> np.ndarray:
-        return v if isinstance(v, np.memmap) else np.asarray(v, order="C", **kw)
-
-    if _is_float8(dtype):
-        x = asarray(x)
-        f8 = float8_view(x)
-        if f8 is not None:
-            if f8.dtype != np.dtype(dtype.as_numpy()):
-                raise TypeError(f"float8 data of dtype {f8.dtype} cannot be used as {dtype}")
-            x = f8
-        else:
-            if x.dtype not in (np.float16, np.float32, np.float64):
-                raise TypeError(
-                    f"Type {x.dtype} is not supported for float8 tensors. Please use float16, float32 or float64 types."
-                )
-            x = host_pow2scale_cast_to_fp8(
-                x,
-                dtype,
-                0 if log2_scale is None else log2_scale,
-                True if nan_on_overflow is None else nan_on_overflow,
-            )
-        return np.array(x, copy=True, order="C") if copy else np.require(x, requirements="C")
-
-    if log2_scale is not None:
-        raise RuntimeError(
-            "Non-default value for 'log2scale' is not supported for dtypes that are not "
-            "popxl.float8_143 or popxl.float8_152"
-        )
-    if nan_on_overflow is not None:
-        raise RuntimeError(
-            "Non-default value for 'nan_on_overflow' is not supported for dtypes that are "
-            "not popxl.float8_143 or popxl.float8_152"
-        )
-    if dtype is not None:
-        arr = asarray(x, dtype=dtype.as_numpy())
-    else:
-        arr = asarray(x)
-        if isinstance(arr, np.ndarray) and arr.dtype in _UPSTREAM_FLOAT8:
-            view = float8_view(arr)
-            assert view is not None, "an upstream float8 array always has an ml_dtypes view"
-            arr = view
-        elif downcast and arr.dtype in downcast_np_dtypes:
-            arr = arr.astype(downcast_np_dtypes[arr.dtype], order="C")
-    if copy and arr is x:
-        arr = arr.copy(order="C")
-    elif copy and isinstance(x, np.ndarray) and np.shares_memory(arr, x):
-        arr = arr.copy(order="C")
+    arr, _ = host_array(x, dtype, downcast=downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow, what=what)
+    if isinstance(x, np.ndarray) and np.may_share_memory(arr, x):
+        if copy:
+            return arr.copy(order="C")
+        if isinstance(x, np.memmap) and arr.dtype == x.dtype and arr.shape == x.shape:
+            return x
     return arr
-
-
-def host_data(data: Any, dtype: Any, log2_scale: Any, nan_on_overflow: Any) -> np.ndarray | None:
-    """For `popxl.variable` / `constant`: the float8 array `data` stands for, when `dtype`
-    is a float8 dtype or `data` is float8 data; else None (after refusing `log2_scale` /
-    `nan_on_overflow` for non-float8 dtypes, as `to_numpy`)."""
-    from popxl.fp8_utils import float8_view
-
-    if dtype is not None and not isinstance(dtype, _dtype):
-        try:
-            dtype = _dtype.as_dtype(dtype)
-        except (TypeError, ValueError):
-            return None  # the caller reports a bad dtype
-    if _is_float8(dtype):
-        return to_numpy(data, dtype, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
-    if log2_scale is not None or nan_on_overflow is not None:
-        to_numpy(0, dtype, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)  # raises
-    if dtype is None and isinstance(data, np.ndarray):
-        f8 = float8_view(data)
-        if f8 is not None:
-            return np.array(f8, copy=True, order="C")
-    return None
 
 
 def table_to_string(rows: Sequence[Sequence[Any]], delimiter: str = " | ", header: bool = True) -> str:

@@ -11,7 +11,7 @@ Submodules: `popxl.ops.var_updates` (in-place variable updates and optimizer
 updaters) and `popxl.ops.collectives` (replica collectives).
 """
 
-from popxl.ops import collectives, var_updates
+from popxl.ops import _tensor_methods, collectives, var_updates
 from popxl.ops._nn import (
     average_pool,
     groupedgather,
@@ -114,10 +114,6 @@ from popxl.ops._ops import (
     random_uniform,
     relu,
     relu_,
-    remote_code_load,
-    remote_load,
-    remote_load_,
-    remote_store,
     rename,
     reshape,
     reshape_,
@@ -146,6 +142,7 @@ from popxl.ops._ops import (
     transpose_,
     where,
 )
+from popxl.ops._remote import remote_code_load, remote_load, remote_load_, remote_store
 from popxl.ops.call import (
     CallSiteInfo,
     ConditionalSiteInfo,
@@ -314,3 +311,6 @@ __all__ = [
     "var_updates",
     "collectives",
 ]
+
+# `popxl.Tensor`'s methods and operators (`t.reshape`, `t + 1`, `t[0]`) call these ops: set them now.
+_tensor_methods.set_tensor_methods()

@@ -1130,61 +1130,6 @@ def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor | int, data_type: dtyp
     return emit1(Pow2ScaleCastFromFp8Op, [t, log2_scale], tensor_type(t.shape, data_type.as_numpy()))
 
 
-def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = None) -> Tensor:
-    """Entry `offset` of `remote_buffer` loaded into a new tensor (`ipu.remote_load`).
-
-    `offset`: an int in `[0, entries)` or a scalar integer Tensor (checked when the op runs:
-    `DataRangeError` naming the buffer and the value). The result has the buffer's shape,
-    dtype and `meta_shape`. There is no data dependency between a store and a later load:
-    build them inside `popxl.in_sequence()`. Not differentiable (no gradient flows).
-    """
-    from popxl.remote_buffer import _remote_load
-
-    return _remote_load(remote_buffer, offset, name)
-
-
-def remote_load_(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> Tensor:
-    """Entry `offset` of `remote_buffer` loaded into `t` in place (`ipu.remote_load_`);
-    returns `t`, which must have the buffer's shape and dtype."""
-    from popxl.remote_buffer import _remote_load_
-
-    return _remote_load_(remote_buffer, offset, t)
-
-
-def remote_store(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> None:
-    """`t` stored into entry `offset` of `remote_buffer` (`ipu.remote_store`); `t` must have
-    the buffer's shape and dtype; `offset` as in `remote_load`."""
-    from popxl.remote_buffer import _remote_store
-
-    _remote_store(remote_buffer, offset, t)
-
-
-def remote_code_load(graph: Any, destination: str) -> None:
-    """Load the code of `graph` from remote memory to `'executable'`, `'compute_buffer'`
-    or `'io_buffer'` (`ipu.remote_code_load`).
-
-    The op is recorded in the current graph (it prints, verifies and shows in pictures);
-    on the NumPy runtime every graph's code is always resident, so running it does nothing.
-    """
-    from popxl.graph import Graph
-    from popxl.remote_buffer import _insert
-    from xl.dialects.ipu import CODE_LOCATIONS, RemoteCodeLoadOp
-
-    what = "ops.remote_code_load"
-    if not isinstance(graph, Graph):
-        raise TypeError(f"{what}: expected a popxl.Graph, got {type(graph).__name__}")
-    if not isinstance(destination, str) or destination not in CODE_LOCATIONS:
-        raise ValueError(
-            f"{what}: destination must be one of {', '.join(map(repr, CODE_LOCATIONS))}, got {destination!r}"
-        )
-    current = gcg()
-    if graph.ir is not current.ir:
-        raise ValueError(f"{what}: graph {graph.name!r} belongs to another Ir")
-    if graph._is_main:
-        raise ValueError(f"{what}: the main graph's code cannot be loaded; pass a subgraph")
-    _insert(current, RemoteCodeLoadOp(graph.name, destination), what)
-
-
 def nll_loss(
     probs: Tensor,
     labels: Tensor,

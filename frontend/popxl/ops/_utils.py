@@ -23,10 +23,11 @@ from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAVal
 from xdsl.utils.exceptions import VerifyException
 
 from popxl import context, dtypes
-from popxl._checks import check_dtype, check_int, check_shape, describe
+from popxl._checks import check_int, check_shape, describe
+from popxl._host import host_array
 from popxl.context import gcg
 from popxl.graph import Graph
-from popxl.tensor import Tensor, _to_numpy, constant
+from popxl.tensor import Tensor, constant_of
 from xl.dialects.popxl import PopxlOp
 
 
@@ -61,7 +62,7 @@ def as_float(x: Any, arg: str) -> float:
 
 def as_dtype(d: Any, arg: str = "dtype") -> dtypes.dtype:
     """A dtype argument of the public op being called."""
-    return check_dtype(d, f"{current_op()} ({arg})")
+    return dtypes.checked_dtype(d, f"{current_op()} ({arg})")
 
 
 def as_shape(shape: Any, arg: str = "shape") -> tuple[int, ...]:
@@ -184,16 +185,20 @@ def to_tensor(x: Any, dtype: Any = None) -> Tensor:
     TypeError/ValueError naming the public op being called."""
     if isinstance(x, Tensor):
         return x
-    return constant(_to_numpy(x, dtype, True, current_op("popxl.constant")), dtype=dtype)
+    return constant_of(*host_array(x, dtype, what=current_op("popxl.constant")))
 
 
-def insert(g: Graph, op: Operation, what: str | None = None, verify: bool = True) -> Operation:
+def insert(
+    g: Graph, op: Operation, what: str | None = None, verify: bool = True, verify_in_place: bool = False
+) -> Operation:
     """Append `op` to graph `g`: every op the frontend builds goes through here.
 
     Checks that each operand is a value of `g` (a value of another graph or another Ir
     would silently refer to the wrong data), then verifies `op` (a `VerifyException`
     becomes a `ValueError` with the same first paragraph). Errors name the public op being
-    called, else `what`, else the op's name."""
+    called, else `what`, else the op's name. `verify_in_place`: the op's verifier looks a
+    symbol up in the module (a remote buffer, a graph), so it is verified once inserted
+    and removed again when it fails (the `ValueError` starts with `what`)."""
     what = what if what is not None else op.name
     block = g._block
     for i, v in enumerate(op.operands):
@@ -204,6 +209,9 @@ def insert(g: Graph, op: Operation, what: str | None = None, verify: bool = True
                 f"{current_op(what)}: operand {i} of {op.name} is a value of {where}, not of "
                 f"the current graph {g.name!r}"
             )
+    if verify_in_place:
+        g._insert(op, verify_as=what)
+        return op
     if verify:
         try:
             op.verify()
