@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from popxl.ir import Ir
 
 __all__ = [
+    "Context",
     "gcg",
+    "get_current_context",
     "get_current_graph",
     "get_ir",
     "get_main_graph",
@@ -158,3 +160,63 @@ class in_sequence:
                 return fn(*args, **kwargs)
 
         return wrapper
+
+
+class Context:
+    """A read-only view of the build-time context (upstream's `popxl.context.Context`, the
+    object `get_current_context()` returns): the current graph, its Ir and main graph, the
+    virtual IPU, tile set, name scopes and `in_sequence` mode that ops created now get.
+
+    ```python
+    with ir.main_graph, popxl.ipu(1):
+        ctx = popxl.context.get_current_context()
+        ctx.graph.ir is ir, ctx.ipu_id  # True, 1
+    ```
+    """
+
+    @property
+    def graph(self) -> Graph:
+        """The graph new ops go to (NoGraphSelectedError when none is selected)."""
+        return get_current_graph()
+
+    @property
+    def main_graph(self) -> Graph:
+        return get_main_graph()
+
+    @property
+    def ir(self) -> Ir:
+        return get_ir()
+
+    @property
+    def ipu_id(self) -> int:
+        """The virtual IPU of `popxl.ipu(...)`, 0 outside one (as upstream)."""
+        ipu = _current_ipu()
+        return 0 if ipu is None else ipu
+
+    @property
+    def io_tile_set(self) -> bool:
+        """Whether ops created now go to the IO tiles (`popxl.io_tiles()`)."""
+        return _current_tile_set() == "io"
+
+    @property
+    def name_scopes(self) -> list[str]:
+        """The `popxl.name_scope` names, outermost first (a copy)."""
+        return list(_state.scopes)
+
+    @property
+    def in_sequence(self) -> bool | str | None:
+        """The innermost `popxl.in_sequence` mode, None outside one."""
+        return _state.in_sequence[-1] if _state.in_sequence else None
+
+    def __repr__(self) -> str:
+        graph = _state.graphs[-1].name if _state.graphs else None
+        return f"Context(graph={graph!r}, ipu_id={self.ipu_id}, io_tile_set={self.io_tile_set})"
+
+
+_context = Context()
+
+
+def get_current_context() -> Context:
+    """The build-time context (upstream's `popxl.context.get_current_context`); one object
+    whose properties read the current state (`ctx.graph`, `ctx.ir`, `ctx.ipu_id`, ...)."""
+    return _context

@@ -8,19 +8,22 @@ import numpy as np
 
 import popxl
 import popxl.ops as ops
+from popxl.utils import to_numpy
 
 __all__ = ["host_load", "host_store"]
 
 
 def host_load(
-    np_data: np.ndarray, dtype: Any, name: str | None = None
+    np_data: Any, dtype: Any, name: str | None = None
 ) -> tuple[np.ndarray, popxl.HostToDeviceStream, popxl.Tensor]:
     """An h2d stream `<name>_stream` for data like `np_data` and a `host_load` from it.
 
-    Returns `(np_data cast to dtype, stream, loaded tensor)`.
+    Returns `(np_data cast to dtype, stream, loaded tensor)`. `np_data` is host data of any
+    kind `popxl.utils.to_numpy` takes, as upstream converts it: a NumPy array, nested lists,
+    or a torch tensor (detached first, so one that requires grad works).
     """
     dtype = popxl.dtypes.checked_dtype(dtype, "addons.host_load")
-    np_data = np.asarray(np_data).astype(dtype.as_numpy())
+    np_data = to_numpy(np_data, dtype)
     name = name or "input"
     stream = popxl.h2d_stream(np_data.shape, dtype, f"{name}_stream")
     return np_data, stream, ops.host_load(stream, name)
