@@ -165,6 +165,14 @@ class ReplicaGroupingAttr(ParametrizedAttribute):
         s, g = self.stride.data, self.group_size.data
         return [r % s + s * (r // (s * g)) for r in range(replication_factor)]
 
+    def group_of(self, replica: int, replication_factor: int) -> int:
+        """The group index of one replica (`assignment(replication_factor)[replica]`, in O(1))."""
+        self.check(replication_factor)
+        if self.is_explicit:
+            return self.explicit.data[replica].data
+        s, g = self.stride.data, self.group_size.data
+        return replica % s + s * (replica // (s * g))
+
     def groups(self, replication_factor: int) -> list[list[int]]:
         """Each group's replica indices, ascending; groups in index order."""
         out: list[list[int]] = [[] for _ in range(self.num_groups(replication_factor))]

@@ -246,10 +246,9 @@ class StateOp(IRDLOperation):
             return None
         from xl.dialects.utils import dense_to_numpy
 
-        value = dense_to_numpy(self.init)
+        value = dense_to_numpy(self.init, copy=False)  # read-only: a replica copies its part
         if self.grouping is not None and self.num_groups() > 1:
-            group = self.replica_grouping().assignment(replication_factor)[replica]
-            return value[group]
+            return value[self.replica_grouping().group_of(replica, replication_factor)]
         return value
 
     def verify_(self) -> None:

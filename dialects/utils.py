@@ -116,8 +116,9 @@ def dense_attr(value: np.ndarray) -> DenseIntOrFPElementsAttr:
     return DenseIntOrFPElementsAttr(ttype, BytesAttr(value.tobytes()))
 
 
-def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
-    """The NumPy array held by a dense elements attribute."""
+def dense_to_numpy(attr: DenseIntOrFPElementsAttr, copy: bool = True) -> np.ndarray:
+    """The NumPy array held by a dense elements attribute (`copy=False`: possibly a
+    read-only view of the attribute's bytes, for a caller that copies what it keeps)."""
     ttype = attr.get_type()
     dtype = dtype_of(ttype)
     shape = shape_of(ttype)
@@ -125,7 +126,9 @@ def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
         vals = list(attr.get_values())
         arr = np.array(vals, dtype=np.bool_)
     else:
-        arr = np.frombuffer(attr.data.data, dtype=dtype).copy()
+        arr = np.frombuffer(attr.data.data, dtype=dtype)
+        if copy:
+            arr = arr.copy()
     if arr.size == 1 and int(np.prod(shape)) != 1:  # splat
         return np.full(shape, arr.reshape(()), dtype=dtype)
     return arr.reshape(shape)

@@ -9,9 +9,9 @@ first use) for existing callers.
 from typing import Any
 
 from xl.runtime.errors import PlanError
-from xl.runtime.executable import Executable, compile_program
+from xl.runtime.executable import MAX_REPLICAS, Executable, compile_program
 
-__all__ = ["Executable", "PlanError", "compile_program"]
+__all__ = ["MAX_REPLICAS", "Executable", "PlanError", "compile_program"]
 
 _FROM_COMPILER = frozenset({"DEFAULT_PIPELINE", "RT_PIPELINE", "compile_module", "lower"})
 

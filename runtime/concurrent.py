@@ -80,7 +80,7 @@ from xl.dialects.ipu import placement
 from xl.runtime.collectives import is_collective
 from xl.runtime.errors import PlanError
 from xl.runtime.placement import BufferPlacement
-from xl.runtime.plan import CHUNK_LINES, PlanBuilder, plan_filename, register_source
+from xl.runtime.plan import CHUNK_LINES, PlanBuilder, compile_plan, plan_filename, register_source
 from xl.runtime.profile import kernel_info
 from xl.runtime.registry import kernel_class
 
@@ -760,7 +760,7 @@ def build_concurrent_replica(
     src = "\n".join(src_lines) + "\n"
     scope = dict(g.ns)
     filename = b.filename = plan_filename("concurrent")
-    exec(compile(src, filename, "exec"), scope)
+    exec(compile_plan(src, filename), scope)
     fns = [_finishing(scope[f"_stream{s}"], sync, s) for s in range(n)]
     cores = os.cpu_count() or 1
     step = ConcurrentStep(fns, sync, max(1, cores // n), f"xl replica {replica}")

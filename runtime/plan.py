@@ -44,7 +44,9 @@ from __future__ import annotations
 import itertools
 import linecache
 import re
+import threading
 import time
+import types
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -321,7 +323,7 @@ class PlanBuilder(ProgramWalk[int]):
         src = "\n".join(src_lines) + "\n"
         scope = dict(g.ns)
         filename = self.filename = plan_filename()
-        exec(compile(src, filename, "exec"), scope)
+        exec(compile_plan(src, filename), scope)
         step = scope["_step"]
         register_source(filename, src, step)
         return step, src
@@ -341,6 +343,35 @@ def plan_filename(kind: str = "") -> str:
     """A new file name for a generated plan's source (`<xl plan N>`, `<xl plan N (kind)>`)."""
     n = next(_PLAN_IDS)
     return f"<xl plan {n} ({kind})>" if kind else f"<xl plan {n}>"
+
+
+# The code objects of the last sources compiled: the replicas of a program generate the same
+# source (their arrays are globals), so `compile()` runs once per program, not per replica.
+_COMPILED: dict[str, types.CodeType] = {}
+_COMPILED_KEEP = 4
+_COMPILED_LOCK = threading.Lock()
+
+
+def compile_plan(src: str, filename: str) -> types.CodeType:
+    """`compile(src, filename, "exec")`, reusing the code of an identical source compiled
+    before under another file name (each plan keeps its own `filename`, which is how an
+    error finds the replica and kernel it came from)."""
+    code = _COMPILED.get(src)
+    if code is None:
+        code = compile(src, filename, "exec")
+        with _COMPILED_LOCK:  # sessions may compile on several threads
+            while len(_COMPILED) >= _COMPILED_KEEP:
+                del _COMPILED[next(iter(_COMPILED))]
+            _COMPILED[src] = code
+    return _renamed_code(code, filename)
+
+
+def _renamed_code(code: types.CodeType, filename: str) -> types.CodeType:
+    """`code` and the code objects nested in it (the functions it defines) under `filename`."""
+    if code.co_filename == filename:
+        return code
+    consts = tuple(_renamed_code(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 def register_source(filename: str, src: str, owner: object) -> None:

@@ -117,7 +117,8 @@ class Gen:
         self._ids = itertools.count()
         self._fns: dict[int, str] = {}
         self._consts: dict[tuple[str, np.dtype], str] = {}
-        self._scratch: dict[tuple[int, tuple[int, ...], np.dtype], list[np.ndarray]] = {}
+        self._scratch: dict[tuple[int, tuple[int, ...], np.dtype], list[str]] = {}
+        self._scratch_ids = itertools.count()
         self._in_use: dict[tuple[int, tuple[int, ...], np.dtype], int] = {}
         # the stream (worker) the kernel being generated runs on: scratch buffers are per
         # stream, so concurrent streams never share one (`xl.runtime.concurrent`)
@@ -175,12 +176,13 @@ class Gen:
         i = self._in_use.get(key, 0)
         pool = self._scratch.setdefault(key, [])
         if i == len(pool):
-            a = np.zeros(key[1], key[2])
-            pool.append(a)
-            self.ns[f"s_{id(a)}"] = a
+            # named in creation order: every replica's plan has the same source
+            name = f"s_{next(self._scratch_ids)}"
+            self.ns[name] = np.zeros(key[1], key[2])
+            pool.append(name)
         self._in_use[key] = i + 1
-        a = pool[i]
-        return a, f"s_{id(a)}"
+        name = pool[i]
+        return self.ns[name], name
 
     def release_scratch(self) -> None:
         self._in_use.clear()

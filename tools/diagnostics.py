@@ -28,6 +28,7 @@ from xdsl.traits import IsTerminator, NoTerminator
 from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects.utils import numpy_dtype
+from xl.runtime.executable import MAX_REPLICAS, too_many_replicas
 
 __all__ = [
     "LocatedError",
@@ -254,10 +255,6 @@ def _size(nbytes: int) -> str:
     raise AssertionError("unreachable")
 
 
-MAX_REPLICAS = 1024
-"""Replicas are simulated one after another, each with its own compiled plan."""
-
-
 def _int_attr(op: Operation, key: str) -> int:
     a = op.attributes.get(key)
     value = getattr(getattr(a, "value", None), "data", 1)
@@ -274,11 +271,7 @@ def check_runnable_types(module: ModuleOp) -> None:
         if op.name in ("graph.main", "rt.program"):
             reps = _int_attr(op, "replication_factor")
             if reps > MAX_REPLICAS:
-                raise LocatedError(
-                    f"{op.name}: replication_factor {reps} is more than the {MAX_REPLICAS} "
-                    "replicas the NumPy runtime simulates (one after another)",
-                    op,
-                )
+                raise LocatedError(f"{op.name}: replication_factor {reps} is {too_many_replicas()}", op)
         for t in _tensor_types(op):
             if t in seen or not isinstance(t, TensorType):
                 continue

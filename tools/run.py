@@ -170,8 +170,7 @@ def set_variables(exe: Executable, data: dict[str, np.ndarray]) -> None:
         if arr.dtype != buf.dtype:
             raise RunError(f'variable "{name}": expected dtype {buf.dtype}, got {arr.dtype}')
         if per_replica:
-            for i in exe.local_replicas:
-                exe.set_state(name, arr[i], [i])
+            exe.set_state_each(name, [arr[i] for i in exe.local_replicas])
         else:
             exe.set_state(name, arr)
 

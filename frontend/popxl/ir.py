@@ -46,6 +46,18 @@ def _live_irs() -> list[Ir]:
     return list(_irs)
 
 
+def _check_replication(value: Any, what: str) -> int:
+    """A replica count: a positive int (not a bool), at most the replicas one process
+    simulates (`xl.runtime.MAX_REPLICAS`)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{what} must be a positive int, got {value!r}")
+    from xl.runtime.executable import MAX_REPLICAS, too_many_replicas
+
+    if value > MAX_REPLICAS:
+        raise ValueError(f"{what}={value} is {too_many_replicas()}")
+    return value
+
+
 class Ir:
     """A PopXL program: a main graph, subgraphs and host streams."""
 
@@ -57,7 +69,9 @@ class Ir:
 
             popdist.init()
             replication = popdist.getNumTotalReplicas()
-        if not isinstance(replication, int) or replication < 1:
+        if not self._popdist:  # a launch's replicas are checked per instance when compiled
+            replication = _check_replication(replication, "Ir: replication")
+        elif not isinstance(replication, int) or isinstance(replication, bool) or replication < 1:
             raise ValueError(f"Ir: replication must be a positive int, got {replication!r}")
         self._id = next(_ir_ids)
         _irs.add(self)
@@ -119,8 +133,7 @@ class Ir:
 
     @replication_factor.setter
     def replication_factor(self, value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"replication_factor must be a positive int, got {value!r}")
+        _check_replication(value, "replication_factor")
         if self._sessions:
             raise RuntimeError("replication_factor cannot be changed after a Session was created")
         self._set_main_attr("replication_factor", value)

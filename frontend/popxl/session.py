@@ -189,8 +189,10 @@ class Session:
 
     def _per_group(self, v: Variable, every: np.ndarray) -> np.ndarray:
         """Every replica's value -> the value of each group (its first replica's)."""
-        assign = self._assignment(v)
-        return np.stack([every[assign.index(g)] for g in range(v._num_groups)])
+        first: dict[int, int] = {}
+        for r, g in enumerate(self._assignment(v)):
+            first.setdefault(g, r)
+        return np.stack([every[first[g]] for g in range(v._num_groups)])
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -284,12 +286,10 @@ class Session:
         if name not in self._exe.state:
             return
         if self._all_replicas(v):
-            for r in self._exe.local_replicas:
-                self._exe.set_state(name, host[r], [r])
+            self._exe.set_state_each(name, [host[r] for r in self._exe.local_replicas])
         elif v._num_groups > 1:
             assign = self._assignment(v)
-            for r in self._exe.local_replicas:
-                self._exe.set_state(name, host[assign[r]], [r])
+            self._exe.set_state_each(name, [host[assign[r]] for r in self._exe.local_replicas])
         else:
             self._exe.set_state(name, host)
 

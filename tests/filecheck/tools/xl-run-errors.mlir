@@ -41,6 +41,6 @@ graph.main {
 // BF16:     bf16.mlir:2:3: error: graph.constant: element type bf16 is not supported by the NumPy runtime
 // COMPLEX:  complex.mlir:2:3: error: graph.variable: element type complex<f32> is not supported by the NumPy runtime
 // BIG:      big.mlir:2:3: error: graph.variable: tensor<100000x100000x100000xf32> needs 3.553 PiB, more than the memory of this machine
-// REPS:     reps.mlir:1:1: error: graph.main: replication_factor 1000000 is more than the 1024 replicas the NumPy runtime simulates
+// REPS:     reps.mlir:1:1: error: graph.main: replication_factor 1000000 is more than the 1024 replicas xl simulates in one process: every replica runs in this process with its own copy of every buffer
 // DOM:      dom.mlir:2:3: error: popxl.neg: operand #0 (%x) is used before its definition: defined later, by graph.constant at line 3
 // CHECK-NOT: Traceback
