@@ -118,6 +118,14 @@ class Ir:
         return self._id
 
     @property
+    def _pb_ir(self) -> Any:
+        """PopART's Ir as PopXL programs reach it, for `ir._pb_ir.getSessionOptions()` (one
+        `popart.SessionOptions` per Ir): xl's stand-in `popart.handles.PbIr`."""
+        from popart.handles import PbIr
+
+        return PbIr(self)
+
+    @property
     def num_host_transfers(self) -> int:
         return self._main_op.num_host_transfers
 

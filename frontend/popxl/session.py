@@ -147,6 +147,12 @@ class Session:
         # remote / replica-sharded variables: their host copies are full values
         self._remote = SessionRemote(main, self._exe, self._all_replicas)
         self._host.update(self._remote.initial_values())
+        self._pb_session_handle: Any = None
+        # the Ir's PopART session options: a warning for each one xl does not honour
+        # although it could change the numbers (popart.handles.check_session)
+        from popart.handles import check_session
+
+        check_session(self)
 
     def _initial_value(self, v: Variable, op: VariableOp) -> np.ndarray:
         name = op.var_name.data
@@ -465,6 +471,30 @@ class Session:
         results = self.run(inputs, downcast_inputs)
         for s, arr in outputs.items():
             np.copyto(arr, results[s])
+
+    @property
+    def _pb_session(self) -> Any:
+        """PopART's session as PopXL programs reach it (`session._pb_session`): xl's
+        stand-in `popart.handles.PbSession` (session options, `setEngineIsLoaded`)."""
+        if self._pb_session_handle is None:
+            from popart.handles import PbSession
+
+            self._pb_session_handle = PbSession(self)
+        return self._pb_session_handle
+
+    def options_report(self, print_report: bool = True) -> str:
+        """The PopART session options the program set on its Ir
+        (`ir._pb_ir.getSessionOptions()`): those xl honours, those recorded without effect on
+        NumPy, and those not honoured that could change the numbers on an IPU. Printed unless
+        `print_report` is False; returned as text."""
+        from popart.handles import session_options_of
+
+        opts = session_options_of(self._ir)
+        assert opts is not None
+        text = opts.report()
+        if print_report:
+            print(text)
+        return text
 
     def memory_report(self, print_table: bool = True) -> Any:
         """Bytes per virtual IPU of the compiled program, without running it: variables,

@@ -154,7 +154,7 @@ def replicated_all_reduce(t: Tensor, op: str = "add", group: Any = None) -> Tens
     same all-reduce of the gradients for 'add' / 'mean' (see `xl.passes.grad_rules_replica`).
     """
     t = _tensor(t)
-    return emit1(AllReduceOp, [t], grouping=_grouping(group), op=_check_op(op))
+    return emit1(AllReduceOp, [t], grouping=_grouping(group), name=f"{t.name}_all_reduce", op=_check_op(op))
 
 
 def replicated_all_reduce_(t: Tensor, op: str = "add", group: Any = None) -> Tensor:
@@ -178,7 +178,7 @@ def replicated_reduce_scatter(
     op = _check_op(op)
     grouping = _grouping(group)
     _check_shards(t, grouping)
-    out = emit1(ReduceScatterOp, [t], grouping=grouping, op=op)
+    out = emit1(ReduceScatterOp, [t], grouping=grouping, name=f"{t.name}_reduce_scattered", op=op)
     if configure_output_for_replicated_tensor_sharding:  # an RTS shard of `t`
         out._meta_shape = tuple(t.shape)
     return out
@@ -200,18 +200,20 @@ def replicated_all_gather(t: Tensor, axis: int = 0, group: Any = None, output_sh
     if output_shape == "auto":
         output_shape = "meta_shape" if meta else "concat"
     if output_shape == "new_axis":
-        return emit1(AllGatherOp, [t], grouping=grouping, axis=0, new_axis=True)
+        return emit1(AllGatherOp, [t], grouping=grouping, name=f"{t.name}_all_gathered", axis=0, new_axis=True)
     if output_shape == "concat":
         if not t.shape:
             raise ValueError(f"{current_op()}: cannot concatenate scalars ({t.id}); use output_shape='new_axis'")
-        return emit1(AllGatherOp, [t], grouping=grouping, axis=_axis(t, axis), new_axis=False)
+        return emit1(
+            AllGatherOp, [t], grouping=grouping, name=f"{t.name}_all_gathered", axis=_axis(t, axis), new_axis=False
+        )
     if output_shape == "meta_shape":
         if not meta:
             raise ValueError(f"{current_op()}: output_shape='meta_shape' but {t.id} has no meta shape")
         from popxl import ops
 
         flat = ops.reshape(t, (-1,)) if len(t.shape) != 1 else t
-        out = emit1(AllGatherOp, [flat], grouping=grouping, axis=0, new_axis=False)
+        out = emit1(AllGatherOp, [flat], grouping=grouping, name=f"{t.name}_all_gathered", axis=0, new_axis=False)
         n = 1
         for d in meta:
             n *= d
@@ -231,11 +233,15 @@ def replicated_all_gather(t: Tensor, axis: int = 0, group: Any = None, output_sh
 def replica_sharded_slice(t: Tensor, group: Any = None) -> Tensor:
     """This replica's 1-D shard of `t` (flattened) for replicated tensor sharding: the `i`-th
     member of each group takes the `i`-th of `group_size` equal shards; its `meta_shape` is
-    `t.shape`. Differentiable: the gradient is the all-gather of the gradients."""
+    `t.shape`. Differentiable: the gradient is the all-gather of the gradients.
+
+    The collectives name their result after their input as upstream (`<t.name>_sharded_slice`,
+    `_reduce_scattered`, `_all_gathered`, `_all_reduce`, `_replicated_slice`): programs that
+    order tensors by name (`NamedTensors.tensors`) see them in their inputs' order."""
     t = _tensor(t)
     grouping = _grouping(group)
     _check_shards(t, grouping)
-    out = emit1(ShardedSliceOp, [t], grouping=grouping)
+    out = emit1(ShardedSliceOp, [t], grouping=grouping, name=f"{t.name}_sharded_slice")
     out._meta_shape = tuple(t.shape)  # an RTS shard of `t`
     return out
 
@@ -255,7 +261,7 @@ def replicated_slice(t: Tensor, axis: int = 0, group: Any = None) -> Tensor:
             f"{current_op()}: replicated slice must equally divide axis {ax} of {t.id} "
             f"{t.shape}. Axis size: {t.shape[ax]}. Replica group size: {grouping.size()}"
         )
-    return emit1(SliceOp, [t], grouping=grouping, axis=ax)
+    return emit1(SliceOp, [t], grouping=grouping, name=f"{t.name}_replicated_slice", axis=ax)
 
 
 # ---------------------------------------------------------------------------------------
