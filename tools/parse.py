@@ -12,6 +12,8 @@
   inside a dense literal) becomes a `ParseError` at the start of the op being parsed;
   a `VerifyException` raised while an op is built keeps its type (so that
   `--verify-diagnostics` prints it) and gets the op's position (`as_parse_error`).
+- **Undefined values are reported where they are used.** A value used but never defined is
+  a `ParseError` at its first use (xDSL reports it at the end of the input).
 - **Ops remember where they came from.** An op without an explicit `loc(...)` gets
   `loc("file":line:col)` of its first token, so verifier errors can point at the source
   and `--print-debuginfo` prints real locations.
@@ -35,8 +37,9 @@ from xdsl.dialects.builtin import (
     StringAttr,
     UnknownLoc,
 )
-from xdsl.ir import Operation
-from xdsl.parser import Parser
+from xdsl.ir import Operation, SSAValue
+from xdsl.irdl import AttributeInvT
+from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.exceptions import DiagnosticException, ParseError
 from xdsl.utils.lexer import Input, Span
@@ -122,6 +125,8 @@ class XlParser(Parser):
         self._file_attr = StringAttr(name)
         self._counted_pos = 0
         self._counted_lines = 0
+        self._first_use: dict[str, Span[str]] = {}
+        """Where each value used before its definition is first used."""
 
     def _location_of(self, span: Span[str]) -> FileLineColLoc:
         """`loc("file":line:col)` of `span`; lines are counted incrementally, since ops
@@ -192,10 +197,31 @@ class XlParser(Parser):
             op.location = self._location_of(start)
         return op
 
+    def resolve_operand(self, operand: UnresolvedOperand, type: AttributeInvT) -> SSAValue[AttributeInvT]:
+        name = operand.operand_name
+        if name not in self.ssa_values and name not in self._first_use:
+            self._first_use[name] = operand.span
+        return super().resolve_operand(operand, type)
+
+    def _undefined_values(self) -> ParseError | None:
+        """The values used but never defined, reported at the first use of the first one
+        (xDSL reports them at the end of the input)."""
+        names = [n for n in self.forward_ssa_references if n in self._first_use]
+        if not names:
+            return None
+        names.sort(key=lambda n: self._first_use[n].start)
+        others = ", ".join(f"%{n}" for n in names[1:])
+        also = f" (also undefined: {others})" if others else ""
+        return ParseError(self._first_use[names[0]], f"use of undefined value %{names[0]}{also}")
+
     def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
         try:
             return super().parse_module(allow_implicit_module)
-        except (ParseError, DiagnosticException):
+        except ParseError as e:
+            if e.msg.startswith("values used but not defined") and (located := self._undefined_values()):
+                raise located from None
+            raise
+        except DiagnosticException:
             raise
         except RecursionError:
             raise ParseError(self._current_token.span, "input nested too deeply") from None
