@@ -130,7 +130,7 @@ class VariableFactory:
                 return next(it)
 
         else:
-            raise TypeError(
+            raise ValueError(
                 "VariableFactory: data_iter must be a callable, an iterable or an array, "
                 f"not {type(data_iter).__name__}"
             )
@@ -139,8 +139,8 @@ class VariableFactory:
             first = np.asarray(fn())
         except StopIteration:
             raise ValueError("VariableFactory: data_iter yielded no data") from None
-        except Exception as e:
-            raise TypeError(
+        except Exception as e:  # upstream: a ValueError
+            raise ValueError(
                 f"VariableFactory: calling data_iter failed ({type(e).__name__}: {e}). "
                 "data_iter must be callable with no arguments, e.g. partial(np.zeros, shape)"
             ) from e
