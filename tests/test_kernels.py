@@ -933,7 +933,9 @@ def test_ceil_floor_erf(rng):
 
 def test_geluerf_and_grad(rng):
     x = rng.standard_normal(40) * 3
-    ref = [0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x]
+    # 1 + erf(v / sqrt(2)) as erfc(-v / sqrt(2)): no cancellation for v < 0 (the kernel's
+    # accuracy there; tests/test_erf_kernels.py checks it element by element)
+    ref = [0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x]
     close(run1(P.GeluErfOp, [x]), ref, rtol=1e-14, atol=1e-300)
     dy = rng.standard_normal(40)
     eps = 1e-6
@@ -948,7 +950,8 @@ def test_geluerf_and_grad(rng):
     close(run1(P.GeluErfGradOp, [dy, x]), dy * np.array(num), rtol=1e-6, atol=1e-9)
     torch = pytest.importorskip("torch")
     ref_t = torch.nn.functional.gelu(torch.tensor(x), approximate="none").numpy()
-    close(run1(P.GeluErfOp, [x]), ref_t, rtol=1e-12, atol=1e-300)
+    # PyTorch computes 1 + erf: its rounding error (~1e-16 x) dominates for x < -3
+    close(run1(P.GeluErfOp, [x]), ref_t, rtol=1e-12, atol=1e-15)
 
 
 def test_fmod_sign_of_dividend():
