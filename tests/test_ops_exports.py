@@ -447,6 +447,7 @@ TESTED_ELSEWHERE = {
     **{n: "tests/test_addons_task_session.py" for n in ("TaskSession", "write_variables_pb", "WeightsDict", "timer")},
     **{n: "tests/test_addons_api_current.py (upstream's names)" for n in ("OrderedDict", "add_recompute_inputs")},
     **{n: "tests/test_addons_ops.py (against torch F.layer_norm)" for n in ("layer_norm", "layer_norm_no_affine")},
+    "fp8_amax_scale": "tests/test_addons_custom_ops.py (against NumPy on float16 / float32 data)",
 }
 
 

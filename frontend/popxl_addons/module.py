@@ -615,7 +615,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
                     continue
                 idx = _index_in(f_t, fwd_outputs)
                 if idx is None:
-                    idx = len(fwd_outputs) + len(new_outputs)
+                    idx = len(fwd_outputs)  # (fwd_outputs holds the new outputs too)
                     new_outputs.append(f_t)
                     fwd_outputs.append(f_t)
                 expected_inputs.append(("fwd_output", idx))

@@ -1,5 +1,15 @@
-"""All-reduces for tensor parallelism whose forward or backward pass is an identity
-(popxl.addons' `replicated_all_reduce_TP`), as ops of the `replica` dialect."""
+"""All-reduces for tensor parallelism (popxl.addons' `replicated_all_reduce_TP`), as ops of
+the `replica` dialect. Each differs from the others in its gradient:
+
+| function | value | gradient |
+|---|---|---|
+| `replicated_all_reduce` | the all-reduce of `t` | the all-reduce of the gradients |
+| `replicated_all_reduce_identical_inputs` | `t` (the inputs are identical) | the all-reduce of the gradients |
+| `replicated_all_reduce_identical_grad_inputs` | the all-reduce of `t` | the gradient (identical on every replica) |
+
+Upstream implements the three as one PopART op whose identical-input form needs PopART's
+`OpToIdentityPattern` (`popxl_addons.patterns.apply_pre_alias_patterns`); here each is an
+op with its own kernel and gradient rule, so no pattern is needed."""
 
 from __future__ import annotations
 
@@ -11,10 +21,15 @@ from popxl.ops.collectives import CollectiveOps
 from xl.dialects.replica import (
     AllReduceIdenticalGradInputsOp,
     AllReduceIdenticalInputsOp,
+    AllReduceOp,
     ReplicaGroupingAttr,
 )
 
-__all__ = ["replicated_all_reduce_identical_grad_inputs", "replicated_all_reduce_identical_inputs"]
+__all__ = [
+    "replicated_all_reduce",
+    "replicated_all_reduce_identical_grad_inputs",
+    "replicated_all_reduce_identical_inputs",
+]
 
 
 def _emit(cls: Any, what: str, t: popxl.Tensor, op: str, group: Any) -> popxl.Tensor:
@@ -53,3 +68,10 @@ def replicated_all_reduce_identical_grad_inputs(t: popxl.Tensor, op: str = "add"
     """An all-reduce over the replicas of `group` whose gradients are identical: the value
     is the `replicated_all_reduce` (`op`) of `t`; the gradient is the incoming gradient."""
     return _emit(AllReduceIdenticalGradInputsOp, "addons.ops.replicated_all_reduce_identical_grad_inputs", t, op, group)
+
+
+def replicated_all_reduce(t: popxl.Tensor, op: str = "add", group: Any = None) -> popxl.Tensor:
+    """The all-reduce (`op`) of `t` over the replicas of `group` (default: all replicas),
+    differentiable: the gradient is the same all-reduce of the gradients (each replica's
+    result feeds its own loss). As `popxl.ops.collectives.replicated_all_reduce`."""
+    return _emit(AllReduceOp, "addons.ops.replicated_all_reduce", t, op, group)
