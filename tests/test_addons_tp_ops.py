@@ -63,6 +63,47 @@ def test_replicated_all_reduce_value_and_gradient() -> None:
 
 
 # ------------------------------------------------------------------------------------
+# a tensor-parallel embedding (the negative shifted ids of gather(zero_OOR))
+# ------------------------------------------------------------------------------------
+
+
+def test_tensor_parallel_embedding() -> None:
+    """`layers.Embedding` sharded by vocabulary over 4 replicas, as the TP applications
+    use it: each replica looks up `ids - offset` (negative or too large for the ids of the
+    other shards: zeros), the all-reduce over the TP group gives the full lookup on every
+    replica; the gradient of the table shard gets the rows of its own ids only."""
+    vocab, hidden, n = 50, 3, 6
+    rng = np.random.default_rng(11)
+    table = rng.normal(size=(vocab, hidden)).astype(np.float32)
+    ids = np.array([0, 49, 16, 17, 33, 16], np.int32)  # shards of 16 rows: 0-15, 16-31, 32-47, 48-63
+    dy = rng.normal(size=(n, hidden)).astype(np.float32)
+    ir = popxl.Ir(replication=R)
+    tp = ir.replica_grouping(group_size=R)
+    with ir.main_graph:
+        layer = addons.layers.Embedding(popxl.float32, vocab, hidden, replica_grouping=tp.transpose())
+        offsets = layer.offsets
+        off = popxl.variable(offsets.astype(np.int32), popxl.int32, name="offset", replica_grouping=tp.transpose())
+        x = popxl.variable(ids, popxl.int32, name="ids") - off
+        facts, graph = layer.create_graph(x)
+        dgraph = addons.autodiff(graph)
+        variables = facts.init()
+        fwd = graph.bind(variables).call_with_info(x)
+        y = replicated_all_reduce(fwd.outputs[0], "add", tp)
+        (dw,) = dgraph.call(popxl.constant(dy), args=dgraph.grad_graph_info.inputs_dict(fwd))
+        out_y, out_dw = addons.host_store(y), addons.host_store(dw)
+    size = layer.vocab_shard_size
+    padded = np.zeros((R * size, hidden), np.float32)
+    padded[:vocab] = table
+    with popxl.Session(ir, "cpu") as session:
+        session.write_variables_data({variables.weight: padded.reshape(R, size, hidden)})
+        got = session.run()
+    np.testing.assert_allclose(got[out_y], np.stack([table[ids]] * R), rtol=1e-6)
+    want = np.zeros((R * size, hidden), np.float32)
+    np.add.at(want, ids, dy)
+    np.testing.assert_allclose(got[out_dw], want.reshape(R, size, hidden), rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------
 # cross_entropy_sharded_loss
 # ------------------------------------------------------------------------------------
 

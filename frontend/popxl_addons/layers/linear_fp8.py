@@ -22,20 +22,9 @@ from popxl_addons.module import Module
 from popxl_addons.named_tensors import NamedTensors
 from popxl_addons.ops.fp8_amax_scale import fp8_amax_scale
 from popxl_addons.ops.fp8_mse_scale import fp8_mse_scale
-from popxl_addons.utils import WeightsDict
+from popxl_addons.utils import WeightsDict, truncated_normal
 
-__all__ = ["LinearFP8", "truncated_normal"]
-
-
-def truncated_normal(shape: tuple[int, ...], limit: float = 2.0, scale: float = 0.02) -> np.ndarray:
-    """Normal samples (mean 0, std `scale`) redrawn until inside `±limit * scale`, from
-    NumPy's global random state (seeded by `np.random.seed`)."""
-    out = np.random.standard_normal(shape)
-    bad = np.abs(out) > limit
-    while bad.any():
-        out[bad] = np.random.standard_normal(int(bad.sum()))
-        bad = np.abs(out) > limit
-    return out * scale
+__all__ = ["LinearFP8"]
 
 
 class LinearFP8(Module):
