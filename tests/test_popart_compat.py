@@ -159,8 +159,26 @@ def test_ir_options_are_one_object_with_popxl_settings() -> None:
     for name, value in _POPXL_SETS.items():
         assert getattr(opts, name) == value, name
     assert opts.outlineThreshold == 1.0 and opts.cachePath == "session_cache" and opts.numIOTiles == 0
-    with pytest.raises(AttributeError, match=r"stand-in for PopART's Ir .* has no 'getAllGraphs'"):
-        ir._pb_ir.getAllGraphs()
+    with pytest.raises(AttributeError, match=r"stand-in for PopART's Ir .* has no 'getTensor'.*getAllGraphs"):
+        ir._pb_ir.getTensor("x")
+
+
+def test_all_graphs_are_counted() -> None:
+    """`ir._pb_ir.getAllGraphs()`: the main graph and each subgraph, as upstream's tests count
+    them (a graph, then its gradient graph)."""
+    import popxl_addons as addons
+
+    ir = popxl.Ir()
+    assert [g.id for g in ir._pb_ir.getAllGraphs()] == [ir.main_graph.id] == [ir._pb_ir.getMainGraph().id]
+    with ir.main_graph:
+        x = popxl.variable(np.ones((2, 3), np.float32))
+        g = ir.create_graph(lambda t: t * 2, x)
+        assert len(ir._pb_ir.getAllGraphs()) == 2
+        addons.autodiff(g)
+        graphs = ir._pb_ir.getAllGraphs()
+    assert len(graphs) == 3 and len(set(graphs)) == 3 and g.id in {h.id for h in graphs}
+    with pytest.raises(AttributeError, match="stand-in for PopART's Graph has no 'getOps'"):
+        graphs[1].getOps()
 
 
 @pytest.mark.parametrize("how", ["replicatedGraphCount", "globalReplicationFactor"])

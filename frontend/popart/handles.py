@@ -20,7 +20,7 @@ from typing import Any
 
 from popart.session_options import SessionOptions, SessionOptionWarning
 
-__all__ = ["PbIr", "PbSession", "session_options_of", "check_session"]
+__all__ = ["PbIr", "PbGraph", "PbSession", "session_options_of", "check_session"]
 
 logger = logging.getLogger("popart")
 
@@ -47,11 +47,31 @@ class _Handle:
         )
 
 
+class PbGraph(_Handle):
+    """A graph of `ir._pb_ir.getAllGraphs()`: its `id` (the graph's name). PopART's op
+    objects (`getOps()`) are not provided."""
+
+    _what = "Graph"
+    _has = ("id",)
+
+    def __init__(self, graph_id: str) -> None:
+        self.id = graph_id
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PbGraph) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return f"<PopART Graph stand-in {self.id!r}>"
+
+
 class PbIr(_Handle):
-    """`ir._pb_ir`: the session options of the Ir."""
+    """`ir._pb_ir`: the session options and the graphs of the Ir."""
 
     _what = "Ir (ir._pb_ir)"
-    _has = ("getSessionOptions()",)
+    _has = ("getSessionOptions()", "getAllGraphs()", "getMainGraph()")
 
     def __init__(self, ir: Any) -> None:
         self._ir_ref = weakref.ref(ir)
@@ -67,6 +87,16 @@ class PbIr(_Handle):
         opts = session_options_of(self._the_ir())
         assert opts is not None
         return opts
+
+    def getMainGraph(self) -> PbGraph:
+        return PbGraph(self._the_ir().main_graph.id)
+
+    def getAllGraphs(self) -> list[PbGraph]:
+        """The main graph and every subgraph of the Ir (as PopART's, which programs count)."""
+        from xl.dialects.graph import graphs_by_name
+
+        ir = self._the_ir()
+        return [self.getMainGraph(), *(PbGraph(name) for name in graphs_by_name(ir._module))]
 
     def __repr__(self) -> str:
         ir = self._ir_ref()
