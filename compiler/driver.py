@@ -44,13 +44,12 @@ from xdsl.transforms import get_all_passes
 from xdsl.utils.arg_spec import parse_pipeline
 from xdsl.utils.exceptions import VerifyException
 
-from xl.dialects import rt
+from xl.dialects import rt, xl_context
 from xl.passes import get_all_passes as xl_passes
 from xl.passes.outline import count_ops
 from xl.runtime.comm import Comm
 from xl.runtime.errors import PlanError
 from xl.runtime.executable import Executable, compile_program, gc_paused
-from xl.tools.context import xl_context
 
 __all__ = ["DEFAULT_PIPELINE", "OUTLINE_PIPELINE", "RT_PIPELINE", "compile_module", "lower"]
 

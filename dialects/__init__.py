@@ -1,11 +1,17 @@
 """xl dialects: `graph`, `popxl` (tensor ops), `call`, `ipu`, `pipeline`, `replica` (collectives)
-and the lowered `rt`."""
+and the lowered `rt`. `get_all_dialects()` registers them; `xl_context()` is an xDSL context
+knowing them all (what the passes, the compiler, the frontend and the tools parse and run in).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from xdsl.context import Context
+from xdsl.dialects.builtin import Builtin
 from xdsl.ir import Dialect
+
+__all__ = ["get_all_dialects", "xl_context"]
 
 
 def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
@@ -55,3 +61,12 @@ def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
         "replica": get_replica,
         "rt": get_rt,
     }
+
+
+def xl_context(allow_unregistered: bool = False) -> Context:
+    """An xDSL context with the builtin dialect loaded and every xl dialect registered."""
+    ctx = Context(allow_unregistered=allow_unregistered)
+    ctx.load_dialect(Builtin)
+    for name, factory in get_all_dialects().items():
+        ctx.register_dialect(name, factory)
+    return ctx

@@ -1,4 +1,4 @@
-"""Graph pictures: `popxl.Ir.dot_checkpoint` and `xl-opt --emit=dot` (`xl.tools.dot`).
+"""Graph pictures: `popxl.Ir.dot_checkpoint` and `xl-opt --emit=dot` (`xl.compiler.dot`).
 
 The DOT text is read back with a small DOT parser written here (statements, quoted IDs with
 escapes, attribute lists, nested `subgraph` clusters) and compared with what the program
@@ -22,11 +22,11 @@ import popxl
 import popxl.ops as ops
 from popxl.printing import schedule_str
 from tests.tool_runner import xl_opt
+from xl.compiler import dot as dotmod
 from xl.dialects import rt
 from xl.dialects.call import called_graph_names
 from xl.dialects.graph import ConstantOp, D2HStreamOp, GraphOp, H2DStreamOp, MainGraphOp, OutputOp, VariableOp
 from xl.dialects.ipu import IPU_ATTR
-from xl.tools import dot as dotmod
 from xl.tools.context import xl_context
 from xl.tools.parse import parse_source
 

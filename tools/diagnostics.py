@@ -119,7 +119,7 @@ def clip_context(text: str, width: int = MAX_LINE_SHOWN) -> str:
 def op_text(op: Operation) -> str:
     """`op` in generic form without its regions, large constants elided, cut to
     `MAX_OP_TEXT` characters."""
-    from xl.tools.elide import MESSAGE_ELIDE_LIMIT, print_op
+    from xl.compiler.elide import MESSAGE_ELIDE_LIMIT, print_op
 
     shallow = op.clone_without_regions() if op.regions else op
     text = print_op(shallow, elide_larger_than=MESSAGE_ELIDE_LIMIT, print_generic_format=True)
@@ -149,7 +149,7 @@ def format_located(e: LocatedError, source: SourceText | None = None, prog: str 
 
 
 def _op_message(op: Operation, e: BaseException) -> str:
-    from xl.tools.elide import shorten_message
+    from xl.compiler.elide import shorten_message
 
     msg = shorten_message(str(e).strip()) or type(e).__name__
     if not isinstance(e, VerifyException | TypeError | ValueError):

@@ -31,7 +31,7 @@ prints dense values of more than N elements as ``dense_resource<__elided__>``.
 ``--load-pass-plugin FILE.py`` adds the passes a file defines; installed packages add
 passes through the ``xl.passes`` entry-point group (`xl.passes.plugins`).
 ``--emit=dot`` (or ``-t dot``) writes a Graphviz picture of the program instead of its text
-(`xl.tools.dot`), at any level (``rt`` included); ``--emit=svg`` renders it with Graphviz
+(`xl.compiler.dot`), at any level (``rt`` included); ``--emit=svg`` renders it with Graphviz
 ``dot`` when that is installed.
 """
 
@@ -63,6 +63,7 @@ from xdsl.utils.exceptions import (
 from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from xl.compiler.elide import print_op, shorten_message
 from xl.dialects import get_all_dialects
 from xl.passes import builtin_passes, get_all_passes
 from xl.passes.plugins import load_pass_plugin
@@ -74,7 +75,6 @@ from xl.tools.diagnostics import (
     locate,
     verify_located,
 )
-from xl.tools.elide import print_op, shorten_message
 from xl.tools.parse import as_parse_error, parse_source
 from xl.tools.verify_diagnostics import Diagnostic, check_diagnostics, parse_expectations
 
@@ -267,9 +267,9 @@ class XlOptMain(xDSLOptMain):
         self.register_pass(TestFailPass.name, lambda: TestFailPass)
 
     def register_all_targets(self) -> None:
-        """`mlir` (textual IR), `dot` and `svg` (Graphviz pictures, `xl.tools.dot`): xDSL's
+        """`mlir` (textual IR), `dot` and `svg` (Graphviz pictures, `xl.compiler.dot`): xDSL's
         other targets (riscv-asm, wgsl, ...) have no meaning for xl programs."""
-        from xl.tools.dot import DotTarget, SvgTarget
+        from xl.compiler.dot import DotTarget, SvgTarget
 
         super().register_all_targets()
         self.available_targets = {
@@ -286,7 +286,7 @@ class XlOptMain(xDSLOptMain):
         if self.args.emit is not None:
             self.args.target = self.args.emit
         if self.args.target == "svg":
-            from xl.tools.dot import DotNotInstalledError, dot_program
+            from xl.compiler.dot import DotNotInstalledError, dot_program
 
             if dot_program() is None:
                 raise DotNotInstalledError(

@@ -32,6 +32,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from popxl.graph import Graph
 from popxl.tensor import Tensor
+from xl.dialects import xl_context
 from xl.dialects.graph import GraphOp, MainGraphOp
 
 if TYPE_CHECKING:
@@ -207,8 +208,6 @@ def run_pass(ir: Ir, pass_: ModulePass | Callable[..., R], *args: Any, **kwargs:
     if isinstance(pass_, ModulePass):
         if args or kwargs:
             raise TypeError("bridge.run_pass: a ModulePass takes its options at construction")
-        from xl.tools.context import xl_context
-
         pass_.apply(xl_context(), module)
         return None
     if not callable(pass_):

@@ -376,8 +376,8 @@ class Ir:
         module = self._module
         if values == "current" and self._sessions:
             module = self._module_with_values(self._session_values(self._sessions[-1]))
+        from xl.compiler.elide import print_op
         from xl.compiler.weights import externalize_variables
-        from xl.tools.elide import print_op
 
         if weights is not None:
             module = externalize_variables(module, weights)
@@ -421,11 +421,11 @@ class Ir:
         """Writes a Graphviz picture of every graph: `{save_dir}/{check}_{graph}.dot` (`main`
         for the main graph), and `.svg` beside it when Graphviz `dot` is installed. Ops are
         nodes named as in `print_schedule`, tensors are edges, each virtual IPU a cluster,
-        calls link to the callee's file (`xl.tools.dot`). `save_dir` (created if needed) stays
+        calls link to the callee's file (`xl.compiler.dot`). `save_dir` (created if needed) stays
         the directory of later checkpoints; default: the current directory.
         `POPART_DOT_CHECKS=A:B` writes only checkpoints A and B (`ALL`: every one)."""
         from popxl.printing import _op_id
-        from xl.tools.dot import dot_checkpoint
+        from xl.compiler.dot import dot_checkpoint
 
         if save_dir is not None:
             self._dot_dir = save_dir

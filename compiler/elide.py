@@ -5,9 +5,10 @@ followed by its type::
 
     %w = graph.variable "fc1.weight" = dense_resource<__elided__> : tensor<784x512xf32>
 
-The elided text is for reading: `xl.tools.parse` refuses it with a located message (the
-values are gone). `shorten_message` applies the same idea to error messages that embed
-printed attributes.
+The elided text is for reading: xl's parser (`xl-opt`, `xl-run`) refuses it with a
+located message (the values are gone). `shorten_message` applies the same idea to error
+messages that embed printed attributes. Used by the frontend (`Ir.to_mlir`) and the tools,
+so it lives below both.
 """
 
 from __future__ import annotations

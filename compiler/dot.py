@@ -18,8 +18,11 @@ through buffers: an edge goes from the op that last wrote a buffer (or its `rt.s
 `rt.const`) to each op reading it, through loops (the value of the previous iteration)
 and both branches of an `rt.if`; views count as their viewed buffer.
 
+Used by the frontend (`popxl.Ir.dot_checkpoint`) and the tools (`xl-opt --emit=dot`), so it
+lives below both, in `xl.compiler`.
+
 ```python
-from xl.tools.dot import module_dot
+from xl.compiler.dot import module_dot
 print(module_dot(module))     # digraph xl { compound=true; subgraph cluster_g0 { ... } ... }
 ```
 """
