@@ -304,7 +304,11 @@ class DotTree(Generic[L]):
         return {v: theirs[k] for k, v in mine.items() if k in theirs}
 
     def __repr__(self) -> str:
-        return repr(self.to_dict())
+        """As upstream: the class name around the flat dict, one `key: value,` a line
+        (`NamedTensors({\nfc.weight: ...,\n})`)."""
+        from popxl_addons.utils import OrderedDict
+
+        return f"{type(self).__name__}({OrderedDict(self.to_dict())!r})"
 
     def __getstate__(self):
         return self._map
