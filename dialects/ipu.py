@@ -71,7 +71,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects.effects import ValueEffect, WritesOperands
 from xl.dialects.graph import GraphOp
-from xl.dialects.traits import NoGradient, NotDifferentiable, PopartType
+from xl.dialects.traits import AcceptsViews, NoGradient, NotDifferentiable, PopartType
 from xl.dialects.utils import dtype_of, fmt_type, shape_of
 
 IPU_ATTR = "ipu.id"
@@ -738,7 +738,7 @@ class RemoteLoadOp(_RemoteAccess):
     offset_tensor = opt_operand_def(TensorType)
     result = result_def(TensorType)
     # Reads remote memory: never merged with another load (a store may come between).
-    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
+    traits = traits_def(AcceptsViews(), MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
 
     def __init__(self, buffer: str, type: TensorType, offset: int | SSAValue | None = 0):
         super().__init__(
@@ -818,7 +818,7 @@ class RemoteLoadInplaceOp(_RemoteTensorAccess):
     """
 
     name = "ipu.remote_load_"
-    traits = traits_def(WritesOperands((0,)), NotDifferentiable())
+    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable())
 
 
 @irdl_op_definition
@@ -831,7 +831,7 @@ class RemoteStoreOp(_RemoteTensorAccess):
     """
 
     name = "ipu.remote_store"
-    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
+    traits = traits_def(AcceptsViews(), MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
 
 
 REMOTE_ACCESS_OPS = (RemoteLoadOp, RemoteLoadInplaceOp, RemoteStoreOp)

@@ -104,6 +104,7 @@ from xl.dialects.popxl_operands import (
 )
 from xl.dialects.popxl_syntax import parse_popxl_op, print_popxl_op
 from xl.dialects.traits import (
+    AcceptsViews,
     Elementwise,
     Internal,
     NoGradient,
@@ -472,7 +473,7 @@ class AddOp(BinaryOp):
     """
 
     name = "popxl.add"
-    traits = traits_def(Elementwise())
+    traits = traits_def(AcceptsViews(), Elementwise())
 
 
 @irdl_op_definition
@@ -485,7 +486,7 @@ class SubOp(BinaryOp):
     """
 
     name = "popxl.sub"
-    traits = traits_def(Elementwise())
+    traits = traits_def(AcceptsViews(), Elementwise())
 
 
 @irdl_op_definition
@@ -498,7 +499,7 @@ class MulOp(BinaryOp):
     """
 
     name = "popxl.mul"
-    traits = traits_def(Elementwise())
+    traits = traits_def(AcceptsViews(), Elementwise())
 
 
 @irdl_op_definition
@@ -511,7 +512,7 @@ class DivOp(BinaryOp):
     """
 
     name = "popxl.div"
-    traits = traits_def(Elementwise())
+    traits = traits_def(AcceptsViews(), Elementwise())
 
 
 @irdl_op_definition
@@ -524,7 +525,7 @@ class PowOp(BinaryOp):
     """
 
     name = "popxl.pow"
-    traits = traits_def(Elementwise())
+    traits = traits_def(AcceptsViews(), Elementwise())
     DTYPE_KINDS: ClassVar[str] = "fiu"
 
 
@@ -538,7 +539,7 @@ class MaximumOp(BinaryOp):
     """
 
     name = "popxl.maximum"
-    traits = traits_def(Elementwise(), PopartType("Max"))
+    traits = traits_def(AcceptsViews(), Elementwise(), PopartType("Max"))
 
 
 @irdl_op_definition
@@ -551,7 +552,7 @@ class MinimumOp(BinaryOp):
     """
 
     name = "popxl.minimum"
-    traits = traits_def(Elementwise(), PopartType("Min"))
+    traits = traits_def(AcceptsViews(), Elementwise(), PopartType("Min"))
 
 
 @irdl_op_definition
@@ -564,7 +565,7 @@ class EqualOp(BinaryOp):
     """
 
     name = "popxl.equal"
-    traits = traits_def(NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient())
     RESULT_BOOL: ClassVar[bool] = True
 
 
@@ -578,7 +579,7 @@ class GreaterOp(BinaryOp):
     """
 
     name = "popxl.greater"
-    traits = traits_def(NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient())
     RESULT_BOOL: ClassVar[bool] = True
 
 
@@ -592,7 +593,7 @@ class LogicalAndOp(BinaryOp):
     """
 
     name = "popxl.logical_and"
-    traits = traits_def(NoGradient(), PopartType("And"))
+    traits = traits_def(AcceptsViews(), NoGradient(), PopartType("And"))
     RESULT_BOOL: ClassVar[bool] = True
     DTYPE_KINDS: ClassVar[str] = "b"
 
@@ -607,7 +608,7 @@ class LogicalOrOp(BinaryOp):
     """
 
     name = "popxl.logical_or"
-    traits = traits_def(NoGradient(), PopartType("Or"))
+    traits = traits_def(AcceptsViews(), NoGradient(), PopartType("Or"))
     RESULT_BOOL: ClassVar[bool] = True
     DTYPE_KINDS: ClassVar[str] = "b"
 
@@ -615,7 +616,7 @@ class LogicalOrOp(BinaryOp):
 class UnaryOp(PopxlOp):
     """Elementwise unary op: same shape and dtype as the input."""
 
-    traits = traits_def(Elementwise())
+    traits = traits_def(AcceptsViews(), Elementwise())
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
@@ -708,7 +709,7 @@ class GeluErfOp(UnaryOp):
     """
 
     name = "popxl.geluerf"
-    traits = traits_def(PopartType("GeluErf"))
+    traits = traits_def(AcceptsViews(), PopartType("GeluErf"))
 
 
 @irdl_op_definition
@@ -722,7 +723,7 @@ class FmodOp(BinaryOp):
     """
 
     name = "popxl.fmod"
-    traits = traits_def(Elementwise())
+    traits = traits_def(AcceptsViews(), Elementwise())
     DTYPE_KINDS: ClassVar[str] = "fiu"
 
 
@@ -741,6 +742,7 @@ class BitwiseAndOp(_BitwiseBinaryOp):
     """
 
     name = "popxl.bitwise_and"
+    traits = traits_def(AcceptsViews())
 
 
 @irdl_op_definition
@@ -753,6 +755,7 @@ class BitwiseOrOp(_BitwiseBinaryOp):
     """
 
     name = "popxl.bitwise_or"
+    traits = traits_def(AcceptsViews())
 
 
 @irdl_op_definition
@@ -765,6 +768,7 @@ class BitwiseXorOp(_BitwiseBinaryOp):
     """
 
     name = "popxl.bitwise_xor"
+    traits = traits_def(AcceptsViews())
 
 
 @irdl_op_definition
@@ -777,6 +781,7 @@ class BitwiseXnorOp(_BitwiseBinaryOp):
     """
 
     name = "popxl.bitwise_xnor"
+    traits = traits_def(AcceptsViews())
 
 
 @irdl_op_definition
@@ -789,7 +794,7 @@ class LogicalXorOp(BinaryOp):
     """
 
     name = "popxl.logical_xor"
-    traits = traits_def(Elementwise(), NoGradient(), PopartType("Xor"))
+    traits = traits_def(AcceptsViews(), Elementwise(), NoGradient(), PopartType("Xor"))
     RESULT_BOOL: ClassVar[bool] = True
     DTYPE_KINDS: ClassVar[str] = "b"
 
@@ -807,6 +812,7 @@ class ClipOp(UnaryOp):
     """
 
     name = "popxl.clip"
+    traits = traits_def(AcceptsViews())
     min = opt_prop_def(FloatAttr)
     max = opt_prop_def(FloatAttr)
     DTYPE_KINDS: ClassVar[str] = "fiu"
@@ -851,7 +857,7 @@ class PrintTensorOp(PopxlOp):
     separator = opt_prop_def(StringAttr)
     open_bracket = opt_prop_def(StringAttr)
     close_bracket = opt_prop_def(StringAttr)
-    traits = traits_def(MemoryWriteEffect())
+    traits = traits_def(AcceptsViews(), MemoryWriteEffect())
 
     FLOAT_FORMATS: ClassVar[tuple[str, ...]] = ("auto", "fixed", "scientific", "none")
 
@@ -894,7 +900,7 @@ class CastOp(PopxlOp):
     name = "popxl.cast"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(TensorOpEffect(), _canonicalization("RemoveNoopShapeOp"))
+    traits = traits_def(AcceptsViews(), TensorOpEffect(), _canonicalization("RemoveNoopShapeOp"))
 
     def verify_(self) -> None:
         if shape_of(self.input.type) != shape_of(self.result.type):
@@ -929,7 +935,7 @@ class Pow2ScaleCastToFp8Op(ResultTypedOp):
     input = operand_def(TensorType)
     log2_scale = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(NoGradient(), PopartType("Pow2ScaleThenCast"))
+    traits = traits_def(AcceptsViews(), NoGradient(), PopartType("Pow2ScaleThenCast"))
 
     @classmethod
     def check(cls, types, props, result):
@@ -955,7 +961,7 @@ class Pow2ScaleCastFromFp8Op(ResultTypedOp):
     input = operand_def(TensorType)
     log2_scale = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(NoGradient(), PopartType("CastThenPow2Scale"))
+    traits = traits_def(AcceptsViews(), NoGradient(), PopartType("CastThenPow2Scale"))
 
     @classmethod
     def check(cls, types, props, result):
@@ -1006,7 +1012,7 @@ class MatmulOp(PopxlOp):
     """
 
     name = "popxl.matmul"
-    traits = traits_def(PopartType("MatMul"))
+    traits = traits_def(AcceptsViews(), PopartType("MatMul"))
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1036,7 +1042,7 @@ class MatmulPow2ScaledOp(PopxlOp):
     rhs = operand_def(TensorType)
     log2_scale = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(NoGradient(), PopartType("MatMul"))
+    traits = traits_def(AcceptsViews(), NoGradient(), PopartType("MatMul"))
 
     @classmethod
     def infer(cls, types, props):
@@ -1057,6 +1063,7 @@ class SoftmaxOp(PopxlOp):
     """
 
     name = "popxl.softmax"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     result = result_def(TensorType)
     axis = prop_def(IntegerAttr)
@@ -1080,6 +1087,7 @@ class CumsumOp(PopxlOp):
     """
 
     name = "popxl.cumsum"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     result = result_def(TensorType)
     dim = prop_def(IntegerAttr)
@@ -1113,7 +1121,9 @@ class ReshapeOp(PopxlOp):
     name = "popxl.reshape"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(TensorOpEffect(), _canonicalization("RemoveNoopShapeOp", "FoldReshapeChain"), ViewLike())
+    traits = traits_def(
+        AcceptsViews(), TensorOpEffect(), _canonicalization("RemoveNoopShapeOp", "FoldReshapeChain"), ViewLike()
+    )
 
     @staticmethod
     def resolve_shape(in_shape: Sequence[int], shape: Sequence[int]) -> tuple[int, ...]:
@@ -1150,7 +1160,7 @@ class TransposeOp(PopxlOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     perm = prop_def(DenseArrayBase)
-    traits = traits_def(TensorOpEffect(), _canonicalization("FoldTransposeChain"), ViewLike())
+    traits = traits_def(AcceptsViews(), TensorOpEffect(), _canonicalization("FoldTransposeChain"), ViewLike())
 
     @classmethod
     def infer(cls, types, props):
@@ -1190,6 +1200,7 @@ class ReduceSumOp(ReduceOp):
     """
 
     name = "popxl.reduce_sum"
+    traits = traits_def(AcceptsViews())
 
 
 @irdl_op_definition
@@ -1202,6 +1213,7 @@ class ReduceMeanOp(ReduceOp):
     """
 
     name = "popxl.reduce_mean"
+    traits = traits_def(AcceptsViews())
 
 
 @irdl_op_definition
@@ -1214,6 +1226,7 @@ class ReduceMaxOp(ReduceOp):
     """
 
     name = "popxl.reduce_max"
+    traits = traits_def(AcceptsViews())
 
 
 @irdl_op_definition
@@ -1226,6 +1239,7 @@ class ReduceMinOp(ReduceOp):
     """
 
     name = "popxl.reduce_min"
+    traits = traits_def(AcceptsViews())
 
 
 # ------------------------------------------------------------------------------------
@@ -1243,6 +1257,7 @@ class ConcatOp(PopxlOp):
     """
 
     name = "popxl.concat"
+    traits = traits_def(AcceptsViews())
     inputs = var_operand_def(TensorType)
     result = result_def(TensorType)
     axis = prop_def(IntegerAttr)
@@ -1282,6 +1297,7 @@ class SliceOp(PopxlOp):
     """
 
     name = "popxl.slice"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     result = result_def(TensorType)
     start = opt_prop_def(DenseArrayBase)
@@ -1309,6 +1325,7 @@ class GatherOp(PopxlOp):
     """
 
     name = "popxl.gather"
+    traits = traits_def(AcceptsViews())
     data = operand_def(TensorType)
     indices = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1338,6 +1355,7 @@ class WhereOp(PopxlOp):
     """
 
     name = "popxl.where"
+    traits = traits_def(AcceptsViews())
     condition = operand_def(TensorType)
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
@@ -1367,7 +1385,7 @@ class OnehotOp(PopxlOp):
     """
 
     name = "popxl.onehot"
-    traits = traits_def(NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient())
     indices = operand_def(TensorType)
     values = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1403,7 +1421,7 @@ class SqueezeOp(PopxlOp):
     """
 
     name = "popxl.squeeze"
-    traits = traits_def(ViewLike())
+    traits = traits_def(AcceptsViews(), ViewLike())
     input = operand_def(TensorType)
     result = result_def(TensorType)
     axes = opt_prop_def(DenseArrayBase)
@@ -1433,6 +1451,7 @@ class ExpandOp(ResultTypedOp):
     """
 
     name = "popxl.expand"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     result = result_def(TensorType)
 
@@ -1458,7 +1477,7 @@ class ReduceToShapeOp(ResultTypedOp):
     """
 
     name = "popxl.reduce_to_shape"
-    traits = traits_def(Internal())
+    traits = traits_def(AcceptsViews(), Internal())
     input = operand_def(TensorType)
     result = result_def(TensorType)
 
@@ -1486,7 +1505,7 @@ class InitOp(ResultTypedOp):
     name = "popxl.init"
     result = result_def(TensorType)
     init_type = prop_def(StringAttr)
-    traits = traits_def(AllocEffect(), NoGradient())
+    traits = traits_def(AcceptsViews(), AllocEffect(), NoGradient())
 
     @classmethod
     def check(cls, types, props, result):
@@ -1523,7 +1542,7 @@ class ArgmaxOp(ArgReduceOp):
     """
 
     name = "popxl.argmax"
-    traits = traits_def(NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient())
 
 
 @irdl_op_definition
@@ -1536,7 +1555,7 @@ class ArgminOp(ArgReduceOp):
     """
 
     name = "popxl.argmin"
-    traits = traits_def(NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient())
 
 
 # ------------------------------------------------------------------------------------
@@ -1575,7 +1594,7 @@ class NllLossOp(PopxlOp):
     """
 
     name = "popxl.nll_loss"
-    traits = traits_def(PopartType("Nll"))
+    traits = traits_def(AcceptsViews(), PopartType("Nll"))
     probs = operand_def(TensorType)
     labels = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1606,7 +1625,7 @@ class NllLossWithSoftmaxGradOp(PopxlOp):
     """
 
     name = "popxl.nll_loss_with_softmax_grad"
-    traits = traits_def(NotDifferentiable(), PopartType("NllWithSoftmaxGrad"))
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), PopartType("NllWithSoftmaxGrad"))
     probs = operand_def(TensorType)
     labels = operand_def(TensorType)
     loss_grad_tensor = opt_operand_def(TensorType)
@@ -1653,7 +1672,7 @@ class GeluGradOp(_DyXGrad):
     """
 
     name = "popxl.gelu_grad"
-    traits = traits_def(Elementwise(), NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), Elementwise(), NotDifferentiable(), Internal())
 
 
 @irdl_op_definition
@@ -1666,7 +1685,7 @@ class ReluGradOp(_DyXGrad):
     """
 
     name = "popxl.relu_grad"
-    traits = traits_def(Elementwise(), NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), Elementwise(), NotDifferentiable(), Internal())
 
 
 @irdl_op_definition
@@ -1679,7 +1698,7 @@ class GeluErfGradOp(_DyXGrad):
     """
 
     name = "popxl.geluerf_grad"
-    traits = traits_def(Elementwise(), NotDifferentiable(), Internal(), PopartType("GeluErfGrad"))
+    traits = traits_def(AcceptsViews(), Elementwise(), NotDifferentiable(), Internal(), PopartType("GeluErfGrad"))
 
 
 @irdl_op_definition
@@ -1692,7 +1711,7 @@ class SoftmaxGradOp(PopxlOp):
     """
 
     name = "popxl.softmax_grad"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     dy = operand_def(TensorType)
     y = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1723,7 +1742,7 @@ class NllLossGradOp(PopxlOp):
     """
 
     name = "popxl.nll_loss_grad"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     probs = operand_def(TensorType)
     labels = operand_def(TensorType)
     dloss = operand_def(TensorType)
@@ -1753,7 +1772,7 @@ class GatherGradOp(ResultTypedOp):
     """
 
     name = "popxl.gather_grad"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     dy = operand_def(TensorType)
     indices = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1785,7 +1804,7 @@ class SliceGradOp(ResultTypedOp):
     """
 
     name = "popxl.slice_grad"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     dy = operand_def(TensorType)
     result = result_def(TensorType)
     start = opt_prop_def(DenseArrayBase)
@@ -1807,7 +1826,8 @@ class ReduceMaxGradOp(PopxlOp):
     """Gradient of `popxl.reduce_max`: `dy` routed to the positions of the maximum.
 
     `x` is the forward input, `y` the forward output and `dy` its gradient (props as
-    `reduce_max`). On ties the gradient is split evenly among the maxima.
+    `reduce_max`). Every position equal to the maximum gets all of `dy` (ties too), as
+    PopART's ReduceMaxGrad.
 
     ```mlir
     %dx = popxl.reduce_max_grad %x, %y, %dy {axis = array<i64: 1>}
@@ -1816,7 +1836,7 @@ class ReduceMaxGradOp(PopxlOp):
     """
 
     name = "popxl.reduce_max_grad"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     x = operand_def(TensorType)
     y = operand_def(TensorType)
     dy = operand_def(TensorType)
@@ -1853,7 +1873,7 @@ class ScaledAddOp(PopxlOp):
     """
 
     name = "popxl.scaled_add"
-    traits = traits_def(Elementwise())
+    traits = traits_def(AcceptsViews(), Elementwise())
     x = operand_def(TensorType)
     y = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1883,7 +1903,7 @@ class ScaledAddInplaceOp(PopxlOp):
     y = operand_def(TensorType)
     a = prop_def(FloatAttr)
     b = prop_def(FloatAttr)
-    traits = traits_def(WritesOperands((0,)), NotDifferentiable(), PopartType("ScaledAddLhsInplace"))
+    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable(), PopartType("ScaledAddLhsInplace"))
 
     @classmethod
     def infer(cls, types, props):
@@ -1926,7 +1946,7 @@ class AccumulateOp(_AccumulateBase):
     """
 
     name = "popxl.accumulate_"
-    traits = traits_def(NotDifferentiable(), PopartType("Accumulate"))
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), PopartType("Accumulate"))
 
 
 @irdl_op_definition
@@ -1939,7 +1959,7 @@ class AccumulateSquareOp(_AccumulateBase):
     """
 
     name = "popxl.accumulate_square_"
-    traits = traits_def(NotDifferentiable(), PopartType("Accumulate"))
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), PopartType("Accumulate"))
 
 
 @irdl_op_definition
@@ -1952,7 +1972,7 @@ class AccumulateMovingAverageOp(_AccumulateBase):
     """
 
     name = "popxl.accumulate_moving_average_"
-    traits = traits_def(NotDifferentiable(), PopartType("Accumulate"))
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), PopartType("Accumulate"))
     F_REQUIRED: ClassVar[bool] = True
 
 
@@ -1966,7 +1986,7 @@ class AccumulateMovingAverageSquareOp(_AccumulateBase):
     """
 
     name = "popxl.accumulate_moving_average_square_"
-    traits = traits_def(NotDifferentiable(), PopartType("Accumulate"))
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), PopartType("Accumulate"))
     F_REQUIRED: ClassVar[bool] = True
 
 
@@ -1986,7 +2006,7 @@ class AccumulateMeanOp(PopxlOp):
     x = operand_def(TensorType)
     step_tensor = opt_operand_def(TensorType)
     step = opt_prop_def(FloatAttr)
-    traits = traits_def(WritesOperands((0,)), NotDifferentiable(), PopartType("Accumulate"))
+    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable(), PopartType("Accumulate"))
 
     @classmethod
     def infer(cls, types, props):
@@ -2009,7 +2029,7 @@ class AccumulatorScaleOp(PopxlOp):
     t = operand_def(TensorType)
     f_tensor = opt_operand_def(TensorType)
     f = opt_prop_def(FloatAttr)
-    traits = traits_def(WritesOperands((0,)), NotDifferentiable(), PopartType("AccumulatorScale"))
+    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable(), PopartType("AccumulatorScale"))
 
     @classmethod
     def infer(cls, types, props):
@@ -2030,7 +2050,7 @@ class AccumulatorZeroOp(PopxlOp):
 
     name = "popxl.accumulator_zero_"
     t = operand_def(TensorType)
-    traits = traits_def(WritesOperands((0,)), NotDifferentiable(), PopartType("AccumulatorZero"))
+    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable(), PopartType("AccumulatorZero"))
 
     @classmethod
     def infer(cls, types, props):
@@ -2058,7 +2078,7 @@ class SparseAccumulateOp(PopxlOp):
     f_tensor = opt_operand_def(TensorType)
     axis = prop_def(IntegerAttr)
     f = opt_prop_def(FloatAttr)
-    traits = traits_def(WritesOperands((0,)), NotDifferentiable())
+    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable())
 
     @classmethod
     def infer(cls, types, props):
@@ -2087,7 +2107,7 @@ class CopyVarUpdateOp(PopxlOp):
     name = "popxl.copy_var_update_"
     t = operand_def(TensorType)
     x = operand_def(TensorType)
-    traits = traits_def(WritesOperands((0,)), NotDifferentiable(), PopartType("CopyVarUpdate"))
+    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable(), PopartType("CopyVarUpdate"))
 
     @classmethod
     def infer(cls, types, props):
@@ -2114,7 +2134,7 @@ class IncrementModOp(PopxlOp):
     """
 
     name = "popxl.increment_mod"
-    traits = traits_def(NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient())
     input = operand_def(TensorType)
     result = result_def(TensorType)
     increment = prop_def(FloatAttr)
@@ -2138,7 +2158,7 @@ class IncrementModInplaceOp(PopxlOp):
     t = operand_def(TensorType)
     increment = prop_def(FloatAttr)
     modulus = prop_def(FloatAttr)
-    traits = traits_def(WritesOperands((0,)), NotDifferentiable())
+    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable())
 
     @classmethod
     def infer(cls, types, props):
@@ -2182,6 +2202,7 @@ class DynamicSliceOp(PopxlOp):
     """
 
     name = "popxl.dynamic_slice"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     index = operand_def(TensorType)
     result = result_def(TensorType)
@@ -2219,6 +2240,7 @@ class DynamicUpdateOp(PopxlOp):
     """
 
     name = "popxl.dynamic_update"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     index = operand_def(TensorType)
     update = operand_def(TensorType)
@@ -2249,7 +2271,7 @@ class DynamicUpdateInplaceOp(PopxlOp):
     axes = prop_def(DenseArrayBase)
     sizes = prop_def(DenseArrayBase)
     no_overlap = opt_prop_def(IntegerAttr)
-    traits = traits_def(WritesOperands((0,)), NotDifferentiable())
+    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable())
 
     @classmethod
     def infer(cls, types, props):
@@ -2327,7 +2349,7 @@ class AdamUpdaterOp(_UpdaterBase):
     """
 
     name = "popxl.adam_updater"
-    traits = traits_def(NotDifferentiable())
+    traits = traits_def(AcceptsViews(), NotDifferentiable())
     m = operand_def(TensorType)
     v = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
@@ -2359,7 +2381,7 @@ class LambUpdaterOp(_UpdaterBase):
     """
 
     name = "popxl.lamb_updater"
-    traits = traits_def(NotDifferentiable())
+    traits = traits_def(AcceptsViews(), NotDifferentiable())
     m = operand_def(TensorType)
     v = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
@@ -2392,7 +2414,7 @@ class AdamaxUpdaterOp(_UpdaterBase):
     """
 
     name = "popxl.adamax_updater"
-    traits = traits_def(NotDifferentiable())
+    traits = traits_def(AcceptsViews(), NotDifferentiable())
     m = operand_def(TensorType)
     v = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
@@ -2433,7 +2455,7 @@ class AdamVarUpdateOp(PopxlOp):
     learning_rate = opt_prop_def(FloatAttr)
     max_weight_norm = opt_prop_def(FloatAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
-    traits = traits_def(WritesOperands((0,)), NotDifferentiable())
+    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable())
 
     @classmethod
     def infer(cls, types, props):
@@ -2558,6 +2580,7 @@ class ConvOp(_ConvBase):
     """
 
     name = "popxl.conv"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
     result = result_def(TensorType)
@@ -2599,6 +2622,7 @@ class ConvTransposeOp(_ConvBase):
     """
 
     name = "popxl.conv_transpose"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
     result = result_def(TensorType)
@@ -2649,7 +2673,7 @@ class ConvWeightGradOp(_ConvBase):
     """
 
     name = "popxl.conv_weight_grad"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     dy = operand_def(TensorType)
     input = operand_def(TensorType)
     result = result_def(TensorType)
@@ -2707,6 +2731,7 @@ class MaxPoolOp(_PoolBase):
     """
 
     name = "popxl.max_pool"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     result = result_def(TensorType)
 
@@ -2730,6 +2755,7 @@ class AveragePoolOp(_PoolBase):
     """
 
     name = "popxl.average_pool"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     result = result_def(TensorType)
     count_include_pad = opt_prop_def(IntegerAttr)
@@ -2752,7 +2778,7 @@ class MaxPoolGradOp(_PoolBase):
     """
 
     name = "popxl.max_pool_grad"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     dy = operand_def(TensorType)
     input = operand_def(TensorType)
     result = result_def(TensorType)
@@ -2779,7 +2805,7 @@ class AveragePoolGradOp(_PoolBase):
     """
 
     name = "popxl.average_pool_grad"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     dy = operand_def(TensorType)
     result = result_def(TensorType)
     count_include_pad = opt_prop_def(IntegerAttr)
@@ -2823,7 +2849,7 @@ class TopkOp(PopxlOp):
     """
 
     name = "popxl.topk"
-    traits = traits_def(PopartType("TopK"))
+    traits = traits_def(AcceptsViews(), PopartType("TopK"))
     input = operand_def(TensorType)
     values = result_def(TensorType)
     indices = result_def(TensorType)
@@ -2862,6 +2888,7 @@ class ScatterOp(PopxlOp):
     """
 
     name = "popxl.scatter"
+    traits = traits_def(AcceptsViews())
     data = operand_def(TensorType)
     indices = operand_def(TensorType)
     values = operand_def(TensorType)
@@ -2897,7 +2924,7 @@ class TakeAlongAxisOp(PopxlOp):
     """
 
     name = "popxl.take_along_axis"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     data = operand_def(TensorType)
     indices = operand_def(TensorType)
     result = result_def(TensorType)
@@ -2937,6 +2964,7 @@ class ScatterReduceOp(PopxlOp):
     """
 
     name = "popxl.scatter_reduce"
+    traits = traits_def(AcceptsViews())
     data = operand_def(TensorType)
     indices = operand_def(TensorType)
     initial_values = opt_operand_def(TensorType)
@@ -2982,7 +3010,7 @@ class ScatterReduceGradOp(PopxlOp):
     """
 
     name = "popxl.scatter_reduce_grad"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     dy = operand_def(TensorType)
     data = operand_def(TensorType)
     indices = operand_def(TensorType)
@@ -3017,6 +3045,7 @@ class ReduceProdOp(ReduceOp):
     """
 
     name = "popxl.reduce_prod"
+    traits = traits_def(AcceptsViews())
 
 
 @irdl_op_definition
@@ -3030,7 +3059,7 @@ class ReduceProdGradOp(PopxlOp):
     """
 
     name = "popxl.reduce_prod_grad"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     x = operand_def(TensorType)
     dy = operand_def(TensorType)
     result = result_def(TensorType)
@@ -3057,6 +3086,7 @@ class LogSoftmaxOp(PopxlOp):
     """
 
     name = "popxl.log_softmax"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     result = result_def(TensorType)
     axis = prop_def(IntegerAttr)
@@ -3081,7 +3111,7 @@ class HistogramOp(PopxlOp):
     """
 
     name = "popxl.histogram"
-    traits = traits_def(NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient())
     input = operand_def(TensorType)
     result = result_def(TensorType)
     levels = prop_def(DenseArrayBase)
@@ -3138,7 +3168,7 @@ class InterpolateOp(PopxlOp):
     """
 
     name = "popxl.interpolate"
-    traits = traits_def(PopartType("Resize"))
+    traits = traits_def(AcceptsViews(), PopartType("Resize"))
     input = operand_def(TensorType)
     result = result_def(TensorType)
     scales = prop_def(DenseArrayBase)
@@ -3164,7 +3194,7 @@ class InterpolateGradOp(PopxlOp):
     """
 
     name = "popxl.interpolate_grad"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     dy = operand_def(TensorType)
     result = result_def(TensorType)
     scales = prop_def(DenseArrayBase)
@@ -3232,6 +3262,7 @@ class RoiAlignOp(_RoiBase):
     """
 
     name = "popxl.roi_align"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     rois = operand_def(TensorType)
     batch_index = operand_def(TensorType)
@@ -3257,7 +3288,7 @@ class RoiAlignGradOp(_RoiBase):
     """
 
     name = "popxl.roi_align_grad"
-    traits = traits_def(NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
     dy = operand_def(TensorType)
     rois = operand_def(TensorType)
     batch_index = operand_def(TensorType)
@@ -3334,7 +3365,7 @@ class ModifyRandomSeedOp(PopxlOp):
     seed = operand_def(TensorType)
     modifier = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient())
 
     @classmethod
     def infer(cls, types, props):
@@ -3361,7 +3392,7 @@ class RandomUniformOp(ResultTypedOp):
     result = result_def(TensorType)
     low = opt_prop_def(FloatAttr)
     high = opt_prop_def(FloatAttr)
-    traits = traits_def(NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient())
 
     @classmethod
     def check(cls, types, props, result):
@@ -3389,7 +3420,7 @@ class RandomNormalOp(ResultTypedOp):
     result = result_def(TensorType)
     mean = opt_prop_def(FloatAttr)
     std = opt_prop_def(FloatAttr)
-    traits = traits_def(NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient())
 
     @classmethod
     def check(cls, types, props, result):
@@ -3414,6 +3445,7 @@ class DropoutOp(PopxlOp):
     """
 
     name = "popxl.dropout"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     seed = operand_def(TensorType)
     result = result_def(TensorType)
@@ -3441,6 +3473,7 @@ class ShapedDropoutOp(PopxlOp):
     """
 
     name = "popxl.shaped_dropout"
+    traits = traits_def(AcceptsViews())
     input = operand_def(TensorType)
     seed = operand_def(TensorType)
     result = result_def(TensorType)

@@ -19,6 +19,13 @@ class GeluOp(_UnaryFloatOp):
   dialect is in exactly one of the three cases.
 - `Internal()`: built by passes only (the `*_grad` ops, `reduce_to_shape`); every
   other `popxl` op has a `popxl.ops` function.
+- `AcceptsViews()`: the op's kernel reads its operands (and writes its written operands)
+  through whatever strides and offset NumPy gives them, so the runtime may hand it a
+  strided view (`rt.view`: a transposed or reshaped buffer) instead of a contiguous
+  copy. Without it, a kernel only ever sees C-contiguous arrays: `rt-views` keeps a
+  reshape/transpose a copying kernel when one of its readers does not declare it.
+  `tests/test_kernel_views.py` feeds every declaring kernel transposed, sliced,
+  reshaped-of-transposed and offset views.
 - `CrossReplica()`: a collective between replicas (`xl.dialects.replica`); the lowering
   and the runtime recognise collectives by it (`is_cross_replica`).
 - `PopartType("MatMul")`: the PopART op type `print_schedule` shows, when it is not the
@@ -116,3 +123,13 @@ class CrossReplica(OpTrait):
 
 def is_cross_replica(op: OpLike) -> bool:
     return _cls(op).has_trait(CrossReplica)
+
+
+@dataclass(frozen=True)
+class AcceptsViews(OpTrait):
+    """The kernel reads (and writes) its operands through any NumPy strides and offset:
+    the runtime may give it strided views instead of contiguous buffers."""
+
+
+def accepts_views(op: OpLike) -> bool:
+    return _cls(op).has_trait(AcceptsViews)

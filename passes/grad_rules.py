@@ -537,7 +537,8 @@ def _reduce_sum(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Gr
 
 @grad_rule(ReduceMaxOp, ReduceMinOp)
 def _reduce_max(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
-    # the gradient is split evenly among the elements equal to the extremum
+    # every element equal to the extremum gets the whole gradient (PopART's ReduceMaxGrad /
+    # ReduceMinGrad: a mask of the positions equal to the output, times dy)
     (dy,) = dys
     assert dy is not None
     x = op.operands[0]
@@ -550,9 +551,7 @@ def _reduce_max(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Gr
     keep = _keep_shape(op)
     y_full = _expand_to(b, _reshape(b, b.fwd(y), keep), x.type)
     m = _mask(b, b.v(EqualOp, b.fwd(x), y_full), _dt(x))
-    count = b.v(ReduceSumOp, m, axis=_reduced_axes(op), keepdims=True)
-    g = b.v(DivOp, _reshape(b, dy, keep), count)
-    return [_mul(b, _expand_to(b, g, x.type), m)]
+    return [_mul(b, _expand_to(b, _reshape(b, dy, keep), x.type), m)]
 
 
 @grad_rule(ExpandOp)

@@ -27,7 +27,7 @@ from xl.dialects.effects import InPlaceInterface
 from xl.dialects.popxl import from_attr
 from xl.dialects.utils import dtype_of, shape_of
 from xl.runtime.kernels import KERNELS, PARTIAL_WRITE
-from xl.runtime.registry import KernelClass, RtKernel, is_elementwise, is_view_like, kernel_class
+from xl.runtime.registry import KernelClass, RtKernel, accepts_views, is_elementwise, is_view_like, kernel_class
 from xl.runtime.views import view_array
 
 VIEW_ATTR = "rt.view"
@@ -75,6 +75,45 @@ def is_elementwise_kernel(op: Operation) -> bool:
     input of the same type (every result element depends only on the same element of
     the inputs), and it may be fused."""
     return _kind(kernel_class_of(op))[0]
+
+
+def accepts_views_kernel(op: Operation) -> bool:
+    """A kernel that reads its operands through any NumPy strides (`AcceptsViews`)."""
+    cls = kernel_class_of(op)
+    kind = _VIEWS_OK.get(cls)
+    if kind is None:
+        kind = _VIEWS_OK[cls] = accepts_views(cls)
+    return kind
+
+
+_VIEWS_OK: dict[KernelClass | None, bool] = {}
+
+
+def readers_accept_views(v: SSAValue, producer: Operation, seen: set[SSAValue] | None = None) -> bool:
+    """Whether every op reading buffer `v` (but its `producer`) may be given a strided
+    view of it: kernels that declare `AcceptsViews`, copies, stores to the host and
+    branch conditions (NumPy reads any strides), and calls whose function's readers of
+    the argument all may (checked through nested calls). A kernel that does not declare
+    it must get a contiguous buffer."""
+    seen = set() if seen is None else seen
+    if v in seen:
+        return True
+    seen.add(v)
+    for use in v.uses:
+        user = use.operation
+        if user is producer:
+            continue
+        t = type(user)
+        if t is rt.KernelOp:
+            if not accepts_views_kernel(user):
+                return False
+        elif t is rt.CallOp:
+            func = rt.lookup_func(user, cast(rt.CallOp, user).callee_name)
+            if func is None or not readers_accept_views(func.body.block.args[use.index], user, seen):
+                return False
+        elif t not in (rt.CopyOp, rt.D2HOp, rt.IfOp):
+            return False
+    return True
 
 
 def is_full_write_kernel(op: Operation) -> bool:

@@ -9,6 +9,10 @@ possible:
   the copy would not have had;
 - no op from the kernel to the last use of the output writes the viewed storage (the
   root buffer and all its views), whether directly, in place, or nested in a loop/if;
+- every reader of the output may read a strided array: a kernel whose op class declares
+  `AcceptsViews` (`xl.dialects.traits`), a copy, a store to the host, or a call whose
+  function's readers of that argument all may (`readers_accept_views`). A kernel that
+  does not declare it gets a contiguous buffer: the reshape/transpose stays a copy;
 - the whole chain of views (root buffer, C-contiguous, then each view kernel) can be
   expressed by NumPy without copying (`Memory.layout`, the same `view_array` the
   runtime binds with): a transpose is always a view, but reshaping a transposed view
@@ -49,6 +53,7 @@ from xl.passes.rt_analysis import (
     kernel_io,
     parent_positions,
     programs,
+    readers_accept_views,
     walk_ops,
     written_between,
 )
@@ -77,6 +82,7 @@ def mark_views(program: rt.ProgramOp) -> int:
             or mem.writers.get(dst) != [op]
             or dst in mem.unknown
             or src in mem.unknown
+            or not readers_accept_views(dst, op)
         ):
             continue
         block, pos = parent_positions(op, pos_cache)

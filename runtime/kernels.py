@@ -737,7 +737,8 @@ kernel(ReduceMinOp)(_reduce(np.min))
 
 @kernel(ReduceMaxGradOp)
 def _reduce_max_grad(p: dict[str, Any]) -> Kernel:
-    """dy goes to the positions equal to the max; ties share it evenly."""
+    """dy goes to every position equal to the max (ties each get all of it, as PopART's
+    ReduceMaxGrad: a mask of the positions equal to the output, times dy)."""
     axes = _axes(p)
     kshape: tuple[int, ...] | None = None
 
@@ -747,8 +748,7 @@ def _reduce_max_grad(p: dict[str, Any]) -> Kernel:
             ax = range(x.ndim) if axes is None else {a % x.ndim for a in axes}
             kshape = tuple(1 if i in ax else d for i, d in enumerate(x.shape))
         mask = x == y.reshape(kshape)
-        count = np.sum(mask, axis=axes, keepdims=True)
-        np.multiply(mask, (dy.reshape(kshape) / count).astype(out.dtype, copy=False), out=out)
+        np.multiply(mask, dy.reshape(kshape), out=out, casting="unsafe")
 
     return k
 

@@ -22,7 +22,7 @@ from typing import ClassVar
 from xdsl.ir import Operation
 
 from xl.dialects import get_all_dialects
-from xl.dialects.traits import Elementwise, ViewLike
+from xl.dialects.traits import AcceptsViews, Elementwise, ViewLike
 
 KernelClass = type[Operation] | type["RtKernel"]
 
@@ -40,6 +40,8 @@ class RtKernel:
     # Reads its inputs again after writing its output, so not even an input that is the
     # output array itself is safe (runtime/aliasing.py).
     rereads_inputs: ClassVar[bool] = False
+    # Reads its inputs through any NumPy strides (the `AcceptsViews` trait of op classes).
+    accepts_views: ClassVar[bool] = False
 
     _by_name: ClassVar[dict[str, type[RtKernel]]] = {}
 
@@ -54,6 +56,7 @@ class GemmAccKernel(RtKernel):
     """`c = alpha * op(a) @ op(b) + beta * c` (`rt-fold-update`)."""
 
     name = "xl.gemm_acc"
+    accepts_views = True
 
 
 class FusedKernel(RtKernel):
@@ -62,6 +65,7 @@ class FusedKernel(RtKernel):
     name = "xl.fused"
     full_write = True
     rereads_inputs = True
+    accepts_views = True
 
 
 class AllReduceUpdateKernel(RtKernel):
@@ -69,6 +73,7 @@ class AllReduceUpdateKernel(RtKernel):
     (`rt-fold-all-reduce`; `g` is left holding a partial sum)."""
 
     name = "xl.all_reduce_update"
+    accepts_views = True
 
 
 _OPS: dict[str, type[Operation]] | None = None
@@ -105,3 +110,13 @@ def is_elementwise(cls: KernelClass | None) -> bool:
 def is_view_like(cls: KernelClass | None) -> bool:
     """The single output may be a NumPy view of the single input."""
     return cls is not None and not issubclass(cls, RtKernel) and cls.has_trait(ViewLike)
+
+
+def accepts_views(cls: KernelClass | None) -> bool:
+    """The kernel reads its operands through any NumPy strides (`AcceptsViews`): the
+    optimised plan may give it a strided view instead of a contiguous buffer."""
+    if cls is None:
+        return False
+    if issubclass(cls, RtKernel):
+        return cls.accepts_views
+    return cls.has_trait(AcceptsViews)

@@ -528,10 +528,11 @@ def test_reduce_max_grad_fd(rng, axis, keep):
     )
 
 
-def test_reduce_max_grad_ties_split_evenly():
+def test_reduce_max_grad_ties_each_get_the_gradient():
+    # PopART's ReduceMaxGrad: mask (x == max) times dy, so every tied maximum gets all of dy
     x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])
     dx = run1(P.ReduceMaxGradOp, [x, x.max(1), np.array([6.0, 3.0])], axis=(1,))
-    close(dx, [[0, 3, 3], [1, 1, 1]])
+    close(dx, [[0, 6, 6], [3, 3, 3]])
 
 
 # ------------------------------------------------------------------------------------
