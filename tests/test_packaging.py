@@ -35,8 +35,9 @@ def test_every_package_folder_is_listed():
 def test_no_generic_top_level_names():
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     tops = {p.split(".")[0] for p in cfg["packages"]}
-    # popdist: the upstream name PopXL programs import for multi-process launches
-    assert tops == {"xl", "popxl", "popxl_addons", "popdist"}
+    # popdist: the upstream name PopXL programs import for multi-process launches; popart: the
+    # PopART names (session options, version) PopXL programs use
+    assert tops == {"xl", "popxl", "popxl_addons", "popdist", "popart"}
 
 
 # --- the built wheel ---------------------------------------------------------------------------
@@ -129,9 +130,9 @@ def test_wheel_license_and_notice(wheel: zipfile.ZipFile) -> None:
 
 def test_wheel_top_level_packages_only(wheel: zipfile.ZipFile) -> None:
     tops = {n.split("/")[0] for n in wheel.namelist()} - {_dist_info(wheel)}
-    assert tops == {"xl", "popxl", "popxl_addons", "popdist"}
+    assert tops == {"xl", "popxl", "popxl_addons", "popdist", "popart"}
     top_level = wheel.read(f"{_dist_info(wheel)}/top_level.txt").decode().split()
-    assert sorted(top_level) == ["popdist", "popxl", "popxl_addons", "xl"]
+    assert sorted(top_level) == ["popart", "popdist", "popxl", "popxl_addons", "xl"]
 
 
 def test_wheel_has_every_source_module(wheel: zipfile.ZipFile) -> None:
