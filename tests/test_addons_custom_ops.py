@@ -496,3 +496,22 @@ def test_cross_entropy_sharded_wr_loss() -> None:
             cross_entropy_sharded_wr_loss([a], [lab], ipus=[0, 1])
         with pytest.raises(ValueError, match=r"every logits shard must be \(n_samples, classes\)"):
             cross_entropy_sharded_wr_loss([a, a.reshape((2, 6))], [lab, lab])
+
+
+def test_call_takes_lists_of_tensors() -> None:
+    """As upstream, a list or tuple among a call's inputs stands for its tensors (the
+    within-replica cross-entropy's module is called with its lists of shards)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a, b, c = (popxl.variable(np.float32(v)) for v in (1.0, 2.0, 3.0))
+        g = ir.create_graph(lambda x, y, z: x * 100.0 + y * 10.0 + z, a, b, c)
+        outs = [
+            addons.host_store(ops.call(g, [a, b], c)[0]),
+            addons.host_store(ops.call(g, a, (b, c))[0]),
+            addons.host_store(ops.call_with_info(g, [a], [b, c]).outputs[0]),
+        ]
+        with pytest.raises(ValueError, match=r"too many inputs"):
+            ops.call(g, [a, b], [c, a])
+    with popxl.Session(ir, "cpu") as session:
+        got = session.run()
+    assert [float(got[o]) for o in outs] == [123.0] * 3

@@ -154,7 +154,8 @@ def _bind_inputs(
         raise TypeError(
             f"ops.{what}: the inputs of graph {graph.name!r} must be a sequence of tensors, got {type(inputs).__name__}"
         )
-    inputs = list(inputs)
+    # a list or tuple among the inputs stands for its tensors, in order (as upstream)
+    inputs = [y for x in inputs for y in (x if isinstance(x, list | tuple) else (x,))]
     if len(inputs) > n:
         raise ValueError(
             f"ops.{what}: too many inputs for graph {graph.name!r}: {len(inputs)} given, "
@@ -209,8 +210,9 @@ def call_with_info(
     inputs_dict: Mapping[Tensor, Any] | None = None,
     check_inputs: bool = True,
 ) -> CallSiteInfo:
-    """Call `graph` (a `call.call` op) on `inputs` (positional, for its first inputs) and
-    `inputs_dict` (graph input -> parent tensor, for the others); returns the call site.
+    """Call `graph` (a `call.call` op) on `inputs` (positional, for its first inputs; a list
+    or tuple stands for its tensors in order, as upstream) and `inputs_dict` (graph input ->
+    parent tensor, for the others); returns the call site.
 
     Each input must match the graph input's shape and dtype (unless `check_inputs` is
     False); numbers become constants. By-reference inputs are updated in the parent.

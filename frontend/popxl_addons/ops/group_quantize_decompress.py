@@ -99,7 +99,7 @@ def group_quantize_decompress(
 
 
 def group_quantize_decompress_numpy(
-    t: np.ndarray, group_scale: np.ndarray, group_bias: np.ndarray, dim: int
+    t: np.ndarray, group_scale: np.ndarray, group_bias: np.ndarray, dim: int = -1
 ) -> np.ndarray:
     """NumPy decompression: packed uint16 `(*lead, groups, ids)`, scale and bias
     `(*lead, groups, 1)` -> `(*lead, groups * ids * 4)` of the scale's dtype, the last axis
@@ -113,7 +113,7 @@ def group_quantize_decompress_numpy(
 
 
 def group_quantize_compress_numpy(
-    t: np.ndarray, group_size: int, dim: int
+    t: np.ndarray, group_size: int, dim: int = -1
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Quantise `t` in groups of `group_size` consecutive values along axis `dim`.
 
