@@ -47,7 +47,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects.effects import WritesOperands
 from xl.dialects.popxl import PopxlOp
-from xl.dialects.traits import CrossReplica, NotDifferentiable, PopartType
+from xl.dialects.traits import AcceptsViews, CrossReplica, NotDifferentiable, PopartType
 from xl.dialects.utils import dtype_of, fmt_type, shape_of, tensor_type
 
 COLLECTIVE_OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add")
@@ -282,7 +282,7 @@ class AllReduceOp(_ReduceOp):
 
     name = "replica.all_reduce"
     result = result_def(TensorType)
-    traits = traits_def(CrossReplica(), PopartType("ReplicatedAllReduce"))
+    traits = traits_def(AcceptsViews(), CrossReplica(), PopartType("ReplicatedAllReduce"))
 
 
 @irdl_op_definition
@@ -298,7 +298,7 @@ class AllReduceInplaceOp(_ReduceOp):
 
     name = "replica.all_reduce_"
     traits = traits_def(
-        CrossReplica(), WritesOperands((0,)), NotDifferentiable(),
+        AcceptsViews(), CrossReplica(), WritesOperands((0,)), NotDifferentiable(),
         PopartType("ReplicatedAllReduceInplace"),
     )  # fmt: skip
 
@@ -322,7 +322,7 @@ class AllReduceIdenticalInputsOp(_ReduceOp):
 
     name = "replica.all_reduce_identical_inputs"
     result = result_def(TensorType)
-    traits = traits_def(CrossReplica(), PopartType("ReplicatedAllReduce"))
+    traits = traits_def(AcceptsViews(), CrossReplica(), PopartType("ReplicatedAllReduce"))
 
 
 @irdl_op_definition
@@ -339,7 +339,7 @@ class AllReduceIdenticalGradInputsOp(_ReduceOp):
 
     name = "replica.all_reduce_identical_grad_inputs"
     result = result_def(TensorType)
-    traits = traits_def(CrossReplica(), PopartType("ReplicatedAllReduce"))
+    traits = traits_def(AcceptsViews(), CrossReplica(), PopartType("ReplicatedAllReduce"))
 
 
 def _axis(cls: type[PopxlOp], axis: int, rank: int) -> int:
@@ -368,7 +368,7 @@ class AllGatherOp(CollectiveOp):
     result = result_def(TensorType)
     axis = prop_def(IntegerAttr)
     new_axis = prop_def(IntegerAttr)
-    traits = traits_def(CrossReplica(), PopartType("ReplicatedAllGather"))
+    traits = traits_def(AcceptsViews(), CrossReplica(), PopartType("ReplicatedAllGather"))
 
     @classmethod
     def infer(cls, types, props):
@@ -400,7 +400,7 @@ class ReduceScatterOp(_ReduceOp):
 
     name = "replica.reduce_scatter"
     result = result_def(TensorType)
-    traits = traits_def(CrossReplica(), PopartType("ReplicatedReduceScatter"))
+    traits = traits_def(AcceptsViews(), CrossReplica(), PopartType("ReplicatedReduceScatter"))
 
     @classmethod
     def infer(cls, types, props):
@@ -455,7 +455,7 @@ class SliceOp(CollectiveOp):
     name = "replica.slice"
     result = result_def(TensorType)
     axis = prop_def(IntegerAttr)
-    traits = traits_def(CrossReplica(), PopartType("ReplicatedSlice"))
+    traits = traits_def(AcceptsViews(), CrossReplica(), PopartType("ReplicatedSlice"))
 
     @classmethod
     def infer(cls, types, props):
