@@ -12,7 +12,10 @@ An installed distribution adds passes by declaring entry points in the group
 (`xl-opt --load-pass-plugin my_pass.py`, or `load_pass_plugin("my_pass.py")` from Python):
 every `ModulePass` subclass defined in it with a `name` is registered.
 
-xl's own passes keep their names: a plugin pass with the name of an xl pass is refused.
+xl's own passes keep their names: a plugin pass with the name of an xl pass is refused. An
+installed plugin that cannot be imported fails only where its pass is used; `xl-opt
+--list-passes` warns about it (naming it, its distribution and the error) and lists the
+other passes (`resolve_passes`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
@@ -32,6 +35,7 @@ __all__ = [
     "entry_point_passes",
     "load_pass_plugin",
     "loaded_plugin_passes",
+    "resolve_passes",
 ]
 
 ENTRY_POINT_GROUP = "xl.passes"
@@ -55,9 +59,16 @@ def _check_pass(obj: object, where: str, name: str | None = None) -> type[Module
     return obj
 
 
+def _describe_entry_point(ep: EntryPoint) -> str:
+    """`entry point 'name = module:Class' (group xl.passes, distribution dist 1.0)`."""
+    dist = getattr(ep, "dist", None)
+    source = f", distribution {dist.name} {dist.version}" if dist is not None else ""
+    return f"entry point '{ep.name} = {ep.value}' (group {ENTRY_POINT_GROUP}{source})"
+
+
 def _entry_point_factory(ep: EntryPoint) -> Callable[[], type[ModulePass]]:
     def factory() -> type[ModulePass]:
-        where = f"entry point '{ep.name} = {ep.value}' (group {ENTRY_POINT_GROUP})"
+        where = _describe_entry_point(ep)
         try:
             obj = ep.load()
         except Exception as e:  # noqa: BLE001 - any import failure is the plugin's
@@ -79,6 +90,22 @@ def entry_point_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     if found is None:
         found = _ENTRY_POINTS[key] = {ep.name: _entry_point_factory(ep) for ep in entry_points(group=ENTRY_POINT_GROUP)}
     return dict(found)
+
+
+def resolve_passes(
+    factories: Mapping[str, Callable[[], type[ModulePass]]],
+) -> tuple[dict[str, type[ModulePass]], dict[str, PluginError]]:
+    """The pass classes of `factories` by name, and apart the `PluginError` of each one that
+    cannot be loaded (an installed plugin whose import fails, or whose entry point does not
+    name a pass): listing the passes leaves a broken plugin out instead of failing."""
+    found: dict[str, type[ModulePass]] = {}
+    broken: dict[str, PluginError] = {}
+    for name, factory in factories.items():
+        try:
+            found[name] = factory()
+        except PluginError as e:
+            broken[name] = e
+    return found, broken
 
 
 def loaded_plugin_passes() -> dict[str, Callable[[], type[ModulePass]]]:

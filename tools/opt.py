@@ -14,19 +14,26 @@ exit with status 1:
   pass, at the nearest enclosing op from the input, with the failing op shown);
 - exceptions raised inside a pass as ``xl-opt: error: message``, their
   ``__notes__`` and the name of the pass;
-- a bad pipeline (unknown pass or option) or an unreadable input file.
+- a bad pipeline (unknown pass or option; an option value that needs double quotes is
+  named with the spec to write, `xl.tools.pipeline_spec`) or an unreadable input file.
 
 With ``--split-input-file`` every chunk is processed, even after one fails, as
 ``mlir-opt`` does. ``--verify-diagnostics`` has MLIR's semantics: the diagnostics
-must be exactly those announced by ``// expected-error {{...}}`` annotations
-(`xl.tools.verify_diagnostics`); every mismatch is reported located and the tool
-exits 1. Any file extension is read as textual IR; ``-`` (or no file) reads stdin.
-``--traceback`` re-raises internal errors for debugging.
+must be exactly those announced by ``// expected-error {{...}}`` annotations (also
+``expected-error-re`` with regular expressions, `xl.tools.verify_diagnostics`); every
+mismatch, and every annotation it cannot read, is reported located and the tool exits 1.
+Any file extension is read as textual IR; ``-`` (or no file) reads stdin. ``--traceback``
+re-raises internal errors for debugging.
 
 Discoverability and conventions: ``--list-passes`` (or ``-p help``) describes every pass
 with its options, ``--list-dialects`` the dialects and their ops, ``--version`` prints the
-xl and xDSL versions; ``-o -`` is stdout; ``--time-passes``, ``--print-between-passes``
-and ``--print-ir-after-all`` write to stderr. ``--elide-elementsattrs-if-larger=N``
+xl and xDSL versions; ``-o -`` is stdout. mlir-opt's flags work as there:
+``--pass-pipeline='builtin.module(cse,canonicalize)'``, the IR dumps
+``--mlir-print-ir-before-all`` / ``-after-all`` (alias ``--print-ir-after-all``) /
+``-after-change`` / ``-after-failure`` / ``--mlir-print-ir-before=PASS`` /
+``--mlir-print-ir-after=PASS`` and the ``--mlir-timing`` report (`xl.tools.instrument`);
+they, ``--time-passes`` and ``--print-between-passes`` write to stderr. An installed plugin
+that cannot be imported is left out of ``--list-passes`` with a warning. ``--elide-elementsattrs-if-larger=N``
 prints dense values of more than N elements as ``dense_resource<__elided__>``.
 ``--load-pass-plugin FILE.py`` adds the passes a file defines; installed packages add
 passes through the ``xl.passes`` entry-point group (`xl.passes.plugins`).
@@ -38,6 +45,7 @@ passes through the ``xl.passes`` entry-point group (`xl.passes.plugins`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import io
 import math
@@ -66,7 +74,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 from xl.compiler.elide import print_op, shorten_message
 from xl.dialects import get_all_dialects
 from xl.passes import builtin_passes, get_all_passes
-from xl.passes.plugins import load_pass_plugin
+from xl.passes.plugins import load_pass_plugin, resolve_passes
 from xl.tools.diagnostics import (
     LocatedError,
     SourceText,
@@ -75,7 +83,9 @@ from xl.tools.diagnostics import (
     locate,
     verify_located,
 )
+from xl.tools.instrument import IRPrinting, Timing, dump_header
 from xl.tools.parse import as_parse_error, parse_source
+from xl.tools.pipeline_spec import describe_pipeline_error, pipeline_error_column, unwrap_pass_pipeline
 from xl.tools.verify_diagnostics import Diagnostic, check_diagnostics, parse_expectations
 
 PROG = "xl-opt"
@@ -229,6 +239,22 @@ class XlOptMain(xDSLOptMain):
     _source: SourceText | None = None
     """The text of the current chunk, to show the line a located error points at."""
 
+    _printing: IRPrinting = IRPrinting()
+    """The IR dumps to print around the passes (`--mlir-print-ir-*`)."""
+
+    _timing: Timing | None = None
+    """The `--mlir-timing` tree, when asked for."""
+
+    def __init__(
+        self,
+        description: str = "xl modular optimizer driver",
+        args: Sequence[str] | None = None,
+        start: float | None = None,
+    ) -> None:
+        self._start = time.perf_counter() if start is None else start
+        """When the tool started (the `--mlir-timing` total counts from here)."""
+        super().__init__(description, args)
+
     def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
         self._line_offset = start_offset
         self._source = None
@@ -279,13 +305,15 @@ class XlOptMain(xDSLOptMain):
         }
 
     def setup_pipeline(self) -> None:
-        """xDSL's pipeline with a callback that writes `--time-passes`,
-        `--print-between-passes` and `--print-ir-after-all` to stderr (stdout carries the
-        program, so `xl-opt ... | xl-run -` works). `-p help` lists the passes instead."""
+        """The pass pipeline of `-p` or `--pass-pipeline='builtin.module(...)'` (mlir-opt's
+        form), and what to report around its passes (`xl.tools.instrument`): IR dumps and
+        `--time-passes` on stderr (stdout carries the program, so `xl-opt ... | xl-run -`
+        works), `--mlir-timing`. `-p help` lists the passes instead."""
         self._load_plugins()
-        if self.args.emit is not None:
-            self.args.target = self.args.emit
-        if self.args.target == "svg":
+        args = self.args
+        if args.emit is not None:
+            args.target = args.emit
+        if args.target == "svg":
             from xl.compiler.dot import DotNotInstalledError, dot_program
 
             if dot_program() is None:
@@ -293,29 +321,41 @@ class XlOptMain(xDSLOptMain):
                     "--emit=svg needs the Graphviz 'dot' program, which is not installed; "
                     "--emit=dot writes the DOT text"
                 )
-        if self.args.passes.strip() == "help":
-            self.args.list_passes = True
-            self.args.passes = ""
-        start = time.perf_counter()
-        args = self.args
-
-        def callback(previous: ModulePass | None, module: ModuleOp, next_pass: ModulePass | None) -> None:
-            nonlocal start
-            if args.time_passes and previous is not None:
-                _eprint(f"Pass {previous.name} took {time.perf_counter() - start:.6f} seconds")
-            if previous is not None and (
-                args.print_ir_after_all or (args.print_between_passes and next_pass is not None)
-            ):
-                text = print_op(
-                    module,
-                    elide_larger_than=args.elide_elementsattrs_if_larger,
-                    print_generic_format=args.print_op_generic,
+        if args.pass_pipeline is not None:
+            if args.passes.strip():
+                raise ValueError(
+                    "give the passes either with -p or with --pass-pipeline='builtin.module(...)', not both"
                 )
-                _eprint(f"// -----// IR Dump After {previous.name} //----- //\n{text}\n")
-            if args.time_passes and next_pass is not None:
-                start = time.perf_counter()
-
-        self.pipeline = PassPipeline.parse_spec(self.available_passes, args.passes, callback)
+            args.passes = unwrap_pass_pipeline(args.pass_pipeline)
+        if args.passes.strip() == "help":
+            args.list_passes = True
+            args.passes = ""
+        for flag, names in (
+            ("--mlir-print-ir-before", args.mlir_print_ir_before),
+            ("--mlir-print-ir-after", args.mlir_print_ir_after),
+        ):
+            unknown = sorted(set(names) - set(self.available_passes))
+            if unknown:
+                raise ValueError(f"{flag}: no pass named {', '.join(repr(n) for n in unknown)} (see --list-passes)")
+        self._printing = IRPrinting(
+            before_all=args.mlir_print_ir_before_all,
+            after_all=args.print_ir_after_all,
+            before=set(args.mlir_print_ir_before),
+            after=set(args.mlir_print_ir_after),
+            after_change=args.mlir_print_ir_after_change,
+            after_failure=args.mlir_print_ir_after_failure,
+        )
+        if args.mlir_timing:
+            self._timing = Timing(self._start)
+        try:
+            self.pipeline = PassPipeline.parse_spec(self.available_passes, args.passes)
+        except ArgSpecParseError as e:
+            spec = args.passes if args.pass_pipeline is None else args.pass_pipeline
+            flag = "-p" if args.pass_pipeline is None else "--pass-pipeline"
+            hint = describe_pipeline_error(args.passes, pipeline_error_column(e), args.pass_pipeline is not None)
+            if hint is None:
+                raise
+            raise ValueError(f"{flag} '{spec}': {hint}") from None
 
     def _load_plugins(self) -> None:
         for path in self.args.load_pass_plugin or ():
@@ -337,7 +377,8 @@ class XlOptMain(xDSLOptMain):
         )
 
     def list_passes(self) -> str:
-        """`--list-passes`: xl's passes (description and options), plugin passes, xDSL's."""
+        """`--list-passes`: xl's passes (description and options), plugin passes, xDSL's.
+        A plugin pass that cannot be loaded is left out with a one-line warning on stderr."""
         xl_names = set(builtin_passes())
         builtin = [n for n in sorted(self.available_passes) if n in xl_names]
         extra = [
@@ -347,10 +388,13 @@ class XlOptMain(xDSLOptMain):
         ]
         out = ["xl passes:"]
         out += [describe_pass(self.available_passes[n]()) for n in builtin]
-        if extra:
+        plugins, broken = resolve_passes({n: self.available_passes[n] for n in extra})
+        for name, error in broken.items():  # an installed plugin that does not import: left out
+            _eprint(f"{PROG}: warning: pass '{name}' left out: {error}")
+        if plugins:
             out.append("")
             out.append("plugin passes (entry points 'xl.passes', --load-pass-plugin):")
-            out += [describe_pass(self.available_passes[n]()) for n in extra]
+            out += [describe_pass(cls) for cls in plugins.values()]
         out.append("")
         out.append("xDSL passes (see xDSL's documentation):")
         out.append(
@@ -436,10 +480,61 @@ class XlOptMain(xDSLOptMain):
             elif "--version" in action.option_strings:
                 action.help = "print the xl and xDSL versions"
         arg_parser.add_argument(
-            "--print-ir-after-all",
+            "--pass-pipeline",
+            default=None,
+            metavar="'builtin.module(PASSES)'",
+            help="the pass pipeline in mlir-opt's form, e.g. 'builtin.module(inline,cse,lower-to-rt)' "
+            "(the same passes as -p 'inline,cse,lower-to-rt')",
+        )
+        arg_parser.add_argument(
+            "--mlir-print-ir-before-all",
             default=False,
             action="store_true",
-            help="print the IR after every pass, on stderr",
+            help="print the IR before every pass, on stderr (as mlir-opt)",
+        )
+        arg_parser.add_argument(
+            "--mlir-print-ir-after-all",
+            "--print-ir-after-all",
+            dest="print_ir_after_all",
+            default=False,
+            action="store_true",
+            help="print the IR after every pass, on stderr (as mlir-opt); after a pass that fails, the IR it got",
+        )
+        arg_parser.add_argument(
+            "--mlir-print-ir-before",
+            type=_pass_names,
+            action="extend",
+            default=[],
+            metavar="PASS[,PASS]",
+            help="print the IR before these passes, on stderr",
+        )
+        arg_parser.add_argument(
+            "--mlir-print-ir-after",
+            type=_pass_names,
+            action="extend",
+            default=[],
+            metavar="PASS[,PASS]",
+            help="print the IR after these passes, on stderr",
+        )
+        arg_parser.add_argument(
+            "--mlir-print-ir-after-change",
+            default=False,
+            action="store_true",
+            help="with --mlir-print-ir-after-all / --mlir-print-ir-after: only after the passes that "
+            "changed the IR (on its own: after every pass that changed it)",
+        )
+        arg_parser.add_argument(
+            "--mlir-print-ir-after-failure",
+            default=False,
+            action="store_true",
+            help="print the IR the failing pass got (exception or invalid IR after it), on stderr",
+        )
+        arg_parser.add_argument(
+            "--mlir-timing",
+            default=False,
+            action="store_true",
+            help="print mlir-opt's execution time report on stderr: wall time and share of the "
+            "parser, each pass (its verification below it), the output and the total",
         )
         arg_parser.add_argument(
             "--elide-elementsattrs-if-larger",
@@ -486,32 +581,57 @@ class XlOptMain(xDSLOptMain):
 
     # -- running -------------------------------------------------------------------
     def apply_passes(self, prog: ModuleOp) -> None:
-        """`PassPipeline.apply`, remembering which pass (or which check) is running.
-
-        Verification is `verify_located` (short, located messages); xDSL's callback
-        still does `--time-passes` and `--print-between-passes`."""
-        pipeline = self.pipeline
-        passes: tuple[ModulePass, ...] = pipeline.passes
-        callback = pipeline.callback
-        verify = not self.args.disable_verify
-        self.args.disable_verify = True  # the callback must not verify a second time
-        try:
-            self._stage = "while verifying the input"
-            if verify:
+        """The passes of the pipeline, each followed by verification (`verify_located`:
+        short, located messages), remembering which pass (or which check) is running for
+        error notes; with the IR dumps (`xl.tools.instrument.IRPrinting`), `--time-passes`
+        lines, `--print-between-passes` and `--mlir-timing` rows asked for."""
+        args = self.args
+        passes: tuple[ModulePass, ...] = self.pipeline.passes
+        verify = not args.disable_verify
+        self._stage = "while verifying the input"
+        if verify:
+            with self._timed("Parser", "Verifier"):
                 self._verify(prog)
-            if callback is not None:
-                callback(None, prog, passes[0] if passes else None)
-            for i, p in enumerate(passes):
-                self._stage = f"in pass '{p.name}'"
-                p.apply(self.ctx, prog)
-                self._stage = f"while verifying the IR after pass '{p.name}'"
-                if verify:
-                    self._verify(prog)
-                if callback is not None:
-                    callback(p, prog, passes[i + 1] if i + 1 < len(passes) else None)
-        finally:
-            self.args.disable_verify = not verify
+        for i, p in enumerate(passes):
+            row = (type(p).__name__, ("pass", i))
+
+            def apply(p: ModulePass = p, row: tuple[str, object] = row) -> None:
+                start = time.perf_counter()
+                with self._timed(row):
+                    self._stage = f"in pass '{p.name}'"
+                    p.apply(self.ctx, prog)
+                    self._stage = f"while verifying the IR after pass '{p.name}'"
+                    if verify:
+                        with self._timed(row, "Verifier"):
+                            self._verify(prog)
+                if args.time_passes:
+                    _eprint(f"Pass {p.name} took {time.perf_counter() - start:.6f} seconds")
+
+            self._printing.run(p, prog, apply, self._render, _eprint)
+            if args.print_between_passes and i + 1 < len(passes) and not self._printing.prints_after(p):
+                _eprint(f"{dump_header('After', p)}\n{self._render(prog)}\n")
         self._stage = None
+
+    def _render(self, module: ModuleOp) -> str:
+        """`module` as IR dumps print it (`--print-op-generic`, `--elide-elementsattrs-if-larger`)."""
+        return print_op(
+            module,
+            elide_larger_than=self.args.elide_elementsattrs_if_larger,
+            print_generic_format=self.args.print_op_generic,
+        )
+
+    def _timed(self, *path: str | tuple[str, object]) -> contextlib.AbstractContextManager[object]:
+        """Adds the time of a `with` body to the `--mlir-timing` row at `path` (names from
+        the top, or (name, key) to tell apart rows of one name) and to the rows above it."""
+        if self._timing is None:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        row = self._timing.root
+        for step in path:
+            name, key = (step, None) if isinstance(step, str) else step
+            row = row.row(name, key)
+            stack.enter_context(row.timed())
+        return stack
 
     def _verify(self, prog: ModuleOp) -> None:
         """`verify_located`; with `--verify-diagnostics`, xDSL's own diagnostic (message and
@@ -553,6 +673,8 @@ class XlOptMain(xDSLOptMain):
         finally:
             if output_stream is not sys.stdout:
                 output_stream.close()
+            if self._timing is not None:  # also after a failure, as mlir-opt
+                _eprint(self._timing.report().rstrip("\n"))
         if self.args.shrink:
             print("Failure, can't shrink")
             return 1
@@ -560,12 +682,14 @@ class XlOptMain(xDSLOptMain):
 
     def _process(self, chunk: IO[bytes], file_extension: str, offset: int, out: IO[str]) -> None:
         self._stage = "while parsing the input"
-        module = self.parse_chunk(chunk, file_extension, offset)
+        with self._timed("Parser"):
+            module = self.parse_chunk(chunk, file_extension, offset)
         self._stage = None
         if module is not None:
             self.apply_passes(module)
             self._stage = "while printing the result"
-            out.write(self.output_resulting_program(module))
+            with self._timed("Output"):
+                out.write(self.output_resulting_program(module))
         out.flush()
 
     def _run_chunk(self, chunk: IO[bytes], file_extension: str, offset: int, out: IO[str]) -> bool:
@@ -646,6 +770,14 @@ def _as_diagnostic(e: BaseException, offset: int) -> Diagnostic:
     return Diagnostic("error", format_exception(e).removeprefix(f"{PROG}: error: "))
 
 
+def _pass_names(text: str) -> list[str]:
+    """`--mlir-print-ir-before=cse,dce`: the pass names of a comma-separated list."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected pass names, e.g. cse or cse,canonicalize")
+    return names
+
+
 def _non_negative_int(text: str) -> int:
     try:
         value = int(text)
@@ -699,8 +831,9 @@ def describe_pass(cls: type[ModulePass]) -> str:
 def main(args: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if args is None else args)
     debug = "--traceback" in argv
+    start = time.perf_counter()
     try:
-        tool = XlOptMain(description="xl modular optimizer driver", args=argv)
+        tool = XlOptMain(description="xl modular optimizer driver", args=argv, start=start)
         status = tool.run()
     except BrokenPipeError:  # `xl-opt ... | head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -29,5 +29,5 @@ graph.main {
 
 // BADN: argument --elide-elementsattrs-if-larger/--mlir-elide-elementsattrs-if-larger: expected a number >= 0, got -1
 
-// DUMP: // -----// IR Dump After cse //----- //
+// DUMP: // -----// IR Dump After CommonSubexpressionElimination (cse) //----- //
 // DUMP: dense_resource<__elided__> : tensor<2x3xf32>

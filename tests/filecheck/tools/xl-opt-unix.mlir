@@ -28,9 +28,9 @@ graph.main attributes {num_host_transfers = 1 : i64} {
 // OUT-NOT: IR Dump
 
 // ERR:      Pass canonicalize took {{[0-9.]+}} seconds
-// ERR-NEXT: // -----// IR Dump After canonicalize //----- //
+// ERR-NEXT: // -----// IR Dump After CanonicalizePass (canonicalize) //----- //
 // ERR:      Pass cse took {{[0-9.]+}} seconds
-// ERR-NEXT: // -----// IR Dump After cse //----- //
+// ERR-NEXT: // -----// IR Dump After CommonSubexpressionElimination (cse) //----- //
 
 // The stream named by the user that the program does not have is named.
 // UNKNOWN: xl-run: error: the program has no input stream named "z" (its input streams: none)
