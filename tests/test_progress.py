@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ class FakeTerminal(io.StringIO):
 
 
 def redraws(text: str) -> int:
-    """Updates written: tqdm starts each redraw with a carriage return; log lines end in a newline."""
+    """Updates written: a terminal bar starts each redraw with a carriage return; log lines end in a newline."""
     return text.count("\r") + text.count("\n")
 
 
@@ -73,13 +74,42 @@ def test_terminal_bar_redraws_at_a_bounded_rate() -> None:
     bar = progress(range(steps), total=steps, file=out)
     assert isinstance(bar, TerminalProgress)
     for i in bar:
-        bar.set_description(f"Loss:{i}")  # tqdm's own default would redraw here every step
+        bar.set_description(f"Loss:{i}")  # recorded for the next timed redraw, not drawn at once
     elapsed = time.perf_counter() - start
     text = out.getvalue()
     # The first draw, one per TTY_MININTERVAL, and the final one on close.
     assert redraws(text) <= elapsed / TTY_MININTERVAL + 3
     assert f"{steps}/{steps}" in text
     assert f"Loss:{steps - 1}" in text
+
+
+def test_terminal_bar_line() -> None:
+    out = FakeTerminal()
+    bar = TerminalProgress(range(4), total=4, desc="Loss:0.5", file=out)
+    for _ in bar:
+        pass
+    last = out.getvalue().split("\r")[-1]
+    assert re.fullmatch(r"Loss:0\.5: 100%\|#{20}\| 4/4 \[00:00<00:00, [0-9.]+ it/s\]\n", last), last
+    # A shorter line is padded over the longer one drawn before it.
+    out = FakeTerminal()
+    bar = TerminalProgress(range(2), total=2, desc="a long description", file=out)
+    it = iter(bar)
+    next(it)
+    bar.set_description("short", refresh=True)
+    first, second = out.getvalue().split("\r")[1:3]
+    assert len(second) >= len(first) and second.rstrip().startswith("short:")
+
+
+def test_examples_need_no_progress_package() -> None:
+    """The bar is the project's own: the examples run without tqdm (not a dependency of xl)."""
+    code = (
+        "import sys; sys.modules['tqdm'] = None; sys.path.insert(0, sys.argv[1]); import io\n"
+        "import progress_bar\n"
+        "class T(io.StringIO):\n    def isatty(self): return True\n"
+        "out = T(); print(sum(progress_bar.progress(range(5), file=out)), '5/5' in out.getvalue())"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(EXAMPLES)], capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["10", "True"], r.stderr
 
 
 def test_every_training_example_uses_the_shared_bar() -> None:
