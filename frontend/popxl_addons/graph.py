@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import popxl
+import popxl.ops as ops
+from popxl.printing import schedule_str as popxl_schedule_str
 from popxl_addons.dot_tree import DotTree
 from popxl_addons.named_tensors import NamedTensors
 
@@ -23,8 +26,6 @@ TensorMap = Mapping[Any, Any]
 
 
 def _check_graph(graph: Any, what: str) -> None:
-    import popxl
-
     if not isinstance(graph, popxl.Graph):
         raise TypeError(f"{what}: graph must be a popxl.Graph, got {type(graph).__name__}")
 
@@ -64,14 +65,10 @@ class BoundGraph:
 
     def call(self, *targs: Any, args: TensorMap | None = None) -> tuple:
         """`ops.call(graph, *targs, inputs_dict=bound args | args)`: the output tensors."""
-        import popxl.ops as ops
-
         return ops.call(self.graph, *targs, inputs_dict=self._inputs_dict(args))
 
     def call_with_info(self, *targs: Any, args: TensorMap | None = None) -> Any:
         """Like `call` but returns the `CallSiteInfo`."""
-        import popxl.ops as ops
-
         return ops.call_with_info(self.graph, *targs, inputs_dict=self._inputs_dict(args))
 
     def bind(self, args: TensorMap | None = None) -> BoundGraph:
@@ -263,8 +260,6 @@ def schedule_str(graph: Any, args: NamedTensors | None = None) -> str:
       }
     ```
     """
-    from popxl.printing import schedule_str as popxl_schedule_str
-
     _check_graph(graph, "schedule_str")
     names = {t: k for k, t in args.to_dict().items()} if args is not None else None
     return popxl_schedule_str(graph, names)

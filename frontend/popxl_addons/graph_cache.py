@@ -12,28 +12,23 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import popxl
+import popxl.ops as ops
+from popxl.context import get_current_context
+from popxl_addons.dot_tree import DotTree
+from popxl_addons.graph import BoundGraph, GraphWithNamedArgs
+
 __all__ = ["GraphCache", "function"]
 
 
-def _context_key() -> tuple:
-    """The current virtual IPU and tile set: graphs differ between them."""
-    try:
-        from popxl import context as ctx
-    except ImportError:  # pragma: no cover
-        return ()
-    out = []
-    for getter in ("_current_ipu", "_current_tile_set"):
-        fn = getattr(ctx, getter, None)
-        out.append(fn() if fn is not None else None)
-    return tuple(out)
+def _context_key() -> tuple[int, bool]:
+    """The current virtual IPU and whether ops go to the IO tiles: graphs differ between them."""
+    ctx = get_current_context()
+    return (ctx.ipu_id, ctx.io_tile_set)
 
 
 def _arg_key(value: Any) -> Any:
     """A hashable stand-in for an argument of `create_graph`."""
-    import popxl
-    from popxl_addons.dot_tree import DotTree
-    from popxl_addons.graph import BoundGraph, GraphWithNamedArgs
-
     if isinstance(value, popxl.Tensor | popxl.TensorSpec):
         meta = tuple(getattr(value, "meta_shape", ()) or ())
         return ("tensor", tuple(value.shape), str(value.dtype), meta)
@@ -81,8 +76,6 @@ class GraphCache:
 
     def create_graph(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """`popxl.gir().create_graph(fn, *args, **kwargs)`, cached."""
-        import popxl
-
         ir = popxl.gir()
         cache = self._per_ir(self._graphs, ir)
         key = self._key(fn, args, kwargs)
@@ -95,8 +88,6 @@ class GraphCache:
 
     def _create_module_graph(self, module: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         """`module._create_graph(...)` cached: returns copies of (factories, GraphWithNamedArgs)."""
-        import popxl
-
         ir = popxl.gir()
         cache = self._per_ir(self._modules, ir)
         key = self._key(module, args, kwargs)
@@ -123,9 +114,6 @@ def function(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        import popxl
-        import popxl.ops as ops
-
         graph = _default_cache.create_graph(fn, *args, **kwargs)
         tensors = [a for a in args if isinstance(a, popxl.Tensor)]
         tensors += [v for v in kwargs.values() if isinstance(v, popxl.Tensor)]

@@ -29,9 +29,13 @@ import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import popxl
+from popxl import bridge
+from popxl.transforms.autodiff import GradGraphInfo
+from popxl_addons.dot_tree import DotTree
 from popxl_addons.graph import GraphWithNamedArgs
 from popxl_addons.graph_cache import GraphCache
 from popxl_addons.named_tensors import NamedTensors
@@ -41,6 +45,8 @@ from popxl_addons.variable_factory import (
     add_replica_sharded_variable_input,
     add_variable_input,
 )
+from xl.dialects.call import CallSiteError, add_graph_outputs
+from xl.dialects.graph import GraphOp
 
 __all__ = ["Module", "NameScopeMeta", "create_grad_graph_info"]
 
@@ -202,8 +208,6 @@ class VarGrads:
 
 
 def _normalise_grad_info(fwd: Any, grad: Any) -> tuple[popxl.Graph, Any]:
-    from popxl.transforms.autodiff import GradGraphInfo
-
     g = fwd if isinstance(fwd, popxl.Graph) else getattr(fwd, "graph", None)
     if not isinstance(g, popxl.Graph):
         raise TypeError(
@@ -264,16 +268,12 @@ class CalledGraphsGradInfo:
         return f"CalledGraphsGradInfo({self.consolidate()!r})"
 
 
-_PopxlModule: type = getattr(popxl, "Module", object)
-
-
 def _scoped_build(build: Any) -> Any:
     @functools.wraps(build)
     def build_in_scope(self: Module, *args: Any, **kwargs: Any) -> Any:
         scope = self.__dict__.get("_name_scope")
-        name_scope = getattr(popxl, "name_scope", None)
-        if scope and name_scope is not None:
-            with name_scope(scope):
+        if scope:
+            with popxl.name_scope(scope):
                 return build(self, *args, **kwargs)
         return build(self, *args, **kwargs)
 
@@ -282,7 +282,7 @@ def _scoped_build(build: Any) -> Any:
     return build_in_scope
 
 
-class NameScopeMeta(type(_PopxlModule)):
+class NameScopeMeta(type):
     """Wraps `build` so it runs inside `popxl.name_scope(module._name_scope)` when set."""
 
     def __new__(mcs, name: str, bases: tuple, namespace: dict, **kwargs: Any):
@@ -292,7 +292,7 @@ class NameScopeMeta(type(_PopxlModule)):
         return super().__new__(mcs, name, bases, namespace, **kwargs)
 
 
-class Module(_PopxlModule, metaclass=NameScopeMeta):
+class Module(popxl.Module, metaclass=NameScopeMeta):
     """Base class of addons layers and models.
 
     Args:
@@ -301,6 +301,17 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         grad_inlining_error: what to do when a module that defines `build_grad` is inlined:
             'error', 'warning' or 'none'.
     """
+
+    # Set by `_init_state` (also for subclasses whose __init__ does not call Module.__init__).
+    _variable_factories: NamedVariableFactories
+    _named_inputs: NamedTensors
+    aux: Aux
+    var_grad: VarGrads
+    _submodules: dict[str, Module]
+    called_graphs_grad_info: CalledGraphsGradInfo
+    _name_scope: str | None
+    _graph_cache: GraphCache | None
+    _grad_inlining_error: str
 
     def __init__(
         self,
@@ -326,7 +337,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
             )
 
     def _init_state(self) -> None:
-        d = self.__dict__
+        d = vars(self)
         if "_variable_factories" in d:
             return
         object.__setattr__(self, "_variable_factories", NamedVariableFactories())
@@ -467,12 +478,10 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
             called = self.called_graphs_grad_info.consolidate()
         finally:
             self._reset()
-            for tree, saved in (
-                (self._variable_factories, saved_f),
-                (self._named_inputs, saved_t),
-            ):
-                for k, v in saved.items():
-                    tree.insert(k, v, overwrite=True)
+            for k, f in saved_f.items():
+                self._variable_factories.insert(k, f, overwrite=True)
+            for k, t in saved_t.items():
+                self._named_inputs.insert(k, t, overwrite=True)
             object.__setattr__(self, "aux", saved_aux)
             for m, saved_map in saved_called.items():
                 m.called_graphs_grad_info.map = saved_map
@@ -522,10 +531,34 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         non-variable gradients then the variable gradients, each connected to its
         forward input in the returned `grad_graph_info`.
         """
+        req = self._grad_request(fwd_graph, grads_provided, grads_required)
+        aux = fwd_graph.aux.copy() if isinstance(fwd_graph.aux, Aux) else Aux()
+        object.__setattr__(self, "aux", aux)
+        object.__setattr__(self, "var_grad", VarGrads(fwd_graph.args.to_dict()))
+        try:
+            with _build_grad_context(self):
+                grad = req.fwd.ir.create_graph(self.build_grad, *[t.spec for t in req.provided])
+            self._check_grad_outputs(grad, req)
+            with grad:  # the variable gradients follow build_grad's outputs
+                for k in req.var_required:
+                    popxl.graph_output(self.var_grad._dict[k])
+            info = GradGraphInfo.create(req.fwd, grad, *_grad_connections(req, aux, type(self).__name__))
+        finally:
+            self._reset()
+        return GraphWithNamedArgs.from_grad_graph(info)
+
+    def _grad_request(
+        self,
+        fwd_graph: GraphWithNamedArgs,
+        grads_provided: Iterable[popxl.Tensor] | None,
+        grads_required: Iterable[popxl.Tensor] | None,
+    ) -> _GradRequest:
+        """The arguments of `create_grad_graph`, checked against each other and against the
+        signature of `build_grad` (one positional parameter per provided gradient)."""
+        who = type(self).__name__
         if not self.implements_grad_graph:
             raise RuntimeError(
-                f"{type(self).__name__}: the default implementation of `build_grad` needs to be "
-                "overridden to use `create_grad_graph`"
+                f"{who}: the default implementation of `build_grad` needs to be overridden to use `create_grad_graph`"
             )
         if not isinstance(fwd_graph, GraphWithNamedArgs):
             raise TypeError(
@@ -536,7 +569,7 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         for pname, param in params.items():
             if param.kind not in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
                 raise TypeError(
-                    f"{type(self).__name__}.build_grad: the `build_grad` method signature must only "
+                    f"{who}.build_grad: the `build_grad` method signature must only "
                     "have a fixed number of positional parameters as inputs. "
                     f"Not a positional parameter: {pname}"
                 )
@@ -544,90 +577,57 @@ class Module(_PopxlModule, metaclass=NameScopeMeta):
         required = _check_tensors(grads_required, fwd.inputs, fwd, "grads_required", "a input of `fwd_graph`")
         if len(params) != len(provided):
             raise ValueError(
-                f"{type(self).__name__}.build_grad takes {len(params)} gradients but grads_provided "
+                f"{who}.build_grad takes {len(params)} gradients but grads_provided "
                 f"has {len(provided)} tensors: they do not match the signature of `build_grad`"
             )
         name_of = {t: k for k, t in fwd_graph.args.to_dict().items()}
-        var_required = {name_of[t]: t for t in required if t in name_of}
-        nonvar_required = [t for t in required if t not in name_of]
+        return _GradRequest(
+            fwd,
+            provided,
+            {name_of[t]: t for t in required if t in name_of},
+            [t for t in required if t not in name_of],
+        )
 
-        aux = fwd_graph.aux.copy() if isinstance(fwd_graph.aux, Aux) else Aux()
-        object.__setattr__(self, "aux", aux)
-        object.__setattr__(self, "var_grad", VarGrads(fwd_graph.args.to_dict()))
-        ir = fwd.ir
-        try:
-            with _build_grad_context(self):
-                grad = ir.create_graph(self.build_grad, *[t.spec for t in provided])
-            # validation
-            missing = [k for k in var_required if k not in self.var_grad]
-            if missing:
+    def _check_grad_outputs(self, grad: popxl.Graph, req: _GradRequest) -> None:
+        """What `build_grad` built: a gradient for every required named input (in
+        `self.var_grad`) and, as outputs, one of the shape, meta-shape and dtype of each
+        required non-variable input."""
+        who = type(self).__name__
+        missing = [k for k in req.var_required if k not in self.var_grad]
+        if missing:
+            raise ValueError(
+                f"{who}.build_grad: Not all variable gradients have been "
+                "specified in self.var_grad. If you do not want to output all gradients "
+                f"specify `grads_required` when calling autodiff. Variables missing gradients: {missing}"
+            )
+        outs, nonvar = list(grad.outputs), req.nonvar_required
+        if len(outs) > len(nonvar):
+            raise ValueError(
+                f"{who}.build_grad: Too many outputs in the grad graph: it returns "
+                f"{len(outs)} tensors, `grads_required` has {len(nonvar)} non-variable inputs. "
+                "If you do not want to output all gradients specify `grads_required` when calling autodiff."
+            )
+        if len(outs) < len(nonvar):
+            missing_in = [t.name for t in nonvar[len(outs) :]]
+            raise ValueError(
+                f"{who}.build_grad: Not all forward graph inputs have been "
+                f"specified as outputs in the grad graph: it returns {len(outs)} tensors, "
+                f"`grads_required` has {len(nonvar)} non-variable inputs. Outputs missing "
+                f"(gradients of): {missing_in}"
+            )
+        for i, (o, r) in enumerate(zip(outs, nonvar)):
+            if tuple(o.shape) != tuple(r.shape) or tuple(o.meta_shape or ()) != tuple(r.meta_shape or ()):
                 raise ValueError(
-                    f"{type(self).__name__}.build_grad: Not all variable gradients have been "
-                    "specified in self.var_grad. If you do not want to output all gradients "
-                    f"specify `grads_required` when calling autodiff. Variables missing gradients: {missing}"
+                    f"{who}.build_grad: Shape or meta-shape of output Tensor at "
+                    f"position {i} does not match the `grad_required` at position {i} ({r.name!r}). "
+                    f"Output Tensor shape: {o.shape} meta-shape {o.meta_shape}. "
+                    f"Grad required shape {r.shape} meta-shape {r.meta_shape}."
                 )
-            outs = list(grad.outputs)
-            if len(outs) > len(nonvar_required):
+            if o.dtype != r.dtype:
                 raise ValueError(
-                    f"{type(self).__name__}.build_grad: Too many outputs in the grad graph: it returns "
-                    f"{len(outs)} tensors, `grads_required` has {len(nonvar_required)} non-variable inputs. "
-                    "If you do not want to output all gradients specify `grads_required` when calling autodiff."
+                    f"{who}.build_grad: output Tensor at position {i} is "
+                    f"{o.dtype}, the gradient of {r.name!r} must be {r.dtype}"
                 )
-            if len(outs) < len(nonvar_required):
-                missing_in = [t.name for t in nonvar_required[len(outs) :]]
-                raise ValueError(
-                    f"{type(self).__name__}.build_grad: Not all forward graph inputs have been "
-                    f"specified as outputs in the grad graph: it returns {len(outs)} tensors, "
-                    f"`grads_required` has {len(nonvar_required)} non-variable inputs. Outputs missing "
-                    f"(gradients of): {missing_in}"
-                )
-            for i, (o, r) in enumerate(zip(outs, nonvar_required)):
-                if tuple(o.shape) != tuple(r.shape) or tuple(o.meta_shape or ()) != tuple(r.meta_shape or ()):
-                    raise ValueError(
-                        f"{type(self).__name__}.build_grad: Shape or meta-shape of output Tensor at "
-                        f"position {i} does not match the `grad_required` at position {i} ({r.name!r}). "
-                        f"Output Tensor shape: {o.shape} meta-shape {o.meta_shape}. "
-                        f"Grad required shape {r.shape} meta-shape {r.meta_shape}."
-                    )
-                if o.dtype != r.dtype:
-                    raise ValueError(
-                        f"{type(self).__name__}.build_grad: output Tensor at position {i} is "
-                        f"{o.dtype}, the gradient of {r.name!r} must be {r.dtype}"
-                    )
-            with grad:
-                for k, _t in var_required.items():
-                    popxl.graph_output(self.var_grad._dict[k])
-            # connections: aux tensors that are forward inputs are connected directly; the
-            # others become forward outputs (added once, with the call sites updated)
-            fwd_inputs = list(fwd.inputs)
-            fwd_outputs = list(fwd.outputs)
-            expected_inputs: list[tuple[str, int]] = [("fwd_grad", fwd_outputs.index(t)) for t in provided]
-            new_outputs: list[popxl.Tensor] = []
-            for _g_in, f_t in aux._grad_to_fwd.items():
-                if f_t.graph != fwd:
-                    raise ValueError(
-                        f"{type(self).__name__}: aux tensor {f_t.name!r} is not a tensor of the "
-                        f"forward graph {fwd.name!r}"
-                    )
-                idx = _index_in(f_t, fwd_inputs)
-                if idx is not None:
-                    expected_inputs.append(("fwd_input", idx))
-                    continue
-                idx = _index_in(f_t, fwd_outputs)
-                if idx is None:
-                    idx = len(fwd_outputs)  # (fwd_outputs holds the new outputs too)
-                    new_outputs.append(f_t)
-                    fwd_outputs.append(f_t)
-                expected_inputs.append(("fwd_output", idx))
-            expected_outputs = [_input_index(t, fwd_inputs) for t in (*nonvar_required, *var_required.values())]
-            if new_outputs:
-                _add_forward_outputs(fwd, new_outputs)
-            from popxl.transforms.autodiff import GradGraphInfo
-
-            info = GradGraphInfo.create(fwd, grad, expected_inputs, expected_outputs)
-        finally:
-            self._reset()
-        return GraphWithNamedArgs.from_grad_graph(info)
 
     def call_module(
         self,
@@ -813,12 +813,48 @@ def _check_tensors(
     return out
 
 
+@dataclass
+class _GradRequest:
+    """What `Module.create_grad_graph` is asked for: the gradients provided (forward
+    outputs) and the gradients required, of named inputs (by name) and of the others."""
+
+    fwd: popxl.Graph
+    provided: list[popxl.Tensor]
+    var_required: dict[str, popxl.Tensor]
+    nonvar_required: list[popxl.Tensor]
+
+
+def _grad_connections(req: _GradRequest, aux: Aux, who: str) -> tuple[list[tuple[str, int]], list[int]]:
+    """The `GradGraphInfo` connections of a gradient graph built by `build_grad`: its inputs
+    are the provided gradients, then the aux tensors it read (a forward input is connected
+    directly; any other tensor becomes a forward output, added once with the call sites
+    updated); its outputs are the non-variable gradients, then the variable ones."""
+    fwd = req.fwd
+    fwd_inputs = list(fwd.inputs)
+    fwd_outputs = list(fwd.outputs)
+    expected_inputs: list[tuple[str, int]] = [("fwd_grad", fwd_outputs.index(t)) for t in req.provided]
+    new_outputs: list[popxl.Tensor] = []
+    for f_t in aux._grad_to_fwd.values():
+        if f_t.graph != fwd:
+            raise ValueError(f"{who}: aux tensor {f_t.name!r} is not a tensor of the forward graph {fwd.name!r}")
+        idx = _index_in(f_t, fwd_inputs)
+        if idx is not None:
+            expected_inputs.append(("fwd_input", idx))
+            continue
+        idx = _index_in(f_t, fwd_outputs)
+        if idx is None:
+            idx = len(fwd_outputs)  # (fwd_outputs holds the new outputs too)
+            new_outputs.append(f_t)
+            fwd_outputs.append(f_t)
+        expected_inputs.append(("fwd_output", idx))
+    expected_outputs = [_input_index(t, fwd_inputs) for t in (*req.nonvar_required, *req.var_required.values())]
+    if new_outputs:
+        _add_forward_outputs(fwd, new_outputs)
+    return expected_inputs, expected_outputs
+
+
 def _add_forward_outputs(graph: popxl.Graph, tensors: list[popxl.Tensor]) -> None:
     """Make `tensors` extra outputs of `graph`; its existing call sites get the results."""
-    from popxl import bridge
-    from xl.dialects.call import CallSiteError, add_graph_outputs
-    from xl.dialects.graph import GraphOp
-
     op = bridge.graph_op(graph)
     if not isinstance(op, GraphOp):
         raise ValueError(f"create_grad_graph: the forward graph {graph.name!r} is the main graph")
@@ -843,8 +879,6 @@ def create_grad_graph_info(
     `fwd_tensors`, the tensor itself (a forward input or output). `grad_output_to_fwd_input`:
     each gradient graph output with the forward input it is the gradient of.
     """
-    from popxl.transforms.autodiff import GradGraphInfo
-
     fwd_in = list(fwd_graph.inputs)
     fwd_out = list(fwd_graph.outputs)
     fwd_set = list(fwd_tensors)
@@ -873,8 +907,6 @@ def create_grad_graph_info(
 
 def _prune_empty(tree: Any) -> None:
     """Drop emptied subtrees left by `_clear` from a snapshot."""
-    from popxl_addons.dot_tree import DotTree
-
     for k in list(tree._map):
         v = tree._map[k]
         if isinstance(v, DotTree):

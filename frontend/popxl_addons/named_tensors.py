@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+import popxl
+import popxl.ops as ops
 from popxl_addons.dot_tree import DotTree
-
-if TYPE_CHECKING:
-    import popxl
 
 __all__ = ["NamedTensors", "NamedTensorData", "print_named_tensors"]
 
@@ -29,8 +28,6 @@ class NamedTensors(DotTree["popxl.Tensor"]):
         return self.to_dict()
 
     def _check_leaf(self, key: str, value: Any) -> None:
-        import popxl
-
         if not isinstance(value, popxl.Tensor):
             raise TypeError(
                 f"NamedTensors: the value for key '{key}' must be a popxl.Tensor, got "
@@ -56,8 +53,6 @@ class NamedTensorData(DotTree[np.ndarray]):
 
 def print_named_tensors(nt: NamedTensors, **kwargs: Any) -> NamedTensors:
     """`ops.print_tensor` every tensor of `nt` (titled with its key); returns the printed tensors."""
-    import popxl.ops as ops
-
     out = {}
     for k, t in nt.to_dict().items():
         kw = dict(kwargs)

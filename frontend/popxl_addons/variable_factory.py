@@ -22,6 +22,11 @@ from typing import Any
 
 import numpy as np
 
+import popdist
+import popxl
+import popxl.ops as ops
+from popxl.context import NoGraphSelectedError
+from popxl.utils import downcast_np_dtypes
 from popxl_addons.dot_tree import DotTree
 from popxl_addons.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.named_tensors import NamedTensors
@@ -36,22 +41,13 @@ __all__ = [
 
 logger = logging.getLogger("popxl_addons")
 
-# float64 -> float32, int64 -> int32, uint64 -> uint32 (popxl's host downcast rules)
-_DOWNCAST = {
-    np.dtype(np.float64): np.dtype(np.float32),
-    np.dtype(np.int64): np.dtype(np.int32),
-    np.dtype(np.uint64): np.dtype(np.uint32),
-}
-
 
 def _as_popxl_dtype(dtype: Any) -> Any:
     """A popxl dtype from a popxl dtype, NumPy dtype or Python type."""
-    import popxl
-
     if isinstance(dtype, popxl.dtype):
         return dtype
     np_dtype = np.dtype(popxl.dtypes.checked_dtype(dtype, "VariableFactory").as_numpy())
-    np_dtype = _DOWNCAST.get(np_dtype, np_dtype)
+    np_dtype = downcast_np_dtypes.get(np_dtype, np_dtype)  # popxl's host downcast rules
     return popxl.dtype.as_dtype(np_dtype)
 
 
@@ -68,9 +64,6 @@ def _num_groups(replica_grouping: Any) -> int:
 def _current_default_grouping() -> Any:
     """All replicas of the current graph's Ir (`ir.replica_grouping()`), or None outside
     a graph context."""
-    import popxl
-    from popxl.context import NoGraphSelectedError
-
     try:
         return popxl.gcg().ir.replica_grouping()
     except NoGraphSelectedError:
@@ -79,8 +72,6 @@ def _current_default_grouping() -> Any:
 
 def _instances_barrier() -> None:
     """Wait for every instance of a multi-instance launch (nothing with one instance)."""
-    import popdist
-
     if popdist.getNumInstances() > 1:
         from xl.runtime.mpi import MpiComm
 
@@ -225,8 +216,6 @@ class VariableFactory:
         read-only with `read_only_if_exists`. A file whose size does not fit the variable is
         a ValueError naming it.
         """
-        import popdist
-
         if not isinstance(memmap_dir, str | os.PathLike):
             raise TypeError(f"VariableFactory '{name}': memmap_dir must be a path, got {type(memmap_dir).__name__}")
         memmap_dir = os.fspath(memmap_dir)
@@ -264,8 +253,6 @@ class VariableFactory:
 
     # -- tensors ---------------------------------------------------------------------
     def _graph_input(self, name: str | None) -> Any:
-        import popxl
-
         kwargs: dict[str, Any] = {"by_ref": self.by_ref}
         if self.meta_shape:
             kwargs["meta_shape"] = self.meta_shape
@@ -287,8 +274,6 @@ class VariableFactory:
         read_only_if_exists: bool = False,
     ) -> Any:
         """A `popxl.variable` in the (main) graph holding the next initial value."""
-        import popxl
-
         name = name if name is not None else self.name
         data = self._initial(name, empty, memmap_dir, read_only_if_exists)
         kwargs: dict[str, Any] = {}
@@ -299,8 +284,6 @@ class VariableFactory:
         return popxl.variable(data, self.dtype, name, **kwargs)
 
     def _create_sharded(self, data: np.ndarray, name: str | None, kwargs: dict) -> Any:
-        import popxl
-
         full, shard = popxl.replica_sharded_variable(data, self.dtype, name, shard_over=self.shard_over, **kwargs)
         return shard
 
@@ -315,8 +298,6 @@ class VariableFactory:
     ) -> Any:
         """A remote variable in `buffer` at `entry` (replica-sharded if the buffer has a
         meta_shape), its host data memory-mapped in `memmap_dir` when given."""
-        import popxl
-
         name = name if name is not None else self.name
         data = self._initial(name, empty, memmap_dir, read_only_if_exists)
         kwargs: dict[str, Any] = {}
@@ -328,8 +309,6 @@ class VariableFactory:
 
     def create_init(self, name: str | None = None, init_type: str = "zero") -> Any:
         """`ops.init` of this shape and dtype in the current graph."""
-        import popxl.ops as ops
-
         name = name if name is not None else self.name
         return ops.init(self.shape, self.dtype, name, init_type)
 
@@ -419,8 +398,6 @@ def add_replica_sharded_variable_input(
     """Like `add_variable_input` but the input holds one replica's shard of the flattened
     data, sharded over `shard_over` replicas of `replica_grouping` (default: all replicas;
     `shard_over` default: the group size)."""
-    import popxl
-
     group = replica_grouping if replica_grouping is not None else popxl.gcg().ir.replica_grouping()
     shard = int(group.group_size) if shard_over is None else shard_over
     vf = VariableFactory(data_iter, dtype, name, by_ref, group, shard)
