@@ -1,4 +1,15 @@
-"""Programs whose weights live outside the text, in an `.npz` keyed by variable name.
+"""Weight files: arrays by name in an `.npz`, and programs whose weights live in one.
+
+`save_arrays(path, {"w": w, ...})` / `load_arrays(path)` are what every weight file of xl is
+written and read with (`Ir.to_mlir(weights=...)`, `xl-run --vars` / `--save-vars` / `-o`, the
+checkpoints of `popxl_addons.TaskSession`). They keep every xl dtype (`xl.dialects.utils.DTYPES`)
+bit for bit. NumPy's `.npy` format has no name for ml_dtypes' float8 types (`np.savez` writes them
+as raw bytes, `|V1`, and reads them back as such): such an array is stored as its bits (an
+unsigned int array of the same item size) and its dtype's name is recorded in the member
+`__xl_dtypes__` (a JSON object, name -> dtype), so the file is still an ordinary `.npz`::
+
+    save_arrays("w.npz", {"w": np.zeros(3, ml_dtypes.float8_e4m3fnuz)})
+    load_arrays("w.npz")["w"].dtype  # float8_e4m3fnuz
 
 `externalize_variables(module, "prog.npz")` writes the initial value of every
 `graph.variable` to `prog.npz` and returns a copy of the module in which those variables
@@ -13,24 +24,97 @@ a silent zero.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
+from typing import IO
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 
 from xl.dialects.graph import EXTERNAL_ATTR, VariableOp
 from xl.dialects.rt import StateOp
+from xl.dialects.utils import DTYPES
 
 __all__ = [
+    "DTYPES_MEMBER",
     "EXTERNAL_ATTR",
     "external_variables",
     "externalize_variables",
+    "load_arrays",
     "missing_external_variables",
+    "save_arrays",
 ]
 
+DTYPES_MEMBER = "__xl_dtypes__"
+"""The `.npz` member naming the dtypes `.npy` cannot describe (see the module docstring)."""
 
-def externalize_variables(module: ModuleOp, path: str | os.PathLike[str]) -> ModuleOp:
+_BY_NAME: dict[str, np.dtype] = {dt.name: dt for dt in DTYPES}
+
+FilePath = str | os.PathLike[str]
+
+
+def _npy_keeps(dtype: np.dtype) -> bool:
+    """Whether the `.npy` header describes `dtype` (read back as the same dtype)."""
+    descr = np.lib.format.dtype_to_descr(dtype)
+    return np.lib.format.descr_to_dtype(descr) == dtype
+
+
+def save_arrays(file: FilePath | IO[bytes], arrays: Mapping[str, np.ndarray]) -> None:
+    """Write `arrays` (name -> array) to the `.npz` `file` (a path, written as given: no
+    `.npz` is appended; or a binary file object), every xl dtype bit for bit."""
+    out: dict[str, np.ndarray] = {}
+    named: dict[str, str] = {}
+    for name, value in arrays.items():
+        if name == DTYPES_MEMBER:
+            raise ValueError(f"save_arrays: {DTYPES_MEMBER!r} is reserved for the dtypes of the file")
+        arr = np.asarray(value)
+        if not _npy_keeps(arr.dtype):
+            if arr.dtype not in DTYPES:
+                raise ValueError(f'save_arrays: array "{name}" has dtype {arr.dtype}, which xl does not support')
+            named[name] = arr.dtype.name
+            arr = np.ascontiguousarray(arr).reshape(arr.shape).view(f"u{arr.dtype.itemsize}")
+        out[name] = arr
+    if named:
+        out[DTYPES_MEMBER] = np.array(json.dumps(named, sort_keys=True))
+    if isinstance(file, str | os.PathLike):
+        with open(file, "wb") as f:  # np.savez would append '.npz' to other names
+            np.savez(f, **out)  # pyright: ignore[reportArgumentType]  (numpy's stub: **kwargs could name allow_pickle)
+    else:
+        np.savez(file, **out)  # pyright: ignore[reportArgumentType]
+
+
+def load_arrays(file: FilePath | IO[bytes]) -> dict[str, np.ndarray]:
+    """The arrays of the `.npz` `file` by name, with the dtypes `save_arrays` recorded
+    (`ValueError` naming the file when it is no `.npz` or names a dtype xl does not know)."""
+    where = os.fspath(file) if isinstance(file, str | os.PathLike) else getattr(file, "name", "the .npz")
+    data = np.load(file, allow_pickle=False)
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"'{where}' holds one array (.npy), not arrays by name (.npz)")
+    with data:
+        arrays = {k: data[k] for k in data.files}
+    named_text = arrays.pop(DTYPES_MEMBER, None)
+    if named_text is None:
+        return arrays
+    try:
+        named = json.loads(str(named_text))
+        assert isinstance(named, dict)
+    except (ValueError, AssertionError):
+        raise ValueError(f"'{where}': member {DTYPES_MEMBER!r} is not a JSON object of dtype names") from None
+    for name, dtype_name in named.items():
+        dt = _BY_NAME.get(dtype_name)
+        if dt is None:
+            raise ValueError(f"'{where}': array \"{name}\" has dtype {dtype_name!r}, which xl does not know")
+        if name not in arrays:
+            raise ValueError(f"'{where}': {DTYPES_MEMBER!r} names array \"{name}\", which the file does not hold")
+        bits = arrays[name]
+        if bits.dtype != np.dtype(f"u{dt.itemsize}"):
+            raise ValueError(f"'{where}': array \"{name}\" ({bits.dtype}) is not the bits of a {dtype_name} array")
+        arrays[name] = bits.view(dt)
+    return arrays
+
+
+def externalize_variables(module: ModuleOp, path: FilePath) -> ModuleOp:
     """Writes the variables' initial values to the `.npz` at `path` (keyed by variable
     name) and returns a copy of `module` that refers to them by name (see module docstring).
     Variables without a value in the IR are left as they are."""
@@ -48,9 +132,7 @@ def externalize_variables(module: ModuleOp, path: str | os.PathLike[str]) -> Mod
         values[name] = dense_to_numpy(op.init)
         op.init = None
         op.attributes[EXTERNAL_ATTR] = StringAttr(file_name)
-    with open(path, "wb") as f:  # np.savez would append '.npz' to other names
-        # numpy's stub: a **kwargs dict could name its allow_pickle parameter
-        np.savez(f, **values)  # pyright: ignore[reportArgumentType]
+    save_arrays(path, values)
     return module
 
 

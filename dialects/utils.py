@@ -50,6 +50,9 @@ FLOAT8_DTYPES: tuple[np.dtype, ...] = (
 """The NumPy dtypes of the float8 element types (`f8E4M3FNUZ`, `f8E5M2FNUZ`)."""
 _ELEM_TO_NP: dict[Attribute, np.dtype] = {v: k for k, v in _NP_TO_ELEM.items()}
 
+DTYPES: tuple[np.dtype, ...] = tuple(_NP_TO_ELEM)
+"""The NumPy dtype of every xl element type: what a tensor, a variable or a weight file holds."""
+
 
 def element_type(dtype: np.dtype | type | str) -> Attribute:
     """The xDSL element type for a NumPy dtype (``np.float32`` -> ``f32``)."""

@@ -18,6 +18,9 @@
   `loc("file":line:col)` of its first token, so verifier errors can point at the source
   and `--print-debuginfo` prints real locations.
 
+A dense float literal keeps the values written as bit patterns (`dense<[0x7FC00000, 1.0]> :
+tensor<2xf32>`: NaN, infinities, float8's NaN, as printed), which xDSL reads as integers.
+
 A float attribute of a type xDSL has no number format for (`1.0 : f80`, `f128`) is refused
 where it is written: xDSL parses it but cannot print it.
 """
@@ -26,24 +29,34 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from typing import Any
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
+    AnyDenseElement,
+    AnyFloat,
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
     DenseResourceAttr,
     FileLineColLoc,
     FloatAttr,
     IntAttr,
     ModuleOp,
+    RankedStructure,
     StringAttr,
     UnknownLoc,
 )
 from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import AttributeInvT
 from xdsl.parser import Parser, UnresolvedOperand
+from xdsl.parser.attribute_parser import AttrParser
 from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.exceptions import DiagnosticException, ParseError
 from xdsl.utils.lexer import Input, Span
-from xdsl.utils.mlir_lexer import MLIRLexer
+from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
+
+from xl.dialects.utils import numpy_dtype
 
 __all__ = [
     "SPAN_ATTR",
@@ -107,6 +120,16 @@ def decode_source(data: bytes | str, name: str) -> str:
         raise ParseError(span, f"invalid UTF-8 byte 0x{data[e.start]:02x}: the input must be UTF-8 text") from None
 
 
+class _HexBits(AttrParser._TensorLiteralElement):
+    """An element of a dense literal written in hexadecimal: for a float type, its bits
+    (`XlParser.parse_dense_int_or_fp_elements_attr` writes them; 0.0 until then)."""
+
+    def to_type(self, parser: AttrParser, type: Any) -> Any:
+        if isinstance(type, AnyFloat):
+            return 0.0
+        return super().to_type(parser, type)
+
+
 class XlParser(Parser):
     """`Parser` with `XlLexer`, located internal errors and source locations on ops.
 
@@ -127,6 +150,8 @@ class XlParser(Parser):
         self._counted_lines = 0
         self._first_use: dict[str, Span[str]] = {}
         """Where each value used before its definition is first used."""
+        self._dense_elements: list[AttrParser._TensorLiteralElement] | None = None
+        """The elements of the dense literal being parsed (see `_HexBits`)."""
 
     def _location_of(self, span: Span[str]) -> FileLineColLoc:
         """`loc("file":line:col)` of `span`; lines are counted incrementally, since ops
@@ -158,6 +183,52 @@ class XlParser(Parser):
                 "(to_mlir(weights=...), xl-run --vars)",
             )
         return super()._parse_builtin_dense_resource_attr()
+
+    # -- hexadecimal float literals in dense attributes ------------------------------------
+    # MLIR writes a float that has no decimal form (NaN, +-inf, float8's NaN) as its bit
+    # pattern: `dense<[0x7FC00000, 1.0]> : tensor<2xf32>`, as xDSL prints it. xDSL 0.74 reads
+    # such a literal as the integer it spells (0x7FC00000 -> 2143289344.0), so NaN and inf
+    # changed value through the text. Here the hexadecimal elements of a float literal are
+    # recorded while it is parsed and their bits written into the attribute afterwards.
+
+    def _parse_tensor_literal_element(self) -> AttrParser._TensorLiteralElement:
+        token = self._current_token
+        element = super()._parse_tensor_literal_element()
+        elements = self._dense_elements
+        if elements is not None:
+            if token.kind == MLIRTokenKind.INTEGER_LIT and token.text[:2].lower() == "0x":
+                element = _HexBits(element.is_negative, element.value, element.span)
+            elements.append(element)
+        return element
+
+    def parse_dense_int_or_fp_elements_attr(
+        self, type: RankedStructure[AnyDenseElement] | None
+    ) -> DenseIntOrFPElementsAttr:
+        outer, self._dense_elements = self._dense_elements, []
+        elements = self._dense_elements
+        try:
+            attr = super().parse_dense_int_or_fp_elements_attr(type)
+        finally:
+            self._dense_elements = outer
+        hexes = [(i, e) for i, e in enumerate(elements) if isinstance(e, _HexBits)]
+        elem = attr.get_element_type()
+        if not hexes or not isinstance(elem, AnyFloat):
+            return attr
+        try:
+            width = numpy_dtype(elem).itemsize
+        except TypeError:  # a type the runtime has no dtype for (bf16, f80): xDSL's reading
+            return attr
+        bits = np.frombuffer(attr.data.data, dtype=f"u{width}").copy()
+        for i, e in hexes:
+            value = e.value
+            assert isinstance(value, int)
+            if value >= 1 << (8 * width):
+                raise ParseError(e.span, f"hexadecimal literal {e.span.text} has more bits than {elem} ({8 * width})")
+            if len(elements) == 1:  # a splat
+                bits[:] = value
+            else:
+                bits[i] = value
+        return DenseIntOrFPElementsAttr(attr.type, BytesAttr(bits.tobytes()))
 
     def parse_optional_builtin_int_or_float_attr(self):  # noqa: ANN201 - xDSL's signature
         start = self._current_token.span

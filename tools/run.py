@@ -48,7 +48,7 @@ from xdsl.utils.exceptions import (
 )
 
 from xl.compiler import DEFAULT_PIPELINE, compile_module
-from xl.compiler.weights import EXTERNAL_ATTR, missing_external_variables
+from xl.compiler.weights import EXTERNAL_ATTR, load_arrays, missing_external_variables, save_arrays
 from xl.passes.plugins import load_pass_plugin
 from xl.runtime import Executable
 from xl.runtime.executable import ReplicaDivergenceError
@@ -78,10 +78,11 @@ def _load_array_file(path: str) -> np.ndarray | dict[str, np.ndarray]:
         raise RunError(f"input '{path}' is a directory, expected a .npy or .npz file")
     try:
         data = np.load(p, allow_pickle=False)
+        if isinstance(data, np.lib.npyio.NpzFile):
+            data.close()
+            return load_arrays(p)  # the dtypes save_arrays recorded (float8)
     except Exception as e:  # noqa: BLE001 - report any reader failure plainly
         raise RunError(f"cannot read '{path}': {e}") from None
-    if isinstance(data, np.lib.npyio.NpzFile):
-        return {k: data[k] for k in data.files}
     return data
 
 
@@ -288,21 +289,17 @@ def _run(args: argparse.Namespace) -> None:
             _eprint(prof.table("type") + "\n\n" + prof.table("site"))
     if args.output == "-":
         buf = io.BytesIO()
-        # numpy's stub: a **kwargs dict could name its allow_pickle parameter
-        np.savez(buf, **outs)  # pyright: ignore[reportArgumentType]
+        save_arrays(buf, outs)
         sys.stdout.flush()
         sys.stdout.buffer.write(buf.getvalue())
         sys.stdout.buffer.flush()
     elif args.output:
-        # numpy's stub: a **kwargs dict could name its allow_pickle parameter
-        np.savez(args.output, **outs)  # pyright: ignore[reportArgumentType]
+        save_arrays(args.output, outs)
     if args.save_vars:
         if exe.replication_factor > 1:  # every replica's value, [replication_factor, *shape]
-            # numpy's stub: a **kwargs dict could name its allow_pickle parameter
-            np.savez(args.save_vars, **{k: exe.gather_state(k) for k in exe.state})  # pyright: ignore[reportArgumentType]
+            save_arrays(args.save_vars, {k: exe.gather_state(k) for k in exe.state})
         else:
-            # numpy's stub: a **kwargs dict could name its allow_pickle parameter
-            np.savez(args.save_vars, **{k: v for k, v in exe.state.items()})  # pyright: ignore[reportArgumentType]
+            save_arrays(args.save_vars, exe.state)
 
 
 @contextmanager

@@ -39,6 +39,7 @@ import numpy as np
 import popxl
 from popxl_addons.named_tensors import NamedTensorData, NamedTensors
 from popxl_addons.streams import InputStreams, OutputStreams
+from xl.compiler.weights import load_arrays, save_arrays
 
 __all__ = ["TaskSession", "write_variables_pb", "initialise_memmap_dir_from_checkpoint", "CHECKPOINT_FORMAT_VERSION"]
 
@@ -235,7 +236,7 @@ class TaskSession(popxl.Session):
         tensors_meta = {}
         for name, arr in values.items():
             arr = np.asarray(arr)
-            _atomic_write(os.path.join(model_dir, f"{name}.npz"), lambda f, a=arr: np.savez(f, data=a))
+            _atomic_write(os.path.join(model_dir, f"{name}.npz"), lambda f, a=arr: save_arrays(f, {"data": a}))
             tensors_meta[name] = {"shape": list(arr.shape), "dtype": str(arr.dtype)}
         meta: dict[str, Any] = {"format_version": CHECKPOINT_FORMAT_VERSION, "tensors": tensors_meta}
         dl = self._dataloader
@@ -312,10 +313,10 @@ class TaskSession(popxl.Session):
         for name in sorted(set(files) & set(variables)):
             path = files[name]
             try:
-                with np.load(path, allow_pickle=False) as z:
-                    if "data" not in z.files:
-                        raise ValueError(f"load_checkpoint: {path} has no array 'data' (tensor {name!r})")
-                    arr = z["data"]
+                arrays = load_arrays(path)  # every dtype bit for bit (float8: xl.compiler.weights)
+                if "data" not in arrays:
+                    raise ValueError(f"load_checkpoint: {path} has no array 'data' (tensor {name!r})")
+                arr = arrays["data"]
             except (OSError, ValueError) as e:
                 if isinstance(e, ValueError) and str(e).startswith("load_checkpoint"):
                     raise
