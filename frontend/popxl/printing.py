@@ -73,10 +73,8 @@ def schedule_str(graph: Graph, input_names: Mapping[Tensor, str] | None = None) 
     Tensors are numbered `%N` in order of first appearance; an input in `input_names`
     is shown as `name=%N`.
     """
-    from popxl.bridge import graph_op, value_of
-
     ir = graph.ir
-    names = {value_of(t): k for t, k in (input_names or {}).items()}
+    names = {t._value: k for t, k in (input_names or {}).items()}
     ids: dict[SSAValue, int] = {}
 
     def tid(v: SSAValue) -> str:
@@ -87,7 +85,7 @@ def schedule_str(graph: Graph, input_names: Mapping[Tensor, str] | None = None) 
     def operand(v: SSAValue) -> str:
         return f"{tid(v)} {_type_str(v)}"
 
-    block = graph_op(graph).body.block
+    block = graph._op.body.block
     in_strs = [f"{names[a]}={tid(a)}" if a in names else tid(a) for a in block.args]
     lines = []
     outputs: list[SSAValue] = []
