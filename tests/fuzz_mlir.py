@@ -699,6 +699,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT.parent))
+    # `xl` is the installed package: the checkout's parent folder is not put on sys.path,
+    # where a checkout folder named `xl` (a clone of the repository) would shadow it.
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     sys.exit(main())
