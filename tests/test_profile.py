@@ -302,50 +302,52 @@ def test_pipelined_mnist_two_replicas_rows(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------
 
 
-def _gather_program(replicas: int = 1):
+def _slice_program(replicas: int = 1):
+    """A dynamic_slice whose offset comes from the host: an offset out of range fails the
+    kernel (gather gives zeros instead)."""
     ir = popxl.Ir(replication=replicas)
     with ir.main_graph:
-        idx_s = popxl.h2d_stream((2,), popxl.int32, "idx")
+        off_s = popxl.h2d_stream((1,), popxl.uint32, "off")
         ys = popxl.d2h_stream((2, 3), popxl.float32, "y")
         table = popxl.variable(np.arange(12, dtype=np.float32).reshape(4, 3), name="table")
-        idx = ops.host_load(idx_s, "idx")
-        y = ops.gather(table, idx)
+        off = ops.host_load(off_s, "off")
+        y = ops.dynamic_slice(table, off, axes=[0], sizes=[2], no_overlap=False)
         ops.host_store(ys, y)
-    return ir, idx_s
+    return ir, off_s
 
 
 def test_data_range_error_names_the_op() -> None:
-    ir, idx_s = _gather_program()
-    (gather,) = _ids(ir.main_graph, "Gather")
+    ir, off_s = _slice_program()
+    (op,) = _ids(ir.main_graph, "DynamicSlice")
     for profile in (False, True):
         session = popxl.Session(ir, "cpu", profile=profile)
         with session:
-            ok = session.run({idx_s: np.array([3, 0], np.int32)})
-            np.testing.assert_array_equal(list(ok.values())[0], [[9, 10, 11], [0, 1, 2]])
+            ok = session.run({off_s: np.array([2], np.uint32)})
+            np.testing.assert_array_equal(list(ok.values())[0], [[6, 7, 8], [9, 10, 11]])
             with pytest.raises(
                 DataRangeError,
-                match=rf"^{re.escape(gather)} \(popxl.gather in graph main_graph\) failed: .*index 7 .*out of range",
+                match=rf"^{re.escape(op)} \(popxl.dynamic_slice in graph main_graph\) failed: .*offset 7 .*out of range",
             ):
-                session.run({idx_s: np.array([7, 0], np.int32)})
+                session.run({off_s: np.array([7], np.uint32)})
 
 
 def test_error_names_the_op_in_the_straightforward_plan() -> None:
     from popxl.session import _source_names
 
-    ir, idx_s = _gather_program()
-    (gather,) = _ids(ir.main_graph, "Gather")
+    ir, off_s = _slice_program()
+    (op,) = _ids(ir.main_graph, "DynamicSlice")
     with _source_names(ir):
         exe = compile_module(ir._module, optimize=False)
-    with pytest.raises(DataRangeError, match=rf"^{re.escape(gather)} \(popxl.gather"):
-        exe.run({"idx": np.array([0, -9], np.int32)})
+    with pytest.raises(DataRangeError, match=rf"^{re.escape(op)} \(popxl.dynamic_slice"):
+        exe.run({"off": np.array([9], np.uint32)})
 
 
 def test_error_names_the_replica() -> None:
-    ir, idx_s = _gather_program(replicas=2)
-    (gather,) = _ids(ir.main_graph, "Gather")
+    ir, off_s = _slice_program(replicas=2)
+    (op,) = _ids(ir.main_graph, "DynamicSlice")
     session = popxl.Session(ir, "cpu")
-    with session, pytest.raises(DataRangeError, match=rf"^{re.escape(gather)} .* on replica 1 failed"):
-        session.run({idx_s: np.array([[1, 2], [1, 5]], np.int32)})
+    with session, pytest.raises(DataRangeError, match=rf"^{re.escape(op)} .* on replica 1 failed"):
+        session.run({off_s: np.array([[1], [5]], np.uint32)})
 
 
 def test_numpy_error_in_a_repeat_names_the_op() -> None:
