@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from popxl.transforms.autodiff import ExpectedConnection, ExpectedConnectionType, GradGraphInfo, autodiff
+from popxl.transforms.decompose_sum import decompose_sum
 from popxl.transforms.merge_exchange import io_tile_exchange, merge_exchange
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "ExpectedConnectionType",
     "GradGraphInfo",
     "autodiff",
+    "decompose_sum",
     "io_tile_exchange",
     "merge_exchange",
 ]
