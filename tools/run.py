@@ -20,6 +20,10 @@ transfers, see `xl.runtime.profile`); `--op-times` prints the time per op type a
 at run time is reported at its op: `prog.mlir:12:5: error: MatMul@12:5 (popxl.matmul in
 graph main_graph) failed: ...`, with the source line.
 
+`-p` is the whole lowering pipeline and must end in `lower-to-rt` (xl-run does not append
+it, so the passes that ran are the ones written; a pipeline that leaves no `rt.program` is
+refused saying so). Without `-p` the default pipeline runs (`xl-run --help` prints it).
+
 Every failure is one message and exit status 1, never a traceback (``--traceback``
 re-raises for debugging): errors in the program as ``file:line:col: error: ...`` at the
 op (parse errors, verifier errors, element types the NumPy runtime has no kernels for,
@@ -51,6 +55,7 @@ from xl.compiler import DEFAULT_PIPELINE, compile_module
 from xl.compiler.weights import EXTERNAL_ATTR, load_arrays, missing_external_variables, save_arrays
 from xl.passes.plugins import load_pass_plugin
 from xl.runtime import Executable
+from xl.runtime.errors import PlanError
 from xl.runtime.executable import ReplicaDivergenceError
 from xl.tools.context import xl_context
 from xl.tools.diagnostics import (
@@ -62,6 +67,7 @@ from xl.tools.diagnostics import (
 )
 from xl.tools.opt import format_parse_error, version_text
 from xl.tools.parse import as_parse_error, parse_source
+from xl.tools.pipeline_spec import describe_pipeline_error, pipeline_error_column
 
 PROG = "xl-run"
 
@@ -196,12 +202,35 @@ def _check_pipeline(spec: str) -> None:
     try:
         PassPipeline.parse_spec({**xdsl_passes(), **get_all_passes()}, spec)
     except ArgSpecParseError as e:
+        hint = describe_pipeline_error(spec, pipeline_error_column(e))  # an option value to quote
+        if hint is not None:
+            raise RunError(f"-p '{spec}': {hint}") from None
         lines = [ln.strip() for ln in str(e.args[0] if e.args else e).splitlines() if ln.strip()]
         where = next((ln for ln in lines if ln.startswith("pass-pipeline:")), "")
         col = f" (column {where.rsplit(':', 1)[1]})" if where else ""
         raise RunError(f"-p '{spec}': {lines[-1] if lines else 'bad pipeline'}{col}") from None
     except Exception as e:  # noqa: BLE001 - unknown pass, bad option value, ...
         raise RunError(f"-p '{spec}': {e}") from None
+
+
+def _not_lowered(module: ModuleOp, spec: str) -> RunError | None:
+    """The error for a `-p` pipeline that leaves no `rt.program` to run because it does not
+    lower the program (None if the program was lowered already or the pipeline lowers it).
+    `-p` is the whole pipeline: xl-run does not append `lower-to-rt`, so what ran is what
+    was written."""
+    from xdsl.utils.arg_spec import parse_pipeline
+
+    from xl.dialects import rt
+
+    if any(isinstance(op, rt.ProgramOp) for op in module.ops):
+        return None
+    if "lower-to-rt" in (p.name for p in parse_pipeline(spec)):
+        return None
+    fixed = f"{spec.strip()},lower-to-rt" if spec.strip() else "lower-to-rt"
+    return RunError(
+        f"-p '{spec}' leaves no rt.program to run: the pipeline must end in lower-to-rt, as in "
+        f"-p '{fixed}' (without -p, xl-run lowers with '{DEFAULT_PIPELINE}')"
+    )
 
 
 def _read_program(file: str) -> tuple[bytes, str]:
@@ -229,6 +258,8 @@ def _run(args: argparse.Namespace) -> None:
     data, name = _read_program(args.file)
     module = parse_source(xl_context(), data, name)
     source = SourceText(name, data.decode("utf-8"))
+    if not args.pipeline.strip() and (not_lowered := _not_lowered(module, args.pipeline)):
+        raise not_lowered
     if args.memory:  # the memory report of the compiled program, instead of a run
         from xl.compiler.memory import module_memory_report
 
@@ -237,6 +268,8 @@ def _run(args: argparse.Namespace) -> None:
             print(module_memory_report(module, args.pipeline, outline=not args.no_outline).table())
         except LocatedError as e:
             raise _Located(format_located(e, source, PROG)) from None
+        except PlanError as e:
+            raise (_not_lowered(module, args.pipeline) or e) from None
         return
     var_values = read_variables(args.vars) if args.vars else None
     try:
@@ -256,6 +289,8 @@ def _run(args: argparse.Namespace) -> None:
             )
     except LocatedError as e:
         raise _Located(format_located(e, source, PROG)) from None
+    except PlanError as e:
+        raise (_not_lowered(module, args.pipeline) or e) from None
     except MemoryError as e:
         raise RunError(f"out of memory while preparing the program: {e}") from None
     if var_values is not None:
