@@ -20,7 +20,7 @@ from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from popxl import context
-from popxl._checks import check_name, check_shape
+from popxl._checks import check_int, check_name, check_shape
 from popxl.dtypes import checked_dtype
 from popxl.dtypes import dtype as _dtype
 from popxl.tensor import Constant, Tensor, Variable
@@ -348,7 +348,7 @@ class Graph:
         return h
 
     def remove_op_created_hook(self, handle: int) -> None:
-        self._hooks.pop(handle, None)
+        self._hooks.pop(check_int(handle, "Graph.remove_op_created_hook", "handle"), None)
 
     # -- context ----------------------------------------------------------------------------
     def __enter__(self) -> Graph:

@@ -19,6 +19,7 @@ import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 
 from popxl import context
+from popxl._checks import check_int
 from popxl.graph import Graph
 from popxl.tensor import Tensor, TensorByRef, TensorSpec
 from xl.dialects.graph import (
@@ -370,6 +371,8 @@ class Ir:
         """
         if values not in ("current", "initial"):
             raise ValueError(f"Ir.to_mlir: values must be 'current' or 'initial', got {values!r}")
+        if elide_larger_than is not None:
+            elide_larger_than = check_int(elide_larger_than, "Ir.to_mlir", "elide_larger_than", minimum=0)
         from popxl._views import check_views
 
         check_views(self, "Ir.to_mlir")

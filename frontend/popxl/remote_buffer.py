@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, i64
 
-from popxl._checks import check_shape, describe
+from popxl._checks import check_int, check_shape, describe
 from popxl.context import gcg
 from popxl.dtypes import checked_dtype
 from popxl.dtypes import dtype as _dtype
@@ -241,6 +241,7 @@ class RemoteBuffer:
     def validate_tensor_matches_buffer(self, t: Tensor, num_shards: int = 1) -> None:
         """ValueError unless `t` has the buffer's shape (its `meta_shape` when `num_shards`
         > 1) and dtype."""
+        num_shards = check_int(num_shards, "RemoteBuffer.validate_tensor_matches_buffer", "num_shards", minimum=1)
         existing = self.tensor_shape if num_shards == 1 else self.meta_shape
         if t.shape != existing or t.dtype != self.tensor_dtype:
             raise ValueError(

@@ -33,6 +33,7 @@ import numpy as np
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
 from xdsl.utils.exceptions import VerifyException
 
+from popxl._checks import check_int
 from popxl._host import downcast_np_dtype
 from popxl._session_remote import SessionRemote
 from popxl.ir import Ir
@@ -539,6 +540,8 @@ class Session:
         """Time per op type and per call site (`MatMul.101 @ graph`) of every run so far,
         sorted by total time, with count, total, mean and percentage (as torch.profiler's
         `key_averages().table()`). Prints it unless `print_table=False`; returns the text."""
+        if row_limit is not None:
+            row_limit = check_int(row_limit, "Session.profile_summary", "row_limit", minimum=0)
         prof = self._all_runs()
         text = (
             prof.key_averages("type").table(row_limit=row_limit)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from popxl._checks import check_int
 from popxl._host import downcast_np_dtypes, host_array, is_torch
 from popxl.dtypes import checked_dtype, np_dtype_float8_143, np_dtype_float8_152
 from popxl.dtypes import dtype as _dtype
@@ -118,6 +119,15 @@ def create_seeds(
     first), shaped `[batches_per_step, gradient_accumulation_factor, replicas, 2]` with the
     size-1 dims dropped (a single seed has shape (2,)). The same arguments give the same
     seeds as upstream; `seed=None` (an xl extension) draws a fresh one."""
+    what = "popxl.create_seeds"
+    if seed is not None:
+        seed = check_int(seed, what, "seed")
+    offset = check_int(offset, what, "offset")
+    batches_per_step = check_int(batches_per_step, what, "batches_per_step", minimum=1)
+    gradient_accumulation_factor = check_int(
+        gradient_accumulation_factor, what, "gradient_accumulation_factor", minimum=1
+    )
+    replicas = check_int(replicas, what, "replicas", minimum=1)
     n = batches_per_step * gradient_accumulation_factor * replicas
     rng = np.random.default_rng(None if seed is None else seed + offset)
     values = rng.integers(0, MAX_UINT64, endpoint=True, dtype="uint64", size=n)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import popxl
+from popxl._checks import describe
 
 __all__ = ["seed_variable"]
 
@@ -35,7 +36,7 @@ def seed_variable(seed: int, replica_grouping: Any | None = None) -> tuple[popxl
     `write_variable_data`) and the tensor to use in the main graph.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"addons.seed_variable: seed must be an int, got {type(seed).__name__}")
+        raise TypeError(f"addons.seed_variable: seed must be an int, got {describe(seed)}")
     g = popxl.gcg()
     if g != g.ir.main_graph:
         raise ValueError(f"addons.seed_variable: seed variables live in the main graph, not in graph {g.name!r}")

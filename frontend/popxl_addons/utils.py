@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from popxl._checks import check_int
+
 __all__ = ["timer", "WeightsDict", "OrderedDict", "overrides", "truncated_normal", "null_context", "suffix_graph_name"]
 
 _K = TypeVar("_K")
@@ -24,6 +26,7 @@ class OrderedDict(collections.OrderedDict[_K, _V]):
 
     def idx(self, idx: int) -> _V:
         """The value at position `idx` (negative counts from the end)."""
+        idx = check_int(idx, "OrderedDict.idx", "idx")
         values = list(self.values())
         try:
             return values[idx]

@@ -25,6 +25,7 @@ import numpy as np
 import popdist
 import popxl
 import popxl.ops as ops
+from popxl._checks import check_int
 from popxl.context import NoGraphSelectedError
 from popxl.utils import downcast_np_dtypes
 from popxl_addons.dot_tree import DotTree
@@ -298,6 +299,7 @@ class VariableFactory:
     ) -> Any:
         """A remote variable in `buffer` at `entry` (replica-sharded if the buffer has a
         meta_shape), its host data memory-mapped in `memmap_dir` when given."""
+        entry = check_int(entry, "VariableFactory.create_remote_tensor", "entry", minimum=0)
         name = name if name is not None else self.name
         data = self._initial(name, empty, memmap_dir, read_only_if_exists)
         kwargs: dict[str, Any] = {}
@@ -350,6 +352,7 @@ class NamedVariableFactories(DotTree[VariableFactory]):
         """Create remote variables in `buffers` (a DotTree with the same keys) at `entry`,
         named `prefix.key` (alphabetical key order); host data memory-mapped in
         `memmap_dir` when given (see `VariableFactory.next_memmap`)."""
+        entry = check_int(entry, "NamedVariableFactories.init_remote", "entry", minimum=0)
         p = self._prefix(prefix)
         bufs = buffers.to_dict()
         missing = sorted(set(self.to_dict()) - set(bufs))

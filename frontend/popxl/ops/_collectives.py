@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from popxl import context
-from popxl._checks import describe
+from popxl._checks import check_int, describe
 from popxl.context import gcg
 from popxl.ops._utils import as_int, check_in_graph, current_op, emit1, emit_inplace, wrap_public_ops
 from popxl.tensor import Tensor
@@ -66,8 +66,8 @@ class CommGroup:
     __module__ = "popxl.ops.collectives"
 
     def __init__(self, type: int = CommGroupType.All, replicaGroupSize: int = 0):
-        self.type = type
-        self.replicaGroupSize = replicaGroupSize
+        self.type = check_int(type, "CommGroup", "type", minimum=0)
+        self.replicaGroupSize = check_int(replicaGroupSize, "CommGroup", "replicaGroupSize", minimum=0)
 
 
 # ---------------------------------------------------------------------------------------

@@ -574,7 +574,7 @@ def squeeze(t: Tensor, axes: int | Iterable[int] | None = None) -> Tensor:
     if axes is None:
         ax = tuple(i for i, d in enumerate(t.shape) if d == 1)
     else:
-        ax = axes_tuple(axes, t.rank) or ()
+        ax = axes_tuple(axes, t.rank, "axes") or ()
     ax = tuple(a % t.rank for a in ax)
     for a in ax:
         if t.shape[a] != 1:
@@ -608,12 +608,15 @@ def concat_(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
 def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]:
     """`t` split along `axis` into `splits` equal parts (an int that divides the dim) or into
     parts of the given sizes (which must add up to the dim); a list of tensors."""
-    axis = axis % t.rank
+    axis = as_int(axis, "axis") % t.rank
     n = t.shape[axis]
-    if isinstance(splits, int):
-        if n % splits:
-            raise ValueError(f"ops.split: dim {axis} of {t.shape} is not divisible by {splits}")
-        sizes = [n // splits] * splits
+    if not isinstance(splits, Iterable):
+        parts = as_int(splits, "splits")
+        if parts < 1:
+            raise ValueError(f"ops.split: splits must be >= 1, got {parts}")
+        if n % parts:
+            raise ValueError(f"ops.split: dim {axis} of {t.shape} is not divisible by {parts}")
+        sizes = [n // parts] * parts
     else:
         sizes = [as_int(s, "splits") for s in splits]
         if builtins.sum(sizes) != n:
@@ -933,6 +936,9 @@ def group_norm(t: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: fl
     if t.rank < 2:
         raise ValueError(f"ops.group_norm: input must have rank >= 2, got {t.shape}")
     n, c = t.shape[0], t.shape[1]
+    num_groups = as_int(num_groups, "num_groups")
+    if num_groups < 1:
+        raise ValueError(f"ops.group_norm: num_groups must be >= 1, got {num_groups}")
     if c % num_groups:
         raise ValueError(f"ops.group_norm: {c} channels are not divisible by {num_groups} groups")
     _check_channel_params(t, {"weight": weight, "bias": bias})

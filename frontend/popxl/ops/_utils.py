@@ -282,11 +282,12 @@ def factor(f: Any) -> Any:
     return as_float(f, "factor")
 
 
-def axes_tuple(axis: Any, rank: int) -> tuple[int, ...] | None:
+def axes_tuple(axis: Any, rank: int, arg: str = "axis") -> tuple[int, ...] | None:
+    """`axis` (None, an int or ints; the argument `arg` of the op being called) as a tuple."""
     if axis is None:
         return None
     if isinstance(axis, int | np.integer):
-        return (as_int(axis, "axis"),)
+        return (as_int(axis, arg),)
     if isinstance(axis, str) or not isinstance(axis, Iterable):
-        raise TypeError(f"{current_op()}: axis must be an int or a sequence of ints, got {describe(axis)}")
-    return tuple(as_int(a, "axis") for a in axis)
+        raise TypeError(f"{current_op()}: {arg} must be an int or a sequence of ints, got {describe(axis)}")
+    return tuple(as_int(a, arg) for a in axis)

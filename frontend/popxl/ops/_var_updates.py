@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from popxl.ops._utils import emit1, emit_inplace, factor, to_tensor, wrap_public_ops
+from popxl.ops._utils import as_int, emit1, emit_inplace, factor, to_tensor, wrap_public_ops
 from popxl.tensor import Tensor
 from xl.dialects.popxl import (
     AccumulateMeanOp,
@@ -96,7 +96,7 @@ def sparse_accumulate_(
     from popxl import dtypes
 
     idx = to_tensor(indices, dtypes.int32)
-    return emit_inplace(SparseAccumulateOp, [t, _x(t, X), idx], axis=int(axis), f=factor(f))
+    return emit_inplace(SparseAccumulateOp, [t, _x(t, X), idx], axis=as_int(axis, "axis"), f=factor(f))
 
 
 def _updater(

@@ -7,6 +7,7 @@ from typing import Any
 
 from xdsl.ir import Attribute, Operation
 
+from popxl._checks import check_int
 from popxl.context import gcg
 from popxl.graph import Graph
 from popxl.ops._utils import check_graph_in_ir, check_in_graph, insert, to_tensor, wrap_public_ops
@@ -58,27 +59,27 @@ class CallSiteInfo:
 
     def parent_input(self, idx: int) -> Tensor:
         """The parent tensor passed to input `idx` of the called graph."""
-        return self.inputs[idx]
+        return self.inputs[check_int(idx, "CallSiteInfo.parent_input", "idx")]
 
     def parent_output(self, idx: int) -> Tensor:
         """The parent tensor output `idx` of the called graph becomes."""
-        return self.outputs[idx]
+        return self.outputs[check_int(idx, "CallSiteInfo.parent_output", "idx")]
 
     def graph_to_parent_input_index(self, idx: int) -> int:
         """The call's input index of called-graph input `idx` (the same index in xl)."""
-        return idx
+        return check_int(idx, "CallSiteInfo.graph_to_parent_input_index", "idx")
 
     def parent_to_graph_input_index(self, idx: int) -> int:
         """The called-graph input index of the call's input `idx` (the same index in xl)."""
-        return idx
+        return check_int(idx, "CallSiteInfo.parent_to_graph_input_index", "idx")
 
     def graph_to_parent_output_index(self, idx: int) -> int:
         """The call's output index of called-graph output `idx` (the same index in xl)."""
-        return idx
+        return check_int(idx, "CallSiteInfo.graph_to_parent_output_index", "idx")
 
     def parent_to_graph_output_index(self, idx: int) -> int:
         """The called-graph output index of the call's output `idx` (the same index in xl)."""
-        return idx
+        return check_int(idx, "CallSiteInfo.parent_to_graph_output_index", "idx")
 
     def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
         """The parent tensor connected to a called-graph input or output."""
@@ -318,7 +319,7 @@ class ConditionalSiteInfo:
 
     def parent_output(self, idx: int) -> Tensor:
         """The parent tensor output `idx` of the branch taken becomes."""
-        return self.outputs[idx]
+        return self.outputs[check_int(idx, "ConditionalSiteInfo.parent_output", "idx")]
 
     def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
         """The parent tensor connected to an input or output of either branch."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 import popxl
 import popxl.ops as ops
+from popxl._checks import describe
 
 __all__ = ["cross_entropy", "cross_entropy_with_grad"]
 
@@ -43,6 +46,10 @@ def cross_entropy_with_grad(
     Returns `(loss, dx)`: the loss is not scaled, `dx` is scaled by `loss_scaling`
     (the starting value for backpropagation, dL/dL = loss_scaling).
     """
+    if isinstance(loss_scaling, bool | np.bool_):
+        raise TypeError(
+            f"cross_entropy_with_grad: loss_scaling must be a number or a Tensor, got {describe(loss_scaling)}"
+        )
     x2, labels = _flatten(x, labels, "cross_entropy_with_grad")
     probs = ops.softmax(x2, axis=-1)
     loss, dx = ops.nll_loss_with_softmax_grad(

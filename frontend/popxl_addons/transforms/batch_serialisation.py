@@ -36,6 +36,7 @@ from typing import Any
 import popxl
 import popxl.ops as ops
 from popxl import bridge
+from popxl._checks import check_int
 from popxl.transforms.autodiff import ExpectedConnectionType
 from popxl_addons.graph import GraphWithNamedArgs
 from popxl_addons.named_tensors import NamedTensors
@@ -126,6 +127,8 @@ def batch_serial_buffer(
 ) -> popxl.RemoteBuffer:
     """A remote buffer for `t` of `steps * rows` entries (the matrix layout above), sharded
     over `shard_group` when it has more than one replica (its size must divide `t.nelms`)."""
+    steps = check_int(steps, "batch_serial_buffer", "steps")
+    rows = check_int(rows, "batch_serial_buffer", "rows")
     if steps < 1 or rows < 1:
         raise ValueError(f"batch_serial_buffer: steps and rows must be >= 1, got steps={steps} rows={rows}")
     if shard_group is not None and shard_group.group_size > 1:
