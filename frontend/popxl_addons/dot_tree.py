@@ -304,11 +304,10 @@ class DotTree(Generic[L]):
         return {v: theirs[k] for k, v in mine.items() if k in theirs}
 
     def __repr__(self) -> str:
-        """As upstream: the class name around the flat dict, one `key: value,` a line
-        (`NamedTensors({\nfc.weight: ...,\n})`)."""
-        from popxl_addons.utils import OrderedDict
-
-        return f"{type(self).__name__}({OrderedDict(self.to_dict())!r})"
+        """The flat dict of dotted names, as the seed programs print it
+        (`{'layer1.bias': Tensor[...], 'layer1.weight': Tensor[...]}`); newer popxl-addons
+        releases wrap it in the class name, one entry a line."""
+        return repr(self.to_dict())
 
     def __getstate__(self):
         return self._map
