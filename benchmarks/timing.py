@@ -11,7 +11,8 @@ import numpy as np
 
 
 def alternate(impls: dict[str, Callable[[], object]], rounds: int, target_s: float) -> dict[str, dict]:
-    """Median seconds per call of each impl, timed in alternating chunks."""
+    """Median seconds per call of each impl, timed in alternating chunks (and the median
+    process CPU time / wall time of its chunks: how many cores it kept busy)."""
     chunk: dict[str, int] = {}
     for name, f in impls.items():  # warm up, size the chunks
         for _ in range(3):
@@ -21,6 +22,7 @@ def alternate(impls: dict[str, Callable[[], object]], rounds: int, target_s: flo
         dt = max(time.perf_counter() - t, 1e-6)
         chunk[name] = max(1, int(target_s / dt))
     samples: dict[str, list[float]] = {n: [] for n in impls}
+    cpu: dict[str, list[float]] = {n: [] for n in impls}  # process CPU time / wall time per chunk
     names = list(impls)
     gc_was = gc.isenabled()
     gc.disable()
@@ -29,10 +31,13 @@ def alternate(impls: dict[str, Callable[[], object]], rounds: int, target_s: flo
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 f, k = impls[name], chunk[name]
+                c = time.process_time()
                 t = time.perf_counter()
                 for _ in range(k):
                     f()
-                samples[name].append((time.perf_counter() - t) / k)
+                wall = time.perf_counter() - t
+                samples[name].append(wall / k)
+                cpu[name].append((time.process_time() - c) / wall)
     finally:
         if gc_was:
             gc.enable()
@@ -43,6 +48,7 @@ def alternate(impls: dict[str, Callable[[], object]], rounds: int, target_s: flo
             "iqr_s": (np.percentile(s, 75) - np.percentile(s, 25)).item(),
             "chunks": len(s),
             "steps_per_chunk": chunk[n],
+            "cpu_per_wall": statistics.median(cpu[n]),
         }
         for n, s in samples.items()
     }
