@@ -1439,12 +1439,15 @@ def scaled_add_(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor
     """`X = a * X + b * Y` in place (`Y` broadcast to `X`'s shape); returns `X`."""
     Y = _t(Y, X)
     a, b = _scale_args(X, a, b)
-    if isinstance(a, Tensor):
-        new = scaled_add(X, Y, a, b)
-        return _assign_(X, new)
     if isinstance(b, Tensor):
-        Y = _scaled(Y, b, X)
+        # b * Y in Y's dtype: X and Y may be floats of different widths (an fp16 weight
+        # updated by an fp32 optimiser term), as upstream's ScaledAddLhsInplace allows.
+        Y = _scaled(Y, b, Y)
         b = 1.0
+    if isinstance(a, Tensor):
+        if Y.dtype != X.dtype and X.dtype.is_floating_point and Y.dtype.is_floating_point:
+            Y = cast(Y, X.dtype)
+        return _assign_(X, scaled_add(X, Y, a, b))
     return emit_inplace(ScaledAddInplaceOp, [X, Y], a=a, b=b)
 
 
