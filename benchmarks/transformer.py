@@ -13,8 +13,8 @@ Rows (each also with dropout 0.1, `*_dropout`):
                   gradient) and an SGD step, loss the mean squared error against a target
 
 Columns: xl (`popxl.Session.run`), PyTorch eager, torch.compile (the model's forward and
-backward compiled by the default inductor backend; the optimizer step eager, as usual),
-JAX (`jax.jit` of the whole step, update included). Every implementation starts from xl's
+backward compiled by the default inductor backend), both with PyTorch's fused AdamW / foreach
+SGD run eagerly, and JAX (`jax.jit` of the whole step, update included). Every implementation starts from xl's
 initial weights and is fed the same batches; before anything is timed, each one's first
 step must give xl's first loss to 1e-4 relative (with dropout, the reference is fed the
 masks xl's dropout drew at that step; afterwards every library draws its own).

@@ -103,7 +103,8 @@ def torch_gpt(cfg: Any, init: dict[str, np.ndarray], mask_value: float, compiled
             return F.cross_entropy(logits, targets.reshape(-1))
 
     model = _load(torch, GPT(), init)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=0.0)
+    # fused: the fastest of PyTorch's AdamW implementations on this CPU (0.7 ms a step less than the default)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=0.0, fused=True)
     fwd = torch.compile(model) if compiled else model
 
     def step(batch: Batch, masks: list[np.ndarray] | None = None) -> float:
@@ -154,7 +155,7 @@ def torch_bert(cfg: Any, init: dict[str, np.ndarray], compiled: bool = False) ->
             return ((y - target) ** 2).mean()
 
     model = _load(torch, Layer(), init)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, foreach=True)
     fwd = torch.compile(model) if compiled else model
 
     def step(batch: Batch, masks: list[np.ndarray] | None = None) -> float:
