@@ -523,6 +523,8 @@ def plans_differ(data: bytes, argv: list[str]) -> str | None:
         return (
             None if isinstance(a, str) and isinstance(b, str) else f"optimised: {a!s:.300}\nstraightforward: {b!s:.300}"
         )
+    from plan_tolerance import CHAIN_TOL  # tests/plan_tolerance.py: how far two plans may round apart
+
     (oa, sa), (ob, sb) = a, b
     pairs = [(f"step {i} {k}", x[k], y.get(k)) for i, (x, y) in enumerate(zip(oa, ob, strict=True)) for k in x]
     pairs += [(f"variable {k}", sa[k], sb.get(k)) for k in sa]
@@ -530,7 +532,7 @@ def plans_differ(data: bytes, argv: list[str]) -> str | None:
         if y is None or x.shape != y.shape or x.dtype != y.dtype:
             return f"{what}: {None if y is None else (y.shape, y.dtype)} vs {(x.shape, x.dtype)}"
         if x.dtype.kind in "fc":
-            ok = np.allclose(x, y, rtol=1e-5, atol=1e-5, equal_nan=True)
+            ok = np.allclose(x, y, **CHAIN_TOL, equal_nan=True)
         else:
             ok = np.array_equal(x, y)
         if not ok:

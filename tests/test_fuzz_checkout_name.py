@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_fuzzer_runs_from_a_checkout_named_xl(tmp_path: Path) -> None:
     checkout = tmp_path / "xl"
-    for pattern in ("tests/fuzz_mlir.py", "tests/filecheck/**/*.mlir", "examples/ir/*.mlir"):
+    for pattern in ("tests/fuzz_mlir.py", "tests/plan_tolerance.py", "tests/filecheck/**/*.mlir", "examples/ir/*.mlir"):
         for src in ROOT.glob(pattern):
             dst = checkout / src.relative_to(ROOT)
             dst.parent.mkdir(parents=True, exist_ok=True)

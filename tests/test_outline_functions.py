@@ -28,6 +28,7 @@ from xdsl.parser import Parser
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
+from tests.plan_tolerance import PLAN_TOL
 from tests.property_programs import (
     Recipe,
     Rejected,
@@ -217,7 +218,7 @@ def test_buffer_reuse_inside_functions_and_across_calls() -> None:
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
     a = compile_module(m, pipeline="lower-to-rt").run({"x": x})["y"]
     b = compile_module(m, pipeline="lower-to-rt{functions=false}").run({"x": x})["y"]
-    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(a, b, **PLAN_TOL)
 
 
 RECURSIVE = """
@@ -414,11 +415,11 @@ def test_deep_mlp_training_outlined_equals_inlined_and_numpy() -> None:
         outs = {k: exe.run({"x": x})["y"] for k, exe in runs.items()}
         for k, y in outs.items():
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5, err_msg=k)
-            np.testing.assert_allclose(y, outs["inlined"], rtol=1e-6, atol=1e-6, err_msg=k)
+            np.testing.assert_allclose(y, outs["inlined"], **PLAN_TOL, err_msg=k)
         for n in names:
             for k, exe in runs.items():
                 np.testing.assert_allclose(
-                    exe.get_state(n), runs["inlined"].get_state(n), rtol=1e-6, atol=1e-6, err_msg=f"{k}: {n}"
+                    exe.get_state(n), runs["inlined"].get_state(n), **PLAN_TOL, err_msg=f"{k}: {n}"
                 )
     for i in range(layers):
         np.testing.assert_allclose(runs["outlined"].get_state(f"fc{i}.weight"), ws[i], rtol=1e-4, atol=1e-5)
@@ -453,9 +454,9 @@ def test_benchmark_models_train_the_same_outlined_and_inlined(model: str) -> Non
     for _ in range(3):
         inputs = {"x": rng.normal(size=(4, 8)).astype(np.float32), "labels": rng.integers(0, 10, 4).astype(np.int32)}
         a, b = on.run(inputs)["loss"], off.run(inputs)["loss"]
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(a, b, **PLAN_TOL)
     for n in off.state:
-        np.testing.assert_allclose(on.get_state(n), off.get_state(n), rtol=1e-6, atol=1e-6, err_msg=n)
+        np.testing.assert_allclose(on.get_state(n), off.get_state(n), **PLAN_TOL, err_msg=n)
 
 
 @pytest.mark.parametrize("model", ["mlp", "transformer"])
@@ -498,9 +499,9 @@ def test_gpt_char_example_trains_the_same_outlined_and_inlined() -> None:
         inputs = {name: tok for name in on.h2d_streams}
         a, b = on.run(inputs), off.run(inputs)
         for k in b:
-            np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-6, err_msg=k)
+            np.testing.assert_allclose(a[k], b[k], **PLAN_TOL, err_msg=k)
     for n in off.state:
-        np.testing.assert_allclose(on.get_state(n), off.get_state(n), rtol=1e-6, atol=1e-6, err_msg=n)
+        np.testing.assert_allclose(on.get_state(n), off.get_state(n), **PLAN_TOL, err_msg=n)
 
 
 @pytest.mark.parametrize(
@@ -525,9 +526,9 @@ def test_examples_above_the_threshold_train_the_same_outlined_and_inlined(name: 
         }
         a, b = on.run(inputs), off.run(inputs)
         for k in b:
-            np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-6, err_msg=k)
+            np.testing.assert_allclose(a[k], b[k], **PLAN_TOL, err_msg=k)
     for n in off.state:
-        np.testing.assert_allclose(on.get_state(n), off.get_state(n), rtol=1e-6, atol=1e-6, err_msg=n)
+        np.testing.assert_allclose(on.get_state(n), off.get_state(n), **PLAN_TOL, err_msg=n)
 
 
 def test_seed_net_outlined_user_graph_is_one_function() -> None:
@@ -572,7 +573,7 @@ def test_seed_net_outlined_user_graph_is_one_function() -> None:
     want = h @ w["fc4.weight"] + w["fc4.bias"]
     for r in results:
         np.testing.assert_allclose(r, want, rtol=1e-4, atol=1e-5)
-        np.testing.assert_allclose(r, results[-1], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(r, results[-1], **PLAN_TOL)
 
 
 # -- random programs of the property test, repeated ------------------------------------------------

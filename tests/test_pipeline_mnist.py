@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import popxl
+from tests.plan_tolerance import PLAN_TOL
 from xl.dialects.graph import GraphOp
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -90,9 +91,9 @@ def test_pipelined_training_equals_the_serial_stages(recomputation: bool) -> Non
     start, losses, weights = _train(ex, _opts(ex, recomputation=recomputation), data)
     _, s_losses, s_weights = _train(serial_ex, _opts(serial_ex), data, init=start)
     assert losses.shape == (3, 6)
-    np.testing.assert_allclose(losses, s_losses, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(losses, s_losses, **PLAN_TOL)
     for k in weights:
-        np.testing.assert_allclose(weights[k], s_weights[k], rtol=1e-6, atol=1e-6, err_msg=k)
+        np.testing.assert_allclose(weights[k], s_weights[k], **PLAN_TOL, err_msg=k)
         assert not np.array_equal(weights[k], start[k])
 
 

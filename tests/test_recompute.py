@@ -12,6 +12,7 @@ import popxl.ops as ops
 import popxl_addons as addons
 from popxl.transforms.autodiff import ExpectedConnectionType
 from tests.narrow import narrow
+from tests.plan_tolerance import PLAN_TOL
 from xl.dialects.call import CallOp
 from xl.dialects.graph import GraphOp
 from xl.dialects.ipu import IPU_ATTR
@@ -106,7 +107,7 @@ def test_recomputed_gradients_equal_plain(module_cls):
     for p, r in zip(plain, recomp):
         assert p.keys() == r.keys()
         for k in p:
-            np.testing.assert_allclose(r[k], p[k], rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(r[k], p[k], **PLAN_TOL)
             assert np.abs(p[k]).max() > 0
 
 

@@ -16,6 +16,7 @@ import popxl.ops as ops
 import popxl_addons as addons
 from popxl.bridge import module_of
 from tests.narrow import narrow
+from tests.plan_tolerance import PLAN_TOL
 from xl.compiler import compile_module, lower
 from xl.dialects import rt
 from xl.passes.rt_optimize import optimize_program
@@ -333,10 +334,10 @@ def test_one_replica_data_parallel_program_drops_its_all_reduces() -> None:
     assert plain.sites  # the straightforward plan runs the (trivial) collectives
     for _ in range(2):
         a, b = opt.run(feed), plain.run(feed)
-        np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-6)
+        np.testing.assert_allclose(a["loss"], b["loss"], **PLAN_TOL)
     for t in variables.tensors:
         name = narrow(t, popxl.Variable)._var_name
-        np.testing.assert_allclose(opt.get_state(name), plain.get_state(name), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(opt.get_state(name), plain.get_state(name), **PLAN_TOL)
 
 
 def _run_split(program, feeds_per_step, optimize: bool, names: list[str]):

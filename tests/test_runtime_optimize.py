@@ -2,13 +2,13 @@
 
 Every program is compiled twice, `compile_module(m, optimize=False)` (the lowered program
 run kernel by kernel) and `compile_module(m)` (rt passes + generated step), run on the
-same inputs for a few steps, and all outputs and variables must agree (1e-6).
+same inputs for a few steps, and all outputs and variables must agree to `PLAN_TOL`
+(`tests/plan_tolerance.py`: a few float32 ulps, what "the same results" means).
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import TypedDict
 
 import numpy as np
 import pytest
@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, ModuleOp
 import popxl
 import popxl_addons as addons
 from popxl import ops
+from tests.plan_tolerance import PLAN_TOL
 from xl.compiler import DEFAULT_PIPELINE, compile_module, lower
 from xl.dialects import rt
 from xl.passes.rt_analysis import VIEW_ATTR
@@ -24,14 +25,6 @@ from xl.runtime.blas import gemm_acc
 from xl.runtime.executable import compile_program
 from xl.runtime.plan import build_replica
 from xl.runtime.streams import StreamIn, StreamOut
-
-
-class Tolerance(TypedDict):
-    rtol: float
-    atol: float
-
-
-TOL = Tolerance(rtol=1e-6, atol=1e-6)
 
 
 def module(ir: popxl.Ir) -> ModuleOp:
@@ -48,9 +41,9 @@ def compare(ir: popxl.Ir, feeds: list[dict[str, np.ndarray]] | None = None) -> t
         a, b = plain.run(feed), opt.run(feed)
         assert a.keys() == b.keys()
         for k in a:
-            np.testing.assert_allclose(b[k], a[k], **TOL, err_msg=f"stream {k}")
+            np.testing.assert_allclose(b[k], a[k], **PLAN_TOL, err_msg=f"stream {k}")
         for k in plain.state:
-            np.testing.assert_allclose(opt.state[k], plain.state[k], **TOL, err_msg=f"variable {k}")
+            np.testing.assert_allclose(opt.state[k], plain.state[k], **PLAN_TOL, err_msg=f"variable {k}")
     return plain, opt
 
 
@@ -252,8 +245,8 @@ def test_conditional():
     for exe in (plain, opt):
         exe.set_state("flag", np.array(False))
     for _ in range(2):
-        np.testing.assert_allclose(opt.run()["z"], plain.run()["z"], **TOL)
-        np.testing.assert_allclose(opt.state["x"], plain.state["x"], **TOL)
+        np.testing.assert_allclose(opt.run()["z"], plain.run()["z"], **PLAN_TOL)
+        np.testing.assert_allclose(opt.state["x"], plain.state["x"], **PLAN_TOL)
 
 
 def test_transpose_of_updated_variable_is_not_a_view():
@@ -374,11 +367,11 @@ def test_each_pass_keeps_results(passes):
     generated = compile_program(program, optimize=True)
     for feed in mnist_feeds(3):
         r = ref.run(feed)["loss"]
-        np.testing.assert_allclose(closure.run(feed)["loss"], r, **TOL)
-        np.testing.assert_allclose(generated.run(feed)["loss"], r, **TOL)
+        np.testing.assert_allclose(closure.run(feed)["loss"], r, **PLAN_TOL)
+        np.testing.assert_allclose(generated.run(feed)["loss"], r, **PLAN_TOL)
     for k in ref.state:
-        np.testing.assert_allclose(closure.state[k], ref.state[k], **TOL)
-        np.testing.assert_allclose(generated.state[k], ref.state[k], **TOL)
+        np.testing.assert_allclose(closure.state[k], ref.state[k], **PLAN_TOL)
+        np.testing.assert_allclose(generated.state[k], ref.state[k], **PLAN_TOL)
 
 
 def test_reuse_shrinks_allocations():
