@@ -44,6 +44,7 @@ __all__ = [
     "VerifyException",
     "append_op",
     "call_op_of",
+    "forward_input_connection",
     "graph_of",
     "graph_op",
     "ipu_of",
@@ -137,6 +138,23 @@ def _ir_of_module(module: Operation | None) -> Ir | None:
         if ir._module is module:
             return ir
     return None
+
+
+def forward_input_connection(forward_graph: Graph, index: int) -> Any:
+    """The `ExpectedConnection` (type `Fwd`) of input `index` of `forward_graph`, as a
+    gradient graph that takes that forward input lists it (e.g. the inputs
+    `popxl_addons.transforms.recomputation.add_recompute_inputs` adds)."""
+    from popxl.transforms.autodiff import ExpectedConnection, ExpectedConnectionType
+    from xl.passes.autodiff import FWD_INPUT
+
+    _check(forward_graph, Graph, "forward_input_connection", "forward_graph")
+    inputs = forward_graph.inputs
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(inputs):
+        raise ValueError(
+            f"forward_input_connection: index must be an input index of graph {forward_graph.name!r} "
+            f"(0..{len(inputs) - 1}), got {index!r}"
+        )
+    return ExpectedConnection._create(inputs[index], ExpectedConnectionType.Fwd, FWD_INPUT, index)
 
 
 def producer_of(t: Tensor) -> Operation | None:

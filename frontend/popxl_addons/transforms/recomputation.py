@@ -14,9 +14,9 @@ with ir.create_empty_graph("my_recomp"):
 from __future__ import annotations
 
 import popxl
+from popxl import bridge
 from popxl.transforms.autodiff import ExpectedConnection, ExpectedConnectionType, GradGraphInfo
 from popxl_addons.transforms.recompute import recompute_graph
-from xl.passes.autodiff import FWD_INPUT
 
 __all__ = ["add_recompute_inputs", "recompute_graph"]
 
@@ -54,5 +54,5 @@ def add_recompute_inputs(
             expected.append(ec)
     for t in sorted((t for t in fwd_inputs if t not in fwd_map), key=lambda t: t.name):
         fwd_map[t] = popxl.graph_input(t.shape, t.dtype, t.name)
-        expected.append(ExpectedConnection._create(t, ExpectedConnectionType.Fwd, FWD_INPUT, fwd_inputs.index(t)))
+        expected.append(bridge.forward_input_connection(grad_info.forward_graph, fwd_inputs.index(t)))
     return fwd_map, grad_map, expected
