@@ -1,4 +1,5 @@
-"""Every example program gives the same results with the optimised and the straightforward plan."""
+"""Every example program gives the same results with the optimised and the straightforward plan
+(within `PLAN_TOL`: `tests/plan_tolerance.py` says what "the same results" means)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import mnist as mnist_example  # noqa: E402
 import mnist_accumulate as mnist_accumulate_example  # noqa: E402
 import mnist_popxl as mnist_popxl_example  # noqa: E402
 
+from tests.plan_tolerance import PLAN_TOL  # noqa: E402
 from xl.runtime import compile_module  # noqa: E402
 from xl.tools.context import xl_context  # noqa: E402
 
@@ -32,22 +34,23 @@ def run_both(module, inputs_per_step, steps=3):
 
 
 def assert_same(traces, loose: tuple[str, ...] = (), loose_atol: float = 0.0):
-    """Outputs and state equal to 1e-6; state named in `loose` (`name*` is a prefix) may
-    differ by up to `loose_atol` on at most 0.1 % of its elements."""
+    """Outputs and state agree to `PLAN_TOL` (`tests/plan_tolerance.py`); state named in
+    `loose` (`name*` is a prefix) may differ by up to `loose_atol` on at most 0.1 % of its
+    elements (differing by more than `PLAN_TOL`)."""
     (outs_a, state_a), (outs_b, state_b) = traces
     for a, b in zip(outs_a, outs_b, strict=True):
         assert a.keys() == b.keys()
         for k in a:
-            np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-6, err_msg=k)
+            np.testing.assert_allclose(a[k], b[k], **PLAN_TOL, err_msg=k)
     assert state_a.keys() == state_b.keys()
     for k in state_a:
         a, b = state_a[k], state_b[k]
         if any(k == n or (n.endswith("*") and k.startswith(n[:-1])) for n in loose):
-            off = np.abs(a.astype(np.float64) - b) > 1e-6 + 1e-6 * np.abs(b)
+            off = np.abs(a.astype(np.float64) - b) > PLAN_TOL["atol"] + PLAN_TOL["rtol"] * np.abs(b)
             assert off.mean() < 1e-3, (k, off.mean())
             np.testing.assert_allclose(a, b, rtol=0, atol=loose_atol, err_msg=k)
         else:
-            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=k)
+            np.testing.assert_allclose(a, b, **PLAN_TOL, err_msg=k)
 
 
 def mnist_inputs(exe_shapes, seed=0):

@@ -22,6 +22,7 @@ import popxl
 import popxl.ops as ops
 import popxl_addons as addons
 from tests.narrow import narrow
+from tests.plan_tolerance import PLAN_TOL
 from xl.dialects.call import CallOp
 from xl.dialects.graph import GraphOp
 from xl.passes.inline import inline_all
@@ -82,10 +83,10 @@ def assert_equivalent(module: ModuleOp, steps: int = 2, min_ops: int = 3) -> lis
         for a, b in zip(outs, ref_outs, strict=True):
             assert a.keys() == b.keys()
             for k in a:
-                np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-6, err_msg=k)
+                np.testing.assert_allclose(a[k], b[k], **PLAN_TOL, err_msg=k)
         assert state.keys() == ref_state.keys()
         for k in state:
-            np.testing.assert_allclose(state[k], ref_state[k], rtol=1e-6, atol=1e-6, err_msg=k)
+            np.testing.assert_allclose(state[k], ref_state[k], **PLAN_TOL, err_msg=k)
     return names
 
 

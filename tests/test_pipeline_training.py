@@ -23,6 +23,7 @@ import pytest
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
+from tests.plan_tolerance import PLAN_TOL
 
 # stage of each layer's forward / backward, and the IPU of each stage
 LAYOUTS: dict[int, dict[str, list[int]]] = {
@@ -174,8 +175,8 @@ def test_pipelined_equals_serial(num_stages: int, recompute: bool) -> None:
     for i in range(len(init)):
         for k in init[i]:
             np.testing.assert_array_equal(init[i][k], s_init[i][k])
-            np.testing.assert_allclose(grads[i][k], s_grads[i][k], rtol=0, atol=1e-6, err_msg=f"fc{i}.{k} gradient")
-            np.testing.assert_allclose(weights[i][k], s_weights[i][k], rtol=0, atol=1e-6, err_msg=f"fc{i}.{k} weight")
+            np.testing.assert_allclose(grads[i][k], s_grads[i][k], **PLAN_TOL, err_msg=f"fc{i}.{k} gradient")
+            np.testing.assert_allclose(weights[i][k], s_weights[i][k], **PLAN_TOL, err_msg=f"fc{i}.{k} weight")
             assert np.abs(grads[i][k]).max() > 1e-3  # a real gradient, not zeros
 
 
@@ -301,4 +302,4 @@ def test_upstream_pipeline_training_graphs_built_inside_a_stage() -> None:
     normal = serial()
     piped = pipelined()
     assert np.abs(normal).max() > 1e-3
-    np.testing.assert_allclose(piped, normal, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(piped, normal, **PLAN_TOL)
