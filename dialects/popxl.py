@@ -59,6 +59,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 from xdsl.dialects.builtin import (
     DenseArrayBase,
+    DictionaryAttr,
     FloatAttr,
     IntegerAttr,
     StringAttr,
@@ -77,6 +78,7 @@ from xdsl.irdl import (
     result_def,
     traits_def,
     var_operand_def,
+    var_result_def,
 )
 from xdsl.irdl.constraints import BaseAttr
 from xdsl.parser import Parser
@@ -3311,6 +3313,98 @@ class RoiAlignGradOp(_RoiBase):
 
 
 # (op classes above this list; each new class appended to it)
+# ------------------------------------------------------------------------------------
+# Custom ops: a user's op run by the NumPy implementation registered under its op type
+# (xl.dialects.custom_ops). The op carries the type name the program uses (`op_type`) and
+# the op's attributes (`attrs`: integers, floats, booleans, strings, arrays); its result
+# types are given when it is built, so IR text with custom ops parses and verifies without
+# the implementation, which is needed only to run or differentiate it.
+# ------------------------------------------------------------------------------------
+
+
+def attributes_attr(attributes: dict[str, Any]) -> DictionaryAttr:
+    """A custom op's attributes as the `attrs` property (values: int, float, bool, str, or a
+    tuple / list of numbers)."""
+    out: dict[str, Attribute] = {}
+    for k, v in attributes.items():
+        if not isinstance(k, str):
+            raise TypeError(f"custom op attribute names must be strings, got {k!r}")
+        try:
+            out[k] = to_attr(v)
+        except TypeError:
+            raise TypeError(
+                f"custom op attribute {k!r}: {v!r} ({type(v).__name__}) is not an int, float, bool, str "
+                "or a sequence of numbers"
+            ) from None
+    return DictionaryAttr(out)
+
+
+def attributes_of(attrs: Any) -> dict[str, Any]:
+    """The `attrs` property as Python values (a dict from `op_props`, or the attribute)."""
+    data = attrs.data if isinstance(attrs, DictionaryAttr) else attrs
+    return {k: from_attr(v) for k, v in dict(data).items()}
+
+
+@irdl_op_definition
+class CustomOp(PopxlOp):
+    """A user's op (`op_type`) with its attributes (`attrs`); run by the NumPy implementation
+    registered under `op_type`, result types as built (popxl.custom_ops.custom_op).
+
+    ```mlir
+    %y = popxl.custom %x {op_type = "Scale", attrs = {factor = 2 : i64}} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    ```
+    """
+
+    name = "popxl.custom"
+    traits = traits_def(AcceptsViews())
+    inputs = var_operand_def(TensorType)
+    outputs = var_result_def(TensorType)
+    op_type = prop_def(StringAttr)
+    attrs = prop_def(DictionaryAttr)
+
+    @classmethod
+    def infer(cls, types: Sequence[Any], props: dict[str, Any]) -> list[TensorType]:
+        raise cls.fail("the result types come from the custom op's definition; pass result_types")
+
+    @classmethod
+    def check_results(
+        cls, types: Sequence[Any], props: dict[str, Any], results: Sequence[Attribute]
+    ) -> list[Attribute]:
+        if not results or not all(isinstance(r, TensorType) for r in results):
+            raise cls.fail(f"expects one or more tensor results, got ({_types_str(results)})")
+        return list(results)
+
+
+@irdl_op_definition
+class CustomGradOp(PopxlOp):
+    """The gradient of a `popxl.custom` (built by autodiff): operands the gradients of its
+    `num_output_grads` outputs then its inputs, one result per input (its gradient).
+
+    ```mlir
+    %dx = popxl.custom_grad %dy, %x {op_type = "Scale", attrs = {}, num_output_grads = 1 : i64}
+        : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+    ```
+    """
+
+    name = "popxl.custom_grad"
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
+    operands_ = var_operand_def(TensorType)
+    grads = var_result_def(TensorType)
+    op_type = prop_def(StringAttr)
+    attrs = prop_def(DictionaryAttr)
+    num_output_grads = prop_def(IntegerAttr)
+
+    @classmethod
+    def infer(cls, types: Sequence[Any], props: dict[str, Any]) -> list[TensorType]:
+        n = int(props["num_output_grads"])
+        if not 1 <= n < len(types):
+            raise cls.fail(f"num_output_grads {n} leaves no forward inputs among {len(types)} operands")
+        return list(types[n:])
+
+
+CUSTOM_OPS: list[type[IRDLOperation]] = [CustomOp, CustomGradOp]
+
+
 NN_OPS: list[type[IRDLOperation]] = [
     ConvOp,
     ConvTransposeOp,
@@ -3607,5 +3701,7 @@ OPS: list[type[IRDLOperation]] = (
     + NN_OPS
     + RANDOM_OPS
 )
+
+OPS += CUSTOM_OPS
 
 Popxl = Dialect("popxl", [*OPS], [])

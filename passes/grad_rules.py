@@ -742,6 +742,7 @@ def _print_tensor(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> 
 
 
 # Gradient rules kept in their own modules register themselves on import.
+from xl.passes import grad_rules_custom as _grad_rules_custom  # noqa: E402,F401
 from xl.passes import grad_rules_nn as _grad_rules_nn  # noqa: E402,F401
 from xl.passes import grad_rules_random as _grad_rules_random  # noqa: E402,F401
 from xl.passes import grad_rules_replica as _grad_rules_replica  # noqa: E402,F401

@@ -1634,6 +1634,7 @@ def _matmul_pow2scaled(p: dict[str, Any]) -> Kernel:
 
 
 # Kernels kept in their own modules register themselves on import.
+from xl.runtime import kernels_custom as _kernels_custom  # noqa: E402,F401
 from xl.runtime import kernels_nn as _kernels_nn  # noqa: E402,F401
 from xl.runtime import kernels_random as _kernels_random  # noqa: E402,F401
 from xl.runtime import kernels_remote as _kernels_remote  # noqa: E402,F401

@@ -39,6 +39,7 @@ from tests.test_ops_nn_conv import ref_conv, ref_conv_transpose, ref_pool
 from tests.test_ops_nn_resample import ref_roi_align
 from tests.test_ops_nn_select import _loop_scatter_reduce
 from xl.dialects.attrs import to_attr
+from xl.dialects.custom_ops import CustomOpDefinition, register_custom_op
 from xl.dialects.effects import written_operands
 from xl.dialects.popxl import op_props
 from xl.dialects.utils import dtype_of, shape_of, tensor_type
@@ -1049,4 +1050,34 @@ case(
     rt=lambda ins: RtForm({"op": "mean", "scale": 0.5, "grouping": _G}, [0, 1]),
     replicas=2,
     atol=1e-4,
+)
+
+
+# ------------------------------------------------------------------------------------
+# Custom ops: a NumPy definition registered for these cases (xl.dialects.custom_ops)
+# ------------------------------------------------------------------------------------
+
+register_custom_op(
+    CustomOpDefinition(
+        "KernelCaseAffine",
+        forward=lambda x, w, *, k: x * w + k,
+        grad=lambda dy, x, w, *, k: (dy * w, None),
+    ),
+    replace=True,
+)
+case(
+    P.CustomOp,
+    lambda r: [adv(r, (4, 3)), adv(r, (4, 3))],
+    lambda x, w: [(f64(x) * f64(w) + 2.0).astype(np.float32)],
+    props={"op_type": "KernelCaseAffine", "attrs": P.attributes_attr({"k": 2.0})},
+    result_types=[((4, 3), np.float32)],
+    rtol=1e-5,
+)
+case(
+    P.CustomGradOp,
+    lambda r: [adv(r, (4, 3)), adv(r, (4, 3)), adv(r, (4, 3))],
+    lambda dy, x, w: [(f64(dy) * f64(w)).astype(np.float32), np.zeros((4, 3), np.float32)],
+    props={"op_type": "KernelCaseAffine", "attrs": P.attributes_attr({"k": 2.0}), "num_output_grads": 1},
+    result_types=[((4, 3), np.float32), ((4, 3), np.float32)],
+    rtol=1e-5,
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -208,9 +209,30 @@ class Context:
         """The innermost `popxl.in_sequence` mode, None outside one."""
         return _state.in_sequence[-1] if _state.in_sequence else None
 
+    def _get_op_settings(self, name: str) -> OpSettings:
+        """The settings PopART bindings' `createOpInGraph` takes (upstream: placement,
+        name scope, debug info): here the name and the placement, which the op gets from
+        the context when it is built."""
+        return OpSettings(name, self.ipu_id, _current_tile_set(), tuple(_state.scopes))
+
+    def _op_created(self, op: object) -> None:
+        """Upstream tells the graph's op-created hooks about an op a binding made; xl's
+        custom ops (`popxl.custom_ops`) are built through the graph, which already did."""
+
     def __repr__(self) -> str:
         graph = _state.graphs[-1].name if _state.graphs else None
         return f"Context(graph={graph!r}, ipu_id={self.ipu_id}, io_tile_set={self.io_tile_set})"
+
+
+@dataclass(frozen=True)
+class OpSettings:
+    """What `Context._get_op_settings(name)` returns (PopART's `Op::Settings`, as custom ops'
+    bindings receive it)."""
+
+    name: str
+    ipu: int
+    tile_set: str | None
+    name_scopes: tuple[str, ...]
 
 
 _context = Context()

@@ -234,6 +234,24 @@ class Graph:
     def get_output_tensors(self) -> tuple[Tensor, ...]:
         return self.outputs
 
+    @property
+    def _pb_graph(self) -> Any:
+        """PopART's graph as PopXL programs reach it: `popart._internal.ir.Graph`, whose
+        `getOps()` gives the PopART op each op of this graph is (for counting by type), and
+        which custom ops' `createOpInGraph` takes (`popxl.custom_ops`)."""
+        from popart._internal.ir import Graph as PbGraph
+
+        return PbGraph(self)
+
+    def _create_tensor_id(self, name: str) -> str:
+        """A tensor id for a result named `name` (what PopART bindings' `createOpInGraph`
+        takes for outputs); the name scope and uniqueness are applied when the op's result
+        is named."""
+        checked = check_name(name, "Graph._create_tensor_id")
+        if checked is None:
+            raise TypeError("Graph._create_tensor_id: name must be a str, got None")
+        return checked
+
     # -- building ----------------------------------------------------------------------------
     def _insert(self, op: Operation, verify_as: str | None = None) -> None:
         """Append `op` to the block (before the terminator, if any), with the

@@ -123,6 +123,14 @@ class Tensor:
         t._meta_shape = ()
         return t
 
+    @classmethod
+    def _from_pb_tensor(cls, t: Tensor) -> Tensor:
+        """The popxl Tensor of what a PopART binding's op gives (`op.outTensor(i)`, which
+        for xl's custom ops (`popxl.custom_ops`) is the popxl Tensor itself)."""
+        if not isinstance(t, Tensor):
+            raise TypeError(f"Tensor._from_pb_tensor: expected a custom op's output tensor, got {type(t).__name__}")
+        return t
+
     # -- identity -----------------------------------------------------------------------
     @property
     def name(self) -> str:

@@ -11,7 +11,7 @@ Submodules: `popxl.ops.var_updates` (in-place variable updates and optimizer
 updaters) and `popxl.ops.collectives` (replica collectives).
 """
 
-from popxl.ops import _tensor_methods, collectives, var_updates
+from popxl.ops import _tensor_methods, collectives, utils, var_updates
 from popxl.ops._nn import (
     average_pool,
     groupedgather,
@@ -310,6 +310,7 @@ __all__ = [
     # submodules
     "var_updates",
     "collectives",
+    "utils",
 ]
 
 # `popxl.Tensor`'s methods and operators (`t.reshape`, `t + 1`, `t[0]`) call these ops: set them now.

@@ -317,3 +317,17 @@ func.func @random(%seed: tensor<2xui32>, %m: tensor<ui32>, %x: tensor<4x8xf32>) 
 // CHECK-NEXT:    %d = popxl.dropout %x, %seed {ratio = 1.000000e-01 : f64} : (tensor<4x8xf32>, tensor<2xui32>) -> tensor<4x8xf32>
 // CHECK-NEXT:    %sd = popxl.shaped_dropout %x, %seed {shape = array<i64: 4, 1>, ratio = 5.000000e-01 : f64} : (tensor<4x8xf32>, tensor<2xui32>) -> tensor<4x8xf32>
 // CHECK-NEXT:    func.return
+
+// Custom ops: the op type and attributes as written; no implementation is needed to parse and verify.
+func.func @custom(%x: tensor<2x3xf32>, %s: tensor<f32>, %dy: tensor<2x3xf32>) {
+  %y = popxl.custom %x, %s {op_type = "Scale", attrs = {factor = 2 : i64, mode = "a", dims = array<i64: 1, 2>}} : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  %a, %b = popxl.custom %x {op_type = "Two", attrs = {}} : (tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<6xf16>)
+  %dx, %ds = popxl.custom_grad %dy, %x, %s {op_type = "Scale", attrs = {factor = 2 : i64}, num_output_grads = 1 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>, tensor<f32>) -> (tensor<2x3xf32>, tensor<f32>)
+  func.return
+}
+
+// CHECK-LABEL: func.func @custom(%x: tensor<2x3xf32>, %s: tensor<f32>, %dy: tensor<2x3xf32>) {
+// CHECK-NEXT:    %y = popxl.custom %x, %s {op_type = "Scale", attrs = {factor = 2 : i64, mode = "a", dims = array<i64: 1, 2>}} : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+// CHECK-NEXT:    %a, %b = popxl.custom %x {op_type = "Two", attrs = {}} : (tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<6xf16>)
+// CHECK-NEXT:    %dx, %ds = popxl.custom_grad %dy, %x, %s {op_type = "Scale", attrs = {factor = 2 : i64}, num_output_grads = 1 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>, tensor<f32>) -> (tensor<2x3xf32>, tensor<f32>)
+// CHECK-NEXT:    func.return

@@ -1,0 +1,2 @@
+"""`popart._internal`: the parts of PopART's internal Python bindings that PopXL programs
+and their tests touch (`popart._internal.ir`)."""

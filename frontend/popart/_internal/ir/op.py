@@ -1,0 +1,112 @@
+"""`popart._internal.ir.op`: PopART's op classes, one per PopART op type that an xl op
+becomes. The type is the xl op class's fact (`popart_type`: its `PopartType` trait, else
+derived from its name); the class is named as PopART's C++ class: `<type>Op`, but for the
+types PopART names otherwise (`_CLASS_NAMES`: `Sub` -> `SubtractOp`,
+`GroupNormalization` -> `GroupNormOp`, ...). Every class derives from `Op`; an object of
+one is what `Graph.getOps()` gives for an op of a graph.
+
+```python
+import popart._internal.ir as _ir
+
+_ir.op.MatMulOp.opType  # 'MatMul'
+```
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from xdsl.ir import Operation
+from xdsl.traits import IsTerminator
+
+from xl.dialects import get_all_dialects
+from xl.dialects.graph import ConstantOp
+from xl.dialects.traits import popart_type
+
+__all__ = ["Op", "op_class", "op_classes", "op_of"]
+
+_CLASS_NAMES = {
+    "Sub": "SubtractOp",
+    "Neg": "NegateOp",
+    "GroupNormalization": "GroupNormOp",
+    "BatchNormalization": "BatchNormOp",
+}
+"""PopART's C++ class of the op types whose class is not `<type>Op`."""
+
+_LOWERED = {"rt"}
+"""Dialects of lowered programs: never in a popxl graph."""
+
+
+class Op:
+    """A PopART op of a graph (what `Graph.getOps()` gives): `id`, `opType()`, `name()`;
+    `xl_op` is the xl op it stands for."""
+
+    opType_: ClassVar[str] = ""
+
+    def __init__(self, xl_op: Operation, index: int) -> None:
+        self.xl_op = xl_op
+        self.id = index
+
+    @classmethod
+    def opType(cls) -> str:
+        """The PopART op type (`MatMul`, `Sub`, ...)."""
+        return cls.opType_
+
+    def name(self) -> str:
+        return self.xl_op.name
+
+    getName = name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id}: {self.xl_op.name}>"
+
+
+def _class_name(type_name: str) -> str:
+    return _CLASS_NAMES.get(type_name, f"{type_name}Op")
+
+
+def _build() -> dict[str, type[Op]]:
+    classes: dict[str, type[Op]] = {}
+    for dname, factory in get_all_dialects().items():
+        if dname in _LOWERED:
+            continue
+        for cls in factory().operations:
+            t = popart_type(cls)
+            name = _class_name(t)
+            if name not in classes:
+                classes[name] = type(name, (Op,), {"opType_": t, "__module__": __name__})
+    return classes
+
+
+_CLASSES = _build()
+
+
+def op_classes() -> dict[str, type[Op]]:
+    """Every PopART op class, by class name."""
+    return dict(_CLASSES)
+
+
+def op_class(xl_op: Operation | type[Operation]) -> type[Op]:
+    """The PopART op class of an xl op or op class."""
+    return _CLASSES[_class_name(popart_type(xl_op))]
+
+
+def op_of(xl_op: Operation, index: int) -> Op | None:
+    """The PopART op object of `xl_op` (None for a constant or a terminator, which are not
+    PopART ops)."""
+    if isinstance(xl_op, ConstantOp) or xl_op.has_trait(IsTerminator):
+        return None
+    return op_class(xl_op)(xl_op, index)
+
+
+def __getattr__(name: str) -> Any:
+    cls = _CLASSES.get(name)
+    if cls is None:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(_CLASSES), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise AttributeError(
+            f"popart._internal.ir.op has no {name!r}: no xl op becomes a PopART op of that class{hint}"
+        )
+    return cls
