@@ -228,3 +228,26 @@ def test_inputs_are_read_only_and_several_outputs() -> None:
         got = session.run()
     np.testing.assert_array_equal(got[sa], np.minimum(x, 0))
     np.testing.assert_array_equal(got[sb], np.maximum(x, 0))
+
+
+def test_op_debug_context_decorates_op_functions() -> None:
+    from popxl.context import op_debug_context
+
+    @op_debug_context
+    def double(t: popxl.Tensor) -> popxl.Tensor:
+        return t * 2
+
+    @op_debug_context("triple")
+    def triple(t: popxl.Tensor) -> popxl.Tensor:
+        return t * 3
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones(2, np.float32), name="x")
+        a, b = addons.host_store(double(x)), addons.host_store(triple(x))
+    with popxl.Session(ir, "cpu") as session:
+        got = session.run()
+    np.testing.assert_array_equal(got[a], [2, 2])
+    np.testing.assert_array_equal(got[b], [3, 3])
+    with pytest.raises(TypeError, match="op_debug_context: expected a function or a name, got int"):
+        op_debug_context(3)  # pyright: ignore[reportArgumentType]

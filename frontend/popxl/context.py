@@ -21,6 +21,7 @@ __all__ = [
     "get_current_context",
     "get_current_graph",
     "get_ir",
+    "op_debug_context",
     "get_main_graph",
     "gir",
     "gmg",
@@ -161,6 +162,21 @@ class in_sequence:
                 return fn(*args, **kwargs)
 
         return wrapper
+
+
+def op_debug_context(name: str | Callable[..., Any]) -> Any:
+    """Decorator of op functions (upstream: names the PopART debug context of the ops the
+    function creates, `@op_debug_context` or `@op_debug_context("name")`). xl has no debug
+    contexts (ops are named by their results); the function is returned as it is."""
+    if callable(name):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"op_debug_context: expected a function or a name, got {type(name).__name__}")
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return fn
+
+    return deco
 
 
 class Context:
