@@ -146,7 +146,8 @@ def named_variable_buffers(
     the factory's replica grouping.
 
     `shard_over_dict`: the number of replicas of each variable's replica group it is
-    sharded over: a dict by name (a name not in it: the whole group), one int for every
+    sharded over: a dict by name (a variable not in it: the whole group; names of no
+    variable are ignored, as upstream: BERT passes one built for more buffers), one int for every
     variable (1 to the group size), True (the whole group) or False (no sharding).
     """
     what = "named_variable_buffers"
@@ -155,10 +156,6 @@ def named_variable_buffers(
         raise ValueError(
             f"{what}: shard_over_dict must be a dict, an int or a bool, got {type(shard_over_dict).__name__}"
         )
-    if isinstance(shard_over_dict, Mapping):
-        unknown = sorted(set(shard_over_dict) - set(factories.to_dict()))
-        if unknown:
-            raise KeyError(f"{what}: shard_over_dict names {unknown}, which are not variables of the factories")
     buffers = {}
     for name, f in factories.to_dict().items():
         group = f.replica_grouping if f.replica_grouping is not None else ir.replica_grouping()
