@@ -1305,26 +1305,35 @@ _ERFC_LARGE_COEFS = (
 )  # fmt: skip
 _ERFC_ZERO = 28.0  # erfc(x) underflows to 0 in float64 from about 27.3 on
 _INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
-_ERF_BLOCK = 8192
+_ERF_BLOCK = 16384
 _SQRT_HALF = math.sqrt(0.5)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
+# (numerator, denominator) coefficient pairs as (2, 1) columns, for `_rational`
+_Horner = tuple[np.ndarray, list[np.ndarray], np.ndarray]
 
-def _rational(
-    y: np.ndarray, coefs: tuple[float, tuple[float, ...], tuple[float, ...]], num: np.ndarray, den: np.ndarray
-) -> None:
-    """num = N(y) / D(y) by Horner's rule (den: scratch)."""
+
+def _horner_pairs(coefs: tuple[float, tuple[float, ...], tuple[float, ...]]) -> _Horner:
     lead, ns, ds = coefs
-    np.multiply(y, lead, out=num)
-    np.copyto(den, y)
-    for a, b in zip(ns[:-1], ds[:-1]):
-        num += a
-        num *= y
-        den += b
-        den *= y
-    num += ns[-1]
-    den += ds[-1]
-    num /= den
+    cols = [np.array([[a], [b]]) for a, b in zip(ns, ds)]
+    return np.array([[lead], [1.0]]), cols[:-1], cols[-1]
+
+
+_ERF_SMALL_H = _horner_pairs(_ERF_SMALL_COEFS)
+_ERFC_MID_H = _horner_pairs(_ERFC_MID_COEFS)
+_ERFC_LARGE_H = _horner_pairs(_ERFC_LARGE_COEFS)
+
+
+def _rational(y: np.ndarray, h: _Horner, nd: np.ndarray, out: np.ndarray) -> None:
+    """out = N(y) / D(y): both polynomials by Horner's rule at once, in the two rows of
+    `nd` (scratch of shape (2, y.size)): half the NumPy calls of one after the other."""
+    lead, steps, last = h
+    np.multiply(lead, y, out=nd)
+    for c in steps:
+        nd += c
+        nd *= y
+    nd += last
+    np.divide(nd[0], nd[1], out=out)
 
 
 def _exp_neg_square(y: np.ndarray, out: np.ndarray, t: np.ndarray, exact: bool) -> None:
@@ -1352,65 +1361,96 @@ def _erfc_large(y: np.ndarray, exact: bool) -> np.ndarray:
     """erfc(y) for y > 4 (the third range; 0 from _ERFC_ZERO on, infinity included)."""
     y = np.minimum(y, _ERFC_ZERO)
     s = 1.0 / (y * y)
-    r, d, e = np.empty_like(y), np.empty_like(y), np.empty_like(y)
-    _rational(s, _ERFC_LARGE_COEFS, r, d)
+    r, e, nd = np.empty_like(y), np.empty_like(y), np.empty((2, y.size))
+    _rational(s, _ERFC_LARGE_H, nd, r)
     r *= s
     np.subtract(_INV_SQRT_PI, r, out=r)
     r /= y
-    _exp_neg_square(y, e, d, exact)
+    _exp_neg_square(y, e, nd[0], exact)
     r *= e
     return r
 
 
-def _erf_block(
-    z: np.ndarray, out: np.ndarray, one_plus: bool, y: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray
-) -> None:
+def _erf_block(z: np.ndarray, out: np.ndarray, one_plus: bool, scratch: np.ndarray) -> None:
     """out = erf(z), or 1 + erf(z) when `one_plus` (accurate also where erf(z) is near -1:
-    erfc(-z) itself, not 1 - erfc(-z) added to 1). z: a float64 block; y, a, b, c: scratch."""
+    erfc(-z) itself, not 1 - erfc(-z) added to 1). z: a float64 block; scratch: (5, z.size)."""
+    y, a, b, nd = scratch[0], scratch[1], scratch[2], scratch[3:5]
     np.abs(z, out=y)
     # a = erfc(m), m = |z| clipped into the middle range
     m = np.clip(y, _ERF_SMALL, 4.0, out=out)
-    _rational(m, _ERFC_MID_COEFS, a, b)
-    _exp_neg_square(m, b, c, one_plus)
+    _rational(m, _ERFC_MID_H, nd, a)
+    _exp_neg_square(m, b, nd[0], one_plus)
     a *= b
     far = np.flatnonzero(y > 4.0)
     if far.size:
         a[far] = _erfc_large(y[far], one_plus)
-    # c = erf(s), s = |z| clipped into the first range
+    # b = erf(s), s = |z| clipped into the first range
     s = np.minimum(y, _ERF_SMALL, out=out)
-    np.multiply(s, s, out=y)
-    _rational(y, _ERF_SMALL_COEFS, c, b)
-    c *= s
-    # b = 1 where |z| is in the first range, else 0 (NaN: 0, its value comes from both)
-    np.abs(z, out=y)
-    np.less_equal(y, _ERF_SMALL, out=b)
-    np.copysign(c, z, out=c)
+    np.multiply(s, s, out=b)
+    _rational(b, _ERF_SMALL_H, nd, b)
+    b *= s
+    np.copysign(b, z, out=b)
+    # y = 1 where |z| is in the first range, else 0 (NaN: 0, its value comes from both)
+    np.less_equal(y, _ERF_SMALL, out=y)
     if one_plus:
-        c += 1.0
+        b += 1.0
         # middle and third ranges: erfc(|z|) for z < 0, 2 - erfc(|z|) for z > 0
-        np.greater(z, 0.0, out=y)
+        w = nd[0]
+        np.greater(z, 0.0, out=w)
         np.multiply(a, -2.0, out=out)
         out += 2.0
-        out *= y
+        out *= w
         a += out
     else:
         np.subtract(1.0, a, out=a)
         np.copysign(a, z, out=a)
-    c *= b
-    np.subtract(1.0, b, out=b)
-    a *= b
-    np.add(c, a, out=out)
+    b *= y
+    np.subtract(1.0, y, out=y)
+    a *= y
+    np.add(b, a, out=out)
 
 
-def _erf64(x: np.ndarray, one_plus: bool = False) -> np.ndarray:
-    """erf(x) (`one_plus`: 1 + erf(x)) as a new float64 array of x's shape."""
-    z = np.ascontiguousarray(x, np.float64).reshape(-1)
-    out = np.empty_like(z)
-    scratch = np.empty((4, min(z.size, _ERF_BLOCK)), np.float64)
-    for i in range(0, z.size, _ERF_BLOCK):
-        j = min(i + _ERF_BLOCK, z.size)
-        _erf_block(z[i:j], out[i:j], one_plus, *(t[: j - i] for t in scratch))
-    return out.reshape(np.shape(x))
+def _in_blocks(body: Callable[..., None], out: np.ndarray, *ins: np.ndarray) -> None:
+    """out = body over the elements of `ins`, block by block in float64:
+    `body(*in_blocks, result_block, scratch)` with float64 copies of the inputs' blocks and
+    scratch of shape (6, block). The result goes to `out` at the end (`out` may alias an input)."""
+    flat = [np.ascontiguousarray(a).reshape(-1) for a in np.broadcast_arrays(*ins)]
+    n = flat[0].size
+    res = np.empty(n, np.float64)
+    work = np.empty((6 + len(flat), min(n, _ERF_BLOCK)), np.float64)
+    for i in range(0, n, _ERF_BLOCK):
+        j = min(i + _ERF_BLOCK, n)
+        blocks = work[:, : j - i]
+        for t, a in enumerate(flat):
+            np.copyto(blocks[6 + t], a[i:j], casting="unsafe")
+        body(*blocks[6:], res[i:j], blocks[:6])
+    np.copyto(out, res.reshape(out.shape), casting="unsafe")
+
+
+def _erf_body(x: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
+    _erf_block(x, r, False, scratch[:5])
+
+
+def _geluerf_body(x: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
+    """r = 0.5 x (1 + erf(x / sqrt(2)))."""
+    z = np.multiply(x, _SQRT_HALF, out=scratch[5])
+    _erf_block(z, r, True, scratch[:5])
+    r *= 0.5
+    r *= x
+
+
+def _geluerf_grad_body(dy: np.ndarray, x: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
+    """r = dy (0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi))."""
+    z = np.multiply(x, _SQRT_HALF, out=scratch[5])
+    _erf_block(z, r, True, scratch[:5])
+    r *= 0.5
+    np.multiply(x, x, out=z)
+    z *= -0.5
+    np.exp(z, out=z)
+    z *= x
+    z *= _INV_SQRT_2PI
+    r += z
+    r *= dy
 
 
 @kernel(CeilOp)
@@ -1432,7 +1472,7 @@ def _floor(p: dict[str, Any]) -> Kernel:
 @kernel(ErfOp)
 def _erf(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
-        np.copyto(out, _erf64(x), casting="unsafe")
+        _in_blocks(_erf_body, out, x)
 
     return k
 
@@ -1442,11 +1482,7 @@ def _geluerf(p: dict[str, Any]) -> Kernel:
     """0.5 x (1 + erf(x / sqrt(2))), in float64 (1 + erf as such, accurate for x < 0 too)."""
 
     def k(x: np.ndarray, out: np.ndarray) -> None:
-        x64 = np.asarray(x, np.float64)
-        u = _erf64(x64 * _SQRT_HALF, one_plus=True)
-        u *= 0.5
-        u *= x64
-        np.copyto(out, u, casting="unsafe")
+        _in_blocks(_geluerf_body, out, x)
 
     return k
 
@@ -1456,12 +1492,7 @@ def _geluerf_grad(p: dict[str, Any]) -> Kernel:
     """dy * (0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi)), in float64."""
 
     def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
-        x64 = np.asarray(x, np.float64)
-        d = _erf64(x64 * _SQRT_HALF, one_plus=True)
-        d *= 0.5
-        d += x64 * np.exp(-0.5 * x64 * x64) * _INV_SQRT_2PI
-        d *= dy
-        np.copyto(out, d, casting="unsafe")
+        _in_blocks(_geluerf_grad_body, out, dy, x)
 
     return k
 
