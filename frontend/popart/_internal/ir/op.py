@@ -20,7 +20,7 @@ from xdsl.ir import Operation
 from xdsl.traits import IsTerminator
 
 from xl.dialects import get_all_dialects
-from xl.dialects.graph import ConstantOp
+from xl.dialects import graph as _graph
 from xl.dialects.traits import popart_type
 
 __all__ = ["Op", "op_class", "op_classes", "op_of"]
@@ -94,7 +94,7 @@ def op_class(xl_op: Operation | type[Operation]) -> type[Op]:
 def op_of(xl_op: Operation, index: int) -> Op | None:
     """The PopART op object of `xl_op` (None for a constant or a terminator, which are not
     PopART ops)."""
-    if isinstance(xl_op, ConstantOp) or xl_op.has_trait(IsTerminator):
+    if isinstance(xl_op, _graph.ConstantOp) or xl_op.has_trait(IsTerminator):
         return None
     return op_class(xl_op)(xl_op, index)
 
