@@ -251,3 +251,25 @@ def test_op_debug_context_decorates_op_functions() -> None:
     np.testing.assert_array_equal(got[b], [3, 3])
     with pytest.raises(TypeError, match="op_debug_context: expected a function or a name, got int"):
         op_debug_context(3)  # pyright: ignore[reportArgumentType]
+
+
+def test_ops_utils_checks() -> None:
+    from popxl.ops.utils import check_in_graph, check_tensor_ipu_and_tile_set
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.ones(2, np.float32), name="a")
+        with popxl.ipu(0):
+            x = a + 1
+        with popxl.ipu(1):
+            y = a + 2
+            z = y * 2
+        check_in_graph(ir.main_graph, a=a, x=x)
+        check_tensor_ipu_and_tile_set(y=y, z=z)
+        with pytest.raises(ValueError, match=r"x \(\S+\) is on IPU 0 and y \(\S+\) on IPU 1"):
+            check_tensor_ipu_and_tile_set(x=x, y=y)
+        g = ir.create_graph(lambda t: t + 1, a.spec)
+        with pytest.raises(ValueError, match="check_in_graph: a: tensor a is in graph 'main_graph'"):
+            check_in_graph(g, a=a)
+        with pytest.raises(TypeError, match="expected a popxl Tensor"):
+            check_in_graph(g, a=3)  # pyright: ignore[reportArgumentType]

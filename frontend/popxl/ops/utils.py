@@ -30,17 +30,28 @@ def check_in_graph(graph: Graph, **tensors: Tensor) -> None:
         _check_in_graph(graph, [t], f"check_in_graph: {name}")
 
 
+def _placement(t: Tensor) -> tuple[int | None, str | None]:
+    """`(ipu, tile set)` of `t`; None for what cannot be known yet (a graph input no op uses:
+    `UndefinedValue`), which upstream leaves out of the check."""
+    try:
+        return t.ipu, t.tile_set
+    except Exception as e:
+        if type(e).__name__ == "UndefinedValue":
+            return None, None
+        raise
+
+
 def check_tensor_ipu_and_tile_set(**tensors: Tensor) -> None:
-    """All tensors given are on the same virtual IPU and tile set (ValueError naming the
-    first two that differ)."""
-    first: tuple[str, Tensor] | None = None
-    for name, t in tensors.items():
-        if first is None:
-            first = (name, t)
-            continue
-        fname, f = first
-        if (t.ipu, t.tile_set) != (f.ipu, f.tile_set):
-            raise ValueError(
-                f"check_tensor_ipu_and_tile_set: {fname} ({f.id}) is on IPU {f.ipu}, tile set {f.tile_set!r} "
-                f"and {name} ({t.id}) on IPU {t.ipu}, tile set {t.tile_set!r}"
-            )
+    """All tensors given whose placement is known are on the same virtual IPU, and on the
+    same tile set (ValueError naming the first two that differ); a tensor whose IPU or
+    tile set is not known yet is skipped, as upstream."""
+    known = {name: (t, *_placement(t)) for name, t in tensors.items()}
+    for k, what in ((1, "IPU"), (2, "tile set")):
+        placed = [(name, v[0], v[k]) for name, v in known.items() if v[k] is not None]
+        for name, t, p in placed[1:]:
+            name0, t0, p0 = placed[0]
+            if p != p0:
+                raise ValueError(
+                    f"check_tensor_ipu_and_tile_set: {name0} ({t0.id}) is on {what} {p0!r} and {name} ({t.id}) "
+                    f"on {what} {p!r}"
+                )
