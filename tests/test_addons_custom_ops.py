@@ -19,7 +19,7 @@ import pytest
 import popxl
 import popxl_addons as addons
 from popxl import ops
-from popxl.fp8_utils import host_fp8_mse_scale
+from popxl.fp8_utils import host_fp8_mse_scale_pb
 from popxl_addons.layers.linear_fp8 import LinearFP8
 from popxl_addons.layers.linear_gq import LinearGQ, group_quantize_compress_numpy
 from popxl_addons.ops.cross_entropy_sharded_wr_loss import cross_entropy_sharded_wr_loss
@@ -299,7 +299,7 @@ def test_fp8_scales() -> None:
         top = float(ml_dtypes.finfo(F8[dt]).max)
         want = 31 if finite.max() == 0 else int(np.clip(np.floor(np.log2(top / finite.max())), -31, 31))
         assert int(got[amax]) == want, (d, dt)
-        assert int(got[mse]) == _np_mse_scale(d, F8[dt]) == host_fp8_mse_scale(d, dt), (d, dt)
+        assert int(got[mse]) == _np_mse_scale(d, F8[dt]) == host_fp8_mse_scale_pb(d, dt), (d, dt)
 
 
 def test_linear_fp8_forward_and_backward() -> None:
@@ -495,7 +495,9 @@ def test_cross_entropy_sharded_wr_loss() -> None:
         with pytest.raises(ValueError, match=r"Number of specified tensor does not equal number of specified IPUs"):
             cross_entropy_sharded_wr_loss([a], [lab], ipus=[0, 1])
         with pytest.raises(ValueError, match=r"every logits shard must be \(n_samples, classes\)"):
-            cross_entropy_sharded_wr_loss([a, a.reshape((2, 6))], [lab, lab])
+            cross_entropy_sharded_wr_loss([a, a.reshape((2, 6))], [lab, lab], ipus=[0, 0])
+        with pytest.raises(ValueError, match=r"Could not automatically infer the IPU"):
+            cross_entropy_sharded_wr_loss([a], [lab])  # lab: no op computes or uses it yet
 
 
 def test_call_takes_lists_of_tensors() -> None:

@@ -14,6 +14,7 @@ from xdsl.parser import Parser
 
 import popxl
 from popxl import ops
+from popxl.errors import UndefinedValue
 from xl.dialects import call as call_d
 from xl.dialects import graph as graph_d
 from xl.dialects import ipu as ipu_d
@@ -74,8 +75,10 @@ def test_dtypes():
     assert popxl.dtype.as_dtype(np.zeros(2, np.uint32)) is popxl.uint32
     assert popxl.dtype.from_name("float64") is popxl.float64
     assert popxl.dtypes.float32 is popxl.float32
-    with pytest.raises(TypeError):
-        popxl.complex64.as_numpy()
+    # complex types have NumPy types (as in PopXL) but no runtime support
+    assert popxl.complex64.as_numpy() is np.complex64 and popxl.dtype.as_dtype(int) is popxl.int64
+    with pytest.raises(ValueError, match="complex64 is not supported"):
+        popxl.dtypes.checked_dtype(popxl.complex64, "test")
     # float8 is emulated with ml_dtypes (tests/test_ops_fp8.py)
     assert popxl.float8_143.as_numpy() == popxl.dtypes.np_dtype_float8_143
 
@@ -333,7 +336,7 @@ def test_tensor_properties():
         s = popxl.constant(1.0)
     assert (t.shape, t.rank, t.nelms, t.dtype) == ((2, 3, 4), 3, 24, popxl.float32)
     assert t.spec == popxl.TensorSpec((2, 3, 4), popxl.float32)
-    assert t.strides() == [12, 4, 1]
+    assert t.strides() == (48, 16, 4) and t.strides((5, 2)) == (8, 4)  # bytes, as numpy's strides
     assert t.ir is ir and t.graph is ir.main_graph
     assert len(t) == 2
     with pytest.raises(ValueError):
@@ -345,7 +348,16 @@ def test_tensor_properties():
     # hash / eq by identity, never elementwise
     assert t == t and t != s and not (t == s)  # noqa: PLR0124, SIM201
     assert {t: 1}[t] == 1
-    assert t.ipu == 0 and t.tile_set == "compute"
+    # no op computes or uses t yet: its IPU and tile set are undefined, as in PopXL
+    with pytest.raises(UndefinedValue, match="ipu"):
+        _ = t.ipu
+    with pytest.raises(UndefinedValue, match="tile_set"):
+        _ = t.tile_set
+    with ir.main_graph:
+        with popxl.ipu(1), popxl.io_tiles():
+            _ = t + 1.0  # the first consumer places the variable
+        _ = t * 2.0
+    assert t.ipu == 1 and t.tile_set == "io"
 
 
 # ---------------------------------------------------------------------------------------

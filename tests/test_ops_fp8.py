@@ -17,7 +17,12 @@ import pytest
 
 import popxl
 from popxl import ops
-from popxl.fp8_utils import host_fp8_mse_scale, host_pow2scale_cast_from_fp8, host_pow2scale_cast_to_fp8
+from popxl.fp8_utils import (
+    host_fp8_mse_scale,
+    host_fp8_mse_scale_pb,
+    host_pow2scale_cast_from_fp8,
+    host_pow2scale_cast_to_fp8,
+)
 from popxl.utils import downcast_np_dtypes, table_to_string, to_numpy
 from xl.compiler import compile_module
 
@@ -123,13 +128,13 @@ def test_host_cast_scale_overflow_and_errors() -> None:
         host_pow2scale_cast_from_fp8(s, popxl.int32)
 
 
-def test_host_fp8_mse_scale() -> None:
+def test_host_fp8_mse_scale_pb() -> None:
     rng = np.random.default_rng(3)
     x = (rng.standard_normal(4000) * 1e-4).astype(np.float32)
-    s = host_fp8_mse_scale(x)
+    s = host_fp8_mse_scale_pb(x)
     assert isinstance(s, int) and -31 <= s <= 31
     # the float8 grid is the same at every power of two: data 8x larger wants a scale 3 lower
-    assert host_fp8_mse_scale(x * 8) == s - 3
+    assert host_fp8_mse_scale_pb(x * 8) == s - 3
 
     def err(scale: int, dt=popxl.float8_143) -> float:
         y = host_pow2scale_cast_from_fp8(
@@ -138,20 +143,79 @@ def test_host_fp8_mse_scale() -> None:
         return float(np.mean((y - x.astype(np.float64)) ** 2))
 
     assert err(s) <= min(err(s - 1), err(s + 1)) and err(s) < err(0) / 10
-    s5 = host_fp8_mse_scale(x.astype(np.float16), popxl.float8_152)  # float16 data too
+    s5 = host_fp8_mse_scale_pb(x.astype(np.float16), popxl.float8_152)  # float16 data too
     assert err(s5, popxl.float8_152) <= min(err(s5 - 1, popxl.float8_152), err(s5 + 1, popxl.float8_152))
     assert err(s5, popxl.float8_152) < err(0, popxl.float8_152)
     # 10.0 for e4m3 (max 240): scales up to 4 (10 * 16 = 160) represent it, 5 overflows
-    assert host_fp8_mse_scale(np.full(10, 10.0, np.float32)) <= 4
+    assert host_fp8_mse_scale_pb(np.full(10, 10.0, np.float32)) <= 4
     with pytest.raises(RuntimeError, match="dtype float64 not currently supported"):
-        host_fp8_mse_scale(x.astype(np.float64))
+        host_fp8_mse_scale_pb(x.astype(np.float64))
     with pytest.raises(RuntimeError, match="not currently supported"):
-        host_fp8_mse_scale(x, popxl.int8)
+        host_fp8_mse_scale_pb(x, popxl.int8)
 
 
 # ------------------------------------------------------------------------------------
 # popxl.utils
 # ------------------------------------------------------------------------------------
+
+
+def _estimate_reference(x: np.ndarray, f8: popxl.dtype) -> list[float]:
+    """The histogram estimate of every candidate bias -31..31, written element by element
+    from its definition: float32's normal exponents e in [-126, 126] (|x| in [2**e,
+    2**(e+1))); the candidate with bias b keeps the `span` exponents from the format's
+    smallest one plus b upwards; a value below that window costs (2**e)**2, one
+    inside it (2**e)**2 * 2**(-2 * (m_src - m_f8)), one above it (edge - 2**e)**2 with the
+    fixed edge 2**(-126 + k + span - 1) of candidate k, plus (2**-127)**2 once."""
+    lo8, hi8, m8 = {"float8_143": (-10, 7, 3), "float8_152": (-17, 15, 2)}[f8.name]
+    span = hi8 - lo8 + 1
+    m_src = 23 if x.dtype == np.float32 else 10
+    a = np.abs(x.astype(np.float64))
+    n = a.size
+    out = []
+    for k in range(63):
+        first = lo8 + (k - 31)  # lowest exponent the candidate keeps
+        total = (2.0**-127) ** 2
+        costs = []
+        for v in a:
+            if v < 2.0**-126 or v > 2.0**126:
+                continue  # zeros and tiny values are not charged; huge ones see below
+            e = int(np.floor(np.log2(v)))
+            if e < first:
+                costs.append((2.0**e) ** 2)
+            elif e < first + span:
+                costs.append((2.0**e) ** 2 * 2.0 ** (-2 * (m_src - m8)))
+            else:
+                costs.append((2.0 ** (-126 + k + span - 1) - 2.0**e) ** 2)
+        out.append(total + sum(costs) / n)
+    return out
+
+
+@pytest.mark.parametrize("f8", [popxl.float8_143, popxl.float8_152])
+def test_host_fp8_mse_scale_estimate(f8: popxl.dtype) -> None:
+    rng = np.random.default_rng(11)
+    for src_dt in (np.float32, np.float16):
+        for x in (
+            (rng.standard_normal(60) * 3e-3).astype(src_dt),
+            rng.uniform(2.0**5, 2.0**6, 50).astype(src_dt),
+            np.array([0.0, 1.0, -0.25, 7.5], src_dt),
+        ):
+            metric, scale = host_fp8_mse_scale(x, f8)
+            ref = _estimate_reference(x, f8)
+            best = min(ref)
+            assert metric == pytest.approx(best, rel=1e-9, abs=0.0)
+            tied = [b for b in range(-31, 32) if ref[b + 31] <= best * (1 + 1e-12)]
+            assert scale == -tied[len(tied) // 2], (x, f8)
+    # near the top of float8_143's range the scale is negative, near the bottom positive
+    assert host_fp8_mse_scale(rng.uniform(2.0**5, 2.0**6, 500).astype(np.float32), popxl.float8_143)[1] < 0
+    assert host_fp8_mse_scale(rng.uniform(2.0**-6, 2.0**-5, 500).astype(np.float32), popxl.float8_143)[1] > 0
+    # torch data and the errors
+    torch = pytest.importorskip("torch")
+    x = rng.standard_normal(20).astype(np.float32)
+    assert host_fp8_mse_scale(torch.tensor(x), f8) == host_fp8_mse_scale(x, f8)
+    with pytest.raises(RuntimeError, match="dtype float64 not currently supported"):
+        host_fp8_mse_scale(x.astype(np.float64), f8)
+    with pytest.raises(RuntimeError, match="not currently supported"):
+        host_fp8_mse_scale(x, popxl.float16)
 
 
 def test_to_numpy_rules(tmp_path) -> None:

@@ -72,6 +72,7 @@ from popxl.tensor import (
     replica_sharded_variable,
     variable,
 )
+from popxl.tensorlocation import ExecutionContext, TileSet
 from popxl.utils import create_seeds
 
 __all__ = [
@@ -137,6 +138,8 @@ __all__ = [
     "TensorStorage",
     "TensorLocation",
     "ReplicatedTensorSharding",
+    "TileSet",
+    "ExecutionContext",
     "ops",
     "transforms",
     "utils",

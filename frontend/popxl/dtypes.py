@@ -96,9 +96,10 @@ class dtype:
         return self._is_signed
 
     def as_numpy(self) -> type:
-        """The NumPy scalar type (`np.float32` for `popxl.float32`)."""
+        """The NumPy scalar type (`np.float32` for `popxl.float32`, `np.complex64` for
+        `popxl.complex64`, which the runtime does not compute with)."""
         if self._np is None:
-            raise TypeError(f"{self!r} has no NumPy equivalent")
+            return _COMPLEX_NP[self._name].type
         return self._np.type
 
     def as_torch(self) -> Any:
@@ -133,7 +134,7 @@ class dtype:
         if x is builtins.float:
             return float32
         if x is builtins.int:
-            return int32
+            return int64  # NumPy's default integer, as PopXL
         if x is builtins.bool:
             return _BY_NAME["bool"]
         if isinstance(x, str) and x in _BY_NAME:
@@ -202,6 +203,33 @@ float = float32
 double = float64
 
 _TORCH_NAMES = {"float8_143": "float8_e4m3fnuz", "float8_152": "float8_e5m2fnuz"}
+_COMPLEX_NP = {"complex64": np.dtype(np.complex64), "complex128": np.dtype(np.complex128)}
+
+# PopXL's lookup tables (read by code written against upstream's dtypes module): NumPy
+# dtype / name / Python type / torch dtype -> popxl dtype.
+_NP_TO_POPXL: dict[np.dtype, dtype] = {**_BY_NP, **{v: _BY_NAME[k] for k, v in _COMPLEX_NP.items()}}
+_STR_TO_POPXL: dict[str, dtype] = dict(_BY_NAME)
+_PY_TO_POPXL: dict[Any, dtype] = {builtins.bool: bool, builtins.float: float32}
+
+
+def _torch_table() -> dict[Any, dtype]:
+    """torch dtype -> popxl dtype for the types torch and popxl share (empty without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    names = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"]
+    return {getattr(torch, n): _BY_NAME[n] for n in names + ["complex64", "complex128"]}
+
+
+def __getattr__(name: str) -> Any:
+    # `_PT_TO_POPXL` imports torch on first use only (importing popxl does not need torch).
+    if name == "_PT_TO_POPXL":
+        table = _torch_table()
+        globals()[name] = table
+        return table
+    raise AttributeError(f"module 'popxl.dtypes' has no attribute {name!r}")
+
 
 # Upstream PopXL's host representation of float8 data: a structured dtype of one uint8.
 _UPSTREAM_FLOAT8 = {

@@ -23,7 +23,12 @@ import numpy as np
 from popxl.dtypes import _UPSTREAM_FLOAT8, dtype, float8_143, float8_152, float16, float32, float64
 from xl.runtime.float8 import to_float8
 
-__all__ = ["host_fp8_mse_scale", "host_pow2scale_cast_from_fp8", "host_pow2scale_cast_to_fp8"]
+__all__ = [
+    "host_fp8_mse_scale",
+    "host_fp8_mse_scale_pb",
+    "host_pow2scale_cast_from_fp8",
+    "host_pow2scale_cast_to_fp8",
+]
 
 _FLOAT8 = (float8_143, float8_152)
 _MIN_SCALE, _MAX_SCALE = -32, 32  # log2_scale in [-32, 32)
@@ -93,16 +98,62 @@ def host_pow2scale_cast_from_fp8(src: Any, dtype: dtype | None = None, log2_scal
     return (f8.astype(np.float64) * 2.0**scale).astype(dtype.as_numpy())
 
 
-def host_fp8_mse_scale(src: Any, dtype: dtype | None = None) -> int:
-    """The `log2_scale` in [-31, 31] for which casting `src * 2**log2_scale` to `dtype`
-    (`popxl.float8_143`, the default, or `popxl.float8_152`) and scaling back loses the
-    least: the smallest mean squared error `mean((cast(src * 2**s) * 2**-s - src)**2)`,
-    values beyond the format's range counted at its largest value (saturation). Among
-    equal errors the middle candidate is taken.
+# The histogram estimate of `host_fp8_mse_scale` (PopXL's algorithm): the data's magnitudes
+# are counted per power of two over float32's normal exponents (bin k, 1 <= k <= 253, holds
+# [2**(k-127), 2**(k-126)); bin 0 what is below 2**-126, zeros included; values above 2**126
+# and infinities go to the last bin; NaN lands in bin 126, where frexp puts it). A scale
+# candidate b in [-31, 31] keeps 2**span consecutive bins in the format's range (span: its
+# number of exponents, subnormals included); below them a value is lost (error its bin's
+# lower edge squared), inside it costs the relative quantisation error 2**(-2 * (m_src -
+# m_f8)) of its edge squared, above it the distance from a fixed edge squared.
+_SRC_EXP = (-126, 127)  # float32's exponent range (the estimate uses it for float16 data too)
+_F8_EXP = {"float8_143": (-10, 7), "float8_152": (-17, 15)}  # smallest subnormal .. largest
+_F8_MANTISSA = {"float8_143": 3, "float8_152": 2}
+_SCALE_LOW, _SCALE_HIGH = -31, 31
 
-    `src`: float16 or float32 data (NumPy or torch); RuntimeError otherwise. Upstream's
-    pure-Python version returns `(metric, scale)` although documented as returning the
-    scale; this returns the scale, as documented (and as its C++-backed variant)."""
+
+def _log2_histogram(x: np.ndarray) -> np.ndarray:
+    """Counts of |x| per power-of-two bin (see above): 254 bins."""
+    low, high = _SRC_EXP
+    a = np.abs(x.astype(np.float64).reshape(-1))
+    hist = np.zeros(high - low + 1)
+    with np.errstate(invalid="ignore"):
+        under = a < 2.0**low
+        over = a > 2.0 ** (high - 1)
+    inside = ~(under | over)
+    _, e = np.frexp(a[inside])
+    np.add.at(hist, e - low, 1)
+    hist[0] += np.count_nonzero(under)
+    hist[-1] += np.count_nonzero(over)
+    return hist
+
+
+def _mse_per_scale(hist: np.ndarray, dtype: dtype, src_dtype: np.dtype) -> np.ndarray:
+    """The estimated error of each candidate scale bias -31..31 (index 0 is -31), summed bin
+    by bin in increasing order, as PopXL does, so that equal sums compare equal."""
+    low, high = _SRC_EXP
+    f8_low, f8_high = _F8_EXP[dtype.name]
+    span = f8_high - f8_low + 1
+    src_mantissa = 23 if src_dtype == np.float32 else 10
+    q_error = 2.0 ** (-2.0 * (src_mantissa - _F8_MANTISSA[dtype.name]))
+    edges = 2.0 ** np.arange(low, high, dtype=np.float64)  # 253 lower edges
+    weights = hist / hist.sum()
+    n = _SCALE_HIGH - _SCALE_LOW + 1
+    first = max(f8_low + _SCALE_LOW - low, 0) + np.arange(n)  # first bin each candidate keeps
+    # The overflow cost is measured from edges[candidate index + span - 1], as PopXL does.
+    top = edges[np.arange(n) + span - 1]
+    mse = np.full(n, (edges[0] / 2) ** 2)  # PopXL adds this once for every candidate
+    for i in range(len(edges)):
+        w = weights[i + 1]
+        if w == 0.0:  # adds exactly 0
+            continue
+        inside = edges[i] ** 2 * w * q_error
+        over = np.where(i >= first + span, (top - edges[i]) ** 2 * w, inside)
+        mse += np.where(i < first, edges[i] ** 2 * w, over)
+    return mse
+
+
+def _check_mse_args(src: Any, dtype: dtype | None) -> tuple[np.ndarray, dtype]:
     src = _host_array(src)
     if src.dtype not in (np.float16, np.float32):
         raise RuntimeError(f"dtype {src.dtype} not currently supported.")
@@ -110,6 +161,38 @@ def host_fp8_mse_scale(src: Any, dtype: dtype | None = None) -> int:
         dtype = float8_143
     if dtype not in _FLOAT8:
         raise RuntimeError(f"dtype {dtype} not currently supported.")
+    return src, dtype
+
+
+def host_fp8_mse_scale(src: Any, dtype: dtype | None = None) -> tuple[float, int]:
+    """`(metric, log2_scale)`: PopXL's estimate of the scale in [-31, 31] for which
+    `cast(src * 2**log2_scale, dtype)` loses the least, and the estimated mean squared
+    error. The estimate works on a histogram of the data's powers of two (the comment
+    above `_log2_histogram` gives the cost of each bin); among equal costs the middle
+    candidate is taken. The same numbers as upstream's Python `host_fp8_mse_scale`, which
+    returns this pair although it is documented as returning the scale.
+
+    `src`: float16 or float32 data (NumPy or torch); `dtype` `popxl.float8_143` (default)
+    or `popxl.float8_152`; RuntimeError otherwise. `host_fp8_mse_scale_pb` measures the
+    error exactly instead and returns the scale alone."""
+    src, dtype = _check_mse_args(src, dtype)
+    mse = _mse_per_scale(_log2_histogram(src), dtype, src.dtype)
+    best = float(mse.min())
+    tied = [b for b, e in zip(range(_SCALE_LOW, _SCALE_HIGH + 1), mse) if e == best]
+    return best, -tied[len(tied) // 2]
+
+
+def host_fp8_mse_scale_pb(src: Any, dtype: dtype | None = None) -> int:
+    """The `log2_scale` in [-31, 31] for which casting `src * 2**log2_scale` to `dtype`
+    (`popxl.float8_143`, the default, or `popxl.float8_152`) and scaling back loses the
+    least: the smallest mean squared error `mean((cast(src * 2**s) * 2**-s - src)**2)`,
+    measured exactly over the finite values, values beyond the format's range counted at
+    its largest value (saturation); 0 when no value is finite. Among equal errors the
+    middle candidate is taken. (Upstream calls Poplar's `calculateMetadataForConversion`
+    with the MSE metric here, whose search is not published; xl measures every candidate.)
+
+    `src`: float16 or float32 data (NumPy or torch); RuntimeError otherwise."""
+    src, dtype = _check_mse_args(src, dtype)
     x = src.astype(np.float64).reshape(-1)
     x = x[np.isfinite(x)]
     if x.size == 0:
@@ -117,10 +200,10 @@ def host_fp8_mse_scale(src: Any, dtype: dtype | None = None) -> int:
     np_dt = dtype.as_numpy()
     big = float(ml_dtypes.finfo(np_dt).max)
     errors = []
-    for s in range(-31, 32):
+    for s in range(_SCALE_LOW, _SCALE_HIGH + 1):
         f = 2.0**s
         y = np.clip(x * f, -big, big).astype(np_dt).astype(np.float64) / f
         errors.append(float(np.mean((y - x) ** 2)))
     best = min(errors)
-    tied = [s for s, e in zip(range(-31, 32), errors) if e == best]
+    tied = [s for s, e in zip(range(_SCALE_LOW, _SCALE_HIGH + 1), errors) if e == best]
     return tied[len(tied) // 2]

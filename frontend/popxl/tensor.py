@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, TensorType
-from xdsl.ir import BlockArgument, OpResult, SSAValue
+from xdsl.ir import Attribute, BlockArgument, Operation, OpResult, SSAValue
 
 from popxl._checks import check_name, check_shape, describe
 from popxl._host import NotHostDataError, host_array
 from popxl.context import gcg
 from popxl.dtypes import checked_dtype, dtype
+from popxl.errors import UndefinedValue
 from popxl.remote_buffer import (
     RemoteBuffer,
     ReplicatedTensorSharding,
@@ -33,7 +34,7 @@ from popxl.remote_buffer import (
 )
 from popxl.replica_grouping import ReplicaGrouping, checked_grouping, checked_shard_over, replica_group_size
 from xl.dialects.graph import ConstantOp, VariableOp
-from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR, RemoteVariableOp, ReplicaShardedVariableOp
+from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR, CopyOp, RemoteVariableOp, ReplicaShardedVariableOp
 from xl.dialects.utils import dense_attr, dense_to_numpy, tensor_type
 
 if TYPE_CHECKING:
@@ -186,14 +187,15 @@ class Tensor:
     def nelms(self) -> int:
         return math.prod(self.shape)
 
-    def strides(self, shape: Iterable[int] | None = None) -> list[int]:
-        """Row-major strides in elements."""
+    def strides(self, shape: Iterable[int] | None = None) -> tuple[int, ...]:
+        """The bytes to step in each dimension of the tensor (or of `shape`) laid out in
+        row-major order, as `numpy.ndarray.strides`: `(48, 12, 4)` for a float32 (2, 4, 3)."""
         shape = tuple(shape) if shape is not None else self.shape
-        out, acc = [], 1
+        out, acc = [], np.dtype(self.dtype.as_numpy()).itemsize
         for d in reversed(shape):
             out.append(acc)
-            acc *= d
-        return out[::-1]
+            acc *= int(d)
+        return tuple(out[::-1])
 
     @property
     def location_info(self) -> Any:
@@ -222,15 +224,42 @@ class Tensor:
         a = self._placement_attr(IPU_ATTR)
         return a.value.data if isinstance(a, IntegerAttr) else None
 
+    def _first_consumer(self) -> Operation | None:
+        """The first op of the graph (in program order) that reads this tensor."""
+        users = {use.operation for use in self._value.uses}
+        if not users:
+            return None
+        return next((op for op in self._graph._block.ops if op in users), next(iter(users)))
+
+    def _placement(self, key: str, what: str) -> Attribute | None:
+        """The placement attribute `key` of this tensor: that of the op producing it; for a
+        tensor no op computes (a variable, constant or graph input) its own when it has
+        one, else that of its first consumer (the source side of an IPU copy). None: placed
+        by default; UndefinedValue when nothing places it yet (no op uses it)."""
+        a = self._placement_attr(key)
+        if a is not None or (isinstance(self._value, OpResult) and not isinstance(self, Variable | Constant)):
+            return a
+        op = self._first_consumer()
+        if op is None:
+            raise UndefinedValue(f"Tensor.{what}: {self.id} is not computed by an op and no op uses it yet")
+        if key == IPU_ATTR and isinstance(op, CopyOp):
+            return op.source
+        return op.attributes.get(key)
+
     @property
     def ipu(self) -> int:
-        """The virtual IPU of the op producing this tensor (0 when unplaced)."""
-        i = self._ipu_or_none
-        return 0 if i is None else i
+        """The virtual IPU of the op producing this tensor (0 when that op was placed on
+        none, PopXL's default). A variable, constant or graph input takes the IPU of its
+        first consumer (popxl.errors.UndefinedValue while no op uses it)."""
+        a = self._placement(IPU_ATTR, "ipu")
+        return a.value.data if isinstance(a, IntegerAttr) else 0
 
     @property
     def tile_set(self) -> str:
-        a = self._placement_attr(TILE_SET_ATTR)
+        """The tile set ("compute" or "io") of the op producing this tensor, or for a
+        variable, constant or graph input that of its first consumer
+        (popxl.errors.UndefinedValue while no op uses it)."""
+        a = self._placement(TILE_SET_ATTR, "tile_set")
         return a.data if isinstance(a, StringAttr) else "compute"
 
     # -- repr / identity ------------------------------------------------------------------
@@ -281,6 +310,7 @@ class Tensor:
         def detach(self) -> Tensor: ...
         def detach_(self) -> Tensor: ...
         def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor: ...
+        def diag(self) -> Tensor: ...
         def __getitem__(self, key: Any) -> Tensor: ...
         def __add__(self, o: Any) -> Tensor: ...
         def __radd__(self, o: Any) -> Tensor: ...

@@ -1,6 +1,6 @@
 """`popxl.utils`: host-side helpers (PopXL's `popxl/utils.py`): `to_numpy` (host data ->
 NumPy with PopXL's downcast and float8 rules), `downcast_np_dtypes`, `table_to_string`;
-`create_seeds` (also `popxl.create_seeds`)."""
+`create_seeds` (also `popxl.create_seeds`); the float8 host casts of `popxl.fp8_utils`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ from popxl._checks import check_int
 from popxl._host import downcast_np_dtypes, host_array, is_torch
 from popxl.dtypes import checked_dtype, np_dtype_float8_143, np_dtype_float8_152
 from popxl.dtypes import dtype as _dtype
+
+# Upstream's popxl.utils imports these two (programs import them from here); `popxl.fp8_utils` is
+# their home and lists them.
+from popxl.fp8_utils import host_pow2scale_cast_from_fp8 as host_pow2scale_cast_from_fp8
+from popxl.fp8_utils import host_pow2scale_cast_to_fp8 as host_pow2scale_cast_to_fp8
 
 __all__ = [
     "create_seeds",

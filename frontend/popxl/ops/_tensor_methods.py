@@ -85,6 +85,16 @@ def _pos(self: Tensor) -> Tensor:
     return self
 
 
+def _diag(self: Tensor) -> Tensor:
+    """The diagonal of a 2d tensor: `t[i, i]` for i < min(t.shape), as one strided slice
+    of `t.flatten()`. ValueError for another rank."""
+    if self.rank != 2:
+        raise ValueError(f"Tensor.diag: expected a 2d tensor, got {self.id} of shape {self.shape}")
+    rows, cols = self.shape
+    n = min(rows, cols)
+    return _getitem(flatten(self), slice(0, n * (cols + 1), cols + 1))
+
+
 _METHODS: dict[str, Any] = {
     # shape
     "reshape": reshape,
@@ -98,6 +108,7 @@ _METHODS: dict[str, Any] = {
     "detach": detach,
     "detach_": detach_,
     "copy_to_ipu": ipu_copy,
+    "diag": _diag,
     "__getitem__": _getitem,
     # arithmetic (`__iadd__` is in place, as in PopXL; no other in-place operator is)
     "__add__": _binary(add),

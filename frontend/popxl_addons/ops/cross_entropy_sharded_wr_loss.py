@@ -17,6 +17,7 @@ import numpy as np
 
 import popxl
 import popxl.ops as ops
+from popxl.errors import UndefinedValue
 from popxl_addons.ops.cross_entropy_sharded_loss import pick_rows
 
 __all__ = ["cross_entropy_sharded_wr_loss", "handle_ipus"]
@@ -24,8 +25,15 @@ __all__ = ["cross_entropy_sharded_wr_loss", "handle_ipus"]
 
 def handle_ipus(ts: Sequence[popxl.Tensor], ipus: Iterable[int] | None) -> list[int]:
     """The IPU of each tensor of `ts`: `ipus` when given (one per tensor, else
-    ValueError), otherwise the IPU each tensor was created on."""
-    out = [t.ipu for t in ts] if ipus is None else list(ipus)
+    ValueError), otherwise the IPU each tensor was created on (ValueError when a tensor
+    has none yet: a variable or graph input no op uses)."""
+    try:
+        out = [t.ipu for t in ts] if ipus is None else list(ipus)
+    except UndefinedValue as e:
+        raise ValueError(
+            "Could not automatically infer the IPU of all input Tensors. "
+            "Please specify the IPUs via the `ipus` parameter."
+        ) from e
     if len(ts) != len(out):
         raise ValueError(f"Number of specified tensor does not equal number of specified IPUs. {len(ts)} != {len(out)}")
     for i in out:

@@ -5,8 +5,9 @@ Every candidate `log2_scale` in [-31, 31] is tried on the device in a `repeat` o
 iterations: `src * 2**s` saturated to the format's range, cast to float8, cast back and
 scaled by `2**-s`; the error is the mean of the squared differences over the finite
 values. The result is the candidate with the smallest error, the middle one among equal
-errors: the same rule and the same numbers as `popxl.fp8_utils.host_fp8_mse_scale`
-(upstream estimates the error from a histogram of exponents instead).
+errors: the same rule and the same numbers as `popxl.fp8_utils.host_fp8_mse_scale_pb`
+(upstream estimates the error from a histogram of exponents instead, as
+`popxl.fp8_utils.host_fp8_mse_scale` does on the host).
 """
 
 from __future__ import annotations
