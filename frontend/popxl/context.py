@@ -6,10 +6,14 @@ All state is module-level (one thread builds IR at a time, as in PopXL).
 from __future__ import annotations
 
 import functools
+import inspect
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from popxl.tensorlocation import ExecutionContext
 
 if TYPE_CHECKING:
     from popxl.graph import Graph
@@ -17,6 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Context",
+    "DebugContext",
+    "debug_context_frame_offset",
     "gcg",
     "get_current_context",
     "get_current_graph",
@@ -41,6 +47,11 @@ class _State:
         self.in_sequence: list[bool | str] = []
         # public functions being called, outermost first (e.g. "ops.add"), for messages
         self.calls: list[str] = []
+        # op_debug_context: the op functions being called, innermost last; the extra frames
+        # between them and the user's line (debug_context_frame_offset)
+        self.debug: list[DebugContext] = []
+        self.frame_offset = 0
+        self.execution_context: list[ExecutionContext] = []
 
 
 _state = _State()
@@ -164,19 +175,96 @@ class in_sequence:
         return wrapper
 
 
+@dataclass(frozen=True)
+class DebugContext:
+    """The debug context of an op function being called (`op_debug_context`): its `name`
+    (with the name scopes, "scope/name"), the `api` name and the user's call site
+    (`file`, `line`, `function`), which `debug_context_frame_offset` moves out of helper
+    functions."""
+
+    name: str
+    api: str
+    file: str
+    line: int
+    function: str
+
+
+def _call_site(depth: int) -> tuple[str, int, str]:
+    """(file, line, function) of the frame `depth` levels above the caller."""
+    frame = inspect.currentframe()
+    for _ in range(depth + 1):
+        if frame is None or frame.f_back is None:
+            break
+        frame = frame.f_back
+    if frame is None:
+        return ("<unknown>", 0, "<unknown>")
+    return (os.path.realpath(frame.f_code.co_filename), frame.f_lineno, frame.f_code.co_name)
+
+
+@contextmanager
+def debug_context_frame_offset(i: int) -> Iterator[int]:
+    """Within this context (or a function it decorates) the call site an `op_debug_context`
+    records is `i` frames further out: a helper that calls op functions for its caller
+    decorates itself with `@debug_context_frame_offset(1)` so the ops point at the
+    caller's line. Yields the total offset."""
+    if isinstance(i, bool) or not isinstance(i, int):
+        raise TypeError(f"debug_context_frame_offset: expected an int, got {type(i).__name__}")
+    # one more frame for the decorator's (or with-statement's) own frame
+    _state.frame_offset += i + 1
+    try:
+        yield _state.frame_offset
+    finally:
+        _state.frame_offset -= i + 1
+
+
 def op_debug_context(name: str | Callable[..., Any]) -> Any:
-    """Decorator of op functions (upstream: names the PopART debug context of the ops the
-    function creates, `@op_debug_context` or `@op_debug_context("name")`). xl has no debug
-    contexts (ops are named by their results); the function is returned as it is."""
-    if callable(name):
-        return name
-    if not isinstance(name, str):
+    """Decorator of op functions, `@op_debug_context` or `@op_debug_context("name")`: while
+    the function runs, `get_current_context().debug_context` is a `DebugContext` naming it
+    (with the current name scopes) and the user's line that called it (the frame outside
+    any `debug_context_frame_offset`). Upstream hands this to PopART's debug info; xl keeps
+    it on the context for tools that want to attribute ops to source lines."""
+    if not callable(name) and not isinstance(name, str):
         raise TypeError(f"op_debug_context: expected a function or a name, got {type(name).__name__}")
 
-    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        return fn
+    def outer(fn: Callable[..., Any], api: str) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            file, line, function = _call_site(_state.frame_offset + 1)
+            path = "/".join((*_state.scopes, api))
+            _state.debug.append(DebugContext(path, api, file, line, function))
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _state.debug.pop()
 
-    return deco
+        return wrapper
+
+    if callable(name):
+        return outer(name, getattr(name, "__name__", "op"))
+    return lambda fn: outer(fn, name)
+
+
+@contextmanager
+def _execution_context(execution_context: ExecutionContext) -> Iterator[ExecutionContext]:
+    """Ops created within run in `execution_context` (PopART's fragments of a program).
+    xl runs a graph's ops in program order, so only `Normal` (and `Subgraph`, what ops of
+    subgraphs are in anyway) are accepted; another context (the weights / optimizer
+    transfer fragments, after the accumulation loop) is a NotImplementedError rather than
+    ops silently moved into the main program."""
+    if not isinstance(execution_context, ExecutionContext):
+        raise TypeError(
+            f"_execution_context: expected a popxl.ExecutionContext, got {type(execution_context).__name__}"
+        )
+    if execution_context not in (ExecutionContext.Normal, ExecutionContext.Subgraph):
+        raise NotImplementedError(
+            f"_execution_context: xl runs every op of a graph in program order; ops in the "
+            f"{execution_context.name} context are not supported"
+        )
+    _state.execution_context.append(execution_context)
+    try:
+        yield execution_context
+    finally:
+        _state.execution_context.pop()
 
 
 class Context:
@@ -224,6 +312,16 @@ class Context:
     def in_sequence(self) -> bool | str | None:
         """The innermost `popxl.in_sequence` mode, None outside one."""
         return _state.in_sequence[-1] if _state.in_sequence else None
+
+    @property
+    def debug_context(self) -> DebugContext | None:
+        """The innermost `op_debug_context` being run (None outside op functions)."""
+        return _state.debug[-1] if _state.debug else None
+
+    @property
+    def execution_context(self) -> ExecutionContext:
+        """The execution context of ops created now (`Normal` unless `_execution_context`)."""
+        return _state.execution_context[-1] if _state.execution_context else ExecutionContext.Normal
 
     def _get_op_settings(self, name: str) -> OpSettings:
         """The settings PopART bindings' `createOpInGraph` takes (upstream: placement,

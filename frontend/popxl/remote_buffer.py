@@ -25,17 +25,17 @@ elements) in its own copy of the buffer entry; `replica_sharded_buffer` makes a 
 that shard shape whose `meta_shape` is the full shape. Replica `r` holds shard
 `p % shard_over`, `p` its position in its replica group (upstream's layout).
 
-`TensorStorage`, `ReplicatedTensorSharding` and `TensorLocation` describe where a
-variable lives (`Variable.location_info`). This module knows no tensors: the variables
-are created in `popxl/tensor.py`, the remote ops in `popxl/ops/_remote.py`, and the
-Session reads and writes remote variables through `popxl/_session_remote.py`.
+`TensorStorage`, `ReplicatedTensorSharding` and `TensorLocation` (from
+`popxl.tensorlocation`) describe where a variable lives (`Variable.location_info`). This
+module knows no tensors: the variables are created in `popxl/tensor.py`, the remote ops
+in `popxl/ops/_remote.py`, and the Session reads and writes remote variables through
+`popxl/_session_remote.py`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,6 +46,7 @@ from popxl.context import gcg
 from popxl.dtypes import checked_dtype
 from popxl.dtypes import dtype as _dtype
 from popxl.replica_grouping import ReplicaGrouping, checked_grouping, checked_shard_over
+from popxl.tensorlocation import ReplicatedTensorSharding, TensorLocation, TensorStorage
 from xl.dialects.ipu import RemoteBufferOp
 from xl.dialects.utils import tensor_type
 
@@ -62,68 +63,6 @@ __all__ = [
     "remote_buffer",
     "replica_sharded_buffer",
 ]
-
-
-# ---------------------------------------------------------------------------------------
-# Locations
-# ---------------------------------------------------------------------------------------
-
-
-class TensorStorage(Enum):
-    """Whether a tensor is stored on chip (tile memory) or off chip (streaming memory)."""
-
-    OnChip = "OnChip"
-    OffChip = "OffChip"
-
-
-class ReplicatedTensorSharding(Enum):
-    """Whether a tensor is sharded over replicas."""
-
-    On = "On"
-    Off = "Off"
-
-
-class TensorLocation:
-    """The memory characteristics of a tensor: storage and replicated tensor sharding."""
-
-    def __init__(
-        self,
-        storage: TensorStorage = TensorStorage.OnChip,
-        replicated_tensor_sharding: ReplicatedTensorSharding = ReplicatedTensorSharding.Off,
-    ) -> None:
-        if not isinstance(storage, TensorStorage):
-            raise TypeError(f"TensorLocation: storage must be a TensorStorage, got {describe(storage)}")
-        if not isinstance(replicated_tensor_sharding, ReplicatedTensorSharding):
-            raise TypeError(
-                "TensorLocation: replicated_tensor_sharding must be a ReplicatedTensorSharding, "
-                f"got {describe(replicated_tensor_sharding)}"
-            )
-        self._storage = storage
-        self._replicated_tensor_sharding = replicated_tensor_sharding
-
-    @property
-    def storage(self) -> TensorStorage:
-        return self._storage
-
-    @property
-    def replicated_tensor_sharding(self) -> ReplicatedTensorSharding:
-        return self._replicated_tensor_sharding
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, TensorLocation)
-            and self._storage == other._storage
-            and self._replicated_tensor_sharding == other._replicated_tensor_sharding
-        )
-
-    def __hash__(self) -> int:
-        return hash((self._storage, self._replicated_tensor_sharding))
-
-    def __repr__(self) -> str:
-        return (
-            f"TensorLocation(storage={self._storage.name}, "
-            f"replicated_tensor_sharding={self._replicated_tensor_sharding.name})"
-        )
 
 
 class TensorLocationInfo:

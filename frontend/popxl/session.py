@@ -24,6 +24,7 @@ at run time names its popxl op and id (`Gather.104`), as `print_schedule` does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -417,6 +418,10 @@ class Session:
             if arr.dtype != want and downcast and downcast_np_dtype(arr.dtype) == want:
                 arr = arr.astype(want)
             full = self._full_input_shape(s.shape)
+            if arr.shape != full and _one_element_per_transfer(arr.shape, full, len(s.shape)):
+                # PopXL's leniency: a stream of one element takes its data with any size-1
+                # dims ((10, 1) or (10,) for 10 transfers of a scalar, () or (1,) for one)
+                arr = arr.reshape(full)
             if arr.shape != full:
                 raise ValueError(
                     f"Session.run: input for stream {s.tensor_id!r} has shape {arr.shape}, "
@@ -607,6 +612,14 @@ def _source_names(ir: Ir) -> Iterator[None]:
         for op in marked:
             op.attributes.pop(SOURCE_ATTR, None)
             op.attributes.pop(GRAPH_ATTR, None)
+
+
+def _one_element_per_transfer(shape: tuple[int, ...], full: tuple[int, ...], rank: int) -> bool:
+    """Whether data of `shape` fits a stream of one element whose full input shape is `full`
+    (`rank`: the stream's rank): the transfer / replica dims as expected and one element
+    each, whatever its size-1 dims."""
+    lead = len(full) - rank
+    return shape[:lead] == full[:lead] and math.prod(shape[lead:]) == 1 == math.prod(full[lead:])
 
 
 def _stream_str(s: Any) -> str:
