@@ -16,7 +16,9 @@ op = bridge.producer_of(x)                                 # the op defining it 
 ```
 
 The types the bridge hands out are re-exported for annotations and `except` clauses:
-`Operation`, `SSAValue`, `VerifyException`.
+`Operation`, `SSAValue`, `VerifyException`; and popxl's argument checks, so that a library's
+errors read like popxl's: `check_int(x, "f", "count", minimum=1)` (an int, never a bool) and
+`describe(x)` (a value and its type, for messages).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import VerifyException
 
+from popxl._checks import check_int, describe
 from popxl.graph import Graph
 from popxl.tensor import Tensor
 from xl.dialects import xl_context
@@ -44,6 +47,8 @@ __all__ = [
     "VerifyException",
     "append_op",
     "call_op_of",
+    "check_int",
+    "describe",
     "forward_input_connection",
     "graph_of",
     "graph_op",

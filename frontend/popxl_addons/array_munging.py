@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from popxl._checks import check_int
+from popxl.bridge import check_int
 
 __all__ = [
     "shard",

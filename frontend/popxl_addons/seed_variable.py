@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import popxl
-from popxl._checks import describe
+from popxl.bridge import describe
 
 __all__ = ["seed_variable"]
 

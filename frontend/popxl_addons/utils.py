@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from popxl._checks import check_int
+from popxl.bridge import check_int
 
 __all__ = ["timer", "WeightsDict", "OrderedDict", "overrides", "truncated_normal", "null_context", "suffix_graph_name"]
 

@@ -25,7 +25,7 @@ import numpy as np
 import popdist
 import popxl
 import popxl.ops as ops
-from popxl._checks import check_int
+from popxl.bridge import check_int
 from popxl.context import NoGraphSelectedError
 from popxl.utils import downcast_np_dtypes
 from popxl_addons.dot_tree import DotTree

@@ -6,7 +6,7 @@ import numpy as np
 
 import popxl
 import popxl.ops as ops
-from popxl._checks import describe
+from popxl.bridge import describe
 
 __all__ = ["cross_entropy", "cross_entropy_with_grad"]
 

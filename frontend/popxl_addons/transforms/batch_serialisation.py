@@ -36,7 +36,7 @@ from typing import Any
 import popxl
 import popxl.ops as ops
 from popxl import bridge
-from popxl._checks import check_int
+from popxl.bridge import check_int
 from popxl.transforms.autodiff import ExpectedConnectionType
 from popxl_addons.graph import GraphWithNamedArgs
 from popxl_addons.named_tensors import NamedTensors
