@@ -48,6 +48,8 @@ from xl.dialects.call import ConditionalOp, called_graph_names
 from xl.dialects.effects import written_operands
 from xl.dialects.graph import ConstantOp, GraphOp, MainGraphOp, OutputOp, VariableOp
 from xl.dialects.ipu import placement
+from xl.dialects.rt import VIEW_ATTR
+from xl.dialects.rt_kernels import kernel_class
 from xl.dialects.traits import derived_popart_type, popart_type
 from xl.dialects.utils import dtype_of, shape_of
 
@@ -190,14 +192,8 @@ def textual_op_ids(module: Operation) -> OpIds:
 def op_type(op: Operation) -> str:
     """The PopART type name of an op; for `rt.kernel`, that of the op class it implements."""
     if isinstance(op, rt.KernelOp):
-        from xl.runtime.registry import kernel_class
-
         cls = kernel_class(op.kernel.data)
-        if cls is None:
-            return derived_popart_type(op.kernel.data)
-        if isinstance(cls, type) and issubclass(cls, Operation):
-            return popart_type(cls)
-        return derived_popart_type(cls.name)
+        return derived_popart_type(op.kernel.data) if cls is None else popart_type(cls)
     return popart_type(op)
 
 
@@ -212,7 +208,7 @@ def op_label(op: Operation, op_ids: OpIds) -> str:
         label += f" {quote(op.stream.data)}"
     if isinstance(op, rt.LoopOp):
         label += f" x{op.count.value.data}"
-    if isinstance(op, rt.KernelOp) and "rt.view" in op.attributes:
+    if isinstance(op, rt.KernelOp) and VIEW_ATTR in op.attributes:
         label += " (view)"
     return label
 

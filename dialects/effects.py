@@ -19,6 +19,17 @@ to `rt`) goes through `written_operands` / `is_written`.
 Effects: `TensorOpEffect` reads the operands and writes the written ones; an op whose
 result is later updated in place reports unknown effects (CSE never merges a tensor
 that is mutated afterwards); `AllocEffect` is a fresh tensor.
+
+How an op's kernel writes its buffers (what the `rt` passes and the runtime ask):
+
+- every kernel that updates no operand in place overwrites its results fully, without
+  reading them, unless the class declares `PartialWrite()` (it may leave part of a result
+  as it was: `popxl.init` in `undef` mode, a remote store of one entry, padding written
+  once); `rt-reuse-buffers` and `rt-fold-all-reduce` rely on it
+  (`xl.dialects.rt_kernels.writes_results_fully`);
+- `RereadsInputs()`: the kernel reads its inputs again after writing its output
+  (`xl.fused`), so even an input that is the output array itself must be copied first
+  (`xl.runtime.aliasing`).
 """
 
 from __future__ import annotations
@@ -79,6 +90,24 @@ def writes_operand(op: Operation, index: int) -> bool:
 def is_written(value: SSAValue) -> bool:
     """Whether some op updates `value` in place (an in-place op or a by-ref call input)."""
     return any(use.index in written_operands(use.operation) for use in value.uses)
+
+
+@dataclass(frozen=True)
+class PartialWrite(OpTrait):
+    """The op's kernel may leave part of a result as it was (not every element written every call)."""
+
+
+def is_partial_write(op: Operation | type[Operation]) -> bool:
+    return (op if isinstance(op, type) else type(op)).has_trait(PartialWrite)
+
+
+@dataclass(frozen=True)
+class RereadsInputs(OpTrait):
+    """The op's kernel reads its inputs again after it has written its output."""
+
+
+def rereads_inputs(op: Operation | type[Operation]) -> bool:
+    return (op if isinstance(op, type) else type(op)).has_trait(RereadsInputs)
 
 
 class AllocEffect(MemoryEffect):

@@ -69,7 +69,7 @@ from xdsl.printer import Printer
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, SymbolTable
 from xdsl.utils.exceptions import VerifyException
 
-from xl.dialects.effects import ValueEffect, WritesOperands
+from xl.dialects.effects import PartialWrite, ValueEffect, WritesOperands
 from xl.dialects.graph import GraphOp
 from xl.dialects.traits import AcceptsViews, NoGradient, NotDifferentiable, PopartType
 from xl.dialects.utils import dtype_of, fmt_type, shape_of
@@ -831,7 +831,8 @@ class RemoteStoreOp(_RemoteTensorAccess):
     """
 
     name = "ipu.remote_store"
-    traits = traits_def(AcceptsViews(), MemoryReadEffect(), MemoryWriteEffect(), NoGradient())
+    # its kernel writes one entry of the buffer
+    traits = traits_def(AcceptsViews(), MemoryReadEffect(), MemoryWriteEffect(), NoGradient(), PartialWrite())
 
 
 REMOTE_ACCESS_OPS = (RemoteLoadOp, RemoteLoadInplaceOp, RemoteStoreOp)

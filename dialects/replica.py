@@ -45,7 +45,7 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from xl.dialects.effects import WritesOperands
+from xl.dialects.effects import PartialWrite, WritesOperands
 from xl.dialects.popxl import PopxlOp
 from xl.dialects.traits import AcceptsViews, CrossReplica, NotDifferentiable, PopartType
 from xl.dialects.utils import dtype_of, fmt_type, shape_of, tensor_type
@@ -432,7 +432,8 @@ class ShardedSliceOp(CollectiveOp):
 
     name = "replica.sharded_slice"
     result = result_def(TensorType)
-    traits = traits_def(CrossReplica(), PopartType("ReplicatedReduceScatter"))
+    # its kernel writes the padding of the last shard once, when the plan is built
+    traits = traits_def(CrossReplica(), PopartType("ReplicatedReduceScatter"), PartialWrite())
 
     @classmethod
     def infer(cls, types, props):

@@ -119,6 +119,19 @@ REPLICATION_FACTOR = "replication_factor"
 # The replica grouping of a grouped `rt.state` (printed in its attribute dictionary).
 GROUPING = "grouping"
 
+# The discardable `rt.*` attributes, each named once here. `KernelOp.params` leaves them out
+# (they describe the kernel, they are not its parameters).
+VIEW_ATTR = "rt.view"
+"""On an `rt.kernel` of a view-like op: its output is a NumPy view of its input (`rt-views`)."""
+REMOTE_ATTR = "rt.remote"
+"""On an `rt.state`: a remote buffer, in host memory apart from the IPUs (`lower-to-rt`)."""
+REPLICA_INVARIANT_ATTR = "rt.replica_invariant"
+"""On an `rt.state`: the same value on every replica, one buffer per process (`rt-fold-all-reduce`)."""
+SOURCE_ATTR = "rt.source"
+"""The frontend op a kernel comes from, `MatMul.101` (set by `popxl.Session`, kept by lowering)."""
+GRAPH_ATTR = "rt.graph"
+"""The graph the op was written in (set and kept as `rt.source`)."""
+
 
 @irdl_op_definition
 class ProgramOp(IRDLOperation):
@@ -867,7 +880,7 @@ class FuncSummaries:
             if t is KernelOp:
                 if use.index >= _n_ins(user):
                     return True
-                if "rt.view" in user.attributes and any(self._written_in_body(o) for o in _split_io(user)[1]):
+                if VIEW_ATTR in user.attributes and any(self._written_in_body(o) for o in _split_io(user)[1]):
                     return True
                 continue
             if t is CopyOp and use.index == 0 or t is D2HOp or t is IfOp:

@@ -56,10 +56,8 @@ from xl.dialects.ipu import (
     ReplicaShardedVariableOp,
     _RemoteAccess,
 )
+from xl.dialects.rt import REMOTE_ATTR
 from xl.dialects.utils import dense_attr, dtype_of, memref_type, shape_of
-
-REMOTE_ATTR = "rt.remote"
-"""Unit attribute of an `rt.state` that is a remote buffer (host memory, not an IPU's)."""
 
 Env = dict[SSAValue, SSAValue]
 Lowering = Callable[[Any, Operation, Env, Block, set[SSAValue]], None]

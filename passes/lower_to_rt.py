@@ -98,9 +98,9 @@ from xl.dialects.graph import (
 from xl.dialects.ipu import IPU_ATTR
 from xl.dialects.ipu import CopyOp as IpuCopyOp
 from xl.dialects.popxl import PopxlOp, is_written, op_props, to_attr
+from xl.dialects.rt import GRAPH_ATTR, SOURCE_ATTR
 from xl.dialects.traits import is_cross_replica
 from xl.passes.lower_remote import lowering_of
-from xl.runtime.profile import GRAPH_ATTR, SOURCE_ATTR
 
 _MEMREFS: dict[Attribute, MemRefType] = {}
 

@@ -23,46 +23,31 @@ from xdsl.dialects.builtin import MemRefType, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 
 from xl.dialects import rt
-from xl.dialects.effects import InPlaceInterface
 from xl.dialects.popxl import from_attr
+from xl.dialects.rt import VIEW_ATTR
+from xl.dialects.rt_kernels import KernelClass, kernel_class, view_array, writes_results_fully
+from xl.dialects.traits import accepts_views, is_elementwise, is_view_like
 from xl.dialects.utils import dtype_of, shape_of
-from xl.runtime.kernels import KERNELS, PARTIAL_WRITE
-from xl.runtime.registry import KernelClass, RtKernel, accepts_views, is_elementwise, is_view_like, kernel_class
-from xl.runtime.views import view_array
-
-VIEW_ATTR = "rt.view"
 
 
 def kernel_class_of(op: Operation) -> KernelClass | None:
-    """The op class (or `RtKernel`) an `rt.kernel` implements; None for other ops."""
+    """The op class an `rt.kernel` implements (`xl.dialects.rt_kernels`); None for other ops."""
     if type(op) is not rt.KernelOp:
         return None
     return kernel_class(cast(StringAttr, op.properties["kernel"]).data)
 
 
-# what each kernel class is from its traits (fixed per class), asked once per class
-_KINDS: dict[KernelClass, tuple[bool, bool]] = {}
+# what the kernels of each class are, from its traits (fixed per class), asked once per class:
+# (elementwise, view-like, accepts views, writes its results fully)
+_KINDS: dict[KernelClass | None, tuple[bool, bool, bool, bool]] = {None: (False, False, False, False)}
 
 
-def _kind(cls: KernelClass | None) -> tuple[bool, bool]:
-    """(elementwise, view-like) of the kernels of `cls` (both False for None)."""
-    if cls is None:
-        return (False, False)
+def _kind(cls: KernelClass | None) -> tuple[bool, bool, bool, bool]:
     kind = _KINDS.get(cls)
     if kind is None:
-        kind = _KINDS[cls] = (is_elementwise(cls), is_view_like(cls))
+        assert cls is not None
+        kind = _KINDS[cls] = (is_elementwise(cls), is_view_like(cls), accepts_views(cls), writes_results_fully(cls))
     return kind
-
-
-def full_write_class(cls: KernelClass | None) -> bool:
-    """Kernels of `cls` overwrite every element of each result without reading it first:
-    the kernel of an op that updates no operand in place (`InPlaceInterface`), unless
-    registered with `full_write=False`; rt kernels say so themselves."""
-    if cls is None or cls not in KERNELS or cls in PARTIAL_WRITE:
-        return False
-    if issubclass(cls, RtKernel):
-        return cls.full_write or cls.elementwise
-    return cls.get_trait(InPlaceInterface) is None
 
 
 def is_view_kernel(op: Operation) -> bool:
@@ -79,14 +64,13 @@ def is_elementwise_kernel(op: Operation) -> bool:
 
 def accepts_views_kernel(op: Operation) -> bool:
     """A kernel that reads its operands through any NumPy strides (`AcceptsViews`)."""
-    cls = kernel_class_of(op)
-    kind = _VIEWS_OK.get(cls)
-    if kind is None:
-        kind = _VIEWS_OK[cls] = accepts_views(cls)
-    return kind
+    return _kind(kernel_class_of(op))[2]
 
 
-_VIEWS_OK: dict[KernelClass | None, bool] = {}
+def is_full_write_kernel(op: Operation) -> bool:
+    """A kernel that overwrites every element of each result without reading it first
+    (`writes_results_fully`: no operand updated in place, no `PartialWrite`)."""
+    return _kind(kernel_class_of(op))[3]
 
 
 def readers_accept_views(v: SSAValue, producer: Operation, seen: set[SSAValue] | None = None) -> bool:
@@ -114,17 +98,6 @@ def readers_accept_views(v: SSAValue, producer: Operation, seen: set[SSAValue] |
         elif t not in (rt.CopyOp, rt.D2HOp, rt.IfOp):
             return False
     return True
-
-
-def is_full_write_kernel(op: Operation) -> bool:
-    """A kernel that overwrites every element of each result without reading it first."""
-    return full_write_class(kernel_class_of(op))
-
-
-# The kernel names of each kind, derived from the op classes (for inspection and tests).
-VIEW_KERNELS = frozenset(c.name for c in KERNELS if is_view_like(c))
-ELEMENTWISE = frozenset(c.name for c in KERNELS if is_elementwise(c))
-FULL_WRITE = frozenset(c.name for c in KERNELS if full_write_class(c))
 
 
 def transpose_perm(op: rt.KernelOp) -> tuple[int, ...] | None:

@@ -59,6 +59,8 @@ from xdsl.passes import ModulePass
 from xl.dialects import rt
 from xl.dialects.popxl import ScaledAddInplaceOp, from_attr
 from xl.dialects.replica import AllReduceInplaceOp
+from xl.dialects.rt import REPLICA_INVARIANT_ATTR
+from xl.dialects.rt_kernels import AllReduceUpdateOp, fused_source_attrs
 from xl.passes.rt_analysis import (
     Memory,
     is_full_write_kernel,
@@ -68,13 +70,8 @@ from xl.passes.rt_analysis import (
     programs,
     walk_ops,
 )
-from xl.runtime.profile import fused_source_attrs
-from xl.runtime.registry import AllReduceUpdateKernel
 
 _FOLDABLE = ("add", "mean")
-
-REPLICA_INVARIANT = "rt.replica_invariant"
-"""Unit attribute of an `rt.state` that holds the same value on every replica."""
 
 
 def _users(v: SSAValue) -> set[Operation]:
@@ -131,7 +128,7 @@ def fold_all_reduce_updates(program: rt.ProgramOp) -> int:
         }
         attrs["scale"] = FloatAttr(b, f64)
         attrs.update(fused_source_attrs(red, upd))  # names for profiles and errors
-        fused = rt.KernelOp(AllReduceUpdateKernel.name, [g, w], [g, w], attrs)
+        fused = rt.KernelOp(AllReduceUpdateOp.name, [g, w], [g, w], attrs)
         block.insert_op_before(fused, upd)
         pos[fused] = pos[upd]
         for op in (red, upd):
@@ -147,14 +144,14 @@ def mark_replica_invariant(program: rt.ProgramOp) -> int:
     docstring); returns how many."""
     r = program.replication_factor
     for op in program.body.block.ops:  # marks already present are recomputed
-        if type(op) is rt.StateOp and REPLICA_INVARIANT in op.attributes:
-            del op.attributes[REPLICA_INVARIANT]
+        if type(op) is rt.StateOp and REPLICA_INVARIANT_ATTR in op.attributes:
+            del op.attributes[REPLICA_INVARIANT_ATTR]
     if r < 2:
         return 0
     mem = Memory(program)
     n = 0
     for op in program.body.block.ops:
-        if not isinstance(op, rt.StateOp) or REPLICA_INVARIANT in op.attributes:
+        if not isinstance(op, rt.StateOp) or REPLICA_INVARIANT_ATTR in op.attributes:
             continue
         if op.grouping is not None and op.num_groups() > 1:
             continue
@@ -164,7 +161,7 @@ def mark_replica_invariant(program: rt.ProgramOp) -> int:
             continue
         ok = True
         for w in writers:
-            if not (isinstance(w, rt.KernelOp) and kernel_class_of(w) is AllReduceUpdateKernel):
+            if not (isinstance(w, rt.KernelOp) and kernel_class_of(w) is AllReduceUpdateOp):
                 ok = False
                 break
             ins, outs = kernel_io(w)
@@ -174,7 +171,7 @@ def mark_replica_invariant(program: rt.ProgramOp) -> int:
                 ok = False
                 break
         if ok:
-            op.attributes[REPLICA_INVARIANT] = UnitAttr()
+            op.attributes[REPLICA_INVARIANT_ATTR] = UnitAttr()
             n += 1
     return n
 

@@ -40,6 +40,7 @@ from xdsl.passes import ModulePass
 
 from xl.dialects import rt
 from xl.dialects.popxl import AddOp, ExpandOp, MatmulOp, ScaledAddInplaceOp, TransposeOp, from_attr
+from xl.dialects.rt_kernels import GemmAccOp, fused_source_attrs
 from xl.dialects.utils import dtype_of, shape_of
 from xl.passes.rt_analysis import (
     Memory,
@@ -50,10 +51,8 @@ from xl.passes.rt_analysis import (
     walk_ops,
     written_between,
 )
-from xl.runtime.profile import fused_source_attrs
-from xl.runtime.registry import GemmAccKernel
 
-GEMM_ACC = GemmAccKernel.name
+GEMM_ACC = GemmAccOp.name
 
 
 _TYPE_INFO: dict[int, tuple[Attribute, bool, object]] = {}

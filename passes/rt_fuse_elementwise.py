@@ -36,6 +36,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from xl.dialects import rt
+from xl.dialects.rt_kernels import FusedOp, fused_source_attrs
 from xl.passes.rt_analysis import (
     Memory,
     blocks,
@@ -46,10 +47,8 @@ from xl.passes.rt_analysis import (
     programs,
     written_between,
 )
-from xl.runtime.profile import fused_source_attrs
-from xl.runtime.registry import FusedKernel
 
-FUSED = FusedKernel.name
+FUSED = FusedOp.name
 
 
 @dataclass

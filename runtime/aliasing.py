@@ -18,15 +18,17 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from xl.dialects.effects import rereads_inputs
+from xl.dialects.rt_kernels import kernel_class
 from xl.runtime.errors import PlanError
-from xl.runtime.registry import RtKernel, kernel_class
 
 
 def inputs_to_snapshot(kernel: str, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> list[int]:
     """Positions of the inputs to copy before the kernel runs (see the module docstring)."""
     cls = kernel_class(kernel)
-    # A fused chain writes its output at every step and reads its inputs again later.
-    identical_ok = not (isinstance(cls, type) and issubclass(cls, RtKernel) and cls.rereads_inputs)
+    # A fused chain writes its output at every step and reads its inputs again later
+    # (`RereadsInputs`): not even an input that is the output array itself is safe.
+    identical_ok = cls is None or not rereads_inputs(cls)
     bad: list[int] = []
     for i, x in enumerate(ins):
         for o in outs:

@@ -52,10 +52,10 @@ from xl.dialects.replica import (
     ShardedSliceOp,
     SliceOp,
 )
+from xl.dialects.rt_kernels import AllReduceUpdateOp
 from xl.dialects.traits import CrossReplica
 from xl.runtime.comm import Comm, LocalComm
 from xl.runtime.errors import PlanError
-from xl.runtime.registry import AllReduceUpdateKernel
 
 Step = Callable[[], None]
 CollectiveFactory = Callable[["Site"], Step]
@@ -440,7 +440,7 @@ def bind_site(factory: CollectiveFactory, site: Site) -> Step:
 
 collective(AllReduceOp, AllReduceInplaceOp, AllReduceIdenticalGradInputsOp)(all_reduce)
 collective(AllReduceIdenticalInputsOp)(identity)
-collective(AllReduceUpdateKernel)(all_reduce_update)
+collective(AllReduceUpdateOp)(all_reduce_update)
 collective(AllGatherOp)(all_gather)
 collective(ReduceScatterOp)(reduce_scatter)
 collective(ShardedSliceOp)(replica_sharded_slice)

@@ -6,7 +6,7 @@ def _gelu(p: dict[str, Any]) -> Kernel: ...
 ```
 
 Contract: ``KERNELS[OpClass](props) -> fn`` (``kernel_factory("popxl.gelu")`` resolves
-an `rt.kernel` name through the dialects, see `xl.runtime.registry`) where ``props`` is the op's properties as
+an `rt.kernel` name through the dialects, see `xl.dialects.rt_kernels`) where ``props`` is the op's properties as
 plain Python values (see ``xl.dialects.popxl.op_props``) and ``fn(*ins, *outs)`` is
 called with the input arrays followed by preallocated output arrays (right shape and
 dtype) that it must fill in place. For ops that update operands in place (``written_operands``),
@@ -138,23 +138,21 @@ from xl.dialects.popxl import (
     WhereOp,
 )
 from xl.dialects.popxl_operands import greedy_segments, operand_names, operand_positions
+from xl.dialects.rt_kernels import KernelClass, kernel_class
 from xl.runtime.float8 import to_float8
-from xl.runtime.registry import KernelClass, kernel_class
 
 Kernel = Callable[..., None]
 KernelFactory = Callable[[dict[str, Any]], Kernel]
 
 KERNELS: dict[KernelClass, KernelFactory] = {}
 
-# Op classes whose kernel may leave part of a result as it was (see `kernel`).
-PARTIAL_WRITE: set[KernelClass] = set()
 
-
-def kernel(*classes: KernelClass, full_write: bool = True) -> Callable[[KernelFactory], KernelFactory]:
+def kernel(*classes: KernelClass) -> Callable[[KernelFactory], KernelFactory]:
     """Register the decorated factory as the kernel of each op class.
 
-    `full_write=False`: the kernel does not overwrite every element of its results on
-    every call (the `rt` buffer reuse must then keep the result's storage its own).
+    What the kernel does to its results is a fact of the class: a kernel that does not
+    overwrite every element of its results on every call declares `PartialWrite`
+    (`xl.dialects.effects`; the `rt` buffer reuse then keeps the result's storage its own).
     """
 
     def deco(f: KernelFactory) -> KernelFactory:
@@ -162,8 +160,6 @@ def kernel(*classes: KernelClass, full_write: bool = True) -> Callable[[KernelFa
             if cls in KERNELS:
                 raise TypeError(f"a kernel for {cls.name} is registered twice")
             KERNELS[cls] = f
-            if not full_write:
-                PARTIAL_WRITE.add(cls)
         return f
 
     return deco
@@ -675,7 +671,7 @@ def _onehot(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@kernel(InitOp, full_write=False)  # `undef` mode writes once
+@kernel(InitOp)  # `undef` mode writes once: InitOp declares PartialWrite
 def _init(p: dict[str, Any]) -> Kernel:
     if p.get("init_type", "zero") == "zero":
 

@@ -66,7 +66,7 @@ def _remote_load(p: dict[str, Any]) -> Kernel:
     return load_at
 
 
-@kernel(RemoteStoreOp, full_write=False)
+@kernel(RemoteStoreOp)  # one entry of the buffer: RemoteStoreOp declares PartialWrite
 def _remote_store(p: dict[str, Any]) -> Kernel:
     """ins `(tensor[, offset])`, out: the buffer (only the entry is written)."""
     const = p.get("offset")

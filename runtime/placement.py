@@ -25,8 +25,7 @@ from xdsl.ir import Operation, SSAValue
 
 from xl.dialects import rt
 from xl.dialects.ipu import placement
-
-VIEW_ATTR = "rt.view"
+from xl.dialects.rt import VIEW_ATTR
 
 
 def written_buffers(op: Operation) -> tuple[SSAValue, ...]:

@@ -11,7 +11,7 @@ Kernel selection: the common kernels have *templates* (`xl.runtime.plan_template
 registered by op class), alias-aware sequences of in-place ufunc calls over shared
 scratch buffers. Anything else calls the kernel factory of `xl.runtime.kernels`, as the
 straightforward plan does. The `rt.kernel` name is resolved to its op class once per
-kernel (`xl.runtime.registry.kernel_class`).
+kernel (`xl.dialects.rt_kernels.kernel_class`).
 Kernels marked `rt.view` bind their output as a view of their input and emit no code.
 Scalar constants are 0-d arrays of the operand dtype (same results as Python scalars,
 no conversion per call).
@@ -56,6 +56,8 @@ from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Block, SSAValue
 
 from xl.dialects import rt
+from xl.dialects.rt import VIEW_ATTR
+from xl.dialects.rt_kernels import kernel_class, view_array
 from xl.dialects.utils import dtype_of, shape_of
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
 from xl.runtime.errors import PlanError, diagnostic_props
@@ -63,12 +65,7 @@ from xl.runtime.functions import emit_call, function_source
 from xl.runtime.kernels import KERNELS
 from xl.runtime.plan_templates import TEMPLATES, Gen, K
 from xl.runtime.profile import KernelInfo, kernel_info
-from xl.runtime.registry import kernel_class
-from xl.runtime.views import view_array
 from xl.runtime.walk import ProgramWalk
-
-VIEW_ATTR = "rt.view"
-
 
 # ------------------------------------------------------------------------------------
 # Building the step function

@@ -82,11 +82,10 @@ from xl.dialects.popxl import (
     TransposeOp,
 )
 from xl.dialects.popxl_operands import operand_positions
+from xl.dialects.rt_kernels import FusedOp, GemmAccOp, KernelClass, kernel_class, view_array
 from xl.runtime import blas
 from xl.runtime.errors import PlanError
 from xl.runtime.kernels import KERNELS, check_range
-from xl.runtime.registry import FusedKernel, GemmAccKernel, KernelClass, kernel_class
-from xl.runtime.views import view_array
 from xl.runtime.xl_kernels import parse_steps
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -659,7 +658,7 @@ def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, 
     return lines
 
 
-@template(GemmAccKernel)
+@template(GemmAccOp)
 def _t_gemm_acc(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 3, 1) or op.outs[0] is not op.ins[2]:
         return None
@@ -670,7 +669,7 @@ def _t_gemm_acc(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     return [f"{g.bind(call, 'gemm')}()"]
 
 
-@template(FusedKernel)
+@template(FusedOp)
 def _t_fused(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     """Each step's own code, all writing the output buffer (see `rt-fuse-elementwise`)."""
     if len(op.outs) != 1:

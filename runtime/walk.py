@@ -27,26 +27,22 @@ import numpy as np
 from xdsl.ir import Block, Operation, SSAValue
 
 from xl.dialects import rt
+from xl.dialects.rt import REPLICA_INVARIANT_ATTR, VIEW_ATTR
+from xl.dialects.rt_kernels import AllReduceUpdateOp, kernel_class
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.runtime.aliasing import check_writable
 from xl.runtime.collectives import is_collective
 from xl.runtime.errors import BufferNames, PlanError
 from xl.runtime.functions import expand_call
-from xl.runtime.registry import kernel_class
 from xl.runtime.streams import StreamIn, StreamOut, stream_entry
 
 At = TypeVar("At")
-
-# an rt.state holding the same value on every replica (`xl.passes.rt_fold_all_reduce`)
-REPLICA_INVARIANT = "rt.replica_invariant"
 
 
 def only_updated_by_all_replicas(v: SSAValue, replication_factor: int) -> bool:
     """Whether buffer `v` (an `rt.state` marked `rt.replica_invariant`) is written only by
     fused updates over one group of every replica, so one buffer may serve all replicas.
     The runtime checks the mark itself: a hand-written or stale one is ignored."""
-    from xl.runtime.registry import AllReduceUpdateKernel
-
     for use in v.uses:
         user = use.operation
         if _reads_only(user, use.index):
@@ -54,7 +50,7 @@ def only_updated_by_all_replicas(v: SSAValue, replication_factor: int) -> bool:
         if not isinstance(user, rt.KernelOp):
             return False
         ins, outs = user.io()
-        if kernel_class(user.kernel.data) is AllReduceUpdateKernel:
+        if kernel_class(user.kernel.data) is AllReduceUpdateOp:
             grouping = user.params.get("grouping")
             size = grouping.size() if grouping is not None else replication_factor
             if size == replication_factor and len(outs) == 2 and outs[1] is v and ins[1] is v:
@@ -62,7 +58,7 @@ def only_updated_by_all_replicas(v: SSAValue, replication_factor: int) -> bool:
             return False
         if v in outs:
             return False
-        if "rt.view" in user.attributes:
+        if VIEW_ATTR in user.attributes:
             # a view of the weight: its users must not write it either
             if not all(only_read(o, user) for o in outs):
                 return False
@@ -86,7 +82,7 @@ def only_read(v: SSAValue, producer: Operation) -> bool:
         _, outs = user.io()
         if v in outs:
             return False
-        if "rt.view" in user.attributes and not all(only_read(o, user) for o in outs):
+        if VIEW_ATTR in user.attributes and not all(only_read(o, user) for o in outs):
             return False
     return True
 
@@ -175,7 +171,7 @@ class ProgramWalk(ABC, Generic[At]):
         arr = np.array(arr, dtype=dtype_of(t), order="C").reshape(shape_of(t))
         if (
             self.shared_state is not None
-            and REPLICA_INVARIANT in op.attributes
+            and REPLICA_INVARIANT_ATTR in op.attributes
             and only_updated_by_all_replicas(op.result, self.replication_factor)
         ):
             arr = self.shared_state.setdefault(op.slot.data, arr)

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from xl.dialects.rt_kernels import FusedOp, GemmAccOp
 from xl.runtime.errors import PlanError
 from xl.runtime.kernels import Kernel, kernel, kernel_factory
-from xl.runtime.registry import FusedKernel, GemmAccKernel
 
 
-@kernel(GemmAccKernel)
+@kernel(GemmAccOp)
 def _gemm_acc(p: dict[str, Any]) -> Kernel:
     """`c = alpha * op(a) @ op(b) + beta * c` (`op` transposes when `trans_a`/`trans_b`)."""
     alpha, beta = float(p["alpha"]), float(p["beta"])
@@ -52,7 +52,7 @@ def parse_steps(steps: Any) -> list[tuple[str, tuple[int, ...], dict[str, Any]]]
     return out
 
 
-@kernel(FusedKernel)
+@kernel(FusedOp)
 def _fused(p: dict[str, Any]) -> Kernel:
     """Runs the steps in order, each writing the output buffer (elementwise kernels are alias-safe)."""
     steps = [(_step_factory(name)(props), args) for name, args, props in parse_steps(p["steps"])]

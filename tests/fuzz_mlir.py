@@ -502,7 +502,7 @@ def plans_differ(data: bytes, argv: list[str]) -> str | None:
     reordered computation, NaN where NaN), else what differs."""
     import numpy as np
 
-    from xl.runtime import compile_module
+    from xl.compiler import compile_module
     from xl.tools.context import xl_context
     from xl.tools.parse import parse_source
 

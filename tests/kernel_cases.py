@@ -42,11 +42,11 @@ from xl.dialects.attrs import to_attr
 from xl.dialects.custom_ops import CustomOpDefinition, register_custom_op
 from xl.dialects.effects import written_operands
 from xl.dialects.popxl import op_props
+from xl.dialects.rt_kernels import AllReduceUpdateOp, FusedOp, GemmAccOp, KernelClass
 from xl.dialects.utils import dtype_of, shape_of, tensor_type
 from xl.passes.rt_fuse_elementwise import _steps_attr
 from xl.runtime.collectives import COLLECTIVES
 from xl.runtime.kernels import KERNELS
-from xl.runtime.registry import AllReduceUpdateKernel, FusedKernel, GemmAccKernel, KernelClass
 
 KERNEL_CLASSES: list[KernelClass] = sorted({*KERNELS, *COLLECTIVES}, key=lambda c: c.name)
 
@@ -386,7 +386,7 @@ case(
     props={"a": 0.5, "b": -2.0},
 )
 case(
-    GemmAccKernel,
+    GemmAccOp,
     lambda r: [adv(r, (4, 5)), adv(r, (3, 4)), adv(r, (5, 3))],
     lambda a, b, c: [as32(0.5 * (f64(a).T @ f64(b).T) - 2.0 * f64(c))],
     rt=lambda ins: RtForm({"alpha": 0.5, "beta": -2.0, "trans_a": True, "trans_b": True}, [2]),
@@ -394,7 +394,7 @@ case(
     atol=1e-3,
 )
 case(
-    GemmAccKernel,
+    GemmAccOp,
     lambda r: [adv(r, (5, 4)), adv(r, (4, 3)), adv(r, (5, 3))],
     lambda a, b, c: [as32(f64(a) @ f64(b) + f64(c))],
     rt=lambda ins: RtForm({"alpha": 1.0, "beta": 1.0, "trans_a": False, "trans_b": False}, [2]),
@@ -403,7 +403,7 @@ case(
     label="plain",
 )
 case(
-    FusedKernel,
+    FusedOp,
     lambda r: [adv(r, (5, 3)), adv(r, (5, 3)), adv(r, (3,))],
     lambda a, b, c: [as32(np.maximum(f64(a) * f64(b) + f64(c), 0.0))],
     rt=lambda ins: RtForm(
@@ -1044,7 +1044,7 @@ case(
     replicas=2,
 )
 case(
-    AllReduceUpdateKernel,
+    AllReduceUpdateOp,
     lambda r: [adv(r, (2, 5, 3)), np.broadcast_to(adv(r, (5, 3)), (2, 5, 3)).copy()],
     lambda g, w: [None, as32(f64(w) + 0.5 * np.broadcast_to(f64(g).mean(0), w.shape))],
     rt=lambda ins: RtForm({"op": "mean", "scale": 0.5, "grouping": _G}, [0, 1]),

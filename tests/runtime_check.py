@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 import popxl
-from xl.runtime import compile_module
+from xl.compiler import compile_module
 
 PATHS = ("plain", "optimized", "session")
 

@@ -14,9 +14,9 @@ import pytest
 from xdsl.dialects.builtin import MemRefType, f16, f32
 
 from xl.dialects import rt
+from xl.dialects.rt_kernels import kernel_class
 from xl.runtime.kernels import KERNELS
 from xl.runtime.plan_templates import TEMPLATES, Gen, K, half_rounder
-from xl.runtime.registry import kernel_class
 
 
 def _values(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.ndarray:

@@ -18,7 +18,7 @@ import mnist_accumulate as mnist_accumulate_example  # noqa: E402
 import mnist_popxl as mnist_popxl_example  # noqa: E402
 
 from tests.plan_tolerance import PLAN_TOL  # noqa: E402
-from xl.runtime import compile_module  # noqa: E402
+from xl.compiler import compile_module  # noqa: E402
 from xl.tools.context import xl_context  # noqa: E402
 
 

@@ -17,8 +17,8 @@ import popxl_addons as addons
 from popxl import ops
 from popxl.context import NoGraphSelectedError
 from popxl_addons import DotTree, GraphWithNamedArgs, NamedTensors
+from xl.compiler import compile_module
 from xl.dialects.graph import ConstantOp, VariableOp
-from xl.runtime import compile_module
 from xl.tools.context import xl_context
 
 

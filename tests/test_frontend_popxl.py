@@ -33,11 +33,7 @@ def reparse(ir: popxl.Ir):
 
 
 def need_runtime():
-    pytest.importorskip("xl.runtime")
-    import xl.runtime as runtime
-
-    if not hasattr(runtime, "compile_module"):
-        pytest.skip("xl.runtime.compile_module not available")
+    pytest.importorskip("xl.compiler")
 
 
 def run(ir: popxl.Ir, outputs, inputs=None):
@@ -839,7 +835,7 @@ def test_var_updates_numerics():
 def test_printed_ir_is_runnable_text():
     """The IR text holds the variables' initial values: parse it back and compile it."""
     need_runtime()
-    from xl.runtime import compile_module
+    from xl.compiler import compile_module
 
     ir = popxl.Ir()
     with ir.main_graph:

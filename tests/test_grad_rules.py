@@ -82,7 +82,7 @@ class GradProgram:
         grads_provided: Sequence[int] | None = None,
         grads_required: Sequence[int] | None = None,
     ):
-        from xl.runtime import compile_module
+        from xl.compiler import compile_module
 
         module = ModuleOp(list(graphs))
         grad, _ = autodiff(module, fwd, grads_provided, grads_required)

@@ -18,8 +18,8 @@ from xdsl.dialects.builtin import ModuleOp
 import popxl
 from popxl import ops
 from tests.runtime_check import run_all
+from xl.compiler import compile_module, lower
 from xl.dialects import rt
-from xl.runtime import compile_module, lower
 from xl.runtime.transfers import HostTransferWarning, count_transfers
 
 
@@ -53,6 +53,7 @@ def test_matching_counts_no_warning(recwarn) -> None:
     assert not [w for w in recwarn if issubclass(w.category, HostTransferWarning)]
     low = lower(ir._module)
     (program,) = list(low.ops)
+    assert isinstance(program, rt.ProgramOp)
     assert count_transfers(program) == {("h2d", "x"): (3, 3), ("d2h", "y"): (3, 3)}
 
 

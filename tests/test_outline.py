@@ -23,11 +23,11 @@ import popxl.ops as ops
 import popxl_addons as addons
 from tests.narrow import narrow
 from tests.plan_tolerance import PLAN_TOL
+from xl.compiler import compile_module
 from xl.dialects.call import CallOp
 from xl.dialects.graph import GraphOp
 from xl.passes.inline import inline_all
 from xl.passes.outline import OutlineError, outline
-from xl.runtime import compile_module
 from xl.tools.context import xl_context
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

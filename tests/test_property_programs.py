@@ -42,8 +42,8 @@ import numpy as np
 from hypothesis import currently_in_test_context, example, given, note, reject
 
 import popxl
+from xl.compiler import compile_module
 from xl.compiler.driver import OUTLINE_MIN_OPS, OUTLINE_PIPELINE
-from xl.runtime import compile_module
 
 from .property_programs import (
     Program,

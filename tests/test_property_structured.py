@@ -29,8 +29,8 @@ from hypothesis import currently_in_test_context, given, note, reject, settings
 from threadpoolctl import threadpool_limits
 
 import popxl
+from xl.compiler import compile_module
 from xl.compiler.driver import OUTLINE_MIN_OPS, OUTLINE_PIPELINE
-from xl.runtime import compile_module
 
 from .property_structured import (
     Program,

@@ -88,7 +88,7 @@ def test_collective_grouping_larger_than_the_replicas_is_refused_by_both_plans(o
     ran it silently while the straightforward plan refused it."""
     from xdsl.dialects.builtin import ModuleOp
 
-    from xl.runtime import compile_module
+    from xl.compiler import compile_module
     from xl.runtime.errors import PlanError
     from xl.tools.context import xl_context
     from xl.tools.parse import parse_source

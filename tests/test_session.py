@@ -9,12 +9,6 @@ import pytest
 import popxl
 from popxl import ops
 
-pytest.importorskip("xl.runtime")
-import xl.runtime as runtime
-
-if not hasattr(runtime, "compile_module"):
-    pytest.skip("xl.runtime.compile_module not available", allow_module_level=True)
-
 
 def counter_program(num_host_transfers: int = 1, replication: int = 1):
     """y = x + w; w += 1 each run; also stores w."""

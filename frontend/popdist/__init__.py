@@ -34,6 +34,10 @@ its output complete (no `MPI_Abort`, which can cut off what the instances printe
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from xl.runtime.comm import Comm
 
 __all__ = [
     "getDeviceId",
@@ -160,3 +164,15 @@ def init() -> None:
 
         register_exit_exchange(import_mpi())
     getNumTotalReplicas()  # raises for an indivisible total
+
+
+def _instance_comm() -> Comm | None:
+    """The comm `popxl.Session` runs an `Ir(replication="popdist")` with: an `MpiComm`
+    (`xl.runtime.mpi`) when the launch has several instances, else None (one process runs
+    every replica)."""
+    init()
+    if getNumInstances() <= 1:
+        return None
+    from xl.runtime.mpi import MpiComm
+
+    return MpiComm()
