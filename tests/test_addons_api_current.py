@@ -223,10 +223,12 @@ def test_memmap_variables(tmp_path, remote: bool) -> None:
     with popxl.Session(ir) as s:
         np.testing.assert_array_equal(s.get_tensor_data(variables.w), w0)
         np.testing.assert_allclose(s.run({xs: x})[ys], x @ w0, rtol=1e-6)
+    # the session kept the variable in the file: its update (+1) went there on exit
+    np.testing.assert_array_equal(np.fromfile(path, np.float32).reshape(3, 4), w0 + 1)
     np.random.seed(1)  # other random weights: the file wins
     ir2, xs2, ys2, variables2 = _memmap_program(str(tmp_path), read_only=True, remote=remote)
     with popxl.Session(ir2) as s2:
-        np.testing.assert_array_equal(s2.get_tensor_data(variables2.w), w0)
+        np.testing.assert_array_equal(s2.get_tensor_data(variables2.w), w0 + 1)
     mm = addons.VariableFactory(np.zeros((3, 4), np.float32), popxl.float32).next_memmap(
         str(tmp_path), "model.w", read_only_if_exists=True
     )

@@ -49,6 +49,9 @@ class SessionRemote:
         replica's with 'all_replicas'), zeros when it has none."""
         out: dict[Variable, np.ndarray] = {}
         for v, op in self._ops.items():
+            if v._memmap_arr is not None and not self._all_replicas(v):
+                out[v] = v._memmap_arr  # the user's memory-mapped file is the host copy
+                continue
             init = getattr(v, "_host_init", None)
             if init is None:
                 init = (

@@ -85,6 +85,9 @@ class Ir:
         self._d2h: dict[str, Any] = {}
         self._stream_uniq = itertools.count()
         self._sessions: list[Any] = []
+        # a variable keeps a read-only np.memmap as its host value: sessions cannot copy the
+        # device values back (weights_to_host refuses, and is not done on exit)
+        self._has_read_only_memmap = False
         # ops built by the aliasing `_` view ops (`ops.reshape_`, ...): op -> public op name
         self._views: dict[Any, str] = {}
         # PopART-style op ids: ops numbered from 100 in the order they are created
@@ -358,7 +361,8 @@ class Ir:
           value of each variable (after `write_variables_data` and runs, fetched from
           the device when needed); with no session, the initial values.
         - `values="initial"`: the values given to `popxl.variable` when the program
-          was built, whatever any session did since.
+          was built, whatever any session did since (for a variable created from an
+          `np.memmap`, what its file holds now).
 
         The text always parses back to the same program; only the variable values differ.
 
@@ -379,6 +383,10 @@ class Ir:
         module = self._module
         if values == "current" and self._sessions:
             module = self._module_with_values(self._session_values(self._sessions[-1]))
+        else:  # variables kept in an np.memmap hold their value in the file, not in the IR
+            mapped = {v._var_name: v._memmap_arr for v in self.main_graph.variables if v._memmap_arr is not None}
+            if mapped:
+                module = self._module_with_values(mapped)
         from xl.compiler.elide import print_op
         from xl.compiler.weights import externalize_variables
 

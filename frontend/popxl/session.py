@@ -36,6 +36,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from popxl._checks import check_int
 from popxl._host import downcast_np_dtype
+from popxl._logging import logger
 from popxl._session_remote import SessionRemote
 from popxl.ir import Ir
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
@@ -98,7 +99,9 @@ class Session:
             raise ValueError(f"Session: unknown device_desc {device_desc!r}; expected one of {', '.join(_DEVICES)}")
         self._ir = ir
         self._device_desc = device_desc
-        self.weights_to_host_on_exit = weights_to_host_on_exit
+        self.weights_to_host_on_exit = weights_to_host_on_exit and not ir._has_read_only_memmap
+        if weights_to_host_on_exit and ir._has_read_only_memmap:
+            logger.info("Weights to host has been disabled as the `ir` contains a read-only memmaped variable.")
         self._attached = False
         self._ctx_stack: list[bool] = []
         self._device_dirty = False  # device state may differ from the host copies
@@ -157,6 +160,8 @@ class Session:
         check_session(self)
 
     def _initial_value(self, v: Variable, op: VariableOp) -> np.ndarray:
+        if v._memmap_arr is not None and not self._all_replicas(v):
+            return v._memmap_arr  # the host copy is the user's memory-mapped file itself
         name = op.var_name.data
         host_init = getattr(v, "_host_init", None)
         if self._all_replicas(v):
@@ -262,7 +267,12 @@ class Session:
 
     # -- weights ------------------------------------------------------------------------------
     def weights_to_host(self) -> None:
-        """Copy every variable from the device to its host copy."""
+        """Copy every variable from the device to its host copy; flushes the variables kept
+        in `np.memmap` files. Refused when a variable's memmap is read-only (as PopXL)."""
+        if self._ir._has_read_only_memmap:
+            raise RuntimeError(
+                "Writing data from device to host is not possible as the `ir` contains a read-only memmap."
+            )
         self._require_attached("weights_to_host")
         state = self._exe.state
         for v, host in self._host.items():
@@ -278,6 +288,9 @@ class Session:
                 np.copyto(host, self._per_group(v, self._exe.gather_state(name)), casting="no")
             else:
                 np.copyto(host, state[name], casting="no")
+        for host in self._host.values():
+            if isinstance(host, np.memmap):
+                host.flush()
         self._device_dirty = False
 
     def weights_from_host(self) -> None:
@@ -313,7 +326,8 @@ class Session:
 
     def get_tensor_data(self, tensor: Tensor) -> np.ndarray:
         """The value of a Variable (synced from the device when needed) or Constant, as a new
-        array: later runs and writes do not change an array returned earlier."""
+        array: later runs and writes do not change an array returned earlier. A variable
+        created from an `np.memmap` returns that memmap itself, which holds its value."""
         if isinstance(tensor, Constant):
             return np.array(tensor._data, copy=True)
         if not isinstance(tensor, Variable):
@@ -324,7 +338,9 @@ class Session:
         v = self._check_variable(tensor, "get_tensor_data")
         if self._attached and self._device_dirty:
             self.weights_to_host()
-        return self._host[v].copy()
+        host = self._host[v]
+        # a variable kept in an np.memmap: that object itself, as PopXL
+        return host if host is v._memmap_arr else host.copy()
 
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
         if isinstance(tensors, Tensor) or not isinstance(tensors, Iterable):

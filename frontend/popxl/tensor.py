@@ -21,6 +21,7 @@ from xdsl.ir import Attribute, BlockArgument, Operation, OpResult, SSAValue
 
 from popxl._checks import check_name, check_shape, describe
 from popxl._host import NotHostDataError, host_array
+from popxl._logging import logger
 from popxl.context import gcg
 from popxl.dtypes import checked_dtype, dtype
 from popxl.errors import UndefinedValue
@@ -33,6 +34,7 @@ from popxl.remote_buffer import (
     checked_buffer,
 )
 from popxl.replica_grouping import ReplicaGrouping, checked_grouping, checked_shard_over, replica_group_size
+from popxl.utils import to_numpy
 from xl.dialects.graph import ConstantOp, VariableOp
 from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR, CopyOp, RemoteVariableOp, ReplicaShardedVariableOp
 from xl.dialects.utils import dense_attr, dense_to_numpy, tensor_type
@@ -349,6 +351,7 @@ class Variable(Tensor):
     _retrieval_mode: str = "one_per_group"
     _location_info: TensorLocationInfo | None = None
     _host_init: np.ndarray | None = None  # the data of every group (more than one group)
+    _memmap_arr: np.memmap | None = None  # the user's np.memmap holding the variable's host value
 
     @property
     def replica_grouping(self) -> Any:
@@ -434,6 +437,41 @@ def _retrieval(mode: Any, what: str) -> str:
     return mode
 
 
+def _variable_data(
+    g: Graph,
+    data: Any,
+    dtype: dtype | None,
+    downcast: bool,
+    log2_scale: Any,
+    nan_on_overflow: Any,
+    replica_grouping: Any,
+    what: str,
+) -> tuple[np.ndarray, np.memmap | None]:
+    """The host array of a variable's `data`, and the `np.memmap` itself when `data` is one
+    the variable can keep as its storage (no copy, as PopXL): C-ordered and aligned, of a
+    dtype that needs no downcast, `dtype` None or its own (ValueError otherwise, PopXL's
+    messages). With a replica grouping whose groups are not strided alike (not `is_const`)
+    the data is copied, with PopXL's warning (`popxl._logging`)."""
+    if not isinstance(data, np.memmap):
+        arr, _ = host_array(
+            data, dtype, downcast=downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow, what=what
+        )
+        return arr, None
+    mm = to_numpy(data, dtype, downcast, copy=False, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
+    if isinstance(replica_grouping, ReplicaGrouping) and not replica_grouping.is_const:
+        logger.warning(
+            f"In creation of variable {what}, you have passed np.memmap data and a non-const replica "
+            "grouping, which requires us to make a copy of your np.memmap data. Your variable will be "
+            "treated as NOT an np.memmap."
+        )
+        return np.array(mm), None
+    if not isinstance(mm, np.memmap):  # a copy was unavoidable (e.g. float8 data cast on the host)
+        return mm, None
+    if not mm.flags.writeable:
+        g._ir._has_read_only_memmap = True
+    return mm, mm
+
+
 def _value_shape(arr: np.ndarray, num_groups: int, replica_grouping: Any, what: str) -> tuple[int, ...]:
     """The shape of the variable holding `arr`: `arr`'s, without the leading `num_groups`
     dim when there are several groups."""
@@ -463,7 +501,9 @@ def _register(
     v._replica_grouping = replica_grouping
     v._retrieval_mode = mode
     v._location_info = info
-    if num_groups > 1:
+    if isinstance(arr, np.memmap):
+        v._memmap_arr = arr  # the host value stays in the user's file (Session keeps no copy)
+    elif num_groups > 1:
         v._host_init = arr
     return v
 
@@ -487,14 +527,13 @@ def variable(
     name = check_name(name, what)
     if retrieval_mode not in (None, "one_per_group", "all_replicas"):
         raise ValueError(f"{what}: invalid retrieval_mode {retrieval_mode!r}")
-    arr, _ = host_array(
-        data, dtype, downcast=downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow, what=what
-    )
+    arr, mm = _variable_data(g, data, dtype, downcast, log2_scale, nan_on_overflow, replica_grouping, what)
     grouping_attr, num_groups = checked_grouping(g._ir, replica_grouping, what)
     shape = _value_shape(arr, num_groups, replica_grouping, what)
     vname = g._unique_name(name if name is not None else "t", scoped=True)
     mode = retrieval_mode if grouping_attr is not None else None
-    op = VariableOp(vname, tensor_type(shape, arr.dtype), dense_attr(arr), grouping=grouping_attr, retrieval_mode=mode)
+    init = dense_attr(arr) if mm is None else None  # a memmap's value stays in its file
+    op = VariableOp(vname, tensor_type(shape, arr.dtype), init, grouping=grouping_attr, retrieval_mode=mode)
     g._insert(op)
     return _register(g, op.result, vname, replica_grouping, retrieval_mode or "one_per_group", arr, num_groups)
 
@@ -547,9 +586,7 @@ def remote_variable(
     (one value per group of `replica_grouping`, data shaped `(num_groups, *shape)`)."""
     what = _what("popxl.remote_variable", name)
     g = _main_graph(what)
-    arr, _ = host_array(
-        data, dtype, downcast=downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow, what=what
-    )
+    arr, _ = _variable_data(g, data, dtype, downcast, log2_scale, nan_on_overflow, replica_grouping, what)
     return _remote_variable(g, arr, remote_buffer, offset, name, replica_grouping, retrieval_mode, None, what)
 
 
@@ -586,8 +623,9 @@ def _remote_variable(
         if isinstance(op, RemoteVariableOp) and op.buffer_name == rb._name and op.entry == offset:
             raise ValueError(f"{what}: entry {offset} of {rb!r} already holds remote variable {op.var_name.data!r}")
     vname = g._unique_name(name if name is not None else "t", scoped=True)
+    init = None if isinstance(arr, np.memmap) else dense_attr(arr)  # a memmap's value stays in its file
     op = RemoteVariableOp(
-        vname, rb._name, offset, tensor_type(shape, arr.dtype), dense_attr(arr),
+        vname, rb._name, offset, tensor_type(shape, arr.dtype), init,
         grouping=attr, retrieval_mode=mode if attr is not None else None, shard_over=shard_over,
     )  # fmt: skip
     g._insert(op, verify_as=op.name)  # its verifier looks the buffer up in the module
@@ -626,9 +664,7 @@ def remote_replica_sharded_variable(
     g = _main_graph(what)
     _require_replication(g)
     rb = checked_buffer(remote_buffer, what)
-    arr, _ = host_array(
-        data, dtype, downcast=downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow, what=what
-    )
+    arr, _ = _variable_data(g, data, dtype, downcast, log2_scale, nan_on_overflow, replica_grouping, what)
     _, groups = checked_grouping(g._ir, replica_grouping, what)
     shape = _value_shape(arr, groups, replica_grouping, what)
     if rb.meta_shape == ():
@@ -676,16 +712,15 @@ def replica_sharded_variable(
     _require_replication(g)
     name = check_name(name, what)
     mode = _retrieval(retrieval_mode, what)
-    arr, _ = host_array(
-        data, dtype, downcast=downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow, what=what
-    )
+    arr, mm = _variable_data(g, data, dtype, downcast, log2_scale, nan_on_overflow, replica_grouping, what)
     attr, groups = checked_grouping(g._ir, replica_grouping, what)
     shape = _value_shape(arr, groups, replica_grouping, what)
     s = checked_shard_over(g._ir, replica_grouping, shard_over, what)
     n = -(-math.prod(shape) // s)
     vname = g._unique_name(name if name is not None else "t", scoped=True)
+    init = dense_attr(arr) if mm is None else None  # a memmap's value stays in its file
     op = ReplicaShardedVariableOp(
-        vname, tensor_type(shape, arr.dtype), tensor_type((n,), arr.dtype), dense_attr(arr),
+        vname, tensor_type(shape, arr.dtype), tensor_type((n,), arr.dtype), init,
         shard_over=s, grouping=attr, retrieval_mode=mode if attr is not None else None,
     )  # fmt: skip
     g._insert(op, verify_as=op.name)

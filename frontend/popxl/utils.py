@@ -65,8 +65,8 @@ def to_numpy(
                 "When passing a memory-mapped NumPy array, it must already be in C-ordered and aligned form."
             )
         if x.dtype in downcast_np_dtypes:
-            raise ValueError(
-                f"When passing a memory-mapped NumPy array, the dtype {x.dtype} is not "
+            raise ValueError(  # names the `dtype` argument, as PopXL
+                f"When passing a memory-mapped NumPy array, the dtype {dtype} is not "
                 "supported, as it requires downcasting the array into a new array with a "
                 "dtype supported by PopXL."
             )
