@@ -108,6 +108,7 @@ from xl.dialects.popxl_syntax import parse_popxl_op, print_popxl_op
 from xl.dialects.traits import (
     AcceptsViews,
     Elementwise,
+    Flops,
     Internal,
     NoGradient,
     NotDifferentiable,
@@ -1004,6 +1005,13 @@ def matmul_shape(cls: type[PopxlOp], lhs: TensorType, rhs: TensorType) -> tuple[
     return shape
 
 
+def matmul_flops(inputs: Sequence[tuple[int, ...]], results: Sequence[tuple[int, ...]], props: Any) -> int:
+    """2 M N K per matrix product: every result element is K multiply-adds (K the
+    contracting dim of the first operand; batch dims broadcast)."""
+    k = inputs[0][-1]
+    return 2 * math.prod(results[0]) * k
+
+
 @irdl_op_definition
 class MatmulOp(PopxlOp):
     """Matrix product with NumPy `matmul` semantics, batch dims broadcast (popxl.ops.matmul).
@@ -1014,7 +1022,7 @@ class MatmulOp(PopxlOp):
     """
 
     name = "popxl.matmul"
-    traits = traits_def(AcceptsViews(), PopartType("MatMul"))
+    traits = traits_def(AcceptsViews(), PopartType("MatMul"), Flops(matmul_flops))
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1044,7 +1052,7 @@ class MatmulPow2ScaledOp(PopxlOp):
     rhs = operand_def(TensorType)
     log2_scale = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(AcceptsViews(), NoGradient(), PopartType("MatMul"))
+    traits = traits_def(AcceptsViews(), NoGradient(), PopartType("MatMul"), Flops(matmul_flops))
 
     @classmethod
     def infer(cls, types, props):
@@ -2568,6 +2576,24 @@ class _ConvBase(PopxlOp):
     groups = opt_prop_def(IntegerAttr)
 
 
+def conv_flops(inputs: Sequence[tuple[int, ...]], results: Sequence[tuple[int, ...]], props: Any) -> int:
+    """`popxl.conv`: each result element `(n, m, *o)` is `C / groups * prod(kernel)`
+    multiply-adds, the size of one filter (`weight[m]`)."""
+    return 2 * math.prod(results[0]) * math.prod(inputs[1][1:])
+
+
+def conv_transpose_flops(inputs: Sequence[tuple[int, ...]], results: Sequence[tuple[int, ...]], props: Any) -> int:
+    """`popxl.conv_transpose`: each input element `(n, c, *x)` is spread over
+    `M / groups * prod(kernel)` results (`weight[c]`), one multiply-add each."""
+    return 2 * math.prod(inputs[0]) * math.prod(inputs[1][1:])
+
+
+def conv_weight_grad_flops(inputs: Sequence[tuple[int, ...]], results: Sequence[tuple[int, ...]], props: Any) -> int:
+    """`popxl.conv_weight_grad`: each element of `dy` `(n, m, *o)` meets one window of the
+    input, `C / groups * prod(kernel)` multiply-adds (the size of one filter of the result)."""
+    return 2 * math.prod(inputs[0]) * math.prod(results[0][1:])
+
+
 @irdl_op_definition
 class ConvOp(_ConvBase):
     """N-d convolution (cross-correlation, as ONNX Conv and PyTorch) of `input`
@@ -2582,7 +2608,7 @@ class ConvOp(_ConvBase):
     """
 
     name = "popxl.conv"
-    traits = traits_def(AcceptsViews())
+    traits = traits_def(AcceptsViews(), Flops(conv_flops))
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
     result = result_def(TensorType)
@@ -2624,7 +2650,7 @@ class ConvTransposeOp(_ConvBase):
     """
 
     name = "popxl.conv_transpose"
-    traits = traits_def(AcceptsViews())
+    traits = traits_def(AcceptsViews(), Flops(conv_transpose_flops))
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
     result = result_def(TensorType)
@@ -2675,7 +2701,7 @@ class ConvWeightGradOp(_ConvBase):
     """
 
     name = "popxl.conv_weight_grad"
-    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal())
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal(), Flops(conv_weight_grad_flops))
     dy = operand_def(TensorType)
     input = operand_def(TensorType)
     result = result_def(TensorType)

@@ -28,6 +28,10 @@ class GeluOp(_UnaryFloatOp):
   reshaped-of-transposed and offset views.
 - `CrossReplica()`: a collective between replicas (`xl.dialects.replica`); the lowering
   and the runtime recognise collectives by it (`is_cross_replica`).
+- `Flops(count)`: the floating-point operations of one execution of the op's kernel,
+  `count(input_shapes, result_shapes, props)` (`popxl.matmul`: 2 M N K; the convolutions:
+  2 x the multiply-adds), as torch.profiler's `with_flops` counts them; read by the
+  profiler once when a plan is built (`flop_count`), never per step.
 - `PopartType("MatMul")`: the PopART op type `print_schedule` shows, when it is not the
   CamelCase of the op name (`popxl.reduce_sum` -> `ReduceSum`, `popxl.relu_` ->
   `ReluInplace`); see `popart_type`.
@@ -38,7 +42,9 @@ live in `xl.dialects.effects`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from xdsl.ir import Operation
 from xdsl.traits import OpTrait
@@ -133,3 +139,23 @@ class AcceptsViews(OpTrait):
 
 def accepts_views(op: OpLike) -> bool:
     return _cls(op).has_trait(AcceptsViews)
+
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Flops(OpTrait):
+    """The floating-point operations one execution of the op's kernel performs:
+    `count(input_shapes, result_shapes, props)`, the shapes of the kernel's inputs and
+    results in operand order and the op's properties (an `rt.kernel`'s `params`)."""
+
+    count: Callable[[Sequence[Shape], Sequence[Shape], Mapping[str, Any]], int]
+
+
+def flop_count(op: OpLike, inputs: Sequence[Shape], results: Sequence[Shape], props: Mapping[str, Any]) -> int | None:
+    """The `Flops` of one execution of `op` (an op or op class) on these shapes; None when
+    the op declares none (its work is not counted in FLOPs, as torch.profiler does for
+    everything but matrix products and convolutions)."""
+    t = _cls(op).get_trait(Flops)
+    return None if t is None else int(t.count(inputs, results, props))
