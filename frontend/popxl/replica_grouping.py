@@ -287,6 +287,10 @@ def checked_grouping(ir: Ir, replica_grouping: Any, what: str) -> tuple[ReplicaG
             f"got {describe(replica_grouping)}"
         )
     replica_grouping._check_ir(ir, what)
+    if replica_grouping.num_groups == 1 and replica_grouping._stride == 1:
+        # All replicas in one group, in order: what no grouping means. Recorded as no
+        # grouping, so the IR reads the same (and follows a later replication factor).
+        return None, 1
     return replica_grouping._to_attr(), int(replica_grouping.num_groups)
 
 
