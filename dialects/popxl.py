@@ -91,6 +91,7 @@ from xl.dialects.attrs import SEGMENTS, from_attr, to_attr
 from xl.dialects.effects import (
     AllocEffect,
     InPlaceInterface,
+    PartialWrite,
     TensorOpEffect,
     WritesOperands,
     written_operands,
@@ -879,12 +880,13 @@ class PrintTensorOp(PopxlOp):
 
 
 def _canonicalization(*names: str) -> HasCanonicalizationPatternsTrait:
-    """A trait whose patterns are the named classes of `xl.passes.popxl_canonicalization` (lazy)."""
+    """A trait whose patterns are the named classes of `xl.dialects.popxl_canonicalization`
+    (imported when first asked: the patterns import the op classes)."""
 
     class Canonicalization(HasCanonicalizationPatternsTrait):
         @classmethod
         def get_canonicalization_patterns(cls) -> tuple[Any, ...]:
-            from xl.passes import popxl_canonicalization as patterns
+            from xl.dialects import popxl_canonicalization as patterns
 
             return tuple(getattr(patterns, n)() for n in names)
 
@@ -1515,7 +1517,8 @@ class InitOp(ResultTypedOp):
     name = "popxl.init"
     result = result_def(TensorType)
     init_type = prop_def(StringAttr)
-    traits = traits_def(AcceptsViews(), AllocEffect(), NoGradient())
+    # `undef` mode writes its result once
+    traits = traits_def(AcceptsViews(), AllocEffect(), NoGradient(), PartialWrite())
 
     @classmethod
     def check(cls, types, props, result):
