@@ -438,9 +438,11 @@ class _VariableHandle(IRDLOperation):
 class RemoteVariableOp(_VariableHandle):
     """A variable stored in entry `offset` of a remote buffer (PopXL's `remote_variable`);
     with `shard_over` (`remote_replica_sharded_variable`) each replica's entry holds its
-    1-D shard of the value, `shard_size` elements (the value flattened and zero-padded).
-    The result is the host's handle (Session get/write read the buffer entry, gathering the
-    shards); ops cannot use it: they `ipu.remote_load` the entry.
+    1-D shard of the value, `shard_size` elements (the value flattened and zero-padded);
+    without, the entry holds the value in row-major order (its shape may differ from the
+    buffer's if the element count is the same). The result is the host's handle (Session
+    get/write read the buffer entry, gathering the shards); ops cannot use it: they
+    `ipu.remote_load` the entry.
 
     ```mlir
     %w = ipu.remote_variable "w" in @rb[0] = dense<1.0> : tensor<2x4xf32>
@@ -530,10 +532,11 @@ class RemoteVariableOp(_VariableHandle):
                     f"have {self.shard_size()} elements, but entries of @{decl.buffer_name} "
                     f"{fmt_type(bt)} have {n}"
                 )
-        elif shape_of(bt) != shape_of(self.result.type):
+        elif math.prod(shape_of(bt)) != math.prod(shape_of(self.result.type)):
+            # the entry holds the value in row-major order, whatever its shape
             raise VerifyException(
                 f"{what}: {fmt_type(self.result.type)} does not match remote buffer "
-                f"@{decl.buffer_name} ({fmt_type(bt)})"
+                f"@{decl.buffer_name} ({fmt_type(bt)}): the element counts differ"
             )
         for other in self.parent.ops if self.parent is not None else ():
             if other is self:

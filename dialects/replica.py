@@ -389,8 +389,8 @@ class AllGatherOp(CollectiveOp):
 @irdl_op_definition
 class ReduceScatterOp(_ReduceOp):
     """`t` flattened and reduced with `op` over the replicas of each group; member `i` of a
-    group gets the `i`-th of `group_size` equal 1-D shards
-    (`ops.collectives.replicated_reduce_scatter`). The element count must divide evenly.
+    group gets the `i`-th of `group_size` equal 1-D shards of `ceil(nelms / group_size)`
+    elements, the result zero-padded at its end (`ops.collectives.replicated_reduce_scatter`).
 
     ```mlir
     %y = replica.reduce_scatter %x {grouping = #replica.grouping<stride = 1, group_size = 2>, op = "add"}
@@ -411,18 +411,19 @@ class ReduceScatterOp(_ReduceOp):
 
 
 def _shard_len(cls: type[PopxlOp], t: TensorType, g: int) -> int:
+    """The length of each of the `g` shards of `t` flattened: `ceil(nelms / g)`; the last
+    shards are zero-padded when the elements do not divide evenly (as PopART)."""
     n = 1
     for d in shape_of(t):
         n *= d
-    if n % g:
-        raise cls.fail(f"{fmt_type(t)} has {n} elements, not divisible by the group size {g}")
-    return n // g
+    return -(-n // g)
 
 
 @irdl_op_definition
 class ShardedSliceOp(CollectiveOp):
     """Member `i` of each group takes the `i`-th of `group_size` equal 1-D shards of `t`
-    flattened (`ops.collectives.replica_sharded_slice`; no data moves between replicas).
+    flattened, zero-padded at the end when they do not divide evenly
+    (`ops.collectives.replica_sharded_slice`; no data moves between replicas).
 
     ```mlir
     %y = replica.sharded_slice %x {grouping = #replica.grouping<stride = 1, group_size = 2>}

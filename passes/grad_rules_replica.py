@@ -24,11 +24,13 @@ checks each rule against finite differences of the matching objective.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from xdsl.ir import Operation, SSAValue
 
 from xl.dialects.popxl import CastOp, DivOp, EqualOp, MulOp, ReshapeOp, op_props
+from xl.dialects.popxl import SliceOp as PSliceOp
 from xl.dialects.replica import (
     AllGatherOp,
     AllReduceIdenticalGradInputsOp,
@@ -49,8 +51,12 @@ def _reshape(b: GradBuilder, v: SSAValue, shape: tuple[int, ...]) -> SSAValue:
 
 
 def _gather_flat(b: GradBuilder, v: SSAValue, grouping: Any, shape: tuple[int, ...]) -> SSAValue:
-    """The 1-D shards `v` of the members of each group, concatenated and reshaped."""
+    """The 1-D shards `v` of the members of each group, concatenated, the padding of the
+    last shards dropped, and reshaped."""
     g = b.v(AllGatherOp, v, grouping=grouping, axis=0, new_axis=False)
+    n = math.prod(shape)
+    if shape_of(g.type)[0] != n:
+        g = b.v(PSliceOp, g, start=(0,), stop=(n,), axes=(0,))
     return _reshape(b, g, shape)
 
 

@@ -171,13 +171,8 @@ def test_frontend_errors() -> None:
             C.replicated_all_reduce(x, "sum")
         with pytest.raises(ValueError, match="belongs to another Ir"):
             C.replicated_all_reduce(x, group=other.replica_grouping())
-        with pytest.raises(
-            ValueError,
-            match=r"replicated_reduce_scatter: x \(2, 3\) has 6 elements, not divisible by the replica group size 4",
-        ):
-            C.replicated_reduce_scatter(x)
-        with pytest.raises(ValueError, match=r"replica_sharded_slice: x \(2, 3\) has 6 elements"):
-            C.replica_sharded_slice(x)
+        # 6 elements over 4 replicas: shards of 2, the last padded (tests/test_rts_padding.py)
+        assert C.replicated_reduce_scatter(x).shape == (2,) and C.replica_sharded_slice(x).shape == (2,)
         with pytest.raises(ValueError, match=r"replicated_slice: replicated slice must equally divide axis 1"):
             C.replicated_slice(x, 1, ir.replica_grouping(1, 2))
         with pytest.raises(ValueError, match="axis 2 is out of range"):

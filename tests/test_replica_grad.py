@@ -73,6 +73,28 @@ CASES: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...], Callable[...,
     "reduce_scatter-mean": ("sum", "strided", (2, 3), (3,), lambda ir, x, g: C.replicated_reduce_scatter(x, "mean", g)),
     "reduce_scatter-mul": ("sum", "pairs", (4,), (2,), lambda ir, x, g: C.replicated_reduce_scatter(x, "mul", g)),
     "reduce_scatter-max": ("sum", "all", (2, 4), (2,), lambda ir, x, g: C.replicated_reduce_scatter(x, "max", g)),
+    # element counts that do not divide by the group size: the last shards are zero-padded
+    "reduce_scatter-add-padded": (
+        "sum",
+        "all",
+        (2, 3),
+        (2,),
+        lambda ir, x, g: C.replicated_reduce_scatter(x, "add", g),
+    ),
+    "reduce_scatter-mean-padded": (
+        "sum",
+        "strided",
+        (5,),
+        (3,),
+        lambda ir, x, g: C.replicated_reduce_scatter(x, "mean", g),
+    ),
+    "reduce_scatter-max-padded": (
+        "sum",
+        "explicit",
+        (3, 1),
+        (2,),
+        lambda ir, x, g: C.replicated_reduce_scatter(x, "max", g),
+    ),
     "all_gather-concat": ("once", "strided", (2, 3), (2, 6), lambda ir, x, g: C.replicated_all_gather(x, 1, g)),
     "all_gather-new_axis": (
         "once",
@@ -99,6 +121,7 @@ CASES: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...], Callable[...,
     "slice-axis0": ("shared", "all", (4, 3), (3,), lambda ir, x, g: C.replicated_slice(x, 0, g)),
     "slice-axis1": ("shared", "pairs", (2, 4), (2, 2), lambda ir, x, g: C.replicated_slice(x, 1, g)),
     "sharded_slice": ("shared", "strided", (2, 3), (3,), lambda ir, x, g: C.replica_sharded_slice(x, g)),
+    "sharded_slice-padded": ("shared", "all", (7,), (2,), lambda ir, x, g: C.replica_sharded_slice(x, g)),
 }
 
 

@@ -177,6 +177,13 @@ class RemoteBuffer:
         self._op.type = tensor_type(shape, dt.as_numpy())
         self._op.entries = IntegerAttr(entries, i64)
 
+    def _used(self) -> bool:
+        """Whether an op other than its declaration names the buffer (loads, stores,
+        remote variables): its entry shape is fixed then."""
+        return any(
+            op is not self._op and getattr(op, "buffer_name", None) == self._name for op in self._ir._module.walk()
+        )
+
     def validate_tensor_matches_buffer(self, t: Tensor, num_shards: int = 1) -> None:
         """ValueError unless `t` has the buffer's shape (its `meta_shape` when `num_shards`
         > 1) and dtype."""

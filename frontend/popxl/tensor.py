@@ -614,7 +614,9 @@ def _remote_variable(
     vdt = dtype.as_dtype(arr.dtype)
     if vdt != rb.tensor_dtype:
         raise ValueError(f"{what}: dtype {vdt.name} does not match {rb!r} (dtype {rb.tensor_dtype.name})")
-    if shard_over is None and shape != rb.tensor_shape:
+    # the entry holds the value in row-major order: another shape of as many elements is
+    # accepted (as upstream, which stores the bytes); `remote_load` gives the buffer's shape
+    if shard_over is None and math.prod(shape) != math.prod(rb.tensor_shape):
         raise ValueError(
             f"Tensor does not match buffer.\nExisting remote buffer has shape={rb.tensor_shape} "
             f"and dtype={rb.tensor_dtype.name}.\nThe tensor has shape={shape}, dtype={vdt.name}."
@@ -657,9 +659,10 @@ def remote_replica_sharded_variable(
 ) -> Variable:
     """A variable sharded over replicas and stored in entry `offset` of `remote_buffer`:
     each replica's copy of the entry holds its shard. Sets `remote_buffer.meta_shape` to the
-    variable's shape. The number of shards is the buffer's (`replica_sharded_buffer`), else
-    the largest divisor of the replica group size whose shards fit the entry. Needs
-    replication_factor > 1."""
+    variable's shape. The number of shards is the buffer's (`replica_sharded_buffer`); a
+    buffer of the variable's full shape is made to hold its shards over the replica group
+    (as upstream); otherwise the largest divisor of the replica group size whose shards fit
+    the entry. Needs replication_factor > 1."""
     what = _what("popxl.remote_replica_sharded_variable", name)
     g = _main_graph(what)
     _require_replication(g)
@@ -676,8 +679,19 @@ def remote_replica_sharded_variable(
         )
     n, per = math.prod(shape), math.prod(rb.tensor_shape)
     s = rb._shard_over
-    if s is None:
-        size = replica_group_size(g._ir, replica_grouping)
+    size = replica_group_size(g._ir, replica_grouping)
+    if s is None and rb.tensor_shape == shape and size > 1:
+        # a buffer of the variable's full shape (as upstream accepts): its entries become the
+        # shards over the replica group (`replica_sharded_buffer`'s layout)
+        if rb._used():
+            raise ValueError(
+                f"{what}: {rb!r} holds the full shape {shape}; it would hold the shards over "
+                f"{size} replicas, but ops already load or store its entries: create the "
+                "variable before using the buffer, or use popxl.replica_sharded_buffer"
+            )
+        s = size
+        rb.set_remote_buffer_info(rb.tensor_dtype, (-(-n // s),), rb.entries)
+    elif s is None:
         fits = [d for d in range(size, 0, -1) if size % d == 0 and -(-n // d) == per]
         if not fits:
             raise ValueError(

@@ -121,17 +121,6 @@ def _tensor(t: Any, arg: str = "t") -> Tensor:
     return t
 
 
-def _check_shards(t: Tensor, grouping: Any) -> None:
-    n = 1
-    for d in t.shape:
-        n *= d
-    if n % grouping.size():
-        raise ValueError(
-            f"{current_op()}: {t.id} {t.shape} has {n} elements, not divisible by the replica "
-            f"group size {grouping.size()}"
-        )
-
-
 def _axis(t: Tensor, axis: Any) -> int:
     axis = as_int(axis, "axis")
     rank = len(t.shape)
@@ -170,14 +159,13 @@ def replicated_reduce_scatter(
     configure_output_for_replicated_tensor_sharding: bool = False,
 ) -> Tensor:
     """`t` (flattened) reduced with `op` over the replicas of each group; the `i`-th member of
-    a group gets the `i`-th of `group_size` equal 1-D shards of the result (the element count
-    must divide by the group size). With `configure_output_for_replicated_tensor_sharding`
-    the result is an RTS shard: its `meta_shape` is `t.shape` (the shards are in element
-    order either way)."""
+    a group gets the `i`-th of `group_size` equal 1-D shards of the result, `ceil(nelms /
+    group_size)` elements each, zero-padded at the end (as upstream). With
+    `configure_output_for_replicated_tensor_sharding` the result is an RTS shard: its
+    `meta_shape` is `t.shape` (the shards are in element order either way)."""
     t = _tensor(t)
     op = _check_op(op)
     grouping = _grouping(group)
-    _check_shards(t, grouping)
     out = emit1(ReduceScatterOp, [t], grouping=grouping, name=f"{t.name}_reduce_scattered", op=op)
     if configure_output_for_replicated_tensor_sharding:  # an RTS shard of `t`
         out._meta_shape = tuple(t.shape)
@@ -217,12 +205,15 @@ def replicated_all_gather(t: Tensor, axis: int = 0, group: Any = None, output_sh
         n = 1
         for d in meta:
             n *= d
-        if out.shape[0] != n:
+        pad = out.shape[0] - n  # the zeros padding the last shards
+        if not 0 <= pad < grouping.size():
             raise ValueError(
                 f"{current_op()}: gathering {t.id} {t.shape} over groups of "
                 f"{grouping.size()} gives {out.shape[0]} elements, but its meta shape "
                 f"{meta} has {n}"
             )
+        if pad:
+            out = ops.slice(out, [0], [n], axis=[0])
         return ops.reshape(out, meta)
     raise ValueError(
         f"{current_op()}: output_shape must equal one of 'new_axis', 'concat', 'meta_shape', "
@@ -232,15 +223,15 @@ def replicated_all_gather(t: Tensor, axis: int = 0, group: Any = None, output_sh
 
 def replica_sharded_slice(t: Tensor, group: Any = None) -> Tensor:
     """This replica's 1-D shard of `t` (flattened) for replicated tensor sharding: the `i`-th
-    member of each group takes the `i`-th of `group_size` equal shards; its `meta_shape` is
-    `t.shape`. Differentiable: the gradient is the all-gather of the gradients.
+    member of each group takes the `i`-th of `group_size` equal shards (zero-padded at the
+    end when they do not divide evenly); its `meta_shape` is `t.shape`. Differentiable: the
+    gradient is the all-gather of the gradients.
 
     The collectives name their result after their input as upstream (`<t.name>_sharded_slice`,
     `_reduce_scattered`, `_all_gathered`, `_all_reduce`, `_replicated_slice`): programs that
     order tensors by name (`NamedTensors.tensors`) see them in their inputs' order."""
     t = _tensor(t)
     grouping = _grouping(group)
-    _check_shards(t, grouping)
     out = emit1(ShardedSliceOp, [t], grouping=grouping, name=f"{t.name}_sharded_slice")
     out._meta_shape = tuple(t.shape)  # an RTS shard of `t`
     return out

@@ -82,12 +82,13 @@ graph.main attributes {replication_factor = 2 : i64} {
 
 // -----
 
-// reduce-scatter: the element count must divide by the group size
+// reduce-scatter: each shard has ceil(nelms / group size) elements (6 over 4: 2, the last
+// shard padded), not nelms // group size
 
 graph.main attributes {replication_factor = 4 : i64} {
   %x = graph.constant dense<1.0> : tensor<2x3xf32>
-  // expected-error @+1 {{replica.reduce_scatter: (2, 3) float32 has 6 elements, not divisible by the group size 4}}
-  %y = replica.reduce_scatter %x {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "add"} : (tensor<2x3xf32>) -> tensor<2xf32>
+  // expected-error @+1 {{replica.reduce_scatter: result types ((1,) float32) differ from the inferred ((2,) float32) for operands ((2, 3) float32)}}
+  %y = replica.reduce_scatter %x {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "add"} : (tensor<2x3xf32>) -> tensor<1xf32>
 }
 
 // -----
