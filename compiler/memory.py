@@ -56,16 +56,19 @@ def module_memory_report(
 
 
 def session_memory_report(session: object, print_table: bool = True) -> MemoryReport:
-    """`popxl.Session.memory_report`: the report of the session's program. The runtime's
-    `Executable` keeps its `rt.program` when it has one (`program`); otherwise the Ir's
-    module is lowered again with the session's extra passes, as the Session compiled it."""
+    """`popxl.Session.memory_report`: the report of the session's program, its tensors named
+    as `print_schedule` shows them (`%3 @ main_graph`). The runtime's `Executable` keeps its
+    `rt.program` (`program`); otherwise the Ir's module is lowered again with the session's
+    extra passes, as the Session compiled it. Printed (`MemoryReport.text()`) unless
+    `print_table=False`."""
     program = getattr(getattr(session, "_exe", None), "program", None)
+    names = getattr(session, "_tensor_names", None)  # print_schedule's names of each op's results
     if isinstance(program, rt.ProgramOp):
-        report = memory_report(program)
+        report = memory_report(program, names)
     else:
         ir = session.ir  # pyright: ignore[reportAttributeAccessIssue]
         extra = tuple(getattr(session, "_extra_passes", ()))
-        report = module_memory_report(ir._module, extra_passes=extra)
+        report = memory_report(lowered_program(ir._module, extra_passes=extra), names)
     if print_table:
-        print(report.table())
+        print(report.text())
     return report

@@ -53,6 +53,7 @@ import numpy as np
 from xdsl.ir import Block, SSAValue
 
 from xl.dialects import rt
+from xl.dialects.rt_kernels import kernel_class
 from xl.runtime import xl_kernels as _xl_kernels  # noqa: F401  (registers xl.* kernels)
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
 from xl.runtime.collectives import Site, bind_site, collective_factory
@@ -62,7 +63,6 @@ from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.kernels import kernel_factory
 from xl.runtime.plan import build_replica
 from xl.runtime.profile import KernelInfo, Recorder, failure_message, kernel_info, renamed
-from xl.runtime.registry import kernel_class
 from xl.runtime.streams import StreamIn, StreamOut
 from xl.runtime.transfers import check_transfers
 from xl.runtime.walk import ProgramWalk
@@ -116,6 +116,8 @@ class Executable:
     comm: Comm = field(default_factory=LocalComm, repr=False)
     # the recorded kernel events when compiled with profile=True (`xl.runtime.profile`)
     profile: Recorder | None = field(default=None, repr=False)
+    # the program the plan was built from (memory reports, a profiled plan built later)
+    program: rt.ProgramOp | None = field(default=None, repr=False)
 
     # -- replicas -------------------------------------------------------------------------
     @property
@@ -660,6 +662,7 @@ def _compile_program(
         profile=(
             Recorder([rep.index for rep in replicas], [rep.infos for rep in replicas], events) if profile else None
         ),
+        program=program,
     )
 
 

@@ -19,7 +19,17 @@ exe.run(inputs)
 prof.export_chrome_trace("trace.json")   # Perfetto / chrome://tracing
 print(prof.key_averages().table())       # time per op type
 print(prof.key_averages(group_by="site").table())  # per call site (MatMul.101 in fc1)
+print(prof.key_averages(group_by_input_shape=True).table(sort_by="flops", row_limit=10))
 ```
+
+What each kernel reads and does is worked out with its `KernelInfo`, once: the shapes and
+dtypes of its inputs (torch.profiler's `record_shapes`) and, for kernels whose op class
+declares `Flops` (matrix products, convolutions, the folded `xl.gemm_acc`), its
+floating-point operations per execution (`with_flops`). Kernel slices carry them as
+`args` (`"Input Dims"`, `"Input type"`, `"flops"`, as torch's traces do); the table sums
+the FLOPs of each row and sorts by torch's column names (`sort_by="self_cpu_time_total"`,
+`"cpu_time_total"`, `"cpu_time"`, `"count"`, `"flops"`); `OpTable.as_dict()` /
+`to_json()` give the rows as data.
 
 Trace layout (Chrome trace event format, `ts`/`dur` in microseconds from the first
 recorded event): one process per replica (`replica r`), one thread per row: `IPU k` for
@@ -42,33 +52,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from xdsl.dialects.builtin import StringAttr
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Operation, SSAValue
 
 from xl.dialects import rt
 from xl.dialects.ipu import placement
-
-# discardable attributes naming the source of an op (set by the frontend, kept by lowering)
-SOURCE_ATTR = "rt.source"  # "MatMul.101": PopART type name and frontend op id
-GRAPH_ATTR = "rt.graph"  # the graph the op was written in
-
-
-def fused_source_attrs(*ops: Operation) -> dict[str, Attribute]:
-    """The source attributes of a kernel an rt pass fuses from `ops` (in program order):
-    their sources joined (`MatMul.101+Add.102`), the first one's graph."""
-    names: list[str] = []
-    for op in ops:
-        name = _str_attr(op, SOURCE_ATTR)
-        if name and name not in names:
-            names.append(name)
-    attrs: dict[str, Attribute] = {}
-    if names:
-        attrs[SOURCE_ATTR] = StringAttr("+".join(names))
-    graph = next((g for g in (_str_attr(op, GRAPH_ATTR) for op in ops) if g), None)
-    if graph:
-        attrs[GRAPH_ATTR] = StringAttr(graph)
-    return attrs
-
+from xl.dialects.rt import GRAPH_ATTR, SOURCE_ATTR
+from xl.dialects.traits import Flops, flop_count
+from xl.dialects.utils import dtype_of, shape_of
 
 HOST_ROW = "host transfers"
 COPY_ROW = "copies"
@@ -85,6 +77,18 @@ class KernelInfo:
     source: str | None  # `MatMul.101` when the program says
     graph: str | None  # the graph the op was written in
     ipu: int | None
+    # the shape and dtype name of each input, in operand order (`((2, 4), "float32")`)
+    inputs: tuple[tuple[tuple[int, ...], str], ...] = ()
+    flops: int | None = None  # per execution, when the op class declares `Flops`
+
+    @property
+    def input_shapes(self) -> list[list[int]]:
+        """The input shapes as torch.profiler's `input_shapes` lists them."""
+        return [list(shape) for shape, _ in self.inputs]
+
+    @property
+    def input_dtypes(self) -> list[str]:
+        return [dtype for _, dtype in self.inputs]
 
     @property
     def row(self) -> str:
@@ -125,29 +129,36 @@ def _str_attr(op: Operation, key: str) -> str | None:
     return a.data if isinstance(a, StringAttr) else None
 
 
+def _inputs(values: Sequence[SSAValue]) -> tuple[tuple[tuple[int, ...], str], ...]:
+    return tuple((shape_of(v.type), np.dtype(dtype_of(v.type)).name) for v in values)
+
+
 def kernel_info(op: Operation) -> KernelInfo:
-    """The `KernelInfo` of an executed `rt` op (kernel, copy, h2d, d2h)."""
+    """The `KernelInfo` of an executed `rt` op (kernel, copy, h2d, d2h): what it is, its
+    inputs' shapes and dtypes, and its FLOPs when its op class declares them."""
+    from xl.dialects.rt_kernels import kernel_class
     from xl.dialects.traits import popart_type
     from xl.runtime.collectives import is_collective
-    from xl.runtime.registry import kernel_class
 
     ipu = placement(op)
     source, graph = _str_attr(op, SOURCE_ATTR), _str_attr(op, GRAPH_ATTR)
     if isinstance(op, rt.KernelOp):
         name = op.kernel.data
         cls = kernel_class(name)
-        if isinstance(cls, type) and issubclass(cls, Operation):
-            op_type = popart_type(cls)
-        elif cls is not None:  # a runtime kernel class (`xl.*`): GemmAccKernel -> GemmAcc
-            op_type = cls.__name__.removesuffix("Kernel")
-        else:
-            op_type = name
+        op_type = popart_type(cls) if cls is not None else name  # `xl.gemm_acc`: GemmAcc
         kind = "collective" if cls is not None and is_collective(cls) else "kernel"
-        return KernelInfo(kind, name, op_type, source, graph, ipu)
+        ins, outs = op.io()
+        inputs = _inputs(ins)
+        flops = None
+        if cls is not None and cls.has_trait(Flops):
+            flops = flop_count(cls, [s for s, _ in inputs], [shape_of(v.type) for v in outs], op.params)
+        return KernelInfo(kind, name, op_type, source, graph, ipu, inputs, flops)
     if isinstance(op, rt.H2DOp):
         return KernelInfo("h2d", op.stream.data, "HostLoad", source, graph, ipu)
     if isinstance(op, rt.D2HOp):
-        return KernelInfo("d2h", op.stream.data, "HostStore", source, graph, ipu)
+        return KernelInfo("d2h", op.stream.data, "HostStore", source, graph, ipu, _inputs([op.buffer]))
+    if isinstance(op, rt.CopyOp):
+        return KernelInfo("copy", op.name, "Copy", source, graph, ipu, _inputs([op.source]))
     return KernelInfo("copy", op.name, "Copy", source, graph, ipu)
 
 
@@ -240,10 +251,11 @@ class Profile:
         return self.recorder.steps[s:e]
 
     # -- the per-op table -------------------------------------------------------------------
-    def key_averages(self, group_by: str = "type") -> OpTable:
+    def key_averages(self, group_by: str = "type", group_by_input_shape: bool = False) -> OpTable:
         """Time per op type (`group_by="type"`: `MatMul`), per call site (`"site"`:
         `MatMul.101 @ fc1_subgraph(0)`), per graph (`"graph"`) or per row (`"row"`),
-        over every replica; sorted by total time."""
+        over every replica; sorted by total time. `group_by_input_shape=True` (as
+        torch.profiler) splits each row by the shapes of the kernels' inputs."""
         keys = {
             "type": lambda i: i.op_type,
             "site": lambda i: i.site,
@@ -253,13 +265,17 @@ class Profile:
         if group_by not in keys:
             raise ValueError(f"key_averages: group_by must be one of {sorted(keys)}, got {group_by!r}")
         key = keys[group_by]
-        totals: dict[str, list[int]] = {}
+        totals: dict[tuple[str, str], list[int]] = {}
         for e in self.events():
-            t = totals.setdefault(key(e.info), [0, 0])
+            shapes = _shapes_str(e.info) if group_by_input_shape else ""
+            t = totals.setdefault((key(e.info), shapes), [0, 0, 0])
             t[0] += 1
             t[1] += e.duration_ns
-        rows = [OpRow(k, c, t) for k, (c, t) in totals.items()]
-        rows.sort(key=lambda r: (-r.total_ns, r.key))
+            t[2] += e.info.flops or 0
+        rows = [
+            OpRow(k, c, t, f, shapes if group_by_input_shape else None) for (k, shapes), (c, t, f) in totals.items()
+        ]
+        rows.sort(key=lambda r: (-r.total_ns, r.key, r.input_shapes or ""))
         return OpTable(group_by, rows)
 
     # -- the trace ----------------------------------------------------------------------
@@ -306,6 +322,11 @@ class Profile:
                     args["graph"] = i.graph
                 if i.ipu is not None:
                     args["ipu"] = i.ipu
+                if i.inputs:  # torch.profiler's record_shapes keys
+                    args["Input Dims"] = i.input_shapes
+                    args["Input type"] = i.input_dtypes
+                if i.flops is not None:
+                    args["flops"] = i.flops
                 out.append(_complete(i.label, i.graph or i.kind, rep, t, us(e.start_ns), e.duration_ns / 1000.0, args))
         meta: list[dict[str, Any]] = []
         for rep in sorted({r for r, _ in rows}):
@@ -320,8 +341,13 @@ class Profile:
         """Write the trace (Chrome trace event format JSON: Perfetto, chrome://tracing)."""
         Path(path).write_text(json.dumps(self.chrome_trace()))
 
-    def table(self, group_by: str = "type", row_limit: int | None = None) -> str:
-        return self.key_averages(group_by).table(row_limit=row_limit)
+    def table(self, group_by: str = "type", row_limit: int | None = None, sort_by: str = "total") -> str:
+        return self.key_averages(group_by).table(row_limit=row_limit, sort_by=sort_by)
+
+
+def _shapes_str(info: KernelInfo) -> str:
+    """The input shapes as torch's table prints them: `[[2, 4], [4, 4]]`."""
+    return str(info.input_shapes)
 
 
 def _row_order(row: str) -> int:
@@ -358,13 +384,54 @@ def _complete(name: str, cat: str, pid: int, tid: int, ts: float, dur: float, ar
 
 @dataclass(frozen=True, slots=True)
 class OpRow:
+    """One row of `key_averages`: the kernels of one key, their count, total time and total
+    FLOPs. The torch.profiler names of the figures (`cpu_time_total`, in microseconds, ...)
+    are properties; a kernel has no children, so its self time is its time."""
+
     key: str
     count: int
     total_ns: int
+    flops: int = 0  # summed over the executions (0: no kernel of the row declares FLOPs)
+    input_shapes: str | None = None  # with group_by_input_shape: `[[2, 4], [4, 4]]`
 
     @property
     def mean_ns(self) -> float:
         return self.total_ns / self.count if self.count else 0.0
+
+    @property
+    def cpu_time_total(self) -> float:
+        return self.total_ns / 1000.0
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        return self.total_ns / 1000.0
+
+    @property
+    def cpu_time(self) -> float:
+        """The mean time per execution (microseconds)."""
+        return self.mean_ns / 1000.0
+
+    @property
+    def self_cpu_time(self) -> float:
+        return self.mean_ns / 1000.0
+
+    @property
+    def flops_per_second(self) -> float:
+        return self.flops * 1e9 / self.total_ns if self.total_ns else 0.0
+
+
+# `table(sort_by=...)`: xl's names and torch.profiler's column names (times in the table
+# are the kernels' own, so self and total times are the same figure)
+SORT_KEYS: dict[str, Any] = {
+    "total": lambda r: r.total_ns,
+    "cpu_time_total": lambda r: r.total_ns,
+    "self_cpu_time_total": lambda r: r.total_ns,
+    "mean": lambda r: r.mean_ns,
+    "cpu_time": lambda r: r.mean_ns,
+    "self_cpu_time": lambda r: r.mean_ns,
+    "count": lambda r: r.count,
+    "flops": lambda r: r.flops,
+}
 
 
 @dataclass
@@ -385,30 +452,96 @@ class OpTable:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def sorted_rows(self, sort_by: str = "total", row_limit: int | None = None) -> list[OpRow]:
+        """The rows, largest first by `sort_by` (a key of `SORT_KEYS`: "total", "mean",
+        "count", "flops" or torch's "self_cpu_time_total", "cpu_time_total", "cpu_time",
+        "self_cpu_time"), the first `row_limit` of them."""
+        if sort_by not in SORT_KEYS:
+            extra = ""
+            if "cuda" in sort_by or "device" in sort_by or "xpu" in sort_by:
+                extra = " (xl's kernels run on the host: their time is the CPU time)"
+            elif "memory" in sort_by:
+                extra = " (memory is reported per buffer by session.memory_report(), not per kernel)"
+            raise ValueError(f"table: sort_by must be one of {', '.join(SORT_KEYS)}, got {sort_by!r}{extra}")
+        if row_limit is not None and (not isinstance(row_limit, int) or isinstance(row_limit, bool) or row_limit < 0):
+            raise ValueError(f"table: row_limit must be a non-negative int, got {row_limit!r}")
+        key = SORT_KEYS[sort_by]
+        rows = sorted(self.rows, key=lambda r: (-key(r), r.key, r.input_shapes or ""))
+        return rows if row_limit is None else rows[:row_limit]
+
     def table(self, row_limit: int | None = None, sort_by: str = "total") -> str:
-        """The rows as text, sorted by `sort_by` ("total", "mean" or "count", largest
-        first), the first `row_limit` of them; the Total line covers every row."""
-        keys = {"total": lambda r: r.total_ns, "mean": lambda r: r.mean_ns, "count": lambda r: r.count}
-        if sort_by not in keys:
-            raise ValueError(f"table: sort_by must be one of {sorted(keys)}, got {sort_by!r}")
-        rows = sorted(self.rows, key=lambda r: (-keys[sort_by](r), r.key))
-        rows = rows if row_limit is None else rows[:row_limit]
+        """The rows as text, sorted by `sort_by` (see `sorted_rows`), the first `row_limit`
+        of them; the Total line covers every row. FLOPs columns when a row has FLOPs, an
+        input shapes column with `group_by_input_shape`."""
+        rows = self.sorted_rows(sort_by, row_limit)
         total = self.total_ns
         head = {"type": "Op type", "site": "Call site", "graph": "Graph", "row": "Row"}[self.group_by]
         width = max([len(head)] + [len(r.key) for r in rows])
+        with_flops = any(r.flops for r in self.rows)
+        shapes = any(r.input_shapes is not None for r in self.rows)
         cols = f"{head:<{width}}  {'Count':>8}  {'Total':>11}  {'Mean':>11}  {'%':>6}"
+        if with_flops:
+            cols += f"  {'FLOPs':>10}  {'FLOP/s':>10}"
+        if shapes:
+            cols += "  Input shapes"
         lines = [cols, "-" * len(cols)]
         for r in rows:
             pct = 100.0 * r.total_ns / total if total else 0.0
-            lines.append(
-                f"{r.key:<{width}}  {r.count:>8}  {_fmt_ns(r.total_ns):>11}  {_fmt_ns(r.mean_ns):>11}  {pct:>5.1f}%"
-            )
+            line = f"{r.key:<{width}}  {r.count:>8}  {_fmt_ns(r.total_ns):>11}  {_fmt_ns(r.mean_ns):>11}  {pct:>5.1f}%"
+            if with_flops:
+                rate = (_fmt_si(r.flops), _fmt_si(r.flops_per_second)) if r.flops else ("", "")
+                line += f"  {rate[0]:>10}  {rate[1]:>10}"
+            if shapes:
+                line += f"  {r.input_shapes}"
+            lines.append(line.rstrip())
         lines.append("-" * len(cols))
-        lines.append(f"{'Total':<{width}}  {sum(r.count for r in self.rows):>8}  {_fmt_ns(total):>11}")
+        last = f"{'Total':<{width}}  {sum(r.count for r in self.rows):>8}  {_fmt_ns(total):>11}"
+        if with_flops:
+            flops = sum(r.flops for r in self.rows)
+            last += f"  {'':>11}  {'':>6}  {_fmt_si(flops):>10}"
+        lines.append(last)
         return "\n".join(lines)
+
+    def as_dict(self, sort_by: str = "total", row_limit: int | None = None) -> dict[str, Any]:
+        """The table as data (`--json`): the grouping, the total time and count, and the
+        rows (key, count, total and mean time in microseconds, share of the total, FLOPs,
+        input shapes when grouped by them), sorted as `table`."""
+        total = self.total_ns
+        rows: list[dict[str, Any]] = []
+        for r in self.sorted_rows(sort_by, row_limit):
+            row: dict[str, Any] = {
+                "key": r.key,
+                "count": r.count,
+                "total_us": r.total_ns / 1000.0,
+                "mean_us": r.mean_ns / 1000.0,
+                "percent": 100.0 * r.total_ns / total if total else 0.0,
+                "flops": r.flops,
+            }
+            if r.input_shapes is not None:
+                row["input_shapes"] = r.input_shapes
+            rows.append(row)
+        return {
+            "group_by": self.group_by,
+            "total_us": total / 1000.0,
+            "count": sum(r.count for r in self.rows),
+            "flops": sum(r.flops for r in self.rows),
+            "rows": rows,
+        }
+
+    def to_json(self, sort_by: str = "total", row_limit: int | None = None) -> str:
+        return json.dumps(self.as_dict(sort_by, row_limit), indent=1)
 
     def __str__(self) -> str:
         return self.table()
+
+
+def _fmt_si(x: float) -> str:
+    """`512`, `3.25K`, `1.53G` (1000-based, 3 significant digits)."""
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(x) < 1000 or unit == "T":
+            return f"{x:.0f}{unit}" if unit == "" else f"{x:.3g}{unit}"
+        x /= 1000.0
+    return f"{x:.3g}P"
 
 
 def _fmt_ns(ns: float) -> str:

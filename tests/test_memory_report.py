@@ -9,6 +9,8 @@ by checking every op position against every buffer's uses).
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -17,10 +19,13 @@ import pytest
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Operation, SSAValue
 
+import popxl
+import popxl.ops as ops
+from popxl.printing import schedule_str
 from tests.tool_runner import xl_run
 from xl.compiler.memory import lowered_program
 from xl.dialects import rt
-from xl.runtime.memory import memory_report
+from xl.runtime.memory import format_bytes, memory_report
 from xl.tools.context import xl_context
 from xl.tools.parse import parse_source
 
@@ -204,7 +209,7 @@ def test_mnist_training_program(capsys: pytest.CaptureFixture[str]) -> None:
     ir = session.ir
     report = session.memory_report()
     printed = capsys.readouterr().out
-    assert printed.strip() == report.table()
+    assert printed.strip() == report.text() and printed.startswith(report.table())
     (m,) = report.ipus
     # Net 784-512-512-512-10: the weights and biases are all the variables
     sizes = [784 * 512, 512, 512 * 512, 512, 512 * 512, 512, 512 * 10, 10]
@@ -255,11 +260,160 @@ def test_xl_run_memory(tmp_path: Path) -> None:
     code, out, err = xl_run(str(EXAMPLES / "ir" / "linear.mlir"), "--memory")
     assert code == 0, err
     module = parse_source(xl_context(), text.encode(), "linear.mlir")
-    assert out.strip() == memory_report(lowered_program(module)).table()
+    table = memory_report(lowered_program(module)).table()
+    assert out.splitlines()[:4] == table.splitlines()[:4]  # the figures; ops named by position below
     row = out.splitlines()[3].split()
     # weight 4x3 + bias 3 (f32) = 60 B; x 2x4 and y 2x3 (f32) live together = 56 B
     assert row[:3] == ["0", "60", "B"] and "56 B" in out
+    # at the peak: the loaded x and the result of the add written at line 6, column 3
+    assert "IPU 0: the 2 tensors live at the activation peak (56 B, op" in out
+    assert re.search(r"^ +32 B  %x \(HostLoad x\) \[\(2, 4\) float32\]$", out, re.M), out
+    assert re.search(r"^ +24 B  %y \(Add@6:3\) \[\(2, 3\) float32\]$", out, re.M), out
     bad = tmp_path / "bad.mlir"
     bad.write_text(text.replace("popxl.add %xw, %b", "popxl.add %xw, %nope"))
     code, out, err = xl_run(str(bad), "--memory")
     assert code == 1 and f"{bad}:" in err and "error" in err
+
+
+# ---------------------------------------------------------------------------------------
+# In the program's terms: tensors at the peak, largest buffers, modules, liveness, JSON
+# ---------------------------------------------------------------------------------------
+
+
+def _named_program():
+    """Two layers: `enc/w1`, `enc/b1` (a name scope) and `dec.w2` (a dotted name)."""
+    rng = np.random.default_rng(0)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xs = popxl.h2d_stream((16, 8), popxl.float32, "x")
+        ys = popxl.d2h_stream((16, 4), popxl.float32, "y")
+        with popxl.name_scope("enc"):
+            w1 = popxl.variable(rng.standard_normal((8, 32)).astype(np.float32), name="w1")
+            b1 = popxl.variable(np.zeros(32, np.float32), name="b1")
+        w2 = popxl.variable(rng.standard_normal((32, 4)).astype(np.float32), name="dec.w2")
+        x = ops.host_load(xs, "x")
+        h = ops.gelu(ops.matmul(x, w1) + b1)
+        y = ops.matmul(h, w2)
+        ops.host_store(ys, y)
+    return ir
+
+
+def _schedule_outputs(ir: popxl.Ir) -> dict[str, list[tuple[str, str]]]:
+    """print_schedule's main graph: each op's results as (`%N`, `[shape dtype]`)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for line in schedule_str(ir.main_graph).splitlines():
+        m = re.match(r"\s+(\S+) \(.*\) -> \((.*)\)$", line)
+        if m:
+            out[m.group(1)] = re.findall(r"(%\d+) (\[[^\]]*\])", m.group(2))
+    return out
+
+
+def test_report_in_program_terms(capsys: pytest.CaptureFixture[str]) -> None:
+    ir = _named_program()
+    session = popxl.Session(ir, "cpu")
+    report = session.memory_report()
+    printed = capsys.readouterr().out
+    (m,) = report.ipus
+    # the tensors live at the peak, named as print_schedule names them, add up to the peak
+    outputs = _schedule_outputs(ir)
+    live = report.peak_tensors(0)
+    assert live and sum(b.nbytes for b, _ in live) == m.activations_peak
+    for b, w in live:
+        assert w is not None
+        name, graph = re.fullmatch(r"(%\d+) @ (\S+)", w.tensor).groups()  # pyright: ignore[reportOptionalMemberAccess]
+        assert graph == "main_graph"
+        if w.op.startswith("HostLoad"):  # a stream's load, named by its stream
+            (op,) = [k for k in outputs if k.startswith("HostLoad.")]
+        else:
+            op = w.op.split("+")[-1]  # a fused kernel writes its last op's result
+        shown = dict(outputs[op])
+        assert name in shown, (w, outputs)
+        assert shown[name] == f"[{b.shape} {np.dtype(b.dtype).name}]"
+        assert f"{w.tensor} ({w.op})" in printed
+    # the largest buffers: every buffer sorted by size
+    sizes = sorted((b.nbytes for b in report.buffers if b.kind != "remote"), reverse=True)
+    assert [b.nbytes for b in report.largest(3)] == sizes[:3]
+    assert report.largest(1, kinds=["variable"])[0].name == "enc/w1"  # 8 x 32 f32 = 1 KiB
+    top = report.largest(1)[0]  # the 16 x 32 hidden activation, 2 KiB, named as print_schedule does
+    assert top.shape == (16, 32) and re.fullmatch(r"%\d+ @ main_graph", top.tensor)
+    # variables by module: the name scope and the dotted prefix, from the variables' sizes
+    mods = {r.module: (r.nbytes, r.variables) for r in report.modules()}
+    assert mods == {"enc": ((8 * 32 + 32) * 4, 2), "dec": (32 * 4 * 4, 1)}
+    assert "variables by module:" in printed and re.search(r"1\.12 KiB  enc  \(2 buffers, IPU 0\)", printed)
+    # liveness: at every position, the bytes of the activations whose live range holds it
+    steps = report.liveness(0)
+    for p in range(report.num_ops):
+        level = [b for q, b in steps if q <= p][-1]
+        want = sum(
+            b.nbytes for b in report.buffers if b.kind == "activation" and b.live and b.live[0] <= p <= b.live[1]
+        )
+        assert level == want, p
+    assert max(b for _, b in steps) == m.activations_peak
+
+
+def test_report_json_and_liveness_picture(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    ex = _mnist_example("mnist_pipeline")
+    opts = ex.Options()
+    opts.train.device = "cpu"
+    np.random.seed(0)
+    session, *_ = ex.train_program(opts)
+    report = session.memory_report(print_table=False)
+    doc = json.loads(report.to_json())
+    assert [d["ipu"] for d in doc["ipus"]] == [0, 1]
+    for d, m in zip(doc["ipus"], report.ipus, strict=True):
+        assert (d["variables"], d["stashes"], d["activations_peak"], d["total"]) == (
+            m.variables,
+            m.stashes,
+            m.activations_peak,
+            m.total,
+        )
+        assert sum(t["bytes"] for t in d["peak_tensors"]) == m.activations_peak
+        assert all(re.fullmatch(r"%\d+ @ .+", t["tensor"]) for t in d["peak_tensors"] if "tensor" in t)
+        assert max(level for _, level in d["liveness"]) == m.activations_peak
+    assert len(doc["buffers"]) == len(report.buffers)
+    assert {r["module"] for r in doc["modules"] if r["depth"] == 1} >= {"fc1", "fc2", "fc3", "fc4", "pipeline"}
+    # the picture: one panel per virtual IPU, each with its resident band and activations
+    svg = report.write_liveness(tmp_path / "live.svg")
+    root = ET.parse(svg).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    panels = {g.get("id"): g for g in root.iter(f"{ns}g")}
+    assert set(panels) == {"ipu0", "ipu1"}
+    for k, g in enumerate(panels.values()):
+        title = "".join(t.text or "" for t in g.iter(f"{ns}text"))
+        assert f"IPU {k}:" in title and format_bytes(report.ipu(k).total) in title
+        (poly,) = g.iter(f"{ns}polygon")
+        points = [tuple(map(float, p.split(","))) for p in (poly.get("points") or "").split()]
+        assert len(points) >= 4
+        tips = [t.text or "" for t in g.iter(f"{ns}title")]  # the peak's tensors on hover
+        assert len(tips) == 1 and f"op {report.ipu(k).peak_position}" in tips[0]
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"xl-popxl\[plot\].*\.svg"):
+            report.write_liveness(tmp_path / "live.png")
+    else:
+        png = report.write_liveness(tmp_path / "live.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    with pytest.raises(ValueError, match=r"must end in \.svg or \.png"):
+        report.write_liveness(tmp_path / "live.pdf")
+    with pytest.raises(FileNotFoundError, match="no directory"):
+        report.write_liveness(tmp_path / "nowhere" / "live.svg")
+
+
+def test_xl_run_memory_json_and_liveness(tmp_path: Path) -> None:
+    prog = str(EXAMPLES / "ir" / "linear.mlir")
+    code, out, err = xl_run(prog, "--memory", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    (ipu,) = doc["ipus"]
+    assert (ipu["variables"], ipu["activations_peak"]) == (60, 56)
+    assert sorted(t["bytes"] for t in ipu["peak_tensors"]) == [24, 32]
+    code, out, err = xl_run(prog, "--liveness", str(tmp_path / "l.svg"))
+    assert code == 0, err
+    assert (tmp_path / "l.svg").stat().st_size > 0 and "memory per virtual IPU" in out
+    code, out, err = xl_run(prog, "--json")
+    assert code == 1 and "--json prints the --memory report or the --op-times tables" in err
+    code, out, err = xl_run(prog, "--liveness", str(tmp_path / "l.pdf"))
+    assert code == 1 and "must end in .svg or .png" in err

@@ -21,7 +21,7 @@ import popxl.ops as ops
 from popxl.printing import schedule_str
 from xl.compiler import compile_module
 from xl.runtime.kernels import DataRangeError
-from xl.runtime.profile import Profile
+from xl.runtime.profile import OpRow, Profile
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -118,7 +118,7 @@ def test_repeat_counts_and_table_totals() -> None:
     pct = [float(p) for p in re.findall(r"([\d.]+)%", text)]
     assert sum(pct) == pytest.approx(100, abs=0.5)
     by_count = by_type.table(sort_by="count")
-    counts = [int(c) for c in re.findall(r"^\S.*?\s(\d+)\s+[\d.]+(?:us|ms|s)\s", by_count, re.M)]
+    counts = [int(c) for c in re.findall(r"^(?!Total)\S.*?\s(\d+)\s+[\d.]+(?:us|ms|s)\s", by_count, re.M)]
     assert counts == sorted(counts, reverse=True) and len(counts) == len(by_type)
     with pytest.raises(ValueError, match="sort_by"):
         by_type.table(sort_by="name")
@@ -131,18 +131,277 @@ def test_repeat_counts_and_table_totals() -> None:
     assert all_rows["MatMul"].count == n * (runs + 2)
 
 
-def test_profile_needs_a_profiled_session() -> None:
-    ir, *_ = _repeat_program()
+def _run_steps(session: popxl.Session, xs, ys, profiled: set[int], steps: int = 5) -> list[np.ndarray]:
+    """`steps` runs on different inputs, those in `profiled` inside a profile block."""
+    outs = []
+    with session:
+        for k in range(steps):
+            x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4) * (k + 1)
+            if k in profiled:
+                with session.profile():
+                    outs.append(session.run({xs: x})[ys])
+            else:
+                outs.append(session.run({xs: x})[ys])
+    return outs
+
+
+def _training_program():
+    """A training step: y = x @ w, loss-free SGD w -= 0.1 * x^T @ y (the weight changes
+    every run, so a profile block that lost the device state would change later results)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xs = popxl.h2d_stream((2, 4), popxl.float32, "x")
+        ys = popxl.d2h_stream((2, 3), popxl.float32, "y")
+        w = popxl.variable(np.arange(12, dtype=np.float32).reshape(4, 3) / 10, name="w")
+        x = ops.host_load(xs, "x")
+        y = ops.matmul(x, w)
+        ops.host_store(ys, y)
+        ops.scaled_add_(w, ops.matmul(ops.transpose(x), y), b=-0.1)
+    return ir, xs, ys, w
+
+
+def test_profile_works_on_any_session() -> None:
+    ir, xs, ys, w = _training_program()
+    ref_session = popxl.Session(ir, "cpu")
+    ref = _run_steps(ref_session, xs, ys, set())
+    session = popxl.Session(ir, "cpu")  # no profile=True
+    plain = session._exe
+    src = plain.sources[0]
+    assert plain.profile is None
+    outs = _run_steps(session, xs, ys, {1, 2, 4})
+    # the same numbers as without profiling, bit for bit, and the same trained weight
+    for a, b in zip(outs, ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(session.get_tensor_data(w), ref_session.get_tensor_data(w))
+    # outside the blocks the session runs its own plan again, its code unchanged
+    assert session._exe is plain and plain.profile is None and plain.sources[0] == src
+    assert _norm(src) == _norm(compile_module(ir._module).sources[0])
+    # the profiled plan was built once and holds the three profiled runs
+    rows = {r.key: r for r in session._all_runs().key_averages()}
+    assert len(session._all_runs().steps()) == 3
+    assert rows["MatMul"].count + rows.get("GemmAcc", OpRow("", 0, 0)).count == 3 * 2
+    summary = session.profile_summary(print_table=False)
+    assert "Op type" in summary and "Call site" in summary
+
+
+def test_profile_block_state_and_nesting() -> None:
+    """Inside a block the device state is the profiled plan's: reads and writes of variables
+    in the block, nested blocks, and an exception leaving the block."""
+    ir, xs, ys, w = _training_program()
     session = popxl.Session(ir, "cpu")
-    with pytest.raises(ValueError, match=r"profile=True"):
-        with session.profile():
-            pass
+    x = np.ones((2, 4), np.float32)
+    new_w = np.full((4, 3), 0.5, np.float32)
+    with session:
+        with session.profile() as outer:
+            session.write_variable_data(w, new_w)
+            with session.profile() as inner:
+                y = session.run({xs: x})[ys]
+            np.testing.assert_allclose(y, x @ new_w, rtol=1e-6)
+            after = session.get_tensor_data(w)
+            np.testing.assert_allclose(after, new_w - 0.1 * x.T @ y, rtol=1e-6)
+        assert len(inner.steps()) == 1 and len(outer.steps()) == 1
+        np.testing.assert_array_equal(session.get_tensor_data(w), after)
+        with pytest.raises(RuntimeError, match="stop"), session.profile():
+            session.run({xs: x})
+            raise RuntimeError("stop")
+        assert session._exe.profile is None  # back on the unprofiled plan
+        y2 = session.run({xs: x})[ys]
+    np.testing.assert_allclose(y2, x @ (after - 0.1 * x.T @ (x @ after)), rtol=1e-5)
+    with pytest.raises(ValueError, match="no run has been profiled"):
+        popxl.Session(ir, "cpu").profile_summary(print_table=False)
+
+
+def test_profile_errors() -> None:
+    ir, *_ = _repeat_program()
     with pytest.raises(TypeError, match="profile must be a bool or a trace file path"):
         popxl.Session(ir, "cpu", profile=3)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
     recorder = popxl.Session(ir, "cpu", profile=True)._exe.profile
     assert recorder is not None  # profile=True
     with pytest.raises(ValueError, match="group_by"):
         Profile(recorder).key_averages("nope")
+
+
+# ------------------------------------------------------------------------------------
+# Shapes and FLOPs (torch.profiler's record_shapes / with_flops), torch's column names
+# ------------------------------------------------------------------------------------
+
+
+def _flops_program():
+    """Matrix products (2-D, batched with broadcast, matrix-vector), a grouped strided
+    convolution and a transposed one; every result stored."""
+    rng = np.random.default_rng(0)
+
+    def var(shape: tuple[int, ...], name: str) -> popxl.Tensor:
+        return popxl.variable(rng.standard_normal(shape).astype(np.float32), name=name)
+
+    ir = popxl.Ir()
+    results = {}
+    with ir.main_graph:
+        a, b, v = var((3, 5, 4), "a"), var((4, 6), "b"), var((4,), "v")
+        results["bmm"] = ops.matmul(a, b)  # (3, 5, 6), K = 4
+        results["mv"] = ops.matmul(a, v)  # (3, 5), K = 4
+        x, w = var((2, 4, 7, 7), "x"), var((6, 2, 3, 3), "w")
+        results["conv"] = ops.conv(x, w, stride=(2, 2), padding=(1, 1, 1, 1), groups=2)  # (2, 6, 4, 4)
+        wt = var((6, 3, 2, 2), "wt")
+        results["convt"] = ops.conv_transpose(results["conv"], wt, stride=(2, 2))  # (2, 3, 8, 8)
+        streams = {}
+        for k, t in results.items():
+            streams[k] = popxl.d2h_stream(t.shape, t.dtype, k)
+            ops.host_store(streams[k], t)
+    return ir, results, streams
+
+
+# FLOPs worked out by hand: 2 x multiply-adds
+_EXPECTED_FLOPS = {
+    "bmm": 2 * (3 * 5 * 6) * 4,  # every result element is K = 4 multiply-adds
+    "mv": 2 * (3 * 5) * 4,
+    "conv": 2 * (2 * 6 * 4 * 4) * (4 // 2) * 3 * 3,  # per output: C / groups x kernel taps
+    "convt": 2 * (2 * 6 * 4 * 4) * 3 * 2 * 2,  # per input element: M / groups x kernel taps
+}
+_EXPECTED_INPUTS = {
+    "bmm": ([[3, 5, 4], [4, 6]], ["float32", "float32"]),
+    "mv": ([[3, 5, 4], [4]], ["float32", "float32"]),
+    "conv": ([[2, 4, 7, 7], [6, 2, 3, 3]], ["float32", "float32"]),
+    "convt": ([[2, 6, 4, 4], [6, 3, 2, 2]], ["float32", "float32"]),
+}
+
+
+def test_trace_has_input_shapes_and_flops(tmp_path: Path) -> None:
+    ir, results, streams = _flops_program()
+    session = popxl.Session(ir, "cpu")
+    with session, session.profile() as prof:
+        session.run()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(path)
+    data = json.loads(path.read_text())
+    _check_trace(data)
+    kernels = [e for e in data["traceEvents"] if e["ph"] == "X" and e["cat"] not in ("step", "graph call")]
+    ids = {
+        "bmm": _ids(ir.main_graph, "MatMul")[0],
+        "mv": _ids(ir.main_graph, "MatMul")[1],
+        "conv": _ids(ir.main_graph, "Conv")[0],
+        "convt": _ids(ir.main_graph, "ConvTranspose")[0],
+    }
+    for key, op in ids.items():
+        (event,) = [e for e in kernels if e["args"].get("source") == op]
+        args = event["args"]
+        assert args["Input Dims"] == _EXPECTED_INPUTS[key][0], key
+        assert args["Input type"] == _EXPECTED_INPUTS[key][1], key
+        assert args["flops"] == _EXPECTED_FLOPS[key], key
+    # a kernel of no matrix product or convolution carries shapes but no FLOPs
+    stores = [e for e in kernels if e["name"].startswith("HostStore")]
+    assert len(stores) == 4 and all("flops" not in e["args"] and len(e["args"]["Input Dims"]) == 1 for e in stores)
+    # the table sums them per row; with the input shapes, one row per shape
+    table = prof.key_averages()
+    rows = {r.key: r for r in table}
+    assert rows["MatMul"].flops == _EXPECTED_FLOPS["bmm"] + _EXPECTED_FLOPS["mv"]
+    assert rows["Conv"].flops == _EXPECTED_FLOPS["conv"] and rows["ConvTranspose"].flops == _EXPECTED_FLOPS["convt"]
+    shaped = {(r.key, r.input_shapes) for r in prof.key_averages(group_by_input_shape=True)}
+    assert ("MatMul", "[[3, 5, 4], [4, 6]]") in shaped and ("MatMul", "[[3, 5, 4], [4]]") in shaped
+    text = prof.key_averages(group_by_input_shape=True).table(sort_by="flops")
+    assert "Input shapes" in text and "FLOPs" in text
+    assert text.splitlines()[2].startswith("Conv ")  # the most FLOPs first (6912)
+
+
+def test_flops_against_torch() -> None:
+    """Every op class declaring FLOPs (the popxl ops and the rt kernels), against torch's FLOP
+    counter on the same shapes (torch.utils.flop_counter): matmul, conv, conv_transpose, the
+    weight gradient of a conv, the folded gemm."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from xl.dialects import get_all_dialects
+    from xl.dialects.rt_kernels import RT_KERNEL_OPS, kernel_class
+    from xl.dialects.traits import Flops, flop_count
+
+    def counted(fn) -> int:
+        with FlopCounterMode(display=False) as mode:
+            fn()
+        return mode.get_total_flops()
+
+    def t(*shape: int, grad: bool = False):
+        return torch.randn(*shape, requires_grad=grad)
+
+    # (inputs, results, props) of each kernel and the torch computation of the same product
+    x, w = t(2, 4, 7, 7), t(6, 4, 3, 3, grad=True)
+    cases = {
+        "popxl.matmul": [
+            (((3, 5, 4), (4, 6)), ((3, 5, 6),), {}, lambda: torch.matmul(t(3, 5, 4), t(4, 6))),
+            (((2, 1, 5, 4), (3, 4, 6)), ((2, 3, 5, 6),), {}, lambda: torch.matmul(t(2, 1, 5, 4), t(3, 4, 6))),
+        ],
+        "popxl.matmul_pow2scaled": [(((5, 4), (4, 6), ()), ((5, 6),), {}, lambda: torch.matmul(t(5, 4), t(4, 6)))],
+        "popxl.conv": [
+            (((2, 4, 7, 7), (6, 2, 3, 3)), ((2, 6, 4, 4),), {},
+             lambda: torch.nn.functional.conv2d(t(2, 4, 7, 7), t(6, 2, 3, 3), stride=2, padding=1, groups=2)),
+        ],
+        "popxl.conv_transpose": [
+            (((2, 6, 4, 4), (6, 3, 2, 2)), ((2, 3, 8, 8),), {},
+             lambda: torch.nn.functional.conv_transpose2d(t(2, 6, 4, 4), t(6, 3, 2, 2), stride=2)),
+        ],
+        # the weight gradient alone (the input needs none), the backward's count less the
+        # forward's; groups=1: torch's backward formula leaves groups out (it counts a grouped
+        # weight gradient `groups` times over)
+        "popxl.conv_weight_grad": [
+            (((2, 6, 4, 4), (2, 4, 7, 7)), ((6, 4, 3, 3),), {},
+             lambda: torch.nn.functional.conv2d(x, w, stride=2, padding=1).sum().backward()),
+        ],
+        # c (4, 3) += x^T (4, 2) @ dy (2, 3), as rt-fold-update makes it of an SGD step
+        "xl.gemm_acc": [
+            (((2, 4), (2, 3), (4, 3)), ((4, 3),), {"trans_a": True, "trans_b": False},
+             lambda: torch.addmm(t(4, 3), t(2, 4).T, t(2, 3))),
+            (((4, 2), (3, 2), (4, 3)), ((4, 3),), {"trans_a": False, "trans_b": True},
+             lambda: torch.addmm(t(4, 3), t(4, 2), t(3, 2).T)),
+        ],
+    }  # fmt: skip
+    classes = [c for d in get_all_dialects().values() for c in d().operations] + list(RT_KERNEL_OPS)
+    declaring = {cls.name for cls in classes if cls.has_trait(Flops)}
+    assert declaring == set(cases)  # a new op declaring FLOPs needs a case here
+    for name, entries in cases.items():
+        cls = kernel_class(name)
+        assert cls is not None, name
+        for ins, outs, props, fn in entries:
+            want = counted(fn)
+            if name == "popxl.conv_weight_grad":
+                want -= counted(lambda: torch.nn.functional.conv2d(x, w, stride=2, padding=1))
+            assert flop_count(cls, ins, outs, props) == want, name
+
+
+def test_table_accepts_torch_column_names() -> None:
+    ir, results, streams = _flops_program()
+    session = popxl.Session(ir, "cpu")
+    with session, session.profile() as prof:
+        session.run()
+        session.run()
+    table = prof.key_averages()
+    keys = {
+        "self_cpu_time_total": lambda r: r.total_ns,
+        "cpu_time_total": lambda r: r.total_ns,
+        "cpu_time": lambda r: r.mean_ns,
+        "self_cpu_time": lambda r: r.mean_ns,
+        "count": lambda r: r.count,
+        "flops": lambda r: r.flops,
+    }
+    for name, key in keys.items():
+        text = table.table(sort_by=name, row_limit=3)
+        shown = [line.split()[0] for line in text.splitlines()[2:-2]]
+        want = sorted(table.rows, key=lambda r: (-key(r), r.key))[:3]
+        assert shown == [r.key for r in want], name
+        assert [r["key"] for r in table.as_dict(sort_by=name, row_limit=3)["rows"]] == shown
+    row = {r.key: r for r in table}["MatMul"]
+    assert row.cpu_time_total == row.self_cpu_time_total == row.total_ns / 1000
+    assert row.cpu_time == pytest.approx(row.total_ns / 1000 / row.count)
+    for bad, hint in (("cuda_time_total", "run on the host"), ("cpu_memory_usage", "memory_report"), ("name", "")):
+        with pytest.raises(ValueError, match=rf"sort_by must be one of .*self_cpu_time_total.*{hint}"):
+            table.table(sort_by=bad)
+    with pytest.raises(ValueError, match="row_limit"):
+        table.table(row_limit=-1)
+    # the JSON form: valid JSON, the same rows and totals
+    doc = json.loads(table.to_json())
+    assert doc["group_by"] == "type" and doc["count"] == sum(r.count for r in table)
+    assert doc["flops"] == 2 * sum(_EXPECTED_FLOPS.values())
+    assert {r["key"]: r["count"] for r in doc["rows"]} == {r.key: r.count for r in table}
+    assert sum(r["percent"] for r in doc["rows"]) == pytest.approx(100)
+    assert doc["total_us"] == pytest.approx(sum(r["total_us"] for r in doc["rows"]))
 
 
 def test_session_profile_path_writes_trace(tmp_path: Path) -> None:
@@ -213,7 +472,7 @@ def pipeline_session():
 
 def test_pipelined_mnist_trace(pipeline_session, tmp_path: Path) -> None:
     session, (img, labels), loss_stream, layers, opts = pipeline_session
-    prof_session = popxl.Session(session.ir, "cpu", profile=True)
+    prof_session = popxl.Session(session.ir, "cpu")  # a concurrent plan, profiled by the block
     n = opts.train.gradient_accumulation
     rng = np.random.default_rng(0)
     inputs = {
@@ -222,6 +481,7 @@ def test_pipelined_mnist_trace(pipeline_session, tmp_path: Path) -> None:
     }
     with prof_session, prof_session.profile() as prof:
         out = prof_session.run(inputs)
+    assert prof_session._exe.profile is None and prof_session._profiled_exe.workers == 2
     # same losses as the session without profiling
     with session:
         ref = session.run(inputs)
@@ -425,3 +685,21 @@ def test_xl_run_trace(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
     )
     assert r.returncode == 1 and "Traceback" not in r.stderr and "--trace" in r.stderr
+
+
+def test_xl_run_op_times_json(tmp_path: Path) -> None:
+    from tests.tool_runner import xl_run
+
+    np.save(tmp_path / "x.npy", np.ones((2, 4), np.float32))
+    prog = str(EXAMPLES / "ir" / "linear.mlir")
+    code, out, err = xl_run(prog, f"x={tmp_path / 'x.npy'}", "--steps", "2", "--op-times", "--json")
+    assert code == 0, err
+    doc = json.loads(err)
+    by_type = {r["key"]: r for r in doc["type"]["rows"]}
+    by_site = {r["key"]: r for r in doc["site"]["rows"]}
+    # the (2, 4) @ (4, 3) matmul of @linear (line 5; its bias add folded in), twice: 2 x 2 x 3 x 4 FLOPs each
+    (mm,) = [r for k, r in by_site.items() if k.startswith("MatMul@5:3")]
+    assert mm["count"] == 2 and mm["flops"] == 2 * (2 * 2 * 3 * 4)
+    assert by_type["HostLoad"]["count"] == 2 and by_type["HostStore"]["count"] == 2
+    assert doc["type"]["flops"] == doc["site"]["flops"] == mm["flops"]
+    assert "y = " in out  # the outputs still printed

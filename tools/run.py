@@ -15,8 +15,12 @@ variables persist across steps. `-` reads the program from stdin (`xl-opt ... | 
 
 Seeing a run: `--trace trace.json` records every kernel's time over the steps and writes
 a Chrome trace (Perfetto, chrome://tracing; rows per virtual IPU, copies and host
-transfers, see `xl.runtime.profile`); `--op-times` prints the time per op type and per op
-(stderr). Ops are named by type and source position (`MatMul@12:5`). A kernel failing
+transfers, input shapes and FLOPs on each kernel, see `xl.runtime.profile`); `--op-times`
+prints the time per op type and per op (stderr; `--json`: as JSON). `--memory` prints the
+memory per virtual IPU instead of running (`xl.runtime.memory`: the buffers live at each
+IPU's peak, the largest, the variables by module; `--json`: as JSON), `--liveness FILE.svg`
+(or `.png`, with matplotlib) draws the live bytes of each IPU over the schedule. Ops are
+named by type and source position (`MatMul@12:5`). A kernel failing
 at run time is reported at its op: `prog.mlir:12:5: error: MatMul@12:5 (popxl.matmul in
 graph main_graph) failed: ...`, with the source line.
 
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import sys
 import warnings
@@ -252,6 +257,8 @@ def _run(args: argparse.Namespace) -> None:
         raise RunError("--steps must be >= 1")
     _check_output_path("-o", args.output)
     _check_output_path("--save-vars", args.save_vars)
+    if args.json and not (args.memory or args.liveness or args.op_times):
+        raise RunError("--json prints the --memory report or the --op-times tables as JSON: give one of them")
     for plugin in args.load_pass_plugin or ():
         load_pass_plugin(plugin)
     _check_pipeline(args.pipeline)
@@ -260,12 +267,23 @@ def _run(args: argparse.Namespace) -> None:
     source = SourceText(name, data.decode("utf-8"))
     if not args.pipeline.strip() and (not_lowered := _not_lowered(module, args.pipeline)):
         raise not_lowered
-    if args.memory:  # the memory report of the compiled program, instead of a run
+    if args.memory or args.liveness:  # the memory report of the compiled program, instead of a run
         from xl.compiler.memory import module_memory_report
 
+        if args.liveness:
+            _check_output_path("--liveness", args.liveness)
+            if not args.liveness.lower().endswith((".svg", ".png")):
+                raise RunError(f"--liveness {args.liveness}: the file name must end in .svg or .png")
         try:
             verify_located(module)
-            print(module_memory_report(module, args.pipeline, outline=not args.no_outline).table())
+            with _source_positions(module, {}):
+                report = module_memory_report(module, args.pipeline, outline=not args.no_outline)
+            print(report.to_json() if args.json else report.text())
+            if args.liveness:
+                try:
+                    report.write_liveness(args.liveness)
+                except ImportError as e:
+                    raise RunError(str(e)) from None
         except LocatedError as e:
             raise _Located(format_located(e, source, PROG)) from None
         except PlanError as e:
@@ -320,7 +338,10 @@ def _run(args: argparse.Namespace) -> None:
         prof = Profile(exe.profile)
         if args.trace:
             prof.export_chrome_trace(args.trace)
-        if args.op_times:
+        if args.op_times and args.json:
+            tables = {g: prof.key_averages(g).as_dict() for g in ("type", "site")}
+            _eprint(json.dumps(tables, indent=1))
+        elif args.op_times:
             _eprint(prof.table("type") + "\n\n" + prof.table("site"))
     if args.output == "-":
         buf = io.BytesIO()
@@ -412,6 +433,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="print the memory per virtual IPU of the compiled program (variables, stashes, "
         "remote staging, constants, peak of live activations) instead of running it",
+    )
+    ap.add_argument(
+        "--liveness",
+        metavar="FILE.svg",
+        help="draw the bytes live on each virtual IPU over the schedule (.svg; .png with matplotlib, "
+        "the [plot] extra); implies --memory",
+    )
+    ap.add_argument(
+        "--json",
+        action="store_true",
+        help="--memory and --op-times as JSON (stdout and stderr)",
     )
     ap.add_argument(
         "--trace",

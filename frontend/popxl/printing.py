@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 from xl.dialects.call import called_graph_names
 from xl.dialects.graph import ConstantOp, OutputOp, VariableOp
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from popxl.ir import Ir
     from popxl.tensor import Tensor
 
-__all__ = ["op_type_name", "schedule_str"]
+__all__ = ["op_type_name", "schedule_str", "tensor_numbers"]
 
 # Not scheduled ops in PopART: tensors (variables, constants) and the graph terminator.
 _NOT_SCHEDULED = (OutputOp, VariableOp, ConstantOp)
@@ -67,6 +67,26 @@ def _type_str(value: SSAValue) -> str:
         return f"[{t}]"
 
 
+def tensor_numbers(block: Block) -> dict[SSAValue, int]:
+    """The `N` of `%N` that `schedule_str` shows for each tensor of a graph's block: in order
+    of first appearance (the inputs, then each scheduled op's operands and results, then the
+    graph's outputs)."""
+    ids: dict[SSAValue, int] = {}
+    for a in block.args:
+        ids.setdefault(a, len(ids) + 1)
+    outputs: list[SSAValue] = []
+    for o in block.ops:
+        if isinstance(o, OutputOp):
+            outputs = list(o.operands)
+        if isinstance(o, _NOT_SCHEDULED):
+            continue
+        for v in (*o.operands, *o.results):
+            ids.setdefault(v, len(ids) + 1)
+    for v in outputs:
+        ids.setdefault(v, len(ids) + 1)
+    return ids
+
+
 def schedule_str(graph: Graph, input_names: Mapping[Tensor, str] | None = None) -> str:
     """The ops of `graph` in schedule (program) order, PopART style (see the module doc).
 
@@ -75,17 +95,15 @@ def schedule_str(graph: Graph, input_names: Mapping[Tensor, str] | None = None) 
     """
     ir = graph.ir
     names = {t._value: k for t, k in (input_names or {}).items()}
-    ids: dict[SSAValue, int] = {}
+    block = graph._op.body.block
+    ids = tensor_numbers(block)
 
     def tid(v: SSAValue) -> str:
-        if v not in ids:
-            ids[v] = len(ids) + 1
         return f"%{ids[v]}"
 
     def operand(v: SSAValue) -> str:
         return f"{tid(v)} {_type_str(v)}"
 
-    block = graph._op.body.block
     in_strs = [f"{names[a]}={tid(a)}" if a in names else tid(a) for a in block.args]
     lines = []
     outputs: list[SSAValue] = []

@@ -13,13 +13,16 @@ replica) is read as `[replication_factor, *shape]`, every replica's value; it ca
 written (as in PopXL). Stream data covers the replicas this process runs
 (`[num_host_transfers, local replicas, *shape]`, size-1 dims dropped).
 
-Profiling (`xl.runtime.profile`): `Session(ir, profile=True)` compiles a plan that records
-each kernel's start and end; `with session.profile() as prof:` scopes what a `Profile`
-sees (torch.profiler-like: `prof.export_chrome_trace(path)`, `prof.key_averages()`);
-`session.profile_summary()` prints time per op type and per call site.
-`Session(ir, profile="trace.json")` also writes the trace of every run when the session
-detaches. Without profiling the plan is the unprofiled one. Either way a kernel failing
-at run time names its popxl op and id (`Gather.104`), as `print_schedule` does.
+Profiling (`xl.runtime.profile`): `with session.profile() as prof:` records the runs inside
+the block (torch.profiler-like: `prof.export_chrome_trace(path)`, `prof.key_averages()`);
+`session.profile_summary()` prints time per op type and per call site of every profiled
+run. A session runs its unprofiled plan, unchanged, outside profile blocks: the first block
+builds a second, profiled plan from the same compiled program (once), and each block runs
+on it, the device state (variables, optimiser state, stashes, remote buffers) copied into it
+when the block starts and back when it ends. `Session(ir, profile=True)` compiles the
+profiled plan only and records every run; `Session(ir, profile="trace.json")` also writes
+the trace of every run when the session detaches. Either way a kernel failing at run time
+names its popxl op and id (`Gather.104`), as `print_schedule` does.
 """
 
 from __future__ import annotations
@@ -65,9 +68,10 @@ class Session:
         """`passes`: xDSL `ModulePass` instances run on the program before xl's lowering
         (e.g. a plugin's pass; `xl.compiler.compile_module(..., extra_passes=...)`).
 
-        `profile`: True records every kernel's time (`session.profile()`,
+        `profile`: True records every kernel's time of every run (`session.profile()`,
         `session.profile_summary()`); a path also writes the Chrome trace of the runs there
-        when the session detaches (Perfetto, chrome://tracing).
+        when the session detaches (Perfetto, chrome://tracing). Not needed for
+        `with session.profile():`, which profiles the runs of its block on any session.
 
         `concurrent`: a program placed on two or more virtual IPUs (`popxl.ipu(k)`, pipelining)
         runs each IPU's kernels on its own worker thread, synchronised where the IPUs share
@@ -118,11 +122,13 @@ class Session:
 
         comm = None
         if getattr(ir, "_popdist", False):  # Ir(replication="popdist"): this instance's replicas
-            from xl.runtime.mpi import instance_comm
+            from popdist import _instance_comm
 
-            comm = instance_comm()
+            comm = _instance_comm()
         self._trace_path = None if isinstance(profile, bool) else Path(profile)
-        with _source_names(ir):
+        # the names print_schedule gives the results of each op, for the memory report
+        self._tensor_names: dict[tuple[str | None, str], list[str]] = {}
+        with _source_names(ir, self._tensor_names):
             self._exe = compile_module(
                 module,
                 extra_passes=tuple(passes),
@@ -131,6 +137,12 @@ class Session:
                 concurrent=concurrent,
                 outline=outline,
             )
+        self._concurrent = concurrent
+        # the plan that records kernel times: this one with profile=..., else built by the
+        # first `profile()` block; the unprofiled plan runs outside the blocks
+        self._profiled_exe: Any = self._exe if self._exe.profile is not None else None
+        self._plain_exe: Any = self._exe
+        self._profile_depth = 0
         ir._sessions.append(self)
 
         self._num_host_transfers = ir.num_host_transfers
@@ -520,47 +532,82 @@ class Session:
 
     def memory_report(self, print_table: bool = True) -> Any:
         """Bytes per virtual IPU of the compiled program, without running it: variables,
-        pipeline stashes, remote-buffer staging (0: no remote buffers yet), constants and the
-        peak of live activations (`xl.runtime.memory`). Prints the table unless
-        `print_table=False`; returns the `MemoryReport` (`.ipu(k).variables`, ...)."""
+        pipeline stashes, remote buffers, constants and the peak of live activations
+        (`xl.runtime.memory`), then in the program's terms: the tensors live at each IPU's
+        peak, named as `print_schedule` names them (`%3 @ main_graph`), the largest buffers
+        and the variables by module. Prints it unless `print_table=False`; returns the
+        `MemoryReport` (`.ipu(k).variables`, `.peak_tensors(k)`, `.write_liveness("live.svg")`,
+        `.to_json()`, ...)."""
         from xl.compiler.memory import session_memory_report
 
         return session_memory_report(self, print_table)
 
     # -- profiling ----------------------------------------------------------------------------
-    def _recorder(self, what: str) -> Any:
-        rec = self._exe.profile
-        if rec is None:
-            raise ValueError(
-                f"Session.{what}: this session does not record kernel times; create it with "
-                "popxl.Session(ir, ..., profile=True) (or profile='trace.json')"
+    def _profiled(self) -> Any:
+        """The executable that records kernel times, built from the compiled program on
+        first use (same kernels, buffers, replicas and communicator; timing added)."""
+        if self._profiled_exe is None:
+            from xl.runtime.executable import compile_program
+
+            program = self._exe.program
+            if program is None:  # (every Session compiles from a module: never)
+                raise ValueError("Session.profile: the compiled program is not available to build a profiled plan")
+            self._profiled_exe = compile_program(
+                program, optimize=True, comm=self._exe.comm, profile=True, concurrent=self._concurrent
             )
-        return rec
+        return self._profiled_exe
+
+    def _switch_to(self, exe: Any) -> None:
+        """Run on `exe` from now on: the device state (every state slot of every local
+        replica: variables, optimiser state, stashes, remote buffers) is copied into it."""
+        if exe is self._exe:
+            return
+        for old, new in zip(self._exe.replicas, exe.replicas, strict=True):
+            for name, buf in old.state.items():
+                np.copyto(new.state[name], buf)
+        self._exe = exe
+        self._remote._exe = exe
 
     def _all_runs(self) -> Any:
         from xl.runtime.profile import Profile
 
-        return Profile(self._recorder("profile"))
+        if self._profiled_exe is None:
+            raise ValueError(
+                "Session.profile_summary: no run has been profiled; run inside `with session.profile():` "
+                "(or create the session with popxl.Session(ir, ..., profile=True) to record every run)"
+            )
+        return Profile(self._profiled_exe.profile)
 
     @contextmanager
     def profile(self) -> Iterator[Any]:
         """`with session.profile() as prof:` the runs inside the block, as a
         `xl.runtime.profile.Profile`: `prof.events()`, `prof.key_averages(group_by=
-        "type" | "site" | "graph" | "row").table()`, `prof.export_chrome_trace(path)`.
-        Needs `Session(..., profile=True)`."""
+        "type" | "site" | "graph" | "row").table(sort_by=..., row_limit=...)`,
+        `prof.export_chrome_trace(path)`. Works on any session: without `profile=True` the
+        block runs on the profiled plan (built on first use) and the session returns to its
+        unprofiled plan afterwards, with the same device state."""
         from xl.runtime.profile import Profile
 
-        rec = self._recorder("profile")
+        exe = self._profiled()
+        outermost = self._profile_depth == 0
+        if outermost:
+            self._switch_to(exe)
+        self._profile_depth += 1
+        rec = exe.profile
         prof = Profile(rec, rec.mark())
         try:
             yield prof
         finally:
             prof.stop()
+            self._profile_depth -= 1
+            if outermost:
+                self._switch_to(self._plain_exe)
 
     def profile_summary(self, print_table: bool = True, row_limit: int | None = None) -> str:
         """Time per op type and per call site (`MatMul.101 @ graph`) of every run so far,
         sorted by total time, with count, total, mean and percentage (as torch.profiler's
-        `key_averages().table()`). Prints it unless `print_table=False`; returns the text."""
+        `key_averages().table()`). Prints it unless `print_table=False`; returns the text.
+        Covers the runs inside `profile()` blocks, or every run with `profile=True`."""
         if row_limit is not None:
             row_limit = check_int(row_limit, "Session.profile_summary", "row_limit", minimum=0)
         prof = self._all_runs()
@@ -587,26 +634,44 @@ class Session:
 
 
 @contextmanager
-def _source_names(ir: Ir) -> Iterator[None]:
+def _source_names(ir: Ir, tensor_names: dict[tuple[str | None, str], list[str]] | None = None) -> Iterator[None]:
     """While compiling: every op the frontend numbered carries its `print_schedule` name
     (`MatMul.101`) and graph as discardable attributes, which lowering keeps on the
-    runtime's kernels (profiles, run-time errors). The Ir is left as it was."""
-    from xdsl.dialects.builtin import StringAttr
+    runtime's kernels (profiles, run-time errors). The Ir is left as it was.
 
-    from popxl.printing import op_type_name
-    from xl.dialects.graph import GraphOp
+    `tensor_names` is filled with the names `print_schedule` shows for each marked op's
+    results (`("main_graph", "MatMul.101") -> ["%3 @ main_graph"]`) and for the tensor of a
+    stream loaded once (`(None, "HostLoad x")`), for the memory report."""
+    from xdsl.dialects.builtin import StringAttr
+    from xdsl.ir import Block
+
+    from popxl.printing import op_type_name, tensor_numbers
+    from xl.dialects.graph import GraphOp, HostLoadOp
     from xl.dialects.popxl import PopxlOp
+    from xl.dialects.rt import GRAPH_ATTR, SOURCE_ATTR
     from xl.dialects.traits import is_cross_replica
-    from xl.runtime.profile import GRAPH_ATTR, SOURCE_ATTR
 
     marked = []
     unnumbered: dict[tuple[str, str], int] = {}
+    numbers: dict[Block, dict[Any, int]] = {}
+    loads: dict[str, list[str]] = {}
+
+    def tensor(v: Any, block: Block, graph: str) -> str:
+        if block not in numbers:
+            numbers[block] = tensor_numbers(block)
+        return f"%{numbers[block][v]} @ {graph}"
+
     try:
         for op in ir._module.walk():
-            if not (isinstance(op, PopxlOp) or is_cross_replica(op)):
+            is_load = isinstance(op, HostLoadOp)
+            if not (isinstance(op, PopxlOp) or is_cross_replica(op) or is_load):
                 continue  # only these become kernels (constants, calls, ... do not)
             parent = op.parent_op()
             graph = parent.sym_name.data if isinstance(parent, GraphOp) else "main_graph"
+            if is_load:  # named by its stream: only the memory report's tensor name
+                if tensor_names is not None and op.parent is not None:
+                    loads.setdefault(op.stream.string_value(), []).append(tensor(op.result, op.parent, graph))
+                continue
             kind = op_type_name(op)
             oid = ir._op_id(op)
             printed = ir._printed_op_ids.get(id(op))
@@ -623,6 +688,12 @@ def _source_names(ir: Ir) -> Iterator[None]:
             op.attributes[SOURCE_ATTR] = StringAttr(name)
             op.attributes[GRAPH_ATTR] = StringAttr(graph)
             marked.append(op)
+            if tensor_names is not None and op.parent is not None:
+                tensor_names[graph, name] = [tensor(r, op.parent, graph) for r in op.results]
+        if tensor_names is not None:
+            for stream, names in loads.items():
+                if len(names) == 1:
+                    tensor_names[None, f"HostLoad {stream}"] = names
         yield
     finally:
         for op in marked:
