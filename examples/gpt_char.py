@@ -3,6 +3,7 @@ with Adam on Python's own standard-library sources (no download).
 
     python examples/gpt_char.py                   # 600 steps, then samples 300 characters
     python examples/gpt_char.py --steps 50 --sample-chars 100
+    python examples/gpt_char.py --steps 20 --profile trace.json --memory-report   # see observe.py
 
 The model: token and position embeddings (`layers.Embedding`), `--layers` pre-norm blocks
 (`layers.LayerNorm`; causal self-attention written with matmul / softmax and an additive
@@ -30,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import observe  # noqa: E402
 
 import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
@@ -320,9 +323,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--device", default="cpu", help="cpu, ipu_model or ipu_hw: all run on NumPy")
+    observe.add_arguments(ap)
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error(f"--steps must be at least 1, got {args.steps}")
+    observe.check_arguments(ap, args)
     if args.hidden % args.heads:
         ap.error(f"--hidden {args.hidden} is not divisible by --heads {args.heads}")
 
@@ -349,12 +354,13 @@ def main(argv: list[str] | None = None) -> dict:
     session, streams, variables, loss_s = train_program(cfg, args.device)
     n_params = sum(int(np.prod(t.shape)) for t in variables.tensors)
     print(f"{n_params:,} parameters")
+    observe.memory(session, args)
     rng = np.random.default_rng(args.seed)
     losses = []
     t0 = time.perf_counter()
-    with session:
+    with session, observe.StepProfiler(session, args) as runner:
         for step, (x, y) in zip(range(1, args.steps + 1), batches(train_data, cfg.batch, cfg.seq_len, rng)):
-            losses.append(float(session.run(dict(zip(streams, (x, y))))[loss_s]))
+            losses.append(float(runner.run(dict(zip(streams, (x, y))))[loss_s]))
             if step == 1 or step % args.log_every == 0 or step == args.steps:
                 recent = np.mean(losses[-args.log_every :])
                 window = min(len(losses), args.log_every)

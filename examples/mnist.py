@@ -3,6 +3,7 @@
     python examples/mnist.py                       # bundled 10,000 digits: 8,000 train, 2,000 test
     python examples/mnist.py --data-dir ~/.torch/datasets   # full MNIST IDX files (MNIST/raw/*-ubyte[.gz])
     python examples/mnist.py --max-steps 100       # a short run: 100 training steps per epoch
+    python examples/mnist.py --profile trace.json --memory-report   # see observe.py
 
 The model code is the tutorial's, verbatim: a `Net` of four `Linear` modules with gelu,
 `addons.autodiff` for the backward graph, `cross_entropy_with_grad` for the loss and
@@ -22,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import observe  # noqa: E402
 from mnist_data import batches, load_mnist  # noqa: E402
 from progress_bar import progress  # noqa: E402
 
@@ -155,9 +157,11 @@ def main(argv: list[str] | None = None) -> float:
     )
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--device", default="ipu_hw", help="ipu_hw, ipu_model or cpu: all run on NumPy")
+    observe.add_arguments(ap)
     args = ap.parse_args(argv)
     if args.max_steps is not None and args.max_steps < 1:
         ap.error(f"--max-steps must be at least 1, got {args.max_steps}")
+    observe.check_arguments(ap, args)
 
     np.random.seed(args.seed)
     train_x, train_y, test_x, test_y = load_mnist(args.data_dir)
@@ -167,16 +171,17 @@ def main(argv: list[str] | None = None) -> float:
     train_session, train_input_streams, train_variables, loss_stream = train_program(
         args.batch_size, args.device, args.lr
     )
+    observe.memory(train_session, args)
     num_batches = len(training_data)
     if args.max_steps is not None:
         num_batches = min(num_batches, args.max_steps)
-    with train_session:
+    with train_session, observe.StepProfiler(train_session, args) as runner:
         for epoch in range(1, args.epochs + 1):
             print(f"Epoch {epoch}/{args.epochs}")
             bar = progress(itertools.islice(training_data, num_batches), total=num_batches)
             for data, labels in bar:
                 inputs: Mapping[popxl.HostToDeviceStream, np.ndarray] = dict(zip(train_input_streams, [data, labels]))
-                loss = train_session.run(inputs)[loss_stream]
+                loss = runner.run(inputs)[loss_stream]
                 bar.set_description(f"Loss:{loss:0.4f}")
 
     train_vars_to_data = train_session.get_tensors_data(train_variables.tensors)

@@ -3,6 +3,7 @@
     python examples/mnist_accumulate.py                    # micro batch 5, accumulation 6, Adam lr 1e-3
     python examples/mnist_accumulate.py --recomputation    # backward graphs recompute the activations
     python examples/mnist_accumulate.py --addons-adam      # popxl_addons.optimizers.adam.AdamOptimizerStep
+    python examples/mnist_accumulate.py --profile trace.json --memory-report   # see observe.py
 
 The tutorial's helpers are used verbatim: `Linear` (with gelu), `Net`, the `Adam` module
 (`Module(cache=True)`: one optimizer graph per variable shape), `Graphs` (per-layer forward and
@@ -31,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import observe  # noqa: E402
 from mnist_data import batches, load_mnist  # noqa: E402
 from progress_bar import progress  # noqa: E402
 
@@ -248,6 +250,8 @@ class Options:
         self.data_dir: str | None = None
         self.max_steps: int | None = None
         self.seed: int = 42
+        # --profile, --memory-report, --liveness, --json (observe.py)
+        self.observe = argparse.Namespace(profile=None, profile_steps=5, memory_report=False, liveness=None, json=False)
 
 
 # ------------------------------------------------------------------------------------------
@@ -396,8 +400,11 @@ def parse_args(argv: list[str] | None = None) -> Options:
     ap.add_argument("--max-steps", type=int, default=None, help="stop each epoch after this many steps")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--device", default="ipu_hw", help="ipu_hw, ipu_model or cpu: all run on NumPy")
+    observe.add_arguments(ap)
     args = ap.parse_args(argv)
+    observe.check_arguments(ap, args)
     opts = Options()
+    opts.observe = args
     opts.train.micro_batch_size = args.micro_batch_size
     opts.train.gradient_accumulation = args.gradient_accumulation
     opts.train.lr = args.lr
@@ -421,8 +428,9 @@ def main(argv: list[str] | None = None) -> float:
     test_data = batches(test_x, test_y, opts.test.micro_batch_size, shuffle=False)
 
     train_session, train_input_streams, train_variables, loss_stream, _ = train_program(opts)
+    observe.memory(train_session, opts.observe)
 
-    with train_session:
+    with train_session, observe.StepProfiler(train_session, opts.observe) as runner:
         nr_batches = len(training_data)
         if opts.max_steps is not None:
             nr_batches = min(nr_batches, opts.max_steps)
@@ -447,7 +455,7 @@ def main(argv: list[str] | None = None) -> float:
                 inputs: Mapping[popxl.HostToDeviceStream, np.ndarray] = dict(
                     zip(train_input_streams, [data.astype(np.float32), labels.astype(np.int32)])
                 )
-                loss = train_session.run(inputs)
+                loss = runner.run(inputs)
                 losses_np = loss[loss_stream]  # shape (ir.num_host_transfers,)
                 avg_loss = np.mean(losses_np)
                 bar.set_description(f"Loss:{avg_loss:0.4f}")

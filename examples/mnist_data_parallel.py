@@ -3,6 +3,7 @@
     python examples/mnist_data_parallel.py                  # 2 replicas simulated in one process
     mpirun -n 2 python examples/mnist_data_parallel.py      # 2 processes, one replica each
     mpirun -n 2 python examples/mnist_data_parallel.py --data-parallel 4   # 2 replicas per process
+    python examples/mnist_data_parallel.py --profile trace.json --memory-report   # see observe.py
 
 Each replica takes `gradient_accumulation` (4) micro batches of 8 images per step, the
 backward graph (`addons.autodiff_with_accumulation`) averages their gradients, then
@@ -15,7 +16,9 @@ and `--data-parallel` replicas in total (`POPDIST_NUM_TOTAL_REPLICAS`, unless se
 each of the P processes runs `data_parallel / P` of the replicas and feeds them its share of
 every global batch (`[gradient_accumulation, instance_replication_factor, 8, 28, 28]`); the
 collectives exchange the gradients with MPI and the result is bit for bit the one-process
-run's. Every instance evaluates the trained weights; instance 0 prints. Data: the bundled
+run's. The printed loss of a step is the mean over every replica (each instance's losses are
+gathered, `observe.replica_values`), the same figure in one process and under `mpirun`.
+Every instance evaluates the trained weights; instance 0 prints. Data: the bundled
 MNIST digits (`mnist_data.py`), or full MNIST with `--data-dir`.
 """
 
@@ -34,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import observe  # noqa: E402
 from mnist_data import batches, load_mnist  # noqa: E402
 
 import popdist  # noqa: E402
@@ -323,13 +327,14 @@ def say(*args: Any) -> None:
 
 
 def train(train_session, training_data, opts, input_streams, loss_stream) -> list[float]:
-    """The training loop; returns the mean loss of each step over this instance's replicas."""
+    """The training loop; returns the mean loss of each step over every replica (those of
+    the other instances too under mpirun)."""
     ir = train_session.ir
     nr_batches = len(training_data)
     if opts.max_steps is not None:
         nr_batches = min(nr_batches, opts.max_steps)
     step_losses = []
-    with train_session:
+    with train_session, observe.StepProfiler(train_session, opts) as runner:
         for epoch in range(1, opts.epochs + 1):
             say(f"Epoch {epoch}/{opts.epochs}")
             bar = progress(training_data, total=nr_batches)
@@ -342,9 +347,10 @@ def train(train_session, training_data, opts, input_streams, loss_stream) -> lis
                 inputs: Mapping[popxl.HostToDeviceStream, np.ndarray] = dict(
                     zip(input_streams, [data.astype(np.float32), labels.astype(np.int32)])
                 )
-                loss = train_session.run(inputs)
-                # shape (num_host_transfers, instance_replication_factor) without size-1 dims
-                losses_np = loss[loss_stream]
+                loss = runner.run(inputs)
+                # this instance's replicas: (num_host_transfers, instance_replication_factor)
+                # without size-1 dims; every replica's: (num_host_transfers, replication_factor)
+                losses_np = observe.replica_values(train_session, loss[loss_stream])
                 avg_loss = float(np.mean(losses_np))
                 step_losses.append(avg_loss)
                 bar.set_description(f"Loss:{avg_loss:0.4f}")
@@ -398,10 +404,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--throughput", action="store_true", help="also time the sessions (evaluate_throughput)")
     ap.add_argument("--save-weights", help="write the trained weights to this .npz (instance 0)")
     ap.add_argument("--device", default="ipu_hw", help="ipu_hw, ipu_model or cpu: all run on NumPy")
+    observe.add_arguments(ap)
     opts = ap.parse_args(argv)
     for name in ("train_micro_batch_size", "test_batch_size", "epochs", "data_parallel", "gradient_accumulation"):
         if getattr(opts, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    observe.check_arguments(ap, opts)
     return opts
 
 
@@ -422,6 +430,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"train session: {ir.replication_factor} replicas, {popdist.getNumInstances()} instance(s) of "
         f"{ir.instance_replication_factor}; global batch {train_global_batch_size}"
     )
+    observe.memory(train_session, opts)
     losses = train(train_session, training_data, opts, train_input_streams, loss_stream)
 
     # get weights data : dictionary { train_session variables : tensor data (numpy) }

@@ -4,6 +4,7 @@ phase by phase, batch serialisation, replica-sharded variables and optimiser sta
     python examples/mnist_phased.py                      # 2 replicas x 4 micro batches of 8 = 64 images per step
     python examples/mnist_phased.py --io-mode compute    # or io (default), io_overlapped
     python examples/mnist_phased.py --memory-report      # resident vs remote bytes, beside the unphased program
+    python examples/mnist_phased.py --profile trace.json # trace and op table of 5 steps (observe.py)
 
 Every variable and its Adam state live in remote buffers (`named_variable_buffers` with a
 `shard_over_dict`: those with at least `--sharded-threshold` elements are sharded over the
@@ -24,6 +25,7 @@ fc2 and fc3 share one graph and one set of buffers (rows 0 and 1).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from functools import partial
 from pathlib import Path
@@ -32,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import observe  # noqa: E402
 from mnist_data import batches, load_mnist  # noqa: E402
 from progress_bar import progress  # noqa: E402
 
@@ -412,7 +415,7 @@ def test_program(opts):
 def train(train_session, training_data, opts, input_streams, loss_stream) -> list[float]:
     steps = len(training_data) if opts.max_steps is None else min(len(training_data), opts.max_steps)
     losses = []
-    with train_session:
+    with train_session, observe.StepProfiler(train_session, opts) as runner:
         for epoch in range(1, opts.epochs + 1):
             print(f"Epoch {epoch}/{opts.epochs}")
             bar = progress(training_data, total=steps)
@@ -422,7 +425,7 @@ def train(train_session, training_data, opts, input_streams, loss_stream) -> lis
                 shape = (opts.gradient_accumulation, opts.data_parallel, opts.train_micro_batch_size)
                 data = data.reshape(*shape, 28 * 28)
                 labels = labels.reshape(shape)
-                out = train_session.run(dict(zip(input_streams, [data.astype(np.float32), labels.astype(np.int32)])))
+                out = runner.run(dict(zip(input_streams, [data.astype(np.float32), labels.astype(np.int32)])))
                 losses.append(float(np.mean(out[loss_stream])))
                 bar.set_description(f"Loss:{losses[-1]:0.4f}")
     return losses
@@ -440,10 +443,17 @@ def test(test_session, test_data, input_streams, out_stream) -> float:
 
 
 def memory_reports(opts) -> dict:
-    """Resident and remote bytes per IPU of the phased program and of the unphased one."""
-    phased = train_program(opts)[0].memory_report(print_table=True).ipu(0)
-    plain = unphased_program(opts)[0].memory_report(print_table=True).ipu(0)
-    print(f"phased: resident {phased.total} B, remote {phased.remote_staging} B; unphased: resident {plain.total} B")
+    """Resident and remote bytes per IPU of the phased program and of the unphased one
+    (as JSON with `--json`)."""
+    as_json = getattr(opts, "json", False)
+    phased_report = train_program(opts)[0].memory_report(print_table=not as_json)
+    plain_report = unphased_program(opts)[0].memory_report(print_table=not as_json)
+    phased, plain = phased_report.ipu(0), plain_report.ipu(0)
+    if as_json:
+        print(json.dumps({"memory": {"phased": phased_report.as_dict(), "unphased": plain_report.as_dict()}}))
+    else:
+        remote = phased.remote_staging
+        print(f"phased: resident {phased.total} B, remote {remote} B; unphased: resident {plain.total} B")
     return {"phased": phased, "unphased": plain}
 
 
@@ -466,7 +476,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--memory-report", action="store_true", help="print the memory reports of the phased and unphased programs"
     )
     ap.add_argument("--device", default="ipu_hw", help="ipu_hw, ipu_model or cpu: all run on NumPy")
-    return ap.parse_args(argv)
+    observe.add_arguments(ap, memory_report=False)
+    opts = ap.parse_args(argv)
+    observe.check_arguments(ap, opts)
+    return opts
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -481,6 +494,7 @@ def main(argv: list[str] | None = None) -> dict:
     test_data = batches(test_x, test_y, opts.test_batch_size, shuffle=False)
 
     train_session, train_streams, train_variables, loss_stream = train_program(opts)
+    observe.memory(train_session, opts, report=False)  # --liveness (--memory-report: above)
     print(f"train session: {opts.data_parallel} replicas, global batch {global_batch}, io mode {opts.io_mode}")
     losses = train(train_session, training_data, opts, train_streams, loss_stream)
     trained = train_session.get_tensors_data(train_variables.tensors)

@@ -2,6 +2,7 @@
 
     python examples/mnist_pipeline.py                    # micro batch 5, accumulation 6, Adam lr 1e-3
     python examples/mnist_pipeline.py --recomputation    # backward graphs recompute the activations
+    python examples/mnist_pipeline.py --profile trace.json --memory-report --liveness live.svg   # observe.py
 
 The tutorial's helpers (`Linear` with gelu, `Net`, the `Adam` module, `Graphs`,
 `create_graphs`) come from `mnist_accumulate.py`, which has them verbatim. The training
@@ -22,7 +23,8 @@ with `--data-dir`.
 `--data-parallel 2` is the tutorial's `data_parallel = 2`: two replicas, each on its own
 micro batches, whose accumulated gradients are averaged by `replicated_all_reduce_` (the
 `Graphs.replicated_all_reduce` step) before Adam. It runs in one process, or as one process
-per replica with the same numbers:
+per replica with the same numbers (the printed loss is the mean over every replica, gathered
+from every process: `observe.replica_values`):
 
     python examples/mnist_pipeline.py --data-parallel 2
     mpirun -n 2 python examples/mnist_pipeline.py --data-parallel 2
@@ -42,6 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import observe  # noqa: E402
 from mnist_accumulate import (  # noqa: E402  (seed 003's helpers, verbatim)
     Adam,
     Linear,
@@ -247,8 +250,11 @@ def parse_args(argv: list[str] | None = None) -> PipelineOptions:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--device", default="ipu_hw", help="ipu_hw, ipu_model or cpu: all run on NumPy")
     ap.add_argument("--save-weights", help="write the trained weights to this .npz (instance 0)")
+    observe.add_arguments(ap)
     args = ap.parse_args(argv)
+    observe.check_arguments(ap, args)
     opts = PipelineOptions()
+    opts.observe = args
     opts.train.micro_batch_size = args.micro_batch_size
     opts.train.gradient_accumulation = args.gradient_accumulation
     opts.train.data_parallel = args.data_parallel
@@ -275,8 +281,9 @@ def main(argv: list[str] | None = None) -> float:
     test_data = batches(test_x, test_y, opts.test.micro_batch_size, shuffle=False)
 
     train_session, train_input_streams, train_variables, loss_stream, _ = train_program(opts)
+    observe.memory(train_session, opts.observe)
 
-    with train_session:
+    with train_session, observe.StepProfiler(train_session, opts.observe) as runner:
         nr_batches = len(training_data)
         if opts.max_steps is not None:
             nr_batches = min(nr_batches, opts.max_steps)
@@ -294,8 +301,9 @@ def main(argv: list[str] | None = None) -> float:
                 inputs: Mapping[popxl.HostToDeviceStream, np.ndarray] = dict(
                     zip(train_input_streams, [data.astype(np.float32), labels.astype(np.int32)])
                 )
-                loss = train_session.run(inputs)
-                losses_np = loss[loss_stream]  # shape(ir.num_host_transfers, ir.instance_replication_factor, )
+                loss = runner.run(inputs)
+                # every replica's losses, [num_host_transfers, replication_factor], from every process
+                losses_np = observe.replica_values(train_session, loss[loss_stream])
                 avg_loss = np.mean(losses_np)
                 bar.set_description(f"Loss:{avg_loss:0.4f}")
 

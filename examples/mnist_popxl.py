@@ -1,6 +1,7 @@
 """MNIST with PopXL alone (the PopXL user guide's application example, seed 004).
 
     python examples/mnist_popxl.py [--data-dir DIR] [--epochs 1] [--batch-size 32] [--max-steps N]
+    python examples/mnist_popxl.py --profile trace.json --memory-report   # see observe.py
 
 Two linear layers built as `popxl.Module` subclasses whose weights are graph inputs,
 graphs created with `ir.create_graph`, called with `ops.call_with_info`; gradients
@@ -21,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import observe  # noqa: E402
 from mnist_data import batches, load_mnist  # noqa: E402
 from progress_bar import progress  # noqa: E402
 
@@ -160,23 +162,26 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument(
         "--max-steps", type=int, default=None, help="stop each epoch after this many steps (default: the whole epoch)"
     )
+    observe.add_arguments(ap)
     args = ap.parse_args(argv)
     if args.max_steps is not None and args.max_steps < 1:
         ap.error(f"--max-steps must be at least 1, got {args.max_steps}")
+    observe.check_arguments(ap, args)
 
     np.random.seed(0)
     train_x, train_y, test_x, test_y = load_mnist(args.data_dir)
     train_ir, (img_stream, label_stream), train_params, loss_stream = build_train_ir(args.batch_size, args.lr)
     train_session = popxl.Session(train_ir, args.device)
+    observe.memory(train_session, args)
     training_data = batches(train_x, train_y, args.batch_size, shuffle=True, seed=0)
     num_batches = len(training_data)
     if args.max_steps is not None:
         num_batches = min(num_batches, args.max_steps)
-    with train_session:
+    with train_session, observe.StepProfiler(train_session, args) as runner:
         for epoch in range(args.epochs):
             bar = progress(itertools.islice(training_data, num_batches), total=num_batches)
             for data, labels in bar:
-                out = train_session.run({img_stream: data, label_stream: labels})
+                out = runner.run({img_stream: data, label_stream: labels})
                 bar.set_description(f"Epoch {epoch + 1} loss: {out[loss_stream]:0.4f}")
     trained_weights_data_dict = train_session.get_tensors_data(train_params)
 

@@ -2,6 +2,8 @@
 
     python examples/mnist_rts.py                      # 4 replicas x 8 micro batches of 8 = 256 images per step
     python examples/mnist_rts.py --memory-report      # also print the train program's memory report
+    python examples/mnist_rts.py --profile trace.json # trace and op table of 5 steps (observe.py)
+    mpirun -n 2 python examples/mnist_rts.py          # 2 processes of 2 replicas each
 
 Data parallel over `--data-parallel` (4) replicas with `--gradient-accumulation` (8) micro
 batches each. After accumulation the gradients of tensors with at least
@@ -14,6 +16,11 @@ with optimiser state that is itself sharded and kept in remote buffers
 `NamedVariableFactories.init_remote`), and the updated quarters are all-gathered back into
 the full weight (`copy_var_update_`). Smaller tensors are all-reduced and updated whole.
 Data: the bundled MNIST digits (`mnist_data.py`) or full MNIST with `--data-dir`.
+
+Under `mpirun` the program is built with `popxl.Ir(replication="popdist")`, as
+`mnist_data_parallel.py` does: each process runs `data_parallel / P` of the replicas and feeds
+them its share of every batch; the printed loss is the mean over every replica of every
+process (`observe.replica_values`), so one process and `mpirun -n 2` print the same numbers.
 """
 
 from __future__ import annotations
@@ -27,9 +34,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import observe  # noqa: E402
 from mnist_data import batches, load_mnist  # noqa: E402
-from progress_bar import progress  # noqa: E402
+from mnist_data_parallel import local_share, progress, replication, say  # noqa: E402
 
+import popdist  # noqa: E402
 import popxl  # noqa: E402
 import popxl.ops as ops  # noqa: E402
 import popxl_addons as addons  # noqa: E402
@@ -164,7 +173,7 @@ def optimizer_step(
 
 
 def train_program(opts):
-    ir = popxl.Ir(replication=opts.data_parallel)
+    ir = popxl.Ir(replication=replication(opts.data_parallel))
     with ir.main_graph:
         img_spec = popxl.TensorSpec((opts.train_micro_batch_size, 28, 28), popxl.float32)
         img_stream = popxl.h2d_stream(img_spec.shape, popxl.float32, "image")
@@ -237,21 +246,22 @@ def test_program(opts):
 
 
 def train(train_session, training_data, opts, input_streams, loss_stream) -> list[float]:
+    """The training loop; returns the mean loss of each step over every replica."""
     ir = train_session.ir
     steps = len(training_data) if opts.max_steps is None else min(len(training_data), opts.max_steps)
     losses = []
-    with train_session:
+    with train_session, observe.StepProfiler(train_session, opts) as runner:
         for epoch in range(1, opts.epochs + 1):
-            print(f"Epoch {epoch}/{opts.epochs}")
+            say(f"Epoch {epoch}/{opts.epochs}")
             bar = progress(training_data, total=steps)
             for i, (data, labels) in enumerate(bar):
                 if i >= steps:
                     break
-                shape = (ir.num_host_transfers, ir.replication_factor, opts.train_micro_batch_size)
-                data = data.reshape(*shape, 28, 28).squeeze()
-                labels = labels.reshape(shape).squeeze()
-                out = train_session.run(dict(zip(input_streams, [data.astype(np.float32), labels.astype(np.int32)])))
-                losses.append(float(np.mean(out[loss_stream])))
+                # this process's replicas' share: [num_host_transfers, replicas, micro batch, ...]
+                data = local_share(data, ir, opts.train_micro_batch_size)
+                labels = local_share(labels, ir, opts.train_micro_batch_size)
+                out = runner.run(dict(zip(input_streams, [data.astype(np.float32), labels.astype(np.int32)])))
+                losses.append(float(np.mean(observe.replica_values(train_session, out[loss_stream]))))
                 bar.set_description(f"Loss:{losses[-1]:0.4f}")
     return losses
 
@@ -263,7 +273,7 @@ def test(test_session, test_data, input_streams, out_stream) -> float:
             output = test_session.run(dict(zip(input_streams, [data])))
             total += accuracy(output[out_stream], labels)
     acc = total / len(test_data)
-    print(f"Accuracy on test set: {acc:0.2f}%")
+    say(f"Accuracy on test set: {acc:0.2f}%")
     return acc
 
 
@@ -280,17 +290,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--data-dir", help="folder with MNIST IDX files (torchvision layout)")
     ap.add_argument("--max-steps", type=int, default=None, help="stop each epoch after this many steps")
     ap.add_argument("--seed", type=int, default=42, help="initial weights and shuffle")
-    ap.add_argument("--memory-report", action="store_true", help="print the train program's memory report")
+    ap.add_argument("--save-weights", help="write the trained weights to this .npz (instance 0)")
     ap.add_argument("--device", default="ipu_hw", help="ipu_hw, ipu_model or cpu: all run on NumPy")
+    observe.add_arguments(ap)
     opts = ap.parse_args(argv)
     for name in ("train_micro_batch_size", "test_batch_size", "epochs", "data_parallel", "gradient_accumulation"):
         if getattr(opts, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    observe.check_arguments(ap, opts)
     return opts
 
 
 def main(argv: list[str] | None = None) -> dict:
     opts = parse_args(argv)
+    popdist.init()
+    # every instance draws the same initial weights and the same shuffle
     np.random.seed(opts.seed)
     global_batch = opts.train_micro_batch_size * opts.gradient_accumulation * opts.data_parallel
     train_x, train_y, test_x, test_y = load_mnist(opts.data_dir)
@@ -298,11 +312,18 @@ def main(argv: list[str] | None = None) -> dict:
     test_data = batches(test_x, test_y, opts.test_batch_size, shuffle=False)
 
     train_session, train_streams, train_variables, loss_stream = train_program(opts)
-    if opts.memory_report:
-        train_session.memory_report()
-    print(f"train session: {opts.data_parallel} replicas, global batch {global_batch}")
+    observe.memory(train_session, opts)
+    ir = train_session.ir
+    say(
+        f"train session: {ir.replication_factor} replicas, {popdist.getNumInstances()} instance(s) of "
+        f"{ir.instance_replication_factor}; global batch {global_batch}"
+    )
     losses = train(train_session, training_data, opts, train_streams, loss_stream)
     trained = train_session.get_tensors_data(train_variables.tensors)
+    weights = {name: np.array(trained[t]) for name, t in train_variables.named_tensors.items()}
+    if opts.save_weights and popdist.getInstanceIndex() == 0:
+        # numpy's stub types **kwds as if a key could be its `allow_pickle` parameter
+        np.savez(opts.save_weights, **weights)  # pyright: ignore[reportArgumentType]
 
     test_session, test_streams, test_variables, out_stream = test_program(opts)
     test_session.write_variables_data(
@@ -311,9 +332,8 @@ def main(argv: list[str] | None = None) -> dict:
             for train_var, test_var in train_variables.to_mapping(test_variables).items()
         }
     )
-    print("test session")
+    say("test session")
     acc = test(test_session, test_data, test_streams, out_stream)
-    weights = {name: np.array(trained[t]) for name, t in train_variables.named_tensors.items()}
     return {"accuracy": acc, "losses": losses, "weights": weights}
 
 

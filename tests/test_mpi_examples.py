@@ -1,7 +1,9 @@
-"""The data-parallel examples give the same trained weights (bit for bit) and test accuracy in one
-process (2 simulated replicas) and under `mpirun -n 2` (one replica per process): the
-tutorial's data-parallel MNIST and seed 003's pipelined program with `--data-parallel 2`,
-a few steps each. Skipped without mpi4py / mpirun (the `[mpi]` extra)."""
+"""The data-parallel examples give the same trained weights (bit for bit), printed losses and test
+accuracy in one process (all replicas simulated) and under `mpirun -n 2`: the tutorial's
+data-parallel MNIST, seed 003's pipelined program with `--data-parallel 2` (one replica per
+process) and the RTS program (4 replicas, 2 per process), a few steps each. The printed loss of
+a step is the mean over every replica, gathered from both processes. Skipped without mpi4py /
+mpirun (the `[mpi]` extra)."""
 
 from __future__ import annotations
 
@@ -20,8 +22,16 @@ from mpi_launch import finish, launch, needs_mpi  # noqa: E402
 
 CASES = {
     "mnist_data_parallel": ["--max-steps", "2", "--device", "cpu"],
-    "mnist_pipeline": ["--data-parallel", "2", "--max-steps", "1", "--no-throughput", "--device", "cpu"],
+    "mnist_pipeline": ["--data-parallel", "2", "--max-steps", "2", "--no-throughput", "--device", "cpu"],
+    "mnist_rts": ["--max-steps", "2", "--gradient-accumulation", "2", "--device", "cpu"],
 }
+# the weights each example saves (the RTS program also saves its 8 layer tensors)
+SAVED = {"mnist_data_parallel": 8, "mnist_pipeline": 8, "mnist_rts": 8}
+
+
+def _losses(log: str) -> list[str]:
+    """The step losses the progress bar printed (instance 0 only)."""
+    return re.findall(r"Loss:([0-9.]+)", log)
 
 
 def _accuracy(log: str) -> str:
@@ -52,10 +62,13 @@ def test_example_under_mpirun_equals_one_process(example: str, tmp_path: Path) -
         assert "train session: 2 replicas, 1 instance(s) of 2; global batch 64" in one_log, one_log
     one = np.load(tmp_path / "one.npz")
     mpi = np.load(tmp_path / "mpi.npz")
-    assert sorted(one) == sorted(mpi) and len(one) == 8
+    assert sorted(one) == sorted(mpi) and len(one) == SAVED[example]
     for name in one:
         np.testing.assert_array_equal(mpi[name], one[name], err_msg=name)
     assert _accuracy(log) == _accuracy(one_log)
+    # the losses printed: every replica's, the same figures (each instance alone would print
+    # its own replicas' mean)
+    assert len(_losses(one_log)) >= 2 and _losses(log) == _losses(one_log), (log, one_log)
     if example == "mnist_data_parallel":
         assert big_run is not None  # launched above for this example
         big_code, big_log = finish(big_run)
