@@ -16,9 +16,9 @@ exe.run(inputs)                   # inputs: [num_host_transfers, R / P, *shape]
 ```
 
 mpi4py (the `[mpi]` extra: `pip install 'xl-popxl[mpi]'`, which also installs MPICH and its
-`mpirun`) is imported only when an `MpiComm` is made. `instance_comm()` is what
-`popxl.Session` uses for an `Ir(replication="popdist")`: an `MpiComm` when the launch has
-several instances (`popdist.getNumInstances() > 1`), else None (one process, `LocalComm`).
+`mpirun`) is imported only when an `MpiComm` is made. `popxl.Session` runs an
+`Ir(replication="popdist")` with an `MpiComm` when the launch has several instances
+(`popdist.getNumInstances() > 1`), else in one process (`LocalComm`).
 
 Every instance must reach the same exchanges in the same order. Each exchange first
 all-gathers a small header (a sequence number, the count, size, shape and dtype of the
@@ -53,9 +53,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from xl.runtime.comm import Comm, split_replicas
+from xl.runtime.comm import split_replicas
 
-__all__ = ["CommMismatchError", "MpiComm", "instance_comm", "import_mpi", "register_exit_exchange"]
+__all__ = ["CommMismatchError", "MpiComm", "import_mpi", "register_exit_exchange"]
 
 # the header of every exchange: sequence number, arrays, bytes per array, shape/dtype fingerprint
 _HEADER = 4
@@ -288,14 +288,3 @@ def wait_until_read(fds: tuple[int, ...], timeout: float) -> bool:
             return False
         time.sleep(0.001)
     return True
-
-
-def instance_comm() -> Comm | None:
-    """The comm of a `popdist` program: an `MpiComm` when the launch has several instances
-    (`popdist.getNumInstances() > 1`), else None (one process runs every replica)."""
-    import popdist
-
-    popdist.init()
-    if popdist.getNumInstances() <= 1:
-        return None
-    return MpiComm()
