@@ -523,6 +523,38 @@ def test_cache_shared_between_modules():
     assert g3.graph != g1.graph  # a different module instance
 
 
+class _Configured(Module):
+    """A module whose `__hash__` says which graph it builds (upstream's GraphCache keys by it)."""
+
+    def __init__(self, factor: float):
+        super().__init__()
+        self.factor = factor
+
+    def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        return x * self.factor
+
+    def __hash__(self) -> int:
+        return hash(self.factor)
+
+
+def test_graph_cache_keys_by_module_hash():
+    cache = GraphCache()
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = cache.create_graph(_Configured(2.0), SPEC)
+        b = cache.create_graph(_Configured(2.0), SPEC)  # another instance, the same hash
+        c = cache.create_graph(_Configured(3.0), SPEC)
+        d = cache.create_graph(_Configured(2.0), popxl.TensorSpec((3, 4), popxl.float32))
+        m = _Configured(5.0)
+        e = cache.create_graph(m.build, SPEC)  # a bound method: a new object each time
+        f = cache.create_graph(m.build, SPEC)
+        x = popxl.variable(np.ones((2, 4), np.float32))
+        y = ops.call(b, x)[0] + ops.call(f, x)[0]
+    assert a is b and a is not c and a is not d and e is f and e is not a
+    _, (got,) = run_ir(ir, [y])
+    np.testing.assert_array_equal(got, np.full((2, 4), 7.0))
+
+
 # ---------------------------------------------------------------------------------------
 # print_schedule
 # ---------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ def make():
     t = DotTree()
     t.insert("a", 0)
     t.insert("b.a", 1)
-    t.insert("b.b", 2)
+    t.insert("b.b", 2, overwrite=True)  # b exists: extending it needs overwrite, as upstream
     t.insert("c.b.a", 3)
     return t
 
@@ -85,7 +85,7 @@ def test_numeric_keys():
     assert list(t.keys()) == ["0", "1", "2"]
     nested = DotTree()
     nested.insert("layers.0.w", 1)
-    nested.insert("layers.1.w", 2)
+    nested.insert("layers.1.w", 2, overwrite=True)
     assert nested.layers[1].w == 2
     assert nested["layers.1.w"] == 2
     assert nested.layers[-1].w == 2
@@ -126,14 +126,33 @@ def test_insert_existing_and_overwrite():
     assert t.a.x == 5
 
 
-def test_insert_tree_merges():
+def test_insert_existing_levels_need_overwrite():
+    """As upstream: a key existing at any level of the inserted key raises unless
+    `overwrite`, which extends the subtrees along the key and replaces its entry."""
     t = make()
-    t.insert("b", DotTree(c=7))  # no clash: merged into existing b
-    assert t.to_dict() == {"a": 0, "b.a": 1, "b.b": 2, "b.c": 7, "c.b.a": 3}
+    with pytest.raises(ValueError, match="'b' already exists"):
+        t.insert("b", DotTree(c=7))
+    with pytest.raises(ValueError, match="'b' already exists"):
+        t.insert("b.c", 7)  # c is new, but b exists
+    assert t.to_dict() == {"a": 0, "b.a": 1, "b.b": 2, "c.b.a": 3}
+    b = t.b
+    t.insert("b.c", 7, overwrite=True)
+    assert t.to_dict() == {"a": 0, "b.a": 1, "b.b": 2, "b.c": 7, "c.b.a": 3} and t.b is b
+    t.insert("b", DotTree(a=9), overwrite=True)  # the entry itself is replaced
+    assert t.b.to_dict() == {"a": 9}
+    # building from flat dotted keys shares the subtrees along the keys
+    assert DotTree.from_dict({"x.a": 1, "x.b": 2}).to_dict() == {"x.a": 1, "x.b": 2}
+    assert DotTree.pack(["x.a", "x.b"], [1, 2]).x.b == 2
     with pytest.raises(ValueError):
-        t.insert("b", DotTree(a=9))
-    t.insert("b", DotTree(a=9), overwrite=True)
-    assert t.b.a == 9 and t.b.b == 2
+        DotTree.pack(["x", "x.a"], [1, 2])
+
+
+def test_clear_keeps_nested_trees_and_a_tree_is_always_true():
+    inner = DotTree(bar="baz")
+    t: DotTree[object] = DotTree(foo=inner, n=1)
+    t._clear()
+    assert t.foo is inner and not hasattr(t.foo, "bar") and "n" not in t
+    assert t and DotTree() and len(DotTree()) == 0  # true when empty, as upstream
 
 
 def test_insert_tree_keeps_reference():
@@ -181,7 +200,7 @@ def test_copy_is_shallow_with_copied_subtrees():
     c = t.copy()
     assert c.a.b is leaf
     assert c.a is not t.a
-    c.insert("a.c", 1)
+    c.insert("a.c", 1, overwrite=True)
     assert "a.c" not in t
     assert type(NamedTensors(x=_tensor()).copy()) is NamedTensors
 

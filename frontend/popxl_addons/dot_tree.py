@@ -107,9 +107,9 @@ class DotTree(Generic[L]):
     def insert(self, key: str | int, value: L | DotTree[L], overwrite: bool = False) -> None:
         """Insert `value` at `key`, creating nested trees for dotted keys.
 
-        An existing leaf at `key` raises ValueError unless `overwrite`. When both the
-        existing and the new value are trees they are merged (leaf clashes follow
-        `overwrite`).
+        As upstream, a key that exists at any level of `key` ("a" of "a.b") raises
+        ValueError unless `overwrite`; with `overwrite` the existing subtrees along `key`
+        are extended and the entry at `key` itself (a leaf or a tree) is replaced.
         """
         if isinstance(key, int) and not isinstance(key, bool):
             if key < 0:
@@ -127,29 +127,35 @@ class DotTree(Generic[L]):
                     "Python identifier or a non-negative integer"
                 )
         first, rest = parts[0], ".".join(parts[1:]) if len(parts) > 1 else None
-        if rest is not None:
-            sub = self._map.get(first)
-            if sub is None:
-                sub = self._new_subtree()
-                self._map[first] = sub
-            elif not isinstance(sub, DotTree):
-                if not overwrite:
-                    raise ValueError(f"key '{first}' already holds a leaf, cannot insert '{key}'")
-                sub = self._new_subtree()
-                self._map[first] = sub
-            sub.insert(rest, value, overwrite)
+        if first in self._map and not overwrite:
+            raise ValueError(
+                f"'{first}' already exists in {type(self).__name__} (inserting '{key}'); pass overwrite=True "
+                "to replace or extend it"
+            )
+        if rest is None:
+            self._map[first] = value
             return
-        if first in self._map:
-            existing = self._map[first]
-            if isinstance(existing, DotTree) and isinstance(value, DotTree):
-                if existing is not value:
-                    existing.update(value, overwrite)
-                return
-            if not overwrite:
-                raise ValueError(
-                    f"key '{first}' already exists in {type(self).__name__}; pass overwrite=True to replace it"
-                )
-        self._map[first] = value
+        sub = self._map.get(first)
+        if not isinstance(sub, DotTree):  # absent, or a leaf that overwrite replaces
+            sub = self._new_subtree()
+            self._map[first] = sub
+        sub.insert(rest, value, overwrite)
+
+    def _place(self, key: str, value: L | DotTree[L]) -> None:
+        """Insert `value` at the dotted `key` into the subtrees along it (created when
+        absent): what building a tree from flat dotted keys needs (`from_dict`, `pack`,
+        `filter_keys`). ValueError when `key` itself exists."""
+        first, rest = self._split(key)
+        if rest is None:
+            self.insert(first, value)
+            return
+        sub = self._map.get(first)
+        if sub is None:
+            sub = self._new_subtree()
+            self.insert(first, sub)
+        if not isinstance(sub, DotTree):
+            raise ValueError(f"'{first}' already holds a leaf in {type(self).__name__}, cannot insert '{key}'")
+        sub._place(rest, value)
 
     def _new_subtree(self) -> DotTree[L]:
         return type(self)()
@@ -163,7 +169,8 @@ class DotTree(Generic[L]):
             raise TypeError(f"{what}: expected a DotTree or a mapping of dotted keys, got {type(other).__name__}")
 
     def update(self, other: DotTree[L] | Mapping[str, L], overwrite: bool = False) -> None:
-        """Insert every entry of `other` (a tree or a flat dotted mapping)."""
+        """Insert every top-level entry of `other` (a tree or a flat dotted mapping) with
+        `insert` (an existing key raises ValueError unless `overwrite`, which replaces it)."""
         self._check_mapping(f"{type(self).__name__}.update", other)
         if isinstance(other, DotTree):
             items = list(other._map.items())
@@ -212,7 +219,7 @@ class DotTree(Generic[L]):
         for k in keys:
             if k not in self:
                 raise KeyError(f"{type(self).__name__}.filter_keys: no key {k!r} (keys: {', '.join(self.keys_flat())})")
-            new.insert(self._key(k), self.get(k))
+            new._place(self._key(k), self.get(k))
         return new
 
     def map(self, fn: Callable[[L], Any]) -> DotTree:
@@ -231,6 +238,7 @@ class DotTree(Generic[L]):
         return list(self._map.values())
 
     def items(self) -> list[tuple[str, L | DotTree[L]]]:
+        """The top-level `(key, leaf or subtree)` pairs in insertion order (`to_dict()` for dotted leaves)."""
         return list(self._map.items())
 
     def keys_flat(self) -> list[str]:
@@ -251,6 +259,10 @@ class DotTree(Generic[L]):
 
     def __len__(self) -> int:
         return len(self._map)
+
+    def __bool__(self) -> bool:
+        # as upstream, whose DotTree has no length: a tree is true even when empty
+        return True
 
     def __iter__(self):
         return iter(self._map)
@@ -274,7 +286,10 @@ class DotTree(Generic[L]):
             d = d.to_dict()
         tree = cls()
         for k, v in d.items():
-            tree.insert(k, v, overwrite)
+            if overwrite:
+                tree.insert(k, v, overwrite)
+            else:
+                tree._place(tree._key(k), v)
         return tree
 
     @classmethod
@@ -288,7 +303,7 @@ class DotTree(Generic[L]):
             raise ValueError(f"pack: {len(keys)} keys but {len(values)} values")
         tree = cls()
         for k, v in zip(keys, values):
-            tree.insert(k, v)
+            tree._place(tree._key(k), v)
         return tree
 
     def unpack(self) -> tuple[tuple[str, ...], tuple[L, ...]]:

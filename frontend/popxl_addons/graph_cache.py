@@ -1,8 +1,9 @@
 """`GraphCache`: reuse one graph for calls with equal arguments (popxl_addons/graph_cache.py).
 
-The key is (function or module, current virtual IPU and tile set, and a hash of the
-arguments) where a tensor or `TensorSpec` hashes as (shape, dtype, meta_shape), so two
-variables of the same shape and dtype share one optimizer graph. Caches are per Ir.
+The key is (the hash of the function or module (`Module.__hash__` when a module defines
+it), current virtual IPU and tile set, and a hash of the arguments) where a tensor or
+`TensorSpec` hashes as (shape, dtype, meta_shape), so two variables of the same shape and
+dtype share one optimizer graph. Caches are per Ir.
 """
 
 from __future__ import annotations
@@ -51,6 +52,16 @@ def _arg_key(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
+def _fn_key(fn: Any) -> Any:
+    """The function's part of a cache key: its hash, as upstream, so that two modules whose
+    `__hash__` says they build the same graph share it (a module without its own `__hash__`
+    hashes by identity); an unhashable callable by identity."""
+    try:
+        return ("hash", hash(fn))
+    except TypeError:
+        return ("id", id(fn))
+
+
 class GraphCache:
     """Creates graphs with `ir.create_graph`, reusing one for equal (fn, context, args)."""
 
@@ -68,7 +79,7 @@ class GraphCache:
     @staticmethod
     def _key(fn: Any, args: tuple, kwargs: Mapping[str, Any]) -> tuple:
         return (
-            id(fn),
+            _fn_key(fn),
             _context_key(),
             tuple(_arg_key(a) for a in args),
             tuple(sorted((k, _arg_key(v)) for k, v in kwargs.items())),

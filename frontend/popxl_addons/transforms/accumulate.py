@@ -135,7 +135,7 @@ def autodiff_with_accumulation(
     for i, name in zip(acc_idx, names):
         key = result.names[i]  # accum.<name>
         src = fwd_inputs[i]
-        factories.insert(
+        factories._place(  # accum.<name>: into the accum subtree
             key,
             VariableFactory(
                 partial(np.zeros, tuple(src.shape)),
