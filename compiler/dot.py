@@ -562,6 +562,7 @@ class DotTarget(Target):
     name = "dot"
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        """Write the module's DOT text to `output`."""
         output.write(module_dot(module))
 
 
@@ -572,4 +573,5 @@ class SvgTarget(Target):
     name = "svg"
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        """Write the module's picture as SVG to `output` (runs Graphviz `dot`; an error says when it is missing)."""
         output.write(render_svg(module_dot(module)))

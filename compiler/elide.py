@@ -63,6 +63,7 @@ class ElidingPrinter(Printer):
         self.elide_larger_than = elide_larger_than
 
     def print_attribute(self, attribute: Attribute) -> None:
+        """Print `attribute`; a dense one of more than `elide_larger_than` elements as `ELIDED`."""
         limit = self.elide_larger_than
         if limit is not None and isinstance(attribute, DenseIntOrFPElementsAttr) and _num_elements(attribute) > limit:
             self.print_string(f"{ELIDED} : ")

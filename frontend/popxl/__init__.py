@@ -1,5 +1,6 @@
 """popxl on xl: PopXL's Python API recording MLIR-style IR (xDSL) run by a NumPy runtime.
 
+```python
 import popxl, popxl.ops as ops
 ir = popxl.Ir()
 with ir.main_graph:
@@ -7,6 +8,7 @@ with ir.main_graph:
     ...
 with popxl.Session(ir, "ipu_model") as s:
     s.run()
+```
 """
 
 from popxl import dtypes, fp8_utils, ops, transforms, utils

@@ -58,6 +58,12 @@ _state = _State()
 
 
 def _push_graph(g: Graph) -> None:
+    if _state.graphs and _state.graphs[-1].ir is not g.ir:
+        # as PopXL: the graphs of one `with` nest belong to one Ir
+        raise RuntimeError(
+            f"Cannot enter graph {g.name!r} of {g.ir!r} inside graph {_state.graphs[-1].name!r} of "
+            f"another Ir ({_state.graphs[-1].ir!r}): graphs of different Irs cannot be nested"
+        )
     _state.graphs.append(g)
 
 
@@ -83,10 +89,12 @@ def get_current_graph() -> Graph:
 
 
 def get_main_graph() -> Graph:
+    """The main graph of the Ir of the current graph (`popxl.gmg()`); NoGraphSelectedError outside `with graph:`."""
     return get_current_graph().ir.main_graph
 
 
 def get_ir() -> Ir:
+    """The Ir of the current graph (`popxl.gir()`); NoGraphSelectedError outside `with graph:`."""
     return get_current_graph().ir
 
 
@@ -286,10 +294,12 @@ class Context:
 
     @property
     def main_graph(self) -> Graph:
+        """The main graph of the current Ir (`popxl.get_main_graph()`)."""
         return get_main_graph()
 
     @property
     def ir(self) -> Ir:
+        """The current Ir (`popxl.get_ir()`)."""
         return get_ir()
 
     @property

@@ -58,11 +58,13 @@ class CustomOpHandle:
         self._graph = graph
 
     def outTensor(self, index: int) -> Tensor:
+        """Output `index` of the op; IndexError naming the op when it has no such output."""
         if not 0 <= index < len(self._outputs):
             raise IndexError(f"custom op {self.opid!r}: no output {index} (it has {len(self._outputs)})")
         return self._outputs[index]
 
     def getGraph(self) -> Graph:
+        """The graph the op was created in."""
         return self._graph
 
     def __repr__(self) -> str:
@@ -79,6 +81,7 @@ class CustomOpDef:
 
     @property
     def op_type(self) -> str:
+        """The op type the program calls the op by (`"RotaryPosEmbedOp"`)."""
         return self.definition.op_type
 
     def __call__(self, *inputs: Tensor, names: Sequence[str] | None = None, **attributes: Any) -> Any:

@@ -77,22 +77,27 @@ class dtype:
     # -- properties -------------------------------------------------------------------
     @property
     def name(self) -> str:
+        """The dtype's name (`"float32"`), as `dtype.from_name` takes it."""
         return self._name
 
     @property
     def is_complex(self) -> builtins.bool:
+        """True for `complex64` and `complex128`."""
         return self._is_complex
 
     @property
     def is_int(self) -> builtins.bool:
+        """True for the signed and unsigned integer dtypes (not `bool`)."""
         return self._is_int
 
     @property
     def is_floating_point(self) -> builtins.bool:
+        """True for `float8_143`, `float8_152`, `float16`, `float32` and `float64`."""
         return self._is_fp
 
     @property
     def is_signed(self) -> builtins.bool:
+        """True for the dtypes that hold negative values (signed integers, floats, complex)."""
         return self._is_signed
 
     def as_numpy(self) -> type:
@@ -103,6 +108,7 @@ class dtype:
         return self._np.type
 
     def as_torch(self) -> Any:
+        """The torch dtype of the same name (`torch.float32`); needs torch installed."""
         import torch
 
         return getattr(torch, _TORCH_NAMES.get(self._name, self._name))
@@ -117,6 +123,7 @@ class dtype:
     # -- conversions ------------------------------------------------------------------
     @classmethod
     def from_name(cls, name: str) -> dtype:
+        """The dtype called `name` (`"float32"` -> `popxl.float32`); ValueError for an unknown name."""
         try:
             return _BY_NAME[name]
         except KeyError:
@@ -174,33 +181,35 @@ class dtype:
         return self
 
 
-bool = dtype("bool", np.bool_, False, False, False, False)
-int8 = dtype("int8", np.int8, False, True, False, True)
-int16 = dtype("int16", np.int16, False, True, False, True)
-int32 = dtype("int32", np.int32, False, True, False, True)
-int64 = dtype("int64", np.int64, False, True, False, True)
-uint8 = dtype("uint8", np.uint8, False, True, False, False)
-uint16 = dtype("uint16", np.uint16, False, True, False, False)
-uint32 = dtype("uint32", np.uint32, False, True, False, False)
-uint64 = dtype("uint64", np.uint64, False, True, False, False)
-float16 = dtype("float16", np.float16, False, False, True, True)
-float32 = dtype("float32", np.float32, False, False, True, True)
-float64 = dtype("float64", np.float64, False, False, True, True)
+bool = dtype("bool", np.bool_, False, False, False, False)  #: booleans, stored as one byte (`np.bool_`)
+int8 = dtype("int8", np.int8, False, True, False, True)  #: 8-bit signed integers
+int16 = dtype("int16", np.int16, False, True, False, True)  #: 16-bit signed integers
+int32 = dtype("int32", np.int32, False, True, False, True)  #: 32-bit signed integers
+int64 = dtype("int64", np.int64, False, True, False, True)  #: 64-bit signed integers (what Python ints become)
+uint8 = dtype("uint8", np.uint8, False, True, False, False)  #: 8-bit unsigned integers
+uint16 = dtype("uint16", np.uint16, False, True, False, False)  #: 16-bit unsigned integers
+uint32 = dtype("uint32", np.uint32, False, True, False, False)  #: 32-bit unsigned integers (seeds are `uint32[2]`)
+uint64 = dtype("uint64", np.uint64, False, True, False, False)  #: 64-bit unsigned integers
+float16 = dtype("float16", np.float16, False, False, True, True)  #: IEEE half precision
+float32 = dtype("float32", np.float32, False, False, True, True)  #: IEEE single precision (what Python floats become)
+float64 = dtype("float64", np.float64, False, False, True, True)  #: IEEE double precision
 # Graphcore's float8 formats, emulated with ml_dtypes: float8_143 (1 sign, 4 exponent, 3
 # mantissa bits, exponent bias 8, max 240) is `ml_dtypes.float8_e4m3fnuz`; float8_152
 # (5 exponent bits, bias 16, max 57344) is `ml_dtypes.float8_e5m2fnuz`. Both have no
 # infinities and one NaN (0x80). Host arrays of these dtypes hold the same bytes as
 # upstream's `np.dtype([("float8_143", "u1")])` arrays (`arr.view(np.uint8)`).
-np_dtype_float8_143 = np.dtype(ml_dtypes.float8_e4m3fnuz)
-np_dtype_float8_152 = np.dtype(ml_dtypes.float8_e5m2fnuz)
+np_dtype_float8_143 = np.dtype(ml_dtypes.float8_e4m3fnuz)  #: the NumPy dtype of `float8_143` host arrays
+np_dtype_float8_152 = np.dtype(ml_dtypes.float8_e5m2fnuz)  #: the NumPy dtype of `float8_152` host arrays
+#: Graphcore's float8 with 4 exponent and 3 mantissa bits (`ml_dtypes.float8_e4m3fnuz`)
 float8_143 = dtype("float8_143", np_dtype_float8_143, False, False, True, True)
+#: Graphcore's float8 with 5 exponent and 2 mantissa bits (`ml_dtypes.float8_e5m2fnuz`)
 float8_152 = dtype("float8_152", np_dtype_float8_152, False, False, True, True)
 # Not supported by the NumPy runtime; present for API parity.
-complex64 = dtype("complex64", None, True, False, False, True)
-complex128 = dtype("complex128", None, True, False, False, True)
-half = float16
-float = float32
-double = float64
+complex64 = dtype("complex64", None, True, False, False, True)  #: complex, two float32 (no runtime kernels)
+complex128 = dtype("complex128", None, True, False, False, True)  #: complex, two float64 (no runtime kernels)
+half = float16  #: `float16`
+float = float32  #: `float32`
+double = float64  #: `float64`
 
 _TORCH_NAMES = {"float8_143": "float8_e4m3fnuz", "float8_152": "float8_e5m2fnuz"}
 _COMPLEX_NP = {"complex64": np.dtype(np.complex64), "complex128": np.dtype(np.complex128)}

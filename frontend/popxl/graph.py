@@ -95,6 +95,7 @@ class Graph:
 
     @property
     def name(self) -> str:
+        """The graph's name (`"main_graph"` for the main graph), as the IR's `graph.graph @name`."""
         op = self._op
         if isinstance(op, MainGraphOp):
             return "main_graph"
@@ -102,14 +103,17 @@ class Graph:
 
     @property
     def id(self) -> str:
+        """The graph's id: its name (unique within its Ir)."""
         return self.name
 
     @property
     def ir(self) -> Ir:
+        """The Ir this graph belongs to."""
         return self._ir
 
     @property
     def main_graph(self) -> Graph:
+        """The main graph of this graph's Ir."""
         return self._ir.main_graph
 
     @property
@@ -183,16 +187,19 @@ class Graph:
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
+        """The graph's inputs in order (`popxl.graph_input` / `create_graph` arguments); none for the main graph."""
         if self._is_main:
             return ()
         return tuple(self._tensor(a) for a in self._block.args)
 
     @property
     def inputs_by_name(self) -> dict[str, Tensor]:
+        """The inputs keyed by tensor name."""
         return {t.name: t for t in self.inputs}
 
     @property
     def outputs(self) -> tuple[Tensor, ...]:
+        """The graph's outputs in order (`popxl.graph_output` / the function's return values)."""
         out = self._output_op
         if out is not None:
             return tuple(self._tensor(v) for v in out.outs)
@@ -200,6 +207,7 @@ class Graph:
 
     @property
     def tensors(self) -> tuple[Tensor, ...]:
+        """Every tensor of the graph: the inputs, then the results of its ops in program order."""
         ts = list(self.inputs)
         for op in self._block.ops:
             ts.extend(self._tensor(r) for r in op.results)
@@ -207,14 +215,17 @@ class Graph:
 
     @property
     def variables(self) -> tuple[Variable, ...]:
+        """The variables among `tensors` (only the main graph has any)."""
         return tuple(t for t in self.tensors if isinstance(t, Variable))
 
     @property
     def constants(self) -> tuple[Constant, ...]:
+        """The constants among `tensors`."""
         return tuple(t for t in self.tensors if isinstance(t, Constant))
 
     @property
     def called_graphs(self) -> tuple[Graph, ...]:
+        """The graphs this graph's ops call (`ops.call`, `repeat`, `conditional`), once each, in order of first call."""
         names = [n for op in self._block.ops for n in called_graph_names(op)]
         seen: dict[str, Graph] = {}
         for n in names:
@@ -223,15 +234,18 @@ class Graph:
         return tuple(seen.values())
 
     def get_tensor(self, tensor_id: str) -> Tensor:
+        """The tensor of this graph whose id or name is `tensor_id`; ValueError naming both otherwise."""
         for t in self.tensors:
             if t.id == tensor_id or t.name == tensor_id:
                 return t
         raise ValueError(f"Graph {self.name!r} has no tensor {tensor_id!r}")
 
     def get_input_tensors(self) -> tuple[Tensor, ...]:
+        """The same as `inputs`."""
         return self.inputs
 
     def get_output_tensors(self) -> tuple[Tensor, ...]:
+        """The same as `outputs`."""
         return self.outputs
 
     @property
@@ -366,6 +380,7 @@ class Graph:
         return h
 
     def remove_op_created_hook(self, handle: int) -> None:
+        """Stop calling the hook `register_op_created_hook` returned `handle` for; an unknown handle is ignored."""
         self._hooks.pop(check_int(handle, "Graph.remove_op_created_hook", "handle"), None)
 
     # -- context ----------------------------------------------------------------------------

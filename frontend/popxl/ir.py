@@ -112,6 +112,7 @@ class Ir:
 
     @property
     def main_graph(self) -> Graph:
+        """The main graph: `with ir.main_graph:` adds ops to it; a Session runs it."""
         return Graph._from_op(self, self._main_op)
 
     def _set_main_attr(self, key: str, value: int) -> None:
@@ -119,6 +120,7 @@ class Ir:
 
     @property
     def id(self) -> int:
+        """A number unique to this Ir within the process."""
         return self._id
 
     @property
@@ -131,6 +133,7 @@ class Ir:
 
     @property
     def num_host_transfers(self) -> int:
+        """The host transfers of each stream in one `Session.run` (default 1; a positive int)."""
         return self._main_op.num_host_transfers
 
     @num_host_transfers.setter
@@ -141,6 +144,7 @@ class Ir:
 
     @property
     def replication_factor(self) -> int:
+        """The number of replicas (`Ir(replication=R)`); settable until a Session is created."""
         return self._main_op.replication_factor
 
     @replication_factor.setter

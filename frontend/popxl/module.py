@@ -15,4 +15,5 @@ class Module:
         return self.build(*args, **kwargs)
 
     def build(self, *args: Any, **kwargs: Any) -> Any:
+        """Create the module's ops in the current graph and return its outputs (override it)."""
         raise NotImplementedError(f"{type(self).__qualname__} must override build()")

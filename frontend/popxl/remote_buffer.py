@@ -75,9 +75,11 @@ class TensorLocationInfo:
         self.offset = offset
 
     def is_sharded(self) -> bool:
+        """True when each replica holds a shard of the variable (replicated tensor sharding)."""
         return self.location.replicated_tensor_sharding == ReplicatedTensorSharding.On
 
     def is_remote(self) -> bool:
+        """True when the variable lives in a remote buffer (off-chip)."""
         return self.location.storage == TensorStorage.OffChip
 
     def __repr__(self) -> str:

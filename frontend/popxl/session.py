@@ -222,14 +222,17 @@ class Session:
     # -- properties -----------------------------------------------------------------------
     @property
     def ir(self) -> Ir:
+        """The Ir this session runs."""
         return self._ir
 
     @property
     def is_attached(self) -> bool:
+        """True inside `with session:` (after `__enter__`, before `__exit__`)."""
         return self._attached
 
     @property
     def device(self) -> Any:
+        """The device the session was created for, as given (`"cpu"`, `"ipu_model"`, `"ipu_hw"`): all run on NumPy."""
         return self._device_desc
 
     def expected_inputs(self) -> list[HostToDeviceStream]:
@@ -355,6 +358,7 @@ class Session:
         return host if host is v._memmap_arr else host.copy()
 
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
+        """`get_tensor_data` of each of `tensors` (variables or constants), by tensor."""
         if isinstance(tensors, Tensor) or not isinstance(tensors, Iterable):
             raise TypeError(f"Session.get_tensors_data: expected an iterable of tensors, got {type(tensors).__name__}")
         tensors = list(tensors)

@@ -73,9 +73,11 @@ class TensorSpec(Mapping):
         self.meta_shape = check_shape(meta_shape, "popxl.TensorSpec meta_shape") if meta_shape else ()
 
     def to_dict(self) -> dict[str, Any]:
+        """`{"shape": ..., "dtype": ..., "meta_shape": ...}`."""
         return {"shape": self.shape, "dtype": self.dtype, "meta_shape": self.meta_shape}
 
     def to_tuple(self) -> tuple[Any, ...]:
+        """`(shape, dtype, meta_shape)`."""
         return (self.shape, self.dtype, self.meta_shape)
 
     def __getitem__(self, key: str) -> Any:
@@ -137,6 +139,7 @@ class Tensor:
     # -- identity -----------------------------------------------------------------------
     @property
     def name(self) -> str:
+        """The tensor's name, with the name scopes it was created in (`"layer1/w"`)."""
         return self._name
 
     @property
@@ -148,14 +151,17 @@ class Tensor:
 
     @property
     def scope(self) -> str:
+        """The name scopes of `name` (`"layer1"` for `"layer1/w"`; `""` when there are none)."""
         return self._name.rsplit("/", 1)[0] if "/" in self._name else ""
 
     @property
     def ir(self) -> Ir:
+        """The Ir of the tensor's graph."""
         return self._graph._ir
 
     @property
     def graph(self) -> Graph:
+        """The graph the tensor belongs to."""
         return self._graph
 
     # -- type ---------------------------------------------------------------------------
@@ -167,26 +173,32 @@ class Tensor:
 
     @property
     def dtype(self) -> dtype:
+        """The element type (`popxl.float32`, ...)."""
         return dtype._from_element_type(self._type.get_element_type())
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The shape, a tuple of ints (`()` for a scalar)."""
         return tuple(self._type.get_shape())
 
     @property
     def meta_shape(self) -> tuple[int, ...]:
+        """The full shape a replica-sharded tensor is a shard of; `()` for other tensors."""
         return self._meta_shape
 
     @property
     def spec(self) -> TensorSpec:
+        """`TensorSpec(shape, dtype, meta_shape)`."""
         return TensorSpec(self.shape, self.dtype, self.meta_shape)
 
     @property
     def rank(self) -> int:
+        """The number of dimensions."""
         return len(self.shape)
 
     @property
     def nelms(self) -> int:
+        """The number of elements (1 for a scalar)."""
         return math.prod(self.shape)
 
     def strides(self, shape: Iterable[int] | None = None) -> tuple[int, ...]:
@@ -207,6 +219,7 @@ class Tensor:
 
     @property
     def in_sync_with_ipu(self) -> bool:
+        """Always True in xl: host and device values are synchronised by the Session."""
         return True
 
     # -- placement ----------------------------------------------------------------------

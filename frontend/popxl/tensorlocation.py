@@ -81,10 +81,12 @@ class TensorLocation:
 
     @property
     def storage(self) -> TensorStorage:
+        """`TensorStorage.OnChip` or `OffChip` (a remote buffer)."""
         return self._storage
 
     @property
     def replicated_tensor_sharding(self) -> ReplicatedTensorSharding:
+        """`ReplicatedTensorSharding.On` when each replica holds a shard, else `Off`."""
         return self._replicated_tensor_sharding
 
     def __eq__(self, other: object) -> bool:

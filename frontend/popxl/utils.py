@@ -28,6 +28,7 @@ __all__ = [
     "to_numpy",
 ]
 
+#: The largest uint64: seeds are drawn from [0, MAX_UINT64].
 MAX_UINT64 = 2**64 - 1
 
 

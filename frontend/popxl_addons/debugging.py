@@ -20,6 +20,8 @@ import popxl.ops as ops
 
 __all__ = ["print_tensor", "print_text", "LEVELS"]
 
+#: The levels of `print_tensor` / `print_text`, lowest first: a message prints when its level is at
+#: least the one `MODEL_LOG_LEVEL` names in the environment (default `"INFO"`).
 LEVELS = {"TRACE": 0, "DEBUG": 1, "INFO": 2, "WARN": 3}
 
 

@@ -134,10 +134,12 @@ class GraphWithNamedArgs:
 
     @classmethod
     def from_grad_graph(cls, grad_graph_info: Any, args: NamedTensors | None = None):
+        """The gradient graph of `grad_graph_info` (a `GradGraphInfo`) with named inputs `args`, keeping the info."""
         return cls(grad_graph_info.graph, args, grad_graph_info=grad_graph_info)
 
     @property
     def grad_graph_info(self) -> Any:
+        """The `GradGraphInfo` of a gradient graph (from `autodiff`); AttributeError for other graphs."""
         if self._grad_graph_info is None:
             raise AttributeError(
                 f"GraphWithNamedArgs of graph '{self.graph.name}' is not a gradient graph: it has no grad_graph_info"
@@ -171,6 +173,7 @@ class GraphWithNamedArgs:
         return BoundGraph(self.graph, _as_tensor_map(self.args, args, "GraphWithNamedArgs.call")).call(*targs)
 
     def call_with_info(self, *targs: Any, args: TensorMap | NamedTensors | None = None) -> Any:
+        """Like `call`, but returns the `CallSiteInfo` of the call."""
         return BoundGraph(
             self.graph, _as_tensor_map(self.args, args, "GraphWithNamedArgs.call_with_info")
         ).call_with_info(*targs)

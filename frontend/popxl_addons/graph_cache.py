@@ -111,6 +111,7 @@ class GraphCache:
         return facts.copy(), graph.copy()
 
     def clear(self) -> None:
+        """Forget every cached graph and module."""
         self._graphs = weakref.WeakKeyDictionary()
         self._modules = weakref.WeakKeyDictionary()
 

@@ -386,6 +386,7 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
 
     @property
     def submodules(self) -> dict[str, Module]:
+        """The direct submodules by attribute name (a copy)."""
         return dict(self._submodules)
 
     def get(self, key: str | int) -> Module:
@@ -418,6 +419,7 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
 
     # -- building --------------------------------------------------------------------
     def build(self, *args: Any, **kwargs: Any) -> Any:
+        """Create the module's ops and variables in the current graph and return its outputs (override it)."""
         raise NotImplementedError(f"{type(self).__name__} must implement build()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -45,6 +45,7 @@ __all__ = ["TaskSession", "write_variables_pb", "initialise_memmap_dir_from_chec
 
 logger = logging.getLogger("popxl_addons")
 
+#: The `format_version` written to `session_state.json`; `load_checkpoint` reads only this one.
 CHECKPOINT_FORMAT_VERSION = 1
 _STATE_FILE = "session_state.json"
 _SESSION_INFO_FILE = "session_info.json"
@@ -167,6 +168,7 @@ class TaskSession(popxl.Session):
     # upstream's older name for `state`
     @property
     def model(self) -> NamedTensors:
+        """The same as `state` (upstream's older name)."""
         return self.state
 
     @property

@@ -181,6 +181,7 @@ class VariableFactory:
     # -- data ------------------------------------------------------------------------
     @property
     def full_shape(self) -> tuple[int, ...]:
+        """The shape of the whole variable: `meta_shape` for a replica-sharded one, else `shape`."""
         return self.meta_shape or self.shape
 
     def _draw(self) -> np.ndarray:
@@ -375,6 +376,7 @@ class NamedVariableFactories(DotTree[VariableFactory]):
 
     @property
     def replica_groupings(self) -> NamedReplicaGrouping:
+        """The replica grouping of each factory, by the same dotted names."""
         return NamedReplicaGrouping.from_dict({k: f.replica_grouping for k, f in self.to_dict().items()})
 
 

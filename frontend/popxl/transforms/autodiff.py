@@ -69,10 +69,12 @@ class ExpectedConnection:
 
     @property
     def fwd_tensor(self) -> Tensor:
+        """The forward graph's tensor the connection stands for (an input or an output of it)."""
         return self._fwd_tensor
 
     @property
     def connection_type(self) -> ExpectedConnectionType:
+        """`ExpectedConnectionType.Fwd` (the forward tensor itself) or `FwdGrad` (its gradient)."""
         return self._connection_type
 
     def _parent(self, call_info: Any) -> Tensor:
@@ -169,6 +171,7 @@ class GradGraphInfo:
 
     @property
     def forward_graph(self) -> Graph:
+        """The graph this gradient graph differentiates."""
         return self._forward_graph
 
     def _refresh(self) -> GradInfo:

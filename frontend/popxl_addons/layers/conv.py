@@ -72,6 +72,7 @@ class Conv2D(Module):
         self.enable_conv_dithering = enable_conv_dithering
 
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        """The convolution of `x` `(N, C, H, W)` with `weight`, plus `bias`: `(N, out_channels, H', W')`."""
         if x.rank != 4:
             raise ValueError(f"Conv2D: the input must be (N, C, H, W), got shape {x.shape}")
         c = x.shape[1]

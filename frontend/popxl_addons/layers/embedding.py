@@ -65,6 +65,7 @@ class Embedding(Module):
         return np.arange(n_shards * size, step=size)
 
     def build(self, indices: popxl.Tensor) -> popxl.Tensor:
+        """`ops.gather(weight, indices, axis)`: the rows (columns for `axis=1`) the integer `indices` select."""
         if self.axis == 0:
             shape = (self.vocab_shard_size, self.hidden_size)
         else:

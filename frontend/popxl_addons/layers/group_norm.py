@@ -30,6 +30,7 @@ class GroupNorm(Module):
         self.eps = eps
 
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        """`x` `(N, C, *)` normalised per group of channels, scaled by `weight`, shifted by `bias`."""
         if x.rank < 2:
             raise ValueError(f"GroupNorm: the input must be (N, C, *), got shape {x.shape}")
         c = x.shape[1]

@@ -23,6 +23,7 @@ class LayerNorm(Module):
     Variables `weight` (ones) and `bias` (zeros) of shape `(C,)`."""
 
     def build(self, x: popxl.Tensor, eps: float = 1e-5) -> popxl.Tensor:
+        """`x` `(N, C)` normalised over `C`, scaled by `weight` and shifted by `bias`."""
         if x.rank != 2:
             raise ValueError(
                 f"LayerNorm: the input tensor must be of shape N x C, got {x.shape}. Please flatten "

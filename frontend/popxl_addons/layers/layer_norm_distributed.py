@@ -28,6 +28,8 @@ class LayerNormDistributed(Module):
         self.replica_grouping = replica_grouping
 
     def build(self, x: popxl.Tensor, eps: float = 1e-5) -> popxl.Tensor:
+        """This replica's shard of `x` `(n, h)` normalised over the whole hidden axis (statistics
+        all-reduced over the group), scaled by `weight` and shifted by `bias` (sharded likewise)."""
         group = self.replica_grouping if self.replica_grouping is not None else popxl.gcg().ir.replica_grouping()
         shards = group.transpose()
         w = self.add_variable_input("weight", partial(np.ones, x.shape[-1]), x.dtype, replica_grouping=shards)

@@ -32,6 +32,7 @@ class Linear(Module):
         self.replica_grouping = replica_grouping
 
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        """`x @ weight (+ bias)` for `x` of shape `(..., in_features)`: shape `(..., out_features)`."""
         if x.rank < 1:
             raise ValueError(f"Linear: the input must have rank >= 1, got shape {x.shape}")
         w = self.add_variable_input(

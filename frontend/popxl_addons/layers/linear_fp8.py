@@ -73,6 +73,7 @@ class LinearFP8(Module):
             )
 
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        """`x @ weight + bias` for float16 / float32 `x`, the product taken in float8 with the chosen scales."""
         if x.dtype not in (popxl.float16, popxl.float32):
             raise TypeError(f"LinearFP8: the input must be float16 or float32, got {x.dtype.name}")
         w = self.add_variable_input(

@@ -54,6 +54,7 @@ class LinearGQ(Module):
         self.dim = dim
 
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
+        """`x @ decompress(weight) + bias` for `x` of shape `(..., in_features)`."""
         in_features = x.shape[-1]
         if self.dim in (1, -1):
             kept, quantised = in_features, self.out_features

@@ -21,7 +21,11 @@ class FpDef(NamedTuple):
     min_exp: int
 
 
+#: IEEE float32, its subnormal values not counted.
 ieee_fp32_no_denorms = FpDef(8, 23, 127, False, True, 3.4028235e38, 127, -126)
+#: IEEE float16, its subnormal values counted.
 ieee_fp16_denorms = FpDef(5, 10, 15, True, True, 65504.0, 15, -14)
+#: `popxl.float8_152`: 5 exponent bits, 2 mantissa bits, bias 16, no infinities.
 float8_152_def = FpDef(5, 2, 16, True, False, 57344.0, 15, -17)
+#: `popxl.float8_143`: 4 exponent bits, 3 mantissa bits, bias 8, no infinities.
 float8_143_def = FpDef(4, 3, 8, True, False, 240.0, 7, -10)

@@ -62,6 +62,9 @@ class AdamOptimizerStep(Module):
         global_norm: popxl.Tensor | None = None,
         global_norm_max: Scalar | None = None,
     ) -> None:
+        """Update `var` in place from `grad` by one Adam step (see the module docstring); the
+        moments (`first_order`, `second_order`) and `step` become variables of the module.
+        `grad` is first scaled by `scale_grad(grad, loss_scaling, global_norm, global_norm_max)`."""
         grad = self.scale_grad(grad, loss_scaling, global_norm, global_norm_max)
 
         first_order = self._state(var, "first_order", first_order_dtype, replica_grouping)
