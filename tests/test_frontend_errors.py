@@ -497,7 +497,7 @@ MISTAKES: list[tuple[str, Callable[[Env], Any], type, str]] = [
     ("DotTree float key", lambda e: DotTree().insert(1.5, 1), TypeError, r"DotTree keys are str or int, not float"),  # pyright: ignore[reportArgumentType]  # bad input
     ("DotTree bad key", lambda e: DotTree().insert("a b", 1), ValueError, r"invalid DotTree key 'a b'"),
     ("DotTree missing key", lambda e: e.nt["zz"], KeyError, r"zz"),
-    ("DotTree duplicate", lambda e: e.nt.insert("a.w", e.x), ValueError, r"key 'w' already exists in NamedTensors; pass overwrite=True"),
+    ("DotTree duplicate", lambda e: e.nt.insert("a.w", e.x), ValueError, r"'a' already exists in NamedTensors \(inserting 'a\.w'\); pass overwrite=True"),
     # -- GraphWithNamedArgs / BoundGraph
     ("GraphWithNamedArgs int", lambda e: GraphWithNamedArgs(5), TypeError, r"GraphWithNamedArgs: graph must be a popxl\.Graph, got int"),
     ("GraphWithNamedArgs args dict", lambda e: GraphWithNamedArgs(e.g, {"a": e.x}), TypeError, r"GraphWithNamedArgs: args must be a NamedTensors, got dict"),  # pyright: ignore[reportArgumentType]  # bad input

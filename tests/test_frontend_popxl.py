@@ -650,7 +650,9 @@ def test_call_with_info_and_errors():
         assert info.parent_to_graph(w) is gw and info.parent_to_graph(y) is g.outputs[0]
         assert info.graph_to_parent_input_index(2) == 2
         info.set_parent_input_modified(b)
-        assert g._input_by_ref(2)
+        # this call site only: it calls a copy of g whose input 2 is by reference
+        assert info.called_graph._input_by_ref(2) and not g._input_by_ref(2)
+        assert info._op.callee.root_reference.data == info.called_graph.name != g.name
 
         with pytest.raises(ValueError, match="too many inputs"):
             ops.call(g, x, w, b, b)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import popxl
 import xl.dialects.popxl as P
 from popxl import ops
 from tests.nn_testing import run_fwd, run_fwd_bwd
@@ -376,3 +377,22 @@ def test_ops_subsample_forward_and_gradient() -> None:
     ref = np.zeros_like(x)
     ref[::2, ::3] = dy
     np.testing.assert_array_equal(dx, ref)
+
+
+def test_ops_subsample_strides_as_upstream() -> None:
+    """An int stride is dim 0's; missing strides are 1; more strides than dims, or a stride
+    below 1, are ValueErrors."""
+    x = _f32(5, 6, 2)
+    for strides, ref in (
+        (2, x[::2]),
+        ([3], x[::3]),
+        ((2, 4), x[::2, ::4]),
+        (np.array([1, 5, 2]), x[:, ::5, ::2]),
+    ):
+        np.testing.assert_array_equal(run_fwd(lambda a, s=strides: ops.subsample(a, s), [x]), ref)
+    with popxl.Ir().main_graph:
+        v = popxl.variable(x)
+        with pytest.raises(ValueError, match="must not be greater than the rank"):
+            ops.subsample(v, [1, 1, 1, 1])
+        with pytest.raises(ValueError, match="strides must be positive"):
+            ops.subsample(v, -2)

@@ -145,6 +145,8 @@ class DotTree(Generic[L]):
         """Insert `value` at the dotted `key` into the subtrees along it (created when
         absent): what building a tree from flat dotted keys needs (`from_dict`, `pack`,
         `filter_keys`). ValueError when `key` itself exists."""
+        if not isinstance(value, DotTree):
+            self._check_leaf(key, value)  # named by the whole key
         first, rest = self._split(key)
         if rest is None:
             self.insert(first, value)

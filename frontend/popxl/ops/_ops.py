@@ -692,10 +692,21 @@ def slice_(
     return record_view(slice(t, start, stop, step, axis), "ops.slice_")
 
 
-def subsample(t: Tensor, strides: Iterable[int]) -> Tensor:
-    """Every `strides[i]`-th element along each dim `i` of `t`, starting at 0."""
-    strides = [as_int(s, "strides") for s in strides]
-    return slice(t, start=[0] * t.rank, stop=list(t.shape), step=strides, axis=list(range(t.rank)))
+def subsample(t: Tensor, strides: int | Iterable[int]) -> Tensor:
+    """Every `strides[i]`-th element along each dim `i` of `t`, starting at 0. An int is the
+    stride of dim 0; fewer strides than dims are padded with ones (as upstream); more is a
+    ValueError, and so is a stride below 1."""
+    items = [strides] if isinstance(strides, int | np.integer) else list(strides)
+    steps = [as_int(s, "strides") for s in items]
+    if len(steps) > t.rank:
+        raise ValueError(
+            f"ops.subsample: The length of subsample `strides` ({len(steps)}) must not be greater "
+            f"than the rank of the input tensor {t.id} {t.shape}"
+        )
+    if any(s < 1 for s in steps):
+        raise ValueError(f"ops.subsample: strides must be positive, got {steps}")
+    steps += [1] * (t.rank - len(steps))
+    return slice(t, start=[0] * t.rank, stop=list(t.shape), step=steps, axis=list(range(t.rank)))
 
 
 def _getitem(t: Tensor, key: Any) -> Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from xdsl.dialects.builtin import StringAttr, SymbolRefAttr
 from xdsl.ir import Attribute, Operation
 
 from popxl._checks import check_int
@@ -103,13 +104,19 @@ class CallSiteInfo:
         raise ValueError(f"{parent_tensor!r} is not an input or output of this call site")
 
     def set_parent_input_modified(self, parent_tensor: Tensor, infer_modified_regions: bool = False) -> None:
-        """Mark the callee input fed by `parent_tensor` as modified (by reference).
+        """At this call site, the updates the called graph makes to the input fed by
+        `parent_tensor` reach `parent_tensor` (as a by-reference input), as upstream; other
+        call sites of the graph are not affected.
 
-        xl records this on the callee input (`graph.by_ref`), so it holds for every call site.
-        """
+        xl passes an input by reference when the graph marks it so (`graph.by_ref`): unless
+        the input is by reference already, this call site calls a copy of the graph with
+        the input marked (`called_graph` is then that copy)."""
         for i, t in enumerate(self.inputs):
             if t is parent_tensor:
-                self._called._set_input_by_ref(i - self._input_offset)
+                k = i - self._input_offset
+                if not self._called._input_by_ref(k):
+                    self._called = _private_copy(self._called, self._op)
+                    self._called._set_input_by_ref(k)
                 return
         raise ValueError(f"{parent_tensor!r} is not an input of this call site")
 
@@ -119,6 +126,21 @@ class CallSiteInfo:
 
     def __repr__(self) -> str:
         return f"CallSiteInfo[{self._parent.name} -> {self._called.name}]"
+
+
+def _private_copy(graph: Graph, call: Operation) -> Graph:
+    """A copy of `graph` (a new `graph.graph` next to it, named `<name>_site<n>`) that only
+    `call` calls from now on."""
+    ir = graph.ir
+    op = graph._op
+    assert isinstance(op, GraphOp) and isinstance(call, CallOp | RepeatOp), "a call of a subgraph"
+    copy = op.clone()
+    copy.sym_name = StringAttr(ir._create_name(f"{graph.name}_site"))
+    block = op.parent_block()
+    assert block is not None
+    block.insert_op_after(copy, op)
+    call.callee = SymbolRefAttr(copy.sym_name.data)
+    return Graph._from_op(ir, copy)
 
 
 def _check_graph(graph: Any, what: str) -> Graph:
