@@ -296,7 +296,9 @@ class ConditionalOp(IRDLOperation):
     else_branch = prop_def(FlatSymbolRefAttrConstr)
     res = var_result_def(TensorType)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
-    traits = traits_def(_ConditionalSymbolUser(), WritesByRefInputs(), NotDifferentiable(), PopartType("If"))
+    # differentiable: its gradient is a conditional of the branches' gradients
+    # (`xl.passes.autodiff`, as PopART's If op)
+    traits = traits_def(_ConditionalSymbolUser(), WritesByRefInputs(), PopartType("If"))
 
     def __init__(
         self,

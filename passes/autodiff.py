@@ -55,20 +55,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from xl.dialects.call import (
     CallOp,
+    ConditionalOp,
     add_graph_outputs,
     append_results,
     call_sites,
 )
 from xl.dialects.effects import written_operands
-from xl.dialects.graph import GraphOp, graphs_by_name, unique_graph_name
-from xl.dialects.popxl import AddOp
+from xl.dialects.graph import GraphOp, OutputOp, graphs_by_name, unique_graph_name
+from xl.dialects.popxl import AddOp, InitOp
 from xl.dialects.utils import fmt_type
 from xl.passes.autodiff_builder import GradGraphBuilder, is_float
 from xl.passes.autodiff_info import (
@@ -143,6 +144,14 @@ def _call_grad(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Gra
     called from the gradient graph."""
     assert isinstance(b, GradGraphBuilder) and isinstance(op, CallOp)
     return b.driver.call_grad(b, op, dys)
+
+
+@grad_rule(ConditionalOp)
+def _conditional_grad(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    """`call.conditional`: a conditional on the same condition of the two branches'
+    gradients (`Autodiff.conditional_grad`)."""
+    assert isinstance(b, GradGraphBuilder) and isinstance(op, ConditionalOp)
+    return b.driver.conditional_grad(b, op, dys)
 
 
 class Autodiff:
@@ -279,6 +288,105 @@ class Autodiff:
                     f"compute the gradient of input {i} ('{callee.input_name(i)}'), which is needed"
                 )
         return dxs
+
+    # -- call.conditional --------------------------------------------------------------
+    def conditional_grad(
+        self, b: GradGraphBuilder, cond: ConditionalOp, dys: list[SSAValue | None]
+    ) -> list[SSAValue | None]:
+        """The gradient of `call.conditional %c then @A(xs) else @B(zs)`:
+
+        ```mlir
+        %dxs, %dzs = call.conditional %c then @A_cond_grad(xs, dys) else @B_cond_grad(zs, dys)
+        ```
+
+        Each `@<branch>_cond_grad` recomputes its branch (a copy of it, so that the values
+        its gradient needs can become outputs: a branch's own outputs are tied to the
+        other branch's) and calls the copy's gradient graph; both return the gradients of
+        the needed inputs of both branches, zeros for the other branch's, so the two have
+        one signature. PopART's If op differentiates the same way (the gradient of the
+        branch taken, selected by the same condition)."""
+        then_args, else_args = list(cond.then_args), list(cond.else_args)
+        need_then = [i for i, a in enumerate(then_args) if b.needs(a)]
+        need_else = [i for i, a in enumerate(else_args) if b.needs(a)]
+        provided = [j for j, d in enumerate(dys) if d is not None]
+        out_types = [a.type for a in (*(then_args[i] for i in need_then), *(else_args[i] for i in need_else))]
+        dy_types = [cond.res[j].type for j in provided]
+        then_g = self._branch_grad(cond.then_branch.root_reference.data, provided, need_then, dy_types, out_types, 0)
+        else_g = self._branch_grad(
+            cond.else_branch.root_reference.data, provided, need_else, dy_types, out_types, len(need_then)
+        )
+        dy_vals = [dys[j] for j in provided]
+        new = ConditionalOp(
+            b.fwd(cond.condition),
+            then_g.graph_name,
+            [*(b.fwd(a) for a in then_args), *dy_vals],  # pyright: ignore[reportArgumentType]
+            else_g.graph_name,
+            [*(b.fwd(a) for a in else_args), *dy_vals],  # pyright: ignore[reportArgumentType]
+            out_types,
+        )
+        b.block.add_op(new)
+        dxs: list[SSAValue | None] = [None] * len(cond.operands)
+        base_then, base_else = 1, 1 + len(then_args)
+        for k, i in enumerate(need_then):
+            dxs[base_then + i] = new.res[k]
+        for k, i in enumerate(need_else):
+            dxs[base_else + i] = new.res[len(need_then) + k]
+        return dxs
+
+    def _branch_grad(
+        self,
+        branch_name: str,
+        provided: list[int],
+        needed: list[int],
+        dy_types: Sequence[Attribute],
+        out_types: Sequence[Attribute],
+        first_out: int,
+    ) -> GraphOp:
+        """`@<branch>_cond_grad(branch inputs..., dys...)`: recomputes a copy of the branch,
+        calls the copy's gradient graph and returns the gradients of `needed` inputs at
+        `out_types[first_out:]`, zeros at the other positions."""
+        branch = self.graph(branch_name)
+        copy = branch.clone()
+        copy.sym_name = StringAttr(unique_graph_name(self.module, f"{branch_name}_cond_fwd"))
+        Rewriter.insert_op(copy, InsertPoint.after(branch))
+        self.graphs[copy.graph_name] = copy
+        grad = self.differentiate(copy, provided, needed)
+        info = GradInfo.from_graph(grad)
+        in_types = [a.type for a in branch.body.block.args]
+        block = Block(arg_types=[*in_types, *dy_types])
+        args, dy_args = list(block.args[: len(in_types)]), list(block.args[len(in_types) :])
+        fwd_call = CallOp(copy.graph_name, args, copy.function_type.outputs.data)
+        block.add_op(fwd_call)
+        inputs: list[SSAValue] = []
+        for kind, idx in info.expected_inputs:
+            if kind == FWD_GRAD:
+                inputs.append(dy_args[provided.index(idx)])
+            elif kind == FWD_INPUT:
+                inputs.append(args[idx])
+            else:
+                inputs.append(fwd_call.res[idx])
+        grad_call = CallOp(grad.graph_name, inputs, grad.function_type.outputs.data)
+        block.add_op(grad_call)
+        outs: list[SSAValue] = []
+        for k, t in enumerate(out_types):
+            if first_out <= k < first_out + len(needed):
+                outs.append(grad_call.res[k - first_out])
+            else:
+                zero = InitOp.make([], [t], init_type="zero")
+                block.add_op(zero)
+                outs.append(zero.results[0])
+        block.add_op(OutputOp(outs))
+        names = [branch.input_name(i) for i in range(len(in_types))] + [f"Gradient___{j}" for j in provided]
+        g = GraphOp(
+            unique_graph_name(self.module, f"{branch_name}_cond_grad"),
+            [*in_types, *dy_types],
+            out_types,
+            Region(block),
+            input_names=names,
+        )
+        Rewriter.insert_op(g, InsertPoint.after(grad))
+        self.graphs[g.graph_name] = g
+        return g
 
 
 def autodiff(
