@@ -6,7 +6,12 @@ viewed buffer). A buffer whose first use overwrites it completely (a kernel know
 its outputs, `rt.copy`, `rt.h2d`) takes the storage of a dead buffer of the same type on
 the same virtual IPU (the `ipu.id` of the first placed op using it, else IPU 0: memory is
 per IPU, and buffers of different IPUs stay apart so that IPUs can run concurrently), most recently
-freed first. An elementwise kernel may also write into an input that dies
+freed first, unless that would raise the block's peak: taken storage stays held over the gap
+between its last user and its new first user (the memory report counts a buffer from its
+first use to its last), so it is taken only when the bytes the block's buffers hold over
+the gap, plus its size, stay within the most the block holds at once without reuse
+(function bodies excepted: a function's buffers are held over all its calls anyway). An
+elementwise kernel may also write into an input that dies
 at that kernel (in-place). Reused buffers are replaced by the buffer that owns the
 storage and their `rt.alloc` is erased. State, constants and views are never touched.
 Function bodies (`rt.func`) are blocks like any other; an `rt.call` overwrites a
@@ -27,11 +32,13 @@ rt.kernel "popxl.gelu"(%a) -> (%a) : ...
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import cast
 
+import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import FixedBitwidthType, MemRefType, ModuleOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
@@ -133,6 +140,7 @@ class _Life:
     first_op: Operation
     ipu: int = 0  # the `ipu.id` of the first placed op using it (0: popxl's default IPU)
     type_key: int = -1  # equal for buffers of equal types (`_TypeKeys`)
+    fills: bool = True  # its first use overwrites it completely: it may take dead storage
 
 
 class _TypeKeys:
@@ -188,16 +196,55 @@ def _lifetimes(block: Block, mem: Memory, fills: CallFills) -> tuple[list[Operat
                         placed = (p, ipu)
             if not ok:
                 break
-        if not ok or first_op is None or not _full_write(first_op, v, fills):
+        if not ok or first_op is None:
             continue
-        lives.append(_Life(v, first, last, first_op, placed[1] if placed is not None else 0))
+        ipu = placed[1] if placed is not None else 0
+        lives.append(_Life(v, first, last, first_op, ipu, fills=_full_write(first_op, v, fills)))
     return ops, lives
+
+
+def _nbytes(t: Attribute) -> int:
+    """The bytes of a buffer of type `t` (a memref of static shape)."""
+    if not isinstance(t, MemRefType):
+        return 0
+    elem = cast(MemRefType[Attribute], t).element_type
+    width = elem.bitwidth if isinstance(elem, FixedBitwidthType) else 64
+    return math.prod(t.get_shape()) * max(1, (width + 7) // 8)
+
+
+class _LiveBytes:
+    """The bytes of the block's buffers live at each op of the block, per IPU, in the
+    memory report's terms (a buffer's storage is held from its first use to its last),
+    and the most the block holds at once without reuse. Taking dead storage keeps it
+    held over the gap between its last user and its new first user: `fits` says whether
+    that stays within the block's peak."""
+
+    def __init__(self, n: int, lives: list[_Life]):
+        self._n = n
+        self._live: dict[int, np.ndarray] = {}
+        for life in lives:
+            self.add(life.ipu, life.first, life.last + 1, _nbytes(life.value.type))
+        self._bound = {ipu: int(a.max(initial=0)) for ipu, a in self._live.items()}
+
+    def add(self, ipu: int, start: int, stop: int, nbytes: int) -> None:
+        live = self._live.get(ipu)
+        if live is None:
+            live = self._live[ipu] = np.zeros(self._n + 1, dtype=np.int64)
+        live[start:stop] += nbytes
+
+    def fits(self, ipu: int, start: int, stop: int, nbytes: int) -> bool:
+        if start >= stop:
+            return True
+        return int(self._live[ipu][start:stop].max()) + nbytes <= self._bound[ipu]
 
 
 def plan_block(block: Block, mem: Memory, fills: CallFills) -> dict[SSAValue, SSAValue]:
     """buffer -> buffer whose storage it takes, for the allocs of `block` (`fills`: what the
     calls of the program fill, shared by the blocks of the unedited program)."""
-    ops, lives = _lifetimes(block, mem, fills)
+    ops, every = _lifetimes(block, mem, fills)
+    # a function's buffers are held over all its calls whatever their uses: no gap counts
+    held = None if isinstance(block.parent_op(), rt.FuncOp) else _LiveBytes(len(ops), every)
+    lives = [life for life in every if life.fills]
     starts: dict[int, list[_Life]] = {}
     ends: dict[int, list[_Life]] = {}
     type_key = _TypeKeys()
@@ -206,7 +253,8 @@ def plan_block(block: Block, mem: Memory, fills: CallFills) -> dict[SSAValue, SS
         starts.setdefault(life.first, []).append(life)
         ends.setdefault(life.last, []).append(life)
     phys: dict[SSAValue, SSAValue] = {}
-    pool: dict[tuple[int, int], list[SSAValue]] = {}  # (type key, IPU) -> free storage
+    # (type key, IPU) -> free storage, each with the position of its last use
+    pool: dict[tuple[int, int], list[tuple[SSAValue, int]]] = {}
     consumed: set[SSAValue] = set()
     for i in sorted(set(starts) | set(ends)):
         op = ops[i]
@@ -226,15 +274,24 @@ def plan_block(block: Block, mem: Memory, fills: CallFills) -> dict[SSAValue, SS
                     ):
                         rep = phys[d.value]
                         consumed.add(d.value)
+                        if held is not None:  # one storage where there were two at `i`
+                            held.add(life.ipu, i, i + 1, -_nbytes(life.value.type))
                         break
             if rep is None:
                 free = pool.get((life.type_key, life.ipu))
+                # the most recently freed storage has the shortest gap (within the others')
                 if free:
-                    rep = free.pop()
+                    storage, freed = free[-1]
+                    size = _nbytes(life.value.type)
+                    if held is None or held.fits(life.ipu, freed + 1, i, size):
+                        free.pop()
+                        rep = storage
+                        if held is not None:
+                            held.add(life.ipu, freed + 1, i, size)
             phys[life.value] = rep if rep is not None else life.value
         for life in ends.get(i, ()):
             if life.value not in consumed:
-                pool.setdefault((life.type_key, life.ipu), []).append(phys[life.value])
+                pool.setdefault((life.type_key, life.ipu), []).append((phys[life.value], i))
     return {v: r for v, r in phys.items() if r is not v}
 
 
