@@ -1143,7 +1143,12 @@ class ReshapeOp(PopxlOp):
         shape = tuple(int(d) for d in shape)
         n = math.prod(in_shape)
         if shape.count(-1) > 1:
-            raise ValueError(f"popxl.reshape: at most one -1 allowed in {shape}")
+            raise ValueError(f"popxl.reshape: Reshape shape can contain at most one '-1' value, got {shape}")
+        if any(d < -1 or (d == 0 and n) for d in shape):
+            raise ValueError(
+                f"popxl.reshape: Invalid shape value in reshape: each must be > 0 or -1 (0 for an empty "
+                f"tensor), got {shape} for {tuple(in_shape)}"
+            )
         if -1 in shape:
             rest = math.prod(d for d in shape if d != -1)
             if rest == 0 or n % rest:

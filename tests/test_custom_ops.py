@@ -266,7 +266,7 @@ def test_ops_utils_checks() -> None:
             z = y * 2
         check_in_graph(ir.main_graph, a=a, x=x)
         check_tensor_ipu_and_tile_set(y=y, z=z)
-        with pytest.raises(ValueError, match=r"x \(\S+\) is on IPU 0 and y \(\S+\) on IPU 1"):
+        with pytest.raises(ValueError, match=r"`x` \(\S+\) and `y` \(\S+\) are located on different IPUs: 0 != 1"):
             check_tensor_ipu_and_tile_set(x=x, y=y)
         g = ir.create_graph(lambda t: t + 1, a.spec)
         with pytest.raises(ValueError, match="check_in_graph: a: tensor a is in graph 'main_graph'"):

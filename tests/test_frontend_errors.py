@@ -475,7 +475,7 @@ MISTAKES: list[tuple[str, Callable[[Env], Any], type, str]] = [
     ("run by name", _session(lambda e, s: s.run({"load": np.ones((2, 3))})), ValueError, r"Session\.run: the inputs do not match the streams the program loads\.\nUnexpected: 'load'\nMissing: load \(2, 3\) float32"),  # pyright: ignore[reportArgumentType]  # bad input
     ("run bad shape", _session(lambda e, s: s.run({e.load: np.ones((3, 2), np.float32)})), ValueError, r"Session\.run: input for stream 'load' has shape \(3, 2\), expected \(2, 3\)"),
     ("run_with_outputs list", _session(lambda e, s: s.run_with_outputs({e.load: np.ones((2, 3), np.float32)}, [1])), TypeError, r"Session\.run_with_outputs: outputs must map DeviceToHostStreams to arrays, got list"),  # pyright: ignore[reportArgumentType]  # bad input
-    ("get_tensor_data name", _session(lambda e, s: s.get_tensor_data("x")), TypeError, r"Session\.get_tensor_data: 'x' is not a Variable or Constant"),  # pyright: ignore[reportArgumentType]  # bad input
+    ("get_tensor_data name", _session(lambda e, s: s.get_tensor_data("x")), TypeError, r"Session\.get_tensor_data: 'x' is not of type Constant or Variable"),  # pyright: ignore[reportArgumentType]  # bad input
     ("get_tensors_data int", _session(lambda e, s: s.get_tensors_data(5)), TypeError, r"Session\.get_tensors_data: expected an iterable of tensors, got int"),  # pyright: ignore[reportArgumentType]  # bad input
     ("get_tensors_data tensor", _session(lambda e, s: s.get_tensors_data(e.x)), TypeError, r"Session\.get_tensors_data: expected an iterable of tensors, got Variable"),
     ("write_variable_data str", _session(lambda e, s: s.write_variable_data(e.x, "a")), TypeError, r"Session\.write_variable_data: dtype of the data \(<U1\) does not match variable x"),

@@ -136,6 +136,11 @@ def call_info(ir: popxl.Ir) -> Any:
     return ops.call_with_info(g, x((2,)))
 
 
+def cond_info(ir: popxl.Ir) -> Any:
+    g = ir.create_graph(lambda a: a + 1, x((2,)))
+    return ops.conditional_with_info(popxl.constant(True), g, g, [x((2,))], [x((2,))])
+
+
 def hook(ir: popxl.Ir, v: Any) -> None:
     g = ir.main_graph
     for _ in range(2):  # handles 0 and 1 (a bool would name one of them)
@@ -317,6 +322,28 @@ CALLS: dict[str, tuple[Callable[[Any], Any], Any]] = {
         ),
         0,
     ),
+    "popxl.ops.ConditionalSiteInfo.parent_input:idx": (in_main(lambda ir, v: cond_info(ir).parent_input(v)), 1),
+    "popxl.ops.ConditionalSiteInfo.graph_to_parent_input_index:idx": (
+        in_main(lambda ir, v: cond_info(ir).graph_to_parent_input_index(v)),
+        0,
+    ),
+    "popxl.ops.ConditionalSiteInfo.graph_to_parent_output_index:idx": (
+        in_main(lambda ir, v: cond_info(ir).graph_to_parent_output_index(v)),
+        0,
+    ),
+    "popxl.ops.ConditionalSiteInfo.parent_to_graph_input_index:idx": (
+        in_main(lambda ir, v: cond_info(ir).parent_to_graph_input_index(v)),
+        1,
+    ),
+    "popxl.ops.ConditionalSiteInfo.parent_to_graph_output_index:idx": (
+        in_main(lambda ir, v: cond_info(ir).parent_to_graph_output_index(v)),
+        0,
+    ),
+    "popxl.ops.ConditionalSiteInfo.is_parent_index_in_then_branch:idx": (
+        in_main(lambda ir, v: cond_info(ir).is_parent_index_in_then_branch(v)),
+        1,
+    ),
+    "popxl.ops.subsample:strides": (in_main(lambda ir, v: ops.subsample(x((4,)), v)), 2),
     # collectives
     "popxl.ops.collectives.CommGroup.__init__:type": (lambda v: ops.collectives.CommGroup(v, 2), 1),
     "popxl.ops.collectives.CommGroup.__init__:replicaGroupSize": (lambda v: ops.collectives.CommGroup(1, v), 2),

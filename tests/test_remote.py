@@ -406,8 +406,12 @@ def test_errors() -> None:
             ops.remote_load(rb, 2)
         with pytest.raises(TypeError, match="offset must be an int or a Tensor"):
             ops.remote_load(rb, 1.5)  # pyright: ignore[reportArgumentType]  # bad input: the test checks its error
-        with pytest.raises(ValueError, match="offset must be an int or a scalar integer Tensor"):
+        with pytest.raises(ValueError, match="offset must be an int or an integer Tensor of one element"):
             ops.remote_load(rb, popxl.constant(1.0))
+        with pytest.raises(ValueError, match="offset must be an int or an integer Tensor of one element"):
+            ops.remote_load(rb, popxl.constant([0, 1]))
+        # a (1,) offset tensor, as upstream's programs pass `popxl.constant([0])`
+        assert ops.remote_load(rb, popxl.constant([1])).shape == (2,)
         with pytest.raises(TypeError, match="remote_buffer must be a popxl.RemoteBuffer"):
             ops.remote_load("rb", 0)
         with pytest.raises(ValueError, match="Tensor does not match buffer"):

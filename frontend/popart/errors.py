@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from popxl.errors import PopartException
+
 __all__ = ["popart_exception", "popart_internal_exception", "poplar_exception", "OutOfMemoryException"]
 
 
-class popart_exception(RuntimeError):  # noqa: N801 (PopART's name)
-    """PopART's error type."""
+# PopART's error type is popxl's `PopartException`: the checks PopART makes when a graph is
+# built raise `popxl.errors.GraphBuildError` in xl, which `except popart.popart_exception`
+# catches as in PopXL.
+popart_exception = PopartException
 
 
 class popart_internal_exception(popart_exception):  # noqa: N801

@@ -41,7 +41,7 @@ __all__ = [
 class _State:
     def __init__(self) -> None:
         self.graphs: list[Graph] = []
-        self.ipus: list[int] = []
+        self.ipus: list[int | None] = []
         self.tile_sets: list[str] = []
         self.scopes: list[str] = []
         self.in_sequence: list[bool | str] = []
@@ -118,10 +118,12 @@ def _scoped(name: str) -> str:
 
 
 @contextmanager
-def ipu(ipu: int) -> Iterator[None]:
-    """Ops created inside run on virtual IPU `ipu` (attribute `ipu.id`)."""
-    if not isinstance(ipu, int) or isinstance(ipu, bool) or ipu < 0:
-        raise ValueError(f"popxl.ipu: expected a non-negative integer, got {ipu!r}")
+def ipu(ipu: int | None) -> Iterator[None]:
+    """Ops created inside run on virtual IPU `ipu` (attribute `ipu.id`). `None` creates
+    them without a placement, as upstream (not recommended: `ops.ipu_copy` then cannot
+    infer their IPU)."""
+    if ipu is not None and (not isinstance(ipu, int) or isinstance(ipu, bool) or ipu < 0):
+        raise ValueError(f"popxl.ipu: expected a non-negative integer or None, got {ipu!r}")
     _state.ipus.append(ipu)
     try:
         yield
@@ -160,7 +162,7 @@ class in_sequence:
 
     def __init__(self, mode: bool | str = True):
         if mode is None:
-            raise TypeError("popxl.in_sequence: mode must be True, False or 'pass', not None")
+            raise TypeError("`None` cannot be passed to `popxl.in_sequence`: its mode must be True, False or 'pass'")
         if not (isinstance(mode, bool) or mode == "pass"):
             raise ValueError(f"popxl.in_sequence: mode must be True, False or 'pass', got {mode!r}")
         self.mode = mode

@@ -14,9 +14,21 @@ with popxl.Ir().main_graph:
 
 from __future__ import annotations
 
-__all__ = ["UndefinedValue"]
+__all__ = ["GraphBuildError", "PopartException", "UndefinedValue"]
 
 
 class UndefinedValue(Exception):
     """A property that has no value yet, such as the IPU or tile set of a tensor that no op
     produces or uses (`Tensor.ipu`, `Tensor.tile_set`)."""
+
+
+class PopartException(RuntimeError):
+    """The checks PopART makes when an op or a call is added to a graph (shape and type
+    inference, call signatures) raise this type there; `popart.popart_exception` is this
+    class, so programs that catch PopART's exception catch xl's `GraphBuildError`."""
+
+
+class GraphBuildError(ValueError, PopartException):
+    """An op or call that cannot be built (its operands' shapes or dtypes, a graph's
+    signature): a `ValueError`, and `popart.popart_exception` as in PopXL, where PopART's
+    op setup finds these."""

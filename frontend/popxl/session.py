@@ -347,7 +347,7 @@ class Session:
             return np.array(tensor._data, copy=True)
         if not isinstance(tensor, Variable):
             raise TypeError(
-                f"Session.get_tensor_data: {tensor!r} is not a Variable or Constant; only "
+                f"Session.get_tensor_data: {tensor!r} is not of type Constant or Variable; only "
                 "variables and constants have data outside a run"
             )
         v = self._check_variable(tensor, "get_tensor_data")

@@ -239,6 +239,11 @@ class Tensor:
         a = self._placement_attr(IPU_ATTR)
         return a.value.data if isinstance(a, IntegerAttr) else None
 
+    @property
+    def _tile_set_or_none(self) -> str | None:
+        a = self._placement_attr(TILE_SET_ATTR)
+        return a.data if isinstance(a, StringAttr) else None
+
     def _first_consumer(self) -> Operation | None:
         """The first op of the graph (in program order) that reads this tensor."""
         users = {use.operation for use in self._value.uses}
@@ -403,7 +408,8 @@ class Variable(Tensor):
     def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
         if source is None:
             raise ValueError(
-                "Variable.copy_to_ipu: the source IPU must be given for a variable (variables have no producing op)"
+                f"Variable.copy_to_ipu: Could not infer the ipu of {self.id}: variables have no producing op. "
+                "Please specify `source`"
             )
         return super().copy_to_ipu(destination, source)
 

@@ -21,6 +21,7 @@ from popxl._checks import describe
 from popxl._views import record_view
 from popxl.context import gcg
 from popxl.dtypes import dtype
+from popxl.errors import GraphBuildError
 from popxl.ops._utils import (
     as_dtype,
     as_float,
@@ -192,14 +193,23 @@ def greater(input: Tensor, other: Any) -> Tensor:
     return emit1(GreaterOp, _pair(input, other))
 
 
+def _as_bool(t: Tensor) -> Tensor:
+    """`t` cast to bool unless it is bool already (the logical ops' inputs, as upstream)."""
+    return t if t.dtype == dtypes.bool else cast(t, dtypes.bool)
+
+
 def logical_and(lhs: Tensor, rhs: Any) -> Tensor:
-    """`lhs and rhs` of bool tensors, elementwise with broadcasting."""
-    return emit1(LogicalAndOp, _pair(lhs, rhs))
+    """`lhs and rhs` elementwise with broadcasting; non-bool inputs are cast to bool
+    (non-zero is true), as upstream."""
+    a, b = _pair(lhs, rhs)
+    return emit1(LogicalAndOp, [_as_bool(a), _as_bool(b)])
 
 
 def logical_or(lhs: Tensor, rhs: Any) -> Tensor:
-    """`lhs or rhs` of bool tensors, elementwise with broadcasting."""
-    return emit1(LogicalOrOp, _pair(lhs, rhs))
+    """`lhs or rhs` elementwise with broadcasting; non-bool inputs are cast to bool
+    (non-zero is true), as upstream."""
+    a, b = _pair(lhs, rhs)
+    return emit1(LogicalOrOp, [_as_bool(a), _as_bool(b)])
 
 
 def maximum(*ts: Tensor) -> Tensor:
@@ -284,8 +294,8 @@ def sin(t: Tensor) -> Tensor:
 
 
 def logical_not(t: Tensor) -> Tensor:
-    """`not t` of a bool tensor, elementwise."""
-    return emit1(LogicalNotOp, [t])
+    """`not t` elementwise; a non-bool input is cast to bool (non-zero is true), as upstream."""
+    return emit1(LogicalNotOp, [_as_bool(_t(t))])
 
 
 def ceil(t: Tensor) -> Tensor:
@@ -556,6 +566,11 @@ def transpose(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
     """`t` with its dims permuted: result dim `i` is dim `permutation[i]` of `t`; the dims are
     reversed when `permutation` is None (`np.transpose` semantics)."""
     perm = tuple(range(t.rank))[::-1] if permutation is None else tuple(as_int(p, "permutation") for p in permutation)
+    if any(not -t.rank <= p < t.rank for p in perm):
+        raise ValueError(
+            f"ops.transpose: Values in permutation must be less than the tensor's rank {t.rank} "
+            f"(rank {t.rank} {t.id} {t.shape}), got {perm}"
+        )
     perm = tuple(p % t.rank if t.rank else p for p in perm)
     return emit1(TransposeOp, [t], perm=perm)
 
@@ -575,6 +590,9 @@ def squeeze(t: Tensor, axes: int | Iterable[int] | None = None) -> Tensor:
         ax = tuple(i for i, d in enumerate(t.shape) if d == 1)
     else:
         ax = axes_tuple(axes, t.rank, "axes") or ()
+    for a in ax:
+        if not -t.rank <= a < t.rank:
+            raise ValueError(f"ops.squeeze: axis {a} is out of range for {t.id} of rank {t.rank} {t.shape}")
     ax = tuple(a % t.rank for a in ax)
     for a in ax:
         if t.shape[a] != 1:
@@ -620,7 +638,7 @@ def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]
     else:
         sizes = [as_int(s, "splits") for s in splits]
         if builtins.sum(sizes) != n:
-            raise ValueError(f"ops.split: sizes {sizes} do not add up to dim {axis} ({n}) of {t.shape}")
+            raise GraphBuildError(f"ops.split: sizes {sizes} do not add up to dim {axis} ({n}) of {t.shape}")
     out, start = [], 0
     for s in sizes:
         out.append(slice(t, start=start, stop=start + s, axis=axis))
@@ -1516,8 +1534,8 @@ def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
         source = t._ipu_or_none
         if source is None:
             raise ValueError(
-                f"ops.ipu_copy: cannot infer the source IPU of {t.id}; create it inside "
-                "`with popxl.ipu(i):` or pass `source`"
+                f"ops.ipu_copy: Could not infer the ipu of {t.id}: no op placed it (create it inside "
+                "`with popxl.ipu(i):`). Please specify `source`"
             )
     op = CopyOp(t._value, as_int(source, "source"), as_int(destination, "destination"))
     insert(g, op)

@@ -15,6 +15,7 @@ import numpy as np
 from popxl._checks import check_name, describe
 from popxl.context import gcg
 from popxl.graph import Graph
+from popxl.ops._ops import reshape
 from popxl.ops._utils import check_in_graph, insert, wrap_public_ops
 from popxl.remote_buffer import RemoteBuffer, checked_buffer
 from popxl.tensor import Tensor
@@ -24,14 +25,17 @@ __all__ = ["remote_code_load", "remote_load", "remote_load_", "remote_store"]
 
 
 def _offset_of(rb: RemoteBuffer, offset: Any, what: str) -> int | Any:
-    """A constant offset (int) or the SSA value of a scalar integer tensor of this graph."""
+    """A constant offset (int) or the SSA value of a scalar integer tensor of this graph (a
+    tensor of one element, such as upstream's `popxl.constant([0])`, is reshaped to one)."""
     if isinstance(offset, Tensor):
         check_in_graph(gcg(), [offset], what)
-        if offset.shape != () or not offset.dtype.is_int:
+        if offset.nelms != 1 or not offset.dtype.is_int:
             raise ValueError(
-                f"{what}: offset must be an int or a scalar integer Tensor, got {offset.id} "
+                f"{what}: offset must be an int or an integer Tensor of one element, got {offset.id} "
                 f"{offset.shape} {offset.dtype.name}"
             )
+        if offset.shape != ():
+            offset = reshape(offset, ())
         return offset._value
     if isinstance(offset, bool) or not isinstance(offset, int | np.integer):
         raise TypeError(f"{what}: offset must be an int or a Tensor, got {describe(offset)}")

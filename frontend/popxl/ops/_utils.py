@@ -26,8 +26,9 @@ from popxl import context, dtypes
 from popxl._checks import check_int, check_shape, describe
 from popxl._host import host_array
 from popxl.context import gcg
+from popxl.errors import GraphBuildError
 from popxl.graph import Graph
-from popxl.tensor import Tensor, constant_of
+from popxl.tensor import Constant, Tensor, Variable, constant_of
 from xl.dialects.popxl import PopxlOp
 
 
@@ -168,6 +169,31 @@ def check_in_graph(g: Graph, ts: Sequence[Any], what: str) -> None:
             )
 
 
+def check_same_placement(ts: Sequence[Tensor], what: str) -> None:
+    """The operands of one op that ops compute are on one virtual IPU and one tile set
+    (upstream checks this for every op); ValueError naming the first two that differ.
+    Variables, constants and graph inputs are placed by their consumers (not checked)."""
+    first: tuple[Tensor, int, str] | None = None
+    for t in ts:
+        if not isinstance(t._value, OpResult) or isinstance(t, Variable | Constant):
+            continue
+        p = (t._ipu_or_none or 0, t._tile_set_or_none or "compute")
+        if first is None:
+            first = (t, *p)
+            continue
+        t0, ipu0, tiles0 = first
+        if p[0] != ipu0:
+            raise ValueError(
+                f"{what}: the input tensors {t0.id} and {t.id} are located on different IPUs: {ipu0} != {p[0]} "
+                "(copy one with ops.ipu_copy)"
+            )
+        if p[1] != tiles0:
+            raise ValueError(
+                f"{what}: the input tensors {t0.id} and {t.id} are located on different tile sets: "
+                f"{tiles0!r} != {p[1]!r} (copy one with ops.io_tile_copy)"
+            )
+
+
 def check_graph_in_ir(g: Graph, graph: Graph, what: str) -> None:
     """`graph` (to be called from `g`) belongs to the same Ir as `g`."""
     if graph._ir is not g._ir:
@@ -216,7 +242,7 @@ def insert(
         try:
             op.verify()
         except VerifyException as e:
-            raise ValueError(str(e).split("\n\n")[0]) from None
+            raise GraphBuildError(str(e).split("\n\n")[0]) from None
     g._insert(op)
     return op
 
@@ -246,10 +272,11 @@ def emit(
     check_in_graph(g, list(tensor_props.values()), what)
     for k, v in tensor_props.items():
         props[k] = v._value
+    check_same_placement([t for t in inputs if t is not None] + list(tensor_props.values()), what)
     try:
         op = cls.make([None if t is None else t._value for t in inputs], result_types, **props)
     except VerifyException as e:
-        raise ValueError(str(e)) from None
+        raise GraphBuildError(str(e)) from None
     # Inferred result types were checked by `make`; given ones are verified here.
     insert(g, op, verify=result_types is not None)
     outs = []

@@ -10,6 +10,7 @@ from xdsl.ir import Attribute, Operation
 
 from popxl._checks import check_int
 from popxl.context import gcg
+from popxl.errors import GraphBuildError
 from popxl.graph import Graph
 from popxl.ops._utils import check_graph_in_ir, check_in_graph, insert, to_tensor, wrap_public_ops
 from popxl.tensor import Tensor
@@ -181,8 +182,8 @@ def _bind_inputs(
     inputs = [y for x in inputs for y in (x if isinstance(x, list | tuple) else (x,))]
     if len(inputs) > n:
         raise ValueError(
-            f"ops.{what}: too many inputs for graph {graph.name!r}: {len(inputs)} given, "
-            f"it takes {n} ({', '.join(t.name for t in g_inputs)})"
+            f"Too many inputs have been provided. ops.{what}: too many inputs for graph {graph.name!r}: "
+            f"{len(inputs)} given, it takes {n} ({', '.join(t.name for t in g_inputs)})"
         )
     args: list[Tensor | None] = [None] * n
     for i, x in enumerate(inputs):
@@ -195,22 +196,27 @@ def _bind_inputs(
     for gt, pt in (inputs_dict or {}).items():
         idx = next((i for i, t in enumerate(g_inputs) if t is gt), None)
         if idx is None:
-            raise ValueError(f"ops.{what}: {gt!r} in inputs_dict is not an input of graph {graph.name!r}")
+            raise ValueError(
+                f"ops.{what}: {gt!r} in inputs_dict is not an input of graph {graph.name!r} (not in the called graph)"
+            )
         if args[idx] is not None:
             raise ValueError(
-                f"ops.{what}: input {gt.name!r} of graph {graph.name!r} is specified twice "
-                "(positionally and/or in inputs_dict)"
+                f"Graph input tensor is specified twice. ops.{what}: input {gt.name!r} of graph "
+                f"{graph.name!r} is specified twice (positionally and/or in inputs_dict)"
             )
         args[idx] = to_tensor(pt, gt.dtype)
     missing = [g_inputs[i].name for i, a in enumerate(args) if a is None]
     if missing:
-        raise ValueError(f"ops.{what}: graph {graph.name!r} is missing inputs: {', '.join(missing)}")
+        raise ValueError(
+            f"Not enough inputs have been provided. ops.{what}: graph {graph.name!r} is missing inputs: "
+            f"{', '.join(missing)}"
+        )
     full = [a for a in args if a is not None]  # none missing (checked above)
     check_in_graph(parent, full, f"ops.{what}({graph.name})")
     if check_inputs:
         for gt, pt in zip(g_inputs, full):
             if gt.shape != pt.shape or gt.dtype != pt.dtype:
-                raise ValueError(
+                raise GraphBuildError(  # PopART's call op setup refuses it (popart_exception)
                     f"ops.{what}: input {gt.name!r} of graph {graph.name!r} expects "
                     f"{gt.shape} {gt.dtype.name}, got {pt.id} {pt.shape} {pt.dtype.name}"
                 )
@@ -271,12 +277,15 @@ def repeat_with_info(
     Inputs as in `call_with_info`."""
     graph = _check_graph(graph, "repeat")
     if not isinstance(repeat_count, int) or isinstance(repeat_count, bool) or repeat_count < 0:
-        raise ValueError(f"ops.repeat: repeat_count must be an int >= 0, got {repeat_count!r}")
+        raise ValueError(
+            f"Repeat count must be >= 0. ops.repeat: repeat_count must be an int >= 0, got {repeat_count!r}"
+        )
     g_in, g_out = graph.inputs, graph.outputs
     if len(g_out) > len(g_in):
         raise ValueError(
-            f"ops.repeat: graph {graph.name!r} has {len(g_out)} outputs but only {len(g_in)} "
-            "inputs; each output is carried into the input at the same position"
+            f"To repeat the subgraph {graph.name!r} the number of inputs must be greater than or equal to "
+            f"the number of outputs. ops.repeat: graph {graph.name!r} has {len(g_out)} outputs but only "
+            f"{len(g_in)} inputs; each output is carried into the input at the same position"
         )
     for i, (o, x) in enumerate(zip(g_out, g_in)):
         if o.shape != x.shape or o.dtype != x.dtype:
@@ -339,9 +348,74 @@ class ConditionalSiteInfo:
         """The parent tensors the outputs of the branch taken become."""
         return tuple(self._parent._tensor(r) for r in self._op.res)
 
+    @property
+    def called_graph(self) -> tuple[Graph, Graph]:
+        """`(then_branch, else_branch)`."""
+        return (self.then_branch, self.else_branch)
+
+    # Parent input indices (as upstream's If op): 0 is the condition, then the inputs of
+    # the then branch, then those of the else branch.
+    def _branch_inputs(self, then_branch: bool) -> tuple[int, int]:
+        """(first parent index, count) of the inputs of one branch."""
+        n_then = len(self._op.then_args)
+        return (1, n_then) if then_branch else (1 + n_then, len(self._op.else_args))
+
+    @staticmethod
+    def _index(idx: int, n: int, what: str) -> int:
+        idx = check_int(idx, f"ConditionalSiteInfo.{what}", "idx")
+        if not 0 <= idx < n:
+            raise IndexError(f"ConditionalSiteInfo.{what}: index {idx} is out of range [0, {n})")
+        return idx
+
+    def parent_input(self, idx: int) -> Tensor:
+        """The parent tensor at input `idx` of the conditional (0: the condition)."""
+        ins = self.inputs
+        return ins[self._index(idx, len(ins), "parent_input")]
+
     def parent_output(self, idx: int) -> Tensor:
         """The parent tensor output `idx` of the branch taken becomes."""
-        return self.outputs[check_int(idx, "ConditionalSiteInfo.parent_output", "idx")]
+        outs = self.outputs
+        return outs[self._index(idx, len(outs), "parent_output")]
+
+    def graph_to_parent_input_index(self, idx: int, then_branch: bool = True) -> int:
+        """The conditional's input index of input `idx` of the then (or else) branch."""
+        first, n = self._branch_inputs(then_branch)
+        return first + self._index(idx, n, "graph_to_parent_input_index")
+
+    def parent_to_graph_input_index(self, idx: int) -> int:
+        """The branch input index of the conditional's input `idx` (1 or more; 0 is the
+        condition, which is no branch input)."""
+        n_then, n_else = len(self._op.then_args), len(self._op.else_args)
+        idx = self._index(idx, 1 + n_then + n_else, "parent_to_graph_input_index")
+        if idx == 0:
+            raise IndexError("ConditionalSiteInfo.parent_to_graph_input_index: input 0 is the condition")
+        return idx - 1 if idx <= n_then else idx - 1 - n_then
+
+    def is_parent_index_in_then_branch(self, idx: int) -> bool:
+        """Whether the conditional's input `idx` goes to the then branch."""
+        n_then, n_else = len(self._op.then_args), len(self._op.else_args)
+        idx = self._index(idx, 1 + n_then + n_else, "is_parent_index_in_then_branch")
+        return 1 <= idx <= n_then
+
+    def graph_to_parent_output_index(self, idx: int, then_branch: bool = True) -> int:
+        """The conditional's output index of output `idx` of a branch (the same index)."""
+        return self._index(idx, len(self._op.res), "graph_to_parent_output_index")
+
+    def parent_to_graph_output_index(self, idx: int, then_branch: bool = True) -> int:
+        """The branch output index of the conditional's output `idx` (the same index)."""
+        return self._index(idx, len(self._op.res), "parent_to_graph_output_index")
+
+    def parent_to_graph(self, parent_tensor: Tensor) -> Tensor:
+        """The branch input connected to a parent tensor (the first use, then branch
+        first), or the then branch's output a conditional output comes from."""
+        for g, ins in ((self.then_branch, self.then_inputs), (self.else_branch, self.else_inputs)):
+            for i, t in enumerate(ins):
+                if t is parent_tensor:
+                    return g.inputs[i]
+        for i, t in enumerate(self.outputs):
+            if t is parent_tensor:
+                return self.then_branch.outputs[i]
+        raise ValueError(f"{parent_tensor!r} is not an input or output of this conditional")
 
     def graph_to_parent(self, graph_tensor: Tensor) -> Tensor:
         """The parent tensor connected to an input or output of either branch."""

@@ -52,6 +52,6 @@ def check_tensor_ipu_and_tile_set(**tensors: Tensor) -> None:
             name0, t0, p0 = placed[0]
             if p != p0:
                 raise ValueError(
-                    f"check_tensor_ipu_and_tile_set: {name0} ({t0.id}) is on {what} {p0!r} and {name} ({t.id}) "
-                    f"on {what} {p!r}"
+                    f"check_tensor_ipu_and_tile_set: the input tensors `{name0}` ({t0.id}) and `{name}` "
+                    f"({t.id}) are located on different {what}s: {p0!r} != {p!r}"
                 )
