@@ -9,8 +9,10 @@ per IPU, and buffers of different IPUs stay apart so that IPUs can run concurren
 freed first, unless that would raise the block's peak: taken storage stays held over the gap
 between its last user and its new first user (the memory report counts a buffer from its
 first use to its last), so it is taken only when the bytes the block's buffers hold over
-the gap, plus its size, stay within the most the block holds at once without reuse
-(function bodies excepted: a function's buffers are held over all its calls anyway). An
+the gap, plus its size, stay within the most the block holds at once without reuse (in
+the program's body, with the buffers of functions over their calls and those of loops and
+branches at their op, as the report counts them; function bodies are exempt: a function's
+buffers are held over all its calls anyway). An
 elementwise kernel may also write into an input that dies
 at that kernel (in-place). Reused buffers are replaced by the buffer that owns the
 storage and their `rt.alloc` is erased. State, constants and views are never touched.
@@ -219,9 +221,9 @@ class _LiveBytes:
     held over the gap between its last user and its new first user: `fits` says whether
     that stays within the block's peak."""
 
-    def __init__(self, n: int, lives: list[_Life]):
+    def __init__(self, n: int, lives: list[_Life], outside: dict[int, np.ndarray] | None = None):
         self._n = n
-        self._live: dict[int, np.ndarray] = {}
+        self._live: dict[int, np.ndarray] = {ipu: a.copy() for ipu, a in (outside or {}).items()}
         for life in lives:
             self.add(life.ipu, life.first, life.last + 1, _nbytes(life.value.type))
         self._bound = {ipu: int(a.max(initial=0)) for ipu, a in self._live.items()}
@@ -238,12 +240,77 @@ class _LiveBytes:
         return int(self._live[ipu][start:stop].max()) + nbytes <= self._bound[ipu]
 
 
-def plan_block(block: Block, mem: Memory, fills: CallFills) -> dict[SSAValue, SSAValue]:
+def _held_outside(program: rt.ProgramOp, mem: Memory, fills: CallFills) -> dict[int, np.ndarray]:
+    """Per IPU, the bytes held at each op of the program's body by buffers allocated
+    elsewhere, as the memory report counts them: a function's buffers from its first call
+    to its last (a call inside another function counts over that function's calls), a
+    loop's or branch's buffers (outside functions) at that op."""
+    body = program.body.block
+    ops = list(body.ops)
+    pos = {id(op): i for i, op in enumerate(ops)}
+    out: dict[int, np.ndarray] = {}
+
+    def add(ipu: int, start: int, stop: int, nbytes: int) -> None:
+        a = out.get(ipu)
+        if a is None:
+            a = out[ipu] = np.zeros(len(ops) + 1, dtype=np.int64)
+        a[start:stop] += nbytes
+
+    calls: dict[str, list[rt.CallOp]] = {}
+    for op in mem.ops:
+        if isinstance(op, rt.CallOp):
+            calls.setdefault(op.callee_name, []).append(op)
+    spans: dict[str, tuple[int, int] | None] = {}
+
+    def span(name: str) -> tuple[int, int] | None:
+        if name in spans:
+            return spans[name]
+        spans[name] = None  # a call cycle (rejected by the verifier) adds nothing
+        found: list[tuple[int, int]] = []
+        for call in calls.get(name, ()):
+            func = _enclosing_func(call)
+            if func is not None:
+                s = span(func.func_name)
+            else:
+                anc = ancestor_in(call, body)
+                s = (pos[id(anc)], pos[id(anc)]) if anc is not None else None
+            if s is not None:
+                found.append(s)
+        spans[name] = result = (min(f[0] for f in found), max(f[1] for f in found)) if found else None
+        return result
+
+    for block in blocks(program, mem.ops)[1:]:
+        owner = block.parent_op()
+        if isinstance(owner, rt.FuncOp):
+            where = span(owner.func_name)
+        elif owner is None or _enclosing_func(owner) is not None:
+            continue
+        else:
+            anc = ancestor_in(owner, body)
+            where = (pos[id(anc)], pos[id(anc)]) if anc is not None else None
+        if where is None:
+            continue
+        for life in _lifetimes(block, mem, fills)[1]:
+            add(life.ipu, where[0], where[1] + 1, _nbytes(life.value.type))
+    return out
+
+
+def _enclosing_func(op: Operation) -> rt.FuncOp | None:
+    cur = op.parent_op()
+    while cur is not None and not isinstance(cur, rt.FuncOp):
+        cur = cur.parent_op()
+    return cur
+
+
+def plan_block(
+    block: Block, mem: Memory, fills: CallFills, outside: dict[int, np.ndarray] | None = None
+) -> dict[SSAValue, SSAValue]:
     """buffer -> buffer whose storage it takes, for the allocs of `block` (`fills`: what the
-    calls of the program fill, shared by the blocks of the unedited program)."""
+    calls of the program fill, shared by the blocks of the unedited program; `outside`: for
+    the program's body, what `_held_outside` says)."""
     ops, every = _lifetimes(block, mem, fills)
     # a function's buffers are held over all its calls whatever their uses: no gap counts
-    held = None if isinstance(block.parent_op(), rt.FuncOp) else _LiveBytes(len(ops), every)
+    held = None if isinstance(block.parent_op(), rt.FuncOp) else _LiveBytes(len(ops), every, outside)
     lives = [life for life in every if life.fills]
     starts: dict[int, list[_Life]] = {}
     ends: dict[int, list[_Life]] = {}
@@ -299,8 +366,10 @@ def reuse_buffers(program: rt.ProgramOp) -> int:
     mem = Memory(program)
     fills = CallFills(program)
     renames: dict[SSAValue, SSAValue] = {}
+    body = program.body.block
+    outside = _held_outside(program, mem, fills)
     for block in blocks(program, mem.ops):
-        renames.update(plan_block(block, mem, fills))
+        renames.update(plan_block(block, mem, fills, outside if block is body else None))
     for v, r in renames.items():
         v.replace_all_uses_with(r)
         alloc = v.owner
