@@ -293,9 +293,9 @@ class Autodiff:
     def conditional_grad(
         self, b: GradGraphBuilder, cond: ConditionalOp, dys: list[SSAValue | None]
     ) -> list[SSAValue | None]:
-        """The gradient of `call.conditional %c then @A(xs) else @B(zs)`:
+        """The gradient of `call.conditional %c then @A(xs) else @B(zs)`, schematically:
 
-        ```mlir
+        ```text
         %dxs, %dzs = call.conditional %c then @A_cond_grad(xs, dys) else @B_cond_grad(zs, dys)
         ```
 
