@@ -33,7 +33,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -505,9 +505,14 @@ def render_svg(dot_text: str) -> str:
     return proc.stdout
 
 
-def checks_enabled(check: str, env: str | None = None) -> bool:
-    """Whether checkpoint `check` is written: `POPART_DOT_CHECKS` (names separated by `:`,
-    case-insensitive, `ALL` for every one) selects them; unset or empty, all are."""
+def checks_enabled(check: str, env: str | None = None, checks: Collection[str] | None = None) -> bool:
+    """Whether checkpoint `check` is written. With `checks` (PopART's `dotChecks` with the
+    names of `POPART_DOT_CHECKS` added): when it holds `check` or `ALL` (case-insensitive).
+    Without: `POPART_DOT_CHECKS` (names separated by `:`) selects them; unset or empty, all
+    are."""
+    if checks is not None:
+        names = {c.strip().upper() for c in checks}
+        return "ALL" in names or check.upper() in names
     value = os.environ.get("POPART_DOT_CHECKS", "") if env is None else env
     names = {s.strip().upper() for s in value.split(":") if s.strip()}
     return not names or "ALL" in names or check.upper() in names
@@ -519,14 +524,16 @@ def dot_checkpoint(
     save_dir: str | os.PathLike[str],
     op_ids: OpIds | None = None,
     render: bool | None = None,
+    checks: Collection[str] | None = None,
 ) -> list[Path]:
     """Writes `{save_dir}/{check}_{graph}.dot` for every graph of `module` (`main` for the
     main graph; names made file-safe), and the `.svg` next to it when `render` (default:
     when `dot` is installed). A call links (`URL`) to its callee's file. Returns the
-    files written ([] when `POPART_DOT_CHECKS` does not select `check`)."""
+    files written ([] when `checks`, else `POPART_DOT_CHECKS`, does not select `check`:
+    `checks_enabled`)."""
     if not isinstance(check, str) or not check:
         raise ValueError(f"dot_checkpoint: check must be a non-empty string, got {check!r}")
-    if not checks_enabled(check):
+    if not checks_enabled(check, checks=checks):
         return []
     if render is None:
         render = dot_program() is not None

@@ -260,6 +260,42 @@ def test_dot_checkpoint_checks_and_save_dir(tmp_path: Path, monkeypatch: pytest.
         ir2.dot_checkpoint("")
 
 
+def test_dot_checks_option_log_dir_and_final(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PopART's rules: the option `dotChecks` and POPART_DOT_CHECKS select checkpoints; a
+    checkpoint with neither sets `dotChecks` to ALL; `save_dir` becomes `logDir`; a
+    Session writes FINAL when selected."""
+    monkeypatch.setattr(dotmod, "dot_program", lambda: None)
+    monkeypatch.delenv("POPART_DOT_CHECKS", raising=False)
+
+    def names(d: Path) -> list[str]:
+        return sorted(p.name for p in d.glob("*.dot"))
+
+    ir, _ = _two_ipu_program()
+    opts = ir._pb_ir.getSessionOptions()
+    opts.dotChecks = {"final", "Bwd"}
+    ir.dot_checkpoint("fwd", tmp_path / "a")
+    ir.dot_checkpoint("bwd")
+    assert opts.logDir == str(tmp_path / "a") and names(tmp_path / "a")[0].startswith("bwd_")
+    popxl.Session(ir, "cpu")
+    assert {n.split("_")[0] for n in names(tmp_path / "a")} == {"bwd", "FINAL"}
+
+    ir2, _ = _two_ipu_program()
+    ir2.dot_checkpoint("one", tmp_path / "b")  # nothing selected: every checkpoint
+    assert ir2._pb_ir.getSessionOptions().dotChecks == {"ALL"}
+    popxl.Session(ir2, "cpu")
+    assert {n.split("_")[0] for n in names(tmp_path / "b")} == {"one", "FINAL"}
+
+    monkeypatch.setenv("POPART_DOT_CHECKS", "")  # set, even empty: nothing is automatic
+    ir3, _ = _two_ipu_program()
+    ir3.dot_checkpoint("two", tmp_path / "c")
+    popxl.Session(ir3, "cpu")
+    assert not (tmp_path / "c").exists() or names(tmp_path / "c") == []
+    ir4, _ = _two_ipu_program()  # no checkpoint and no checks: a Session writes nothing
+    monkeypatch.chdir(tmp_path)
+    popxl.Session(ir4, "cpu")
+    assert names(tmp_path) == []
+
+
 def test_dot_checkpoint_renders_svg_when_dot_is_installed(tmp_path: Path) -> None:
     if dotmod.dot_program() is None:
         pytest.skip("Graphviz dot is not installed")

@@ -436,16 +436,39 @@ class Ir:
         """Writes a Graphviz picture of every graph: `{save_dir}/{check}_{graph}.dot` (`main`
         for the main graph), and `.svg` beside it when Graphviz `dot` is installed. Ops are
         nodes named as in `print_schedule`, tensors are edges, each virtual IPU a cluster,
-        calls link to the callee's file (`xl.compiler.dot`). `save_dir` (created if needed) stays
-        the directory of later checkpoints; default: the current directory.
-        `POPART_DOT_CHECKS=A:B` writes only checkpoints A and B (`ALL`: every one)."""
+        calls link to the callee's file (`xl.compiler.dot`).
+
+        As PopART: `save_dir` (created if needed) becomes the session option `logDir`, the
+        directory of later checkpoints (default: the current directory). The checkpoints
+        written are those named by the option `dotChecks` and `POPART_DOT_CHECKS=A:B`
+        (case-insensitive; `ALL`: every one); when neither names any, this sets `dotChecks`
+        to `ALL`. A `popxl.Session` of the Ir writes the checkpoint `FINAL` when selected."""
         from popxl.printing import _op_id
         from xl.compiler.dot import dot_checkpoint
 
+        opts = self._pb_ir.getSessionOptions()
         if save_dir is not None:
-            self._dot_dir = save_dir
-        where = getattr(self, "_dot_dir", None) or os.getcwd()
-        dot_checkpoint(self._module, check, where, op_ids=lambda op: _op_id(self, op))
+            opts.logDir = str(save_dir)
+        if "POPART_DOT_CHECKS" not in os.environ and not opts.dotChecks:
+            opts.dotChecks = {"ALL"}
+        dot_checkpoint(
+            self._module,
+            check,
+            opts.logDir or os.getcwd(),
+            op_ids=lambda op: _op_id(self, op),
+            checks=self._dot_checks(),
+        )
+
+    def _dot_checks(self) -> set[str]:
+        """The dot checkpoints selected: the option `dotChecks` and `POPART_DOT_CHECKS`."""
+        env = os.environ.get("POPART_DOT_CHECKS", "")
+        return set(self._pb_ir.getSessionOptions().dotChecks) | {s for s in env.split(":") if s.strip()}
+
+    def _dot_final(self) -> None:
+        """The checkpoint `FINAL` (the program a Session runs), when selected."""
+        checks = {c.upper() for c in self._dot_checks()}
+        if "FINAL" in checks or "ALL" in checks:
+            self.dot_checkpoint("FINAL")
 
     def __repr__(self) -> str:
         return f"Ir[id={self._id}]"

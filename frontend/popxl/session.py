@@ -170,6 +170,7 @@ class Session:
         from popart.handles import check_session
 
         check_session(self)
+        ir._dot_final()  # the checkpoint FINAL, when the dot checks select it (as PopART)
 
     def _initial_value(self, v: Variable, op: VariableOp) -> np.ndarray:
         if v._memmap_arr is not None and not self._all_replicas(v):
