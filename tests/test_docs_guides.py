@@ -1,9 +1,16 @@
-"""docs/extending.md: the code of its guides runs as written.
+"""The code in the docs runs as written.
 
-Every fenced block whose info string names a file (```python file=NAME```) is written to a
-scratch folder; then the lit test of the pass guide runs under lit with the guide's
-lit.cfg, the pass is found through the guide's entry point, the Session example prints
-what NumPy computes, and the op and kernel of the op guide are built and checked.
+Every guide (docs/*.md) and README.md: each `python` block, and each shell block that runs
+`xl-opt` or `xl-run`, is executed in order in a scratch folder (`tests/doc_blocks.py` says
+how blocks are marked: `file=NAME`, `not-run: REASON`, `exit=N`, `requires=PROGRAM`,
+`output`), and must succeed; an `output` block must equal what the block before it printed.
+A block left out says why, and every guide runs something.
+
+docs/extending.md in more depth: every fenced block whose info string names a file
+(```python file=NAME```) is written to a scratch folder; then the lit test of the pass guide
+runs under lit with the guide's lit.cfg, the pass is found through the guide's entry point,
+the Session example prints what NumPy computes, and the op and kernel of the op guide are
+built and checked.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests import doc_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "extending.md"
@@ -147,3 +156,181 @@ def test_op_guide_builds_verifies_and_computes(guide_dir: Path) -> None:
     lines = r.stdout.strip().splitlines()
     assert re.fullmatch(r"%\d+ = popxl.softsign %\d+ : \(tensor<2x3xf32>\) -> tensor<2x3xf32>", lines[0]), lines[0]
     assert lines[-1].startswith("rejected:")
+
+
+# -- every guide and README.md: the blocks run ---------------------------------------------------
+
+DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+# Guides whose blocks are files that their own tests run: extending.md (this file's tests above),
+# custom_ops.md (tests/test_custom_ops.py runs its binding module).
+FILE_GUIDES = {"docs/extending.md", "docs/custom_ops.md"}
+
+
+def _rel(doc: Path) -> str:
+    return str(doc.relative_to(ROOT))
+
+
+def _check_results(blocks: list[doc_blocks.Block], results: list[doc_blocks.Result]) -> None:
+    by_where = {r.where: r for r in results}
+    for r in results:
+        assert r.ok, (
+            f"{r.where}: the block failed (exit {r.returncode}):\n--- stdout\n{r.stdout[-4000:]}\n"
+            f"--- stderr\n{r.stderr[-4000:]}"
+        )
+    ran = [b for b in blocks if b.runnable]
+    assert [b.where for b in ran] == [r.where for r in results]
+    for i, b in enumerate(blocks):
+        if b.is_output:
+            assert i > 0 and blocks[i - 1].runnable, f"{b.where}: an output block must follow a block that runs"
+            got = by_where[blocks[i - 1].where]
+            if got.skipped:
+                continue
+            assert doc_blocks.output_matches(b.text, got.stdout), (
+                f"{b.where}: the block before printed\n{got.stdout}\ninstead of\n{b.text}"
+            )
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_rel)
+def test_doc_blocks_run(doc: Path, tmp_path: Path) -> None:
+    blocks = doc_blocks.blocks(doc)
+    if not any(b.runnable for b in blocks):
+        pytest.skip(f"{_rel(doc)} has no block to run (its files are run by its own tests)")
+    _check_results(blocks, doc_blocks.run_blocks(blocks, tmp_path))
+
+
+def test_every_guide_runs_something() -> None:
+    for doc in (ROOT / "docs").glob("*.md"):
+        blocks = doc_blocks.blocks(doc)
+        if _rel(doc) in FILE_GUIDES:
+            assert any(b.file for b in blocks), f"{_rel(doc)} has no file block for its tests"
+        else:
+            assert any(b.runnable for b in blocks), f"{_rel(doc)} has no block that runs"
+
+
+def test_every_unrun_block_says_why() -> None:
+    for doc in DOCS:
+        for b in doc_blocks.blocks(doc):
+            if b.not_run is not None:
+                assert len(b.not_run.split()) >= 3, f"{b.where}: `not-run:` needs a reason, got {b.not_run!r}"
+
+
+RULES = """# A guide
+
+```python
+x = 2 + 3
+print(x)
+```
+
+```text output
+5
+```
+
+```python file=data.txt
+hello
+```
+
+```bash
+xl-opt --version | cut -d' ' -f1 > tool.txt && cat data.txt tool.txt
+```
+
+```text output
+hello
+xl-opt
+```
+
+```bash exit=1
+xl-opt nosuch.mlir
+```
+
+```python not-run: a fragment that names nothing defined
+undefined_name()
+```
+
+```bash
+pip install nothing-at-all  # shown, not run: no xl tool in it
+```
+
+```bash
+echo "3 steps in 1.25 s"; echo "a line"; echo "last"
+```
+
+```text output
+3 steps in ... s
+...
+last
+```
+
+```python
+assert x == 5 and open("tool.txt").read() == "xl-opt\\n"
+```
+"""
+
+
+def test_block_rules(tmp_path: Path) -> None:
+    doc = tmp_path / "guide.md"
+    doc.write_text(RULES)
+    blocks = doc_blocks.blocks(doc)
+    assert [(b.lang, b.runnable) for b in blocks] == [
+        ("python", True),
+        ("text", False),
+        ("python", False),
+        ("bash", True),
+        ("text", False),
+        ("bash", True),
+        ("python", False),
+        ("bash", False),
+        ("bash", True),
+        ("text", False),
+        ("python", True),
+    ]
+    assert blocks[2].file == "data.txt" and blocks[6].not_run == "a fragment that names nothing defined"
+    assert blocks[0].line == 3 and blocks[0].where.endswith("guide.md:3")
+    scratch = tmp_path / "run"
+    scratch.mkdir()
+    results = doc_blocks.run_blocks(blocks, scratch)
+    _check_results(blocks, results)
+    assert results[2].returncode == 1 and "nosuch.mlir" in results[2].stderr
+    # a failing block stops the run and is reported at its line; a wrong output is a failure
+    doc.write_text(RULES.replace("x = 2 + 3", "x = 2 + 3\nraise ValueError('boom')"))
+    blocks = doc_blocks.blocks(doc)
+    results = doc_blocks.run_blocks(blocks, tmp_path / "run")
+    assert len(results) == 1 and not results[0].ok and "ValueError: boom" in results[0].stderr
+    with pytest.raises(AssertionError, match=r"guide\.md:3: the block failed"):
+        _check_results(blocks, results)
+    doc.write_text(RULES.replace("```text output\n5\n", "```text output\n6\n"))
+    blocks = doc_blocks.blocks(doc)
+    with pytest.raises(AssertionError, match=r"guide\.md:8: the block before printed"):
+        _check_results(blocks, doc_blocks.run_blocks(blocks, tmp_path / "run"))
+
+
+@pytest.mark.parametrize(
+    ("expected", "got", "match"),
+    [
+        ("a\nb", "a\nb\n", True),
+        ("a  \nb", "a\nb   ", True),  # trailing blanks
+        ("a\nb", "a\nc", False),
+        ("a\nb", "a\nb\nc", False),  # an extra line
+        ("took ... s", "took 1.5 s", True),
+        ("took ... s", "took 1.5 ms", False),  # " s" is not there
+        ("took ... s", "took 1.5", False),
+        ("a\n...\nz", "a\nz", True),  # any lines, none too
+        ("a\n...\nz", "a\nb\nc\nz", True),
+        ("a\n...\nz", "a\nb\nc", False),
+        ("x = 1.0 (...)", "x = 1.0 (a.b)", True),
+        ("x = 1.0", "x = 1x0", False),  # no regex from the text
+    ],
+)
+def test_output_matching(expected: str, got: str, match: bool) -> None:
+    assert doc_blocks.output_matches(expected, got) is match
+
+
+def test_info_strings() -> None:
+    assert doc_blocks.parse_info("python file=x.py") == ("python", {"file": "x.py"}, None)
+    assert doc_blocks.parse_info("bash exit=1 requires=dot") == ("bash", {"exit": "1", "requires": "dot"}, None)
+    assert doc_blocks.parse_info("python not-run: needs the application's package") == (
+        "python",
+        {},
+        "needs the application's package",
+    )
+    assert doc_blocks.parse_info("python not-run")[2] == ""  # no reason: test_every_unrun_block_says_why refuses it
+    assert doc_blocks.parse_info("text output") == ("text", {"output": ""}, None)
