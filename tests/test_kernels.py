@@ -1092,3 +1092,31 @@ def test_random_kernels_follow_the_documented_generator():
     (word,) = _philox_words(seed, 1, 2, counter=3)
     new = run1(P.ModifyRandomSeedOp, [seed, np.uint32(3)])
     np.testing.assert_array_equal(new, [int(word) >> 32, int(word) & 0xFFFFFFFF])
+
+
+def test_custom_kernels_run_the_registered_numpy_code(rng):
+    # popxl.custom / popxl.custom_grad run the NumPy functions registered under op_type,
+    # with the op's attributes as keyword arguments; results are cast to the result types.
+    from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr, i64
+
+    from xl.dialects.custom_ops import CustomOpDefinition, register_custom_op, unregister_custom_op
+
+    definition = CustomOpDefinition(
+        "KernelTestAxpy",
+        forward=lambda x, b, scale: (scale * x + b,),
+        grad=lambda dy, x, b, scale: (scale * dy, dy.sum(axis=0)),
+    )
+    register_custom_op(definition)
+    try:
+        x, b, dy = f32(rng, 3, 4), f32(rng, 4), f32(rng, 3, 4)
+        attrs = DictionaryAttr({"scale": IntegerAttr(3, i64)})
+        (y,), ins = run(P.CustomOp, [x, b], [((3, 4), np.float32)], op_type=StringAttr("KernelTestAxpy"), attrs=attrs)
+        np.testing.assert_allclose(y, 3.0 * x.astype(np.float64) + b, rtol=1e-6)
+        np.testing.assert_array_equal(ins[0], x)  # inputs are read only
+        (dx, db), _ = run(
+            P.CustomGradOp, [dy, x, b], op_type=StringAttr("KernelTestAxpy"), attrs=attrs, num_output_grads=1
+        )
+        np.testing.assert_allclose(dx, 3.0 * dy.astype(np.float64), rtol=1e-6)
+        np.testing.assert_allclose(db, dy.astype(np.float64).sum(axis=0), rtol=1e-5)
+    finally:
+        unregister_custom_op("KernelTestAxpy")
