@@ -28,7 +28,7 @@ import popxl
 import popxl.ops as ops
 import popxl_addons as addons
 from popxl_addons.layers import LayerNorm, Linear
-from xl.runtime.kernels_random import SEED_STREAM, keep_mask, random_bits
+from xl.runtime.kernels.random import SEED_STREAM, keep_mask, random_bits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 

@@ -31,7 +31,7 @@ graph.main attributes {replication_factor = 1 : i64} {
 
 On the NumPy runtime a remote buffer is an `rt.state` of shape `[entries, *shape]` per
 replica, marked `rt.remote` (host memory, apart from each virtual IPU's buffers); loads and
-stores are copies of one entry (`xl.runtime.kernels_remote`).
+stores are copies of one entry (`xl.runtime.kernels.remote`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ operand_positions(AdamUpdaterOp, segments)   # {"m": 0, "v": 1, "weight": 2, "ti
 ```
 
 `operand_positions` is what a kernel needs to find its inputs (`-1`: absent); the
-runtime re-implements this today with name lists (`runtime/kernels.py`
+runtime re-implements this today with name lists (`runtime/kernels/core.py`
 `_positions` / `_greedy` / `_UPDATER_OPERANDS`); issue 10 phase 2 moves it here.
 """
 

@@ -10,7 +10,7 @@ class (`lowering_of(op)`):
   when replicas differ, the state carries one value per replica (`grouping` with an
   explicit assignment).
 - `ipu.remote_load` / `ipu.remote_load_` / `ipu.remote_store` become `rt.kernel`s that copy
-  one entry (`xl.runtime.kernels_remote`): ins `(state[, offset])` -> outs `(tensor)` for
+  one entry (`xl.runtime.kernels.remote`): ins `(state[, offset])` -> outs `(tensor)` for
   the loads, ins `(tensor[, offset])` -> outs `(state)` for the store; `buffer` (the
   buffer's name) and a constant `offset` are kernel parameters.
 - `ipu.replica_sharded_variable "w"` becomes `rt.state "w"` of the shard's type, each

@@ -28,7 +28,7 @@ rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 4 : i6
 }
 ```
 
-The fused collective (`xl.all_reduce_update`, `xl.runtime.collectives`) sums each group's
+The fused collective (`xl.all_reduce_update`, `xl.runtime.kernels.collectives`) sums each group's
 gradients once, scales the sum by `scale` (divided by the group size for `mean`) and adds
 it to every member's weight: about 40 % less memory traffic than the all-reduce writing
 the mean back into every replica's gradient and each replica scaling and adding it. The

@@ -78,8 +78,8 @@ from xdsl.ir import Operation, SSAValue
 from xl.dialects import rt
 from xl.dialects.ipu import placement
 from xl.dialects.rt_kernels import kernel_class
-from xl.runtime.collectives import is_collective
 from xl.runtime.errors import PlanError
+from xl.runtime.kernels.collectives import is_collective
 from xl.runtime.placement import BufferPlacement
 from xl.runtime.plan import CHUNK_LINES, PlanBuilder, compile_plan, plan_filename, register_source
 from xl.runtime.profile import kernel_info

@@ -16,7 +16,7 @@ time, see `xl.runtime.transfers`).
 
 Replicas: each local replica has its own buffers, state and step. Without replica
 collectives the replicas run one after another. With collectives
-(`xl.runtime.collectives`), each replica's step is a generator that stops at every
+(`xl.runtime.kernels.collectives`), each replica's step is a generator that stops at every
 collective site (also inside loops); `run` advances every replica to its next stop, checks
 that all stopped at the same site (else `ReplicaDivergenceError`: e.g. a collective in a
 branch whose condition differs between replicas), runs the site's kernel once over all
@@ -54,13 +54,13 @@ from xdsl.ir import Block, SSAValue
 
 from xl.dialects import rt
 from xl.dialects.rt_kernels import kernel_class
-from xl.runtime import xl_kernels as _xl_kernels  # noqa: F401  (registers xl.* kernels)
+from xl.runtime import kernels as _kernels  # noqa: F401  (registers every kernel)
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
-from xl.runtime.collectives import Site, bind_site, collective_factory
 from xl.runtime.comm import Comm, LocalComm
 from xl.runtime.concurrent import build_concurrent_replica, op_placement, serial_forced
 from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.kernels import kernel_factory
+from xl.runtime.kernels.collectives import Site, bind_site, collective_factory
 from xl.runtime.plan import build_replica
 from xl.runtime.profile import KernelInfo, Recorder, failure_message, kernel_info, renamed
 from xl.runtime.streams import StreamIn, StreamOut

@@ -20,7 +20,7 @@ Each kernel's lines end with a `# popxl.op` comment naming the kernel, and the s
 registered with `linecache` (one file name per plan, `<xl plan N>`): a traceback from a
 kernel, pdb and profilers show the generated line.
 
-Replica collectives (`xl.runtime.collectives`) are not called by the step: it stops there
+Replica collectives (`xl.runtime.kernels.collectives`) are not called by the step: it stops there
 with `yield k` (k: the collective site), which makes the step (and each chunk holding a
 site) a generator; the executable runs site k over all replicas, then resumes every
 replica. A program without collectives keeps a plain step function.

@@ -86,7 +86,7 @@ from xl.dialects.rt_kernels import FusedOp, GemmAccOp, KernelClass, kernel_class
 from xl.runtime import blas
 from xl.runtime.errors import PlanError
 from xl.runtime.kernels import KERNELS, check_range
-from xl.runtime.xl_kernels import parse_steps
+from xl.runtime.kernels.rt import parse_steps
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715

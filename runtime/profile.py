@@ -138,7 +138,7 @@ def kernel_info(op: Operation) -> KernelInfo:
     inputs' shapes and dtypes, and its FLOPs when its op class declares them."""
     from xl.dialects.rt_kernels import kernel_class
     from xl.dialects.traits import popart_type
-    from xl.runtime.collectives import is_collective
+    from xl.runtime.kernels.collectives import is_collective
 
     ipu = placement(op)
     source, graph = _str_attr(op, SOURCE_ATTR), _str_attr(op, GRAPH_ATTR)

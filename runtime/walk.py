@@ -12,7 +12,7 @@ closures or an indentation depth.
 One walk builds one replica (`replica`, a global index): a grouped `rt.state` starts from
 its group's value; an `rt.state` marked `rt.replica_invariant` (`rt-fold-all-reduce`) is
 one buffer shared by every replica of the process (`shared_state`). A kernel of a replica
-collective (`xl.runtime.collectives`) becomes a *site*: the walk records its arrays
+collective (`xl.runtime.kernels.collectives`) becomes a *site*: the walk records its arrays
 (`sites`, in walk order, the same for every replica) and the plan makes the step stop
 there (`yield k`) so that the executable can run the collective over all replicas at once.
 """
@@ -31,9 +31,9 @@ from xl.dialects.rt import REPLICA_INVARIANT_ATTR, VIEW_ATTR
 from xl.dialects.rt_kernels import AllReduceUpdateOp, kernel_class
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.runtime.aliasing import check_writable
-from xl.runtime.collectives import is_collective
 from xl.runtime.errors import BufferNames, PlanError
 from xl.runtime.functions import expand_call
+from xl.runtime.kernels.collectives import is_collective
 from xl.runtime.streams import StreamIn, StreamOut, stream_entry
 
 At = TypeVar("At")

@@ -1,7 +1,7 @@
 """One or more cases per runtime kernel, with NumPy references, for the registry-derived tests.
 
 `KERNEL_CLASSES` is every kernel the runtime has (`xl.runtime.kernels.KERNELS`, the replica
-collectives of `xl.runtime.collectives.COLLECTIVES`): a kernel registered later is listed
+collectives of `xl.runtime.kernels.collectives.COLLECTIVES`): a kernel registered later is listed
 without editing anything, and `tests/test_kernel_views.py` fails until it has a case here.
 
 A `KernelCase` gives the inputs (a function of a random generator: each call gives new
@@ -45,8 +45,8 @@ from xl.dialects.popxl import op_props
 from xl.dialects.rt_kernels import AllReduceUpdateOp, FusedOp, GemmAccOp, KernelClass
 from xl.dialects.utils import dtype_of, shape_of, tensor_type
 from xl.passes.rt_fuse_elementwise import _steps_attr
-from xl.runtime.collectives import COLLECTIVES
 from xl.runtime.kernels import KERNELS
+from xl.runtime.kernels.collectives import COLLECTIVES
 
 KERNEL_CLASSES: list[KernelClass] = sorted({*KERNELS, *COLLECTIVES}, key=lambda c: c.name)
 
@@ -1080,4 +1080,61 @@ case(
     props={"op_type": "KernelCaseAffine", "attrs": P.attributes_attr({"k": 2.0}), "num_output_grads": 1},
     result_types=[((4, 3), np.float32), ((4, 3), np.float32)],
     rtol=1e-5,
+)
+
+
+# ------------------------------------------------------------------------------------
+# Group normalisation (one op with its statistics, and its gradient)
+# ------------------------------------------------------------------------------------
+
+
+def _gn_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray, g: int):
+    n, c = x.shape[:2]
+    xg = f64(x).reshape(n, g, -1)
+    m = xg.mean(axis=2, keepdims=True)
+    inv = 1 / np.sqrt(((xg - m) ** 2).mean(axis=2, keepdims=True) + 1e-5)
+    x_hat = ((xg - m) * inv).reshape(x.shape)
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    return x_hat, m.reshape(-1), inv.reshape(-1), bshape
+
+
+def _gn(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
+    x_hat, m, inv, bshape = _gn_ref(x, w, b, 2)
+    y = x_hat * f64(w).reshape(bshape) + f64(b).reshape(bshape)
+    return [y.astype(np.float32), m.astype(np.float32), inv.astype(np.float32)]
+
+
+def _gn_grad(x: np.ndarray, w: np.ndarray, m: np.ndarray, inv: np.ndarray, dy: np.ndarray) -> list[np.ndarray]:
+    n, c = x.shape[:2]
+    xg = f64(x).reshape(n, 2, -1)
+    i = f64(inv).reshape(n, 2, 1)
+    x_hat = (xg - f64(m).reshape(n, 2, 1)) * i
+    dyc = f64(dy).reshape(n, c, -1)
+    g = (dyc * f64(w).reshape(1, c, 1)).reshape(n, 2, -1)
+    dx = i * (g - g.mean(axis=2, keepdims=True) - x_hat * (g * x_hat).mean(axis=2, keepdims=True))
+    dw = (dyc * x_hat.reshape(n, c, -1)).sum(axis=(0, 2))
+    return [dx.reshape(x.shape).astype(np.float32), dw.astype(np.float32), dyc.sum(axis=(0, 2)).astype(np.float32)]
+
+
+def _gn_grad_inputs(r: np.random.Generator) -> list[np.ndarray]:
+    x = unit(r, (3, 4, 5))
+    _, m, inv, _ = _gn_ref(x, x[0, :, 0], x[0, :, 0], 2)
+    return [x, unit(r, (4,)), m.astype(np.float32), inv.astype(np.float32), unit(r, (3, 4, 5))]
+
+
+case(
+    P.GroupNormOp,
+    lambda r: [unit(r, (3, 4, 5)), unit(r, (4,)), unit(r, (4,))],
+    _gn,
+    props={"num_groups": 2, "epsilon": 1e-5},
+    rtol=1e-5,
+    atol=1e-5,
+)
+case(
+    P.GroupNormGradOp,
+    _gn_grad_inputs,
+    _gn_grad,
+    props={"num_groups": 2, "epsilon": 1e-5},
+    rtol=1e-4,
+    atol=1e-5,
 )

@@ -73,7 +73,7 @@ def runtime_has_collectives() -> bool:
     """Whether the runtime runs replica collectives (a kernel registered for all-reduce)."""
     try:
         from xl.dialects.replica import AllReduceOp
-        from xl.runtime.collectives import COLLECTIVES
+        from xl.runtime.kernels.collectives import COLLECTIVES
     except ImportError:
         return False
     return AllReduceOp in COLLECTIVES

@@ -44,8 +44,8 @@ from xl.dialects.rt_kernels import kernel_class
 from xl.dialects.traits import Elementwise, accepts_views
 from xl.dialects.utils import memref_type
 from xl.passes.rt_analysis import VIEW_ATTR
-from xl.runtime.collectives import COLLECTIVES, Site, bind_site
 from xl.runtime.executable import _Compiler
+from xl.runtime.kernels.collectives import COLLECTIVES, Site, bind_site
 from xl.runtime.plan import PlanBuilder
 from xl.runtime.streams import StreamIn, StreamOut
 

@@ -193,7 +193,7 @@ def test_popxl_ops_have_kernels() -> None:
     from xl.dialects.ipu import REMOTE_ACCESS_OPS
 
     assert all(k in set(Popxl.operations) or k in REMOTE_ACCESS_OPS or k in RT_KERNEL_OPS for k in KERNELS)
-    assert all(c in KERNELS for c in REMOTE_ACCESS_OPS)  # remote copies (kernels_remote.py)
+    assert all(c in KERNELS for c in REMOTE_ACCESS_OPS)  # remote copies (kernels/remote.py)
     assert kernel_factory("popxl.no_such_op") is None
 
 

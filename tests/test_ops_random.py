@@ -331,7 +331,7 @@ def test_replicas_draw_from_their_own_seed() -> None:
 def test_fast_uniform_equals_the_raw_word_definition(seed: tuple[int, int], n: int) -> None:
     """The kernels draw through `Generator(Philox).random`; it must give exactly the top
     53 bits of the raw Philox words times 2**-53, for every stream."""
-    from xl.runtime.kernels_random import uniform, uniform_from_bits
+    from xl.runtime.kernels.random import uniform, uniform_from_bits
 
     s = np.array(seed, np.uint32)
     for stream in (0, 1):

@@ -1,5 +1,5 @@
 // Random ops from the command line: the numbers depend only on the seed's value (NumPy's
-// Philox keyed [seed[0] << 32 | seed[1], stream], see xl/runtime/kernels_random.py); the
+// Philox keyed [seed[0] << 32 | seed[1], stream], see xl/runtime/kernels/random.py); the
 // expected values were computed from that definition, independently of the kernels.
 // print_tensor prints on stderr when the op runs.
 // RUN: xl-run %s | filecheck %s

@@ -12,7 +12,7 @@ import numpy as np
 
 from xl.dialects.rt_kernels import FusedOp, GemmAccOp
 from xl.runtime.errors import PlanError
-from xl.runtime.kernels import Kernel, kernel, kernel_factory
+from xl.runtime.kernels.registry import Kernel, kernel, kernel_factory
 
 
 @kernel(GemmAccOp)

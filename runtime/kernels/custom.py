@@ -12,7 +12,7 @@ import numpy as np
 
 from xl.dialects.custom_ops import CustomOpError, custom_op_definition
 from xl.dialects.popxl import CustomGradOp, CustomOp, attributes_of
-from xl.runtime.kernels import Kernel, kernel
+from xl.runtime.kernels.registry import Kernel, kernel
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

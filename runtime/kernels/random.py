@@ -32,7 +32,7 @@ from xl.dialects.popxl import (
     RandomUniformOp,
     ShapedDropoutOp,
 )
-from xl.runtime.kernels import Kernel, kernel
+from xl.runtime.kernels.registry import Kernel, kernel
 
 UNIFORM_STREAM = 0
 NORMAL_STREAM = 1

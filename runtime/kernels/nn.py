@@ -38,7 +38,7 @@ from xl.dialects.popxl import (
     TakeAlongAxisOp,
     TopkOp,
 )
-from xl.runtime.kernels import Kernel, check_range, kernel
+from xl.runtime.kernels.registry import Kernel, check_range, kernel
 
 # ------------------------------------------------------------------------------------
 # Windows (compile-time geometry)

@@ -1,35 +1,5 @@
-"""NumPy kernels for the `rt.kernel` ops, registered by the op class they implement.
-
-```python
-@kernel(GeluOp)
-def _gelu(p: dict[str, Any]) -> Kernel: ...
-```
-
-Contract: ``KERNELS[OpClass](props) -> fn`` (``kernel_factory("popxl.gelu")`` resolves
-an `rt.kernel` name through the dialects, see `xl.dialects.rt_kernels`) where ``props`` is the op's properties as
-plain Python values (see ``xl.dialects.popxl.op_props``) and ``fn(*ins, *outs)`` is
-called with the input arrays followed by preallocated output arrays (right shape and
-dtype) that it must fill in place. For ops that update operands in place (``written_operands``),
-``outs`` are the written operands (the same arrays as in ``ins``) followed by results.
-Factories run once at compile time; ``fn`` runs every step, so it does no lookups.
-
-More rules:
-
-- Ops with optional operands (scalar factors given as tensors, the optimiser
-  updaters) read ``props["operand_segments"]`` (number of operands per operand
-  definition, as ``op_props`` gives it; ``operandSegmentSizes`` is accepted too) to
-  know which inputs are present (`operand_positions` of the op class). Without it,
-  presence is resolved once from the argument count of the first call (optional
-  operands matched greedily in order, `greedy_segments`).
-- A result may share storage with a same-typed input only for the elementwise
-  kernels (add ... sin, identity, gelu_grad, relu_grad, scaled_add) and softmax /
-  softmax_grad; tests/test_kernels.py::test_alias_safe pins that. Other kernels need
-  distinct result buffers (written operands of in-place ops excepted).
-- Shapes are static per kernel instance: kernels that need shape-derived data
-  compute it on the first call and keep it.
-- Maths runs in the output dtype (float32 stays float32); state of another float
-  dtype than its update (float16 moments, float32 gradients) is cast on store.
-"""
+"""NumPy kernels of the popxl tensor ops (elementwise maths, matmul, shapes, reductions, losses,
+optimiser updates), registered by the op class they implement (the contract: `xl.runtime.kernels`)."""
 
 from __future__ import annotations
 
@@ -138,100 +108,17 @@ from xl.dialects.popxl import (
     WhereOp,
 )
 from xl.dialects.popxl_operands import greedy_segments, operand_names, operand_positions
-from xl.dialects.rt_kernels import KernelClass, kernel_class
+from xl.dialects.rt_kernels import KernelClass
 from xl.runtime.float8 import to_float8
-
-Kernel = Callable[..., None]
-KernelFactory = Callable[[dict[str, Any]], Kernel]
-
-KERNELS: dict[KernelClass, KernelFactory] = {}
-
-
-def kernel(*classes: KernelClass) -> Callable[[KernelFactory], KernelFactory]:
-    """Register the decorated factory as the kernel of each op class.
-
-    What the kernel does to its results is a fact of the class: a kernel that does not
-    overwrite every element of its results on every call declares `PartialWrite`
-    (`xl.dialects.effects`; the `rt` buffer reuse then keeps the result's storage its own).
-    """
-
-    def deco(f: KernelFactory) -> KernelFactory:
-        for cls in classes:
-            if cls in KERNELS:
-                raise TypeError(f"a kernel for {cls.name} is registered twice")
-            KERNELS[cls] = f
-        return f
-
-    return deco
-
-
-def kernel_factory(name: str) -> KernelFactory | None:
-    """The factory of the kernel an `rt.kernel` of this name runs (None if none)."""
-    cls = kernel_class(name)
-    return None if cls is None else KERNELS.get(cls)
-
-
-# ------------------------------------------------------------------------------------
-# Values read at run time: indices, labels, classes
-# ------------------------------------------------------------------------------------
-
-
-class DataRangeError(ValueError):
-    """An index, label or class read at run time is outside its valid range.
-
-    Raised from `Executable.run` (so from `Session.run` and `xl-run`) instead of
-    reading another row's data or failing inside NumPy. The message names the op, the
-    tensor (and the host stream it was loaded from, when it was), the bad value and
-    the valid range.
-    """
-
-
-def operand(p: dict[str, Any], i: int) -> str:
-    """How messages name input `i` of the kernel (the plans put `_operands` in props)."""
-    names = p.get("_operands")
-    return names[i] if names and i < len(names) else f"operand #{i}"
-
-
-def op_label(p: dict[str, Any], default: str) -> str:
-    return str(p.get("_kernel", default))
-
-
-def check_range(
-    a: np.ndarray,
-    lo: int,
-    hi: int,
-    p: dict[str, Any],
-    i: int,
-    op: str,
-    what: str,
-    note: str = "",
-    allowed: int | None = None,
-) -> None:
-    """Raise `DataRangeError` unless every value of `a` is in [lo, hi) (or == `allowed`).
-
-    Two reductions over the indices per call: negligible next to the op itself.
-    """
-    if a.size == 0:
-        return
-    mn, mx = a.min(), a.max()
-    if lo <= mn and mx < hi:
-        return
-    bad_mask = (a < lo) | (a >= hi)
-    if allowed is not None:
-        bad_mask &= a != allowed
-    if not bad_mask.any():
-        return
-    flat = np.flatnonzero(bad_mask.reshape(-1))
-    pos = np.unravel_index(int(flat[0]), a.shape) if a.ndim else ()
-    bad = a.reshape(-1)[flat[0]].item()
-    at = f" at position {tuple(int(x) for x in pos)}" if a.ndim else ""
-    extra = f" (or {allowed})" if allowed is not None else ""
-    count = f"{flat.size} bad value{'s' if flat.size != 1 else ''}"
-    raise DataRangeError(
-        f"{op_label(p, op)}: {what} {bad}{at} of {operand(p, i)} is out of range "
-        f"[{lo}, {hi}){extra} ({note + '; ' if note else ''}{count})"
-    )
-
+from xl.runtime.kernels.registry import (
+    DataRangeError,
+    Kernel,
+    KernelFactory,
+    check_range,
+    kernel,
+    op_label,
+    operand,
+)
 
 # ------------------------------------------------------------------------------------
 # Helpers (compile time)
@@ -1658,10 +1545,3 @@ def _matmul_pow2scaled(p: dict[str, Any]) -> Kernel:
         np.copyto(out, y, casting="unsafe")
 
     return k
-
-
-# Kernels kept in their own modules register themselves on import.
-from xl.runtime import kernels_custom as _kernels_custom  # noqa: E402,F401
-from xl.runtime import kernels_nn as _kernels_nn  # noqa: E402,F401
-from xl.runtime import kernels_random as _kernels_random  # noqa: E402,F401
-from xl.runtime import kernels_remote as _kernels_remote  # noqa: E402,F401

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from xl.dialects.ipu import RemoteLoadInplaceOp, RemoteLoadOp, RemoteStoreOp
-from xl.runtime.kernels import DataRangeError, kernel, op_label, operand
+from xl.runtime.kernels.registry import DataRangeError, kernel, op_label, operand
 
 Kernel = Callable[..., None]
 
