@@ -159,3 +159,49 @@ def test_conditional_site_info() -> None:
             bad()
     with ir.main_graph, pytest.raises(ValueError, match="is not an input or output"):
         info.parent_to_graph(popxl.variable(1.0))
+
+
+def test_complex_host_data() -> None:
+    """popxl has complex dtypes (host data converts), xl's runtime refuses them."""
+    from popxl.utils import to_numpy
+
+    a = np.ones((2, 2), np.complex64)
+    out = to_numpy(a, copy=False)
+    assert out.dtype == np.complex64 and np.shares_memory(out, a)
+    assert popxl.dtype.as_dtype(np.complex128) is popxl.complex128
+    with popxl.Ir().main_graph:
+        with pytest.raises(TypeError, match="popxl.variable: complex data .* not supported by xl"):
+            popxl.variable(a)
+        with pytest.raises(TypeError, match="popxl.constant: complex data"):
+            popxl.constant(a)
+
+
+def test_writing_a_constant_names_it() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        c = popxl.constant(np.ones(2, np.float32), name="c")
+        _ = c + popxl.variable(np.ones(2, np.float32))
+    with popxl.Session(ir, "cpu") as s, pytest.raises(TypeError, match=rf"^Tensor {c.id} is not of type Variable"):
+        s.write_variable_data(c, np.zeros(2, np.float32))  # pyright: ignore[reportArgumentType]  # bad input
+
+
+def test_conv_transpose_full_output_shape() -> None:
+    ir = popxl.Ir()
+    x = np.random.default_rng(0).normal(size=(2, 4, 3, 3)).astype(np.float32)
+    w = np.random.default_rng(1).normal(size=(4, 2, 2, 2)).astype(np.float32)
+    with ir.main_graph:
+        xv, wv = popxl.variable(x), popxl.variable(w)
+        full = ops.conv_transpose(xv, wv, stride=(2, 2), output_shape=(2, 2, 6, 5))
+        spatial = ops.conv_transpose(xv, wv, stride=(2, 2), output_shape=(6, 5))
+        with pytest.raises(ValueError, match=r"must start with the batch size and output channels \(2, 2\)"):
+            ops.conv_transpose(xv, wv, stride=(2, 2), output_shape=(2, 3, 6, 5))
+    assert full.shape == spatial.shape == (2, 2, 6, 5)
+    a, b = _run(ir, full, spatial)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_cache_dir_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POPXL_CACHE_DIR", "where/the/cache/is")
+    ir = popxl.Ir()
+    opts = ir._pb_ir.getSessionOptions()
+    assert opts.enableEngineCaching and opts.cachePath == "where/the/cache/is"

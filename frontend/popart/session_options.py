@@ -29,6 +29,7 @@ print(session.options_report(print_report=False))
 from __future__ import annotations
 
 import difflib
+import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -466,6 +467,12 @@ class SessionOptions:
         object.__setattr__(self, "_set", {})  # name -> value, in the order the program set them
         object.__setattr__(self, "_ir_ref", None)
         object.__setattr__(self, "_warned", set())
+        # as PopART's constructor: POPXL_CACHE_DIR (else POPART_CACHE_DIR) turns engine
+        # caching on at that path (recorded: xl compiles into memory)
+        cache = os.environ.get("POPXL_CACHE_DIR") or os.environ.get("POPART_CACHE_DIR")
+        if cache:
+            values["enableEngineCaching"] = True
+            values["cachePath"] = cache
 
     # -- binding to an Ir ----------------------------------------------------------------
     @classmethod

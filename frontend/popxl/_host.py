@@ -105,6 +105,7 @@ def host_array(
     log2_scale: int | None = None,
     nan_on_overflow: bool | None = None,
     what: str = "popxl.constant",
+    allow_complex: bool = False,
 ) -> tuple[np.ndarray, dtypes.dtype]:
     """`data` as a C-contiguous array and its popxl dtype.
 
@@ -149,4 +150,6 @@ def host_array(
             dt = dtypes.dtype.as_dtype(arr.dtype)
         except ValueError:
             raise TypeError(f"{what}: data of NumPy dtype {arr.dtype} has no popxl dtype") from None
+    if dt.is_complex and not allow_complex:  # popxl has complex dtypes; xl computes on real ones
+        raise TypeError(f"{what}: complex data ({dt.name}) is not supported by xl: its runtime computes on real dtypes")
     return np.require(arr, requirements="C"), dt

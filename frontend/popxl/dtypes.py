@@ -161,7 +161,7 @@ class dtype:
         except TypeError:
             npd = np.asarray(x).dtype
         try:
-            return _BY_NP[np.dtype(npd)]
+            return _NP_TO_POPXL[np.dtype(npd)]  # complex types too (the runtime refuses them)
         except KeyError:
             raise ValueError(f"There is no popxl dtype for {x!r}") from None
 

@@ -332,8 +332,9 @@ class Session:
 
     def _check_variable(self, t: Any, what: str) -> Variable:
         if not isinstance(t, Variable):
+            lead = f"Tensor {t.id} is not of type Variable. " if isinstance(t, Tensor) else ""  # PopXL's words
             raise TypeError(
-                f"Session.{what}: {t!r} is not a Variable"
+                f"{lead}Session.{what}: {t!r} is not a Variable"
                 + (" (constants are read-only)" if isinstance(t, Constant) else "")
             )
         if t not in self._host:

@@ -73,7 +73,15 @@ def to_numpy(
             )
     elif is_torch(x):
         x = x.detach().cpu().numpy()
-    arr, _ = host_array(x, dtype, downcast=downcast, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow, what=what)
+    arr, _ = host_array(
+        x,
+        dtype,
+        downcast=downcast,
+        log2_scale=log2_scale,
+        nan_on_overflow=nan_on_overflow,
+        what=what,
+        allow_complex=True,
+    )
     if isinstance(x, np.ndarray) and np.may_share_memory(arr, x):
         if copy:
             return arr.copy(order="C")

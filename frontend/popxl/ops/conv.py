@@ -142,8 +142,8 @@ def conv_transpose(
     entry must be smaller than the stride or the dilation. `output_shape` (the spatial
     output size) chooses the padding instead, as ONNX (`padding` is then ignored; the
     extra element of an odd total padding goes to the beginning, to the end with
-    `"same_upper"`). `pad_type` `"same_*"` asks for `out = x * stride`, `"valid"` for no
-    padding. Differentiable in `t` and `weight`.
+    `"same_upper"`; the full output shape `(N, C_out, *spatial)` is accepted too).
+    `pad_type` `"same_*"` asks for `out = x * stride`, `"valid"` for no padding. Differentiable in `t` and `weight`.
     """
     nd = _spatial_rank(t)
     pad_type = check_pad_type(pad_type)
@@ -159,8 +159,19 @@ def conv_transpose(
     if pad_type == "valid":
         p = (0,) * (2 * nd)
     elif shape:
+        if len(shape) == nd + 2:  # the full output shape (N, C_out, spatial...), as upstream's tests give it
+            c_out = weight.shape[1] * as_int(groups, "groups")
+            if shape[:2] != (t.shape[0], c_out):
+                raise ValueError(
+                    f"{current_op()}: output_shape {shape} must start with the batch size and output "
+                    f"channels ({t.shape[0]}, {c_out})"
+                )
+            shape = shape[2:]
         if len(shape) != nd:
-            raise ValueError(f"{current_op()}: output_shape {shape} must have {nd} entries (the spatial dims)")
+            raise ValueError(
+                f"{current_op()}: output_shape {shape} must have {nd} entries (the spatial dims) or {nd + 2} "
+                "(the full output shape)"
+            )
         k = weight.shape[2:] if weight.rank == nd + 2 else (1,) * nd
         begin, end = [0] * nd, [0] * nd
         for i in range(nd):
