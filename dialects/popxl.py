@@ -3439,6 +3439,96 @@ class CustomGradOp(PopxlOp):
 CUSTOM_OPS: list[type[IRDLOperation]] = [CustomOp, CustomGradOp]
 
 
+# ------------------------------------------------------------------------------------
+# Group normalisation (ops.group_norm, ops.layer_norm): one op with the statistics as
+# results, as PopART's GroupNormOp, so its gradient reads them instead of recomputing.
+# ------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class GroupNormOp(PopxlOp):
+    """Group normalisation of `x` `(N, C, *spatial)` (popxl.ops.group_norm / layer_norm):
+    each group of `C / num_groups` channels normalised to mean 0 and variance 1 (biased,
+    plus `epsilon`), then `* weight + bias` per channel; also the mean and the inverse
+    standard deviation of each (sample, group), shape `(N * num_groups,)`.
+
+    ```mlir
+    %y, %mean, %inv_std = popxl.group_norm %x, %w, %b {num_groups = 2 : i64, epsilon = 1.0e-05 : f64}
+        : (tensor<3x4x5xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<3x4x5xf32>, tensor<6xf32>, tensor<6xf32>)
+    ```
+    """
+
+    name = "popxl.group_norm"
+    traits = traits_def(AcceptsViews(), PopartType("GroupNormalization"))
+    x = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    y = result_def(TensorType)
+    mean = result_def(TensorType)
+    inv_std_dev = result_def(TensorType)
+    num_groups = prop_def(IntegerAttr)
+    epsilon = prop_def(FloatAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 3)
+        dt = same_dtype(cls, types)
+        if dt.kind != "f":
+            raise cls.fail(f"expects floating-point tensors, got {fmt_type(types[0])}")
+        x = shape_of(types[0])
+        if len(x) < 2:
+            raise cls.fail(f"the input must be (N, C, ...), got {fmt_type(types[0])}")
+        n, c = x[0], x[1]
+        for name, t in (("weight", types[1]), ("bias", types[2])):
+            if shape_of(t) != (c,):
+                raise cls.fail(f"{name} must have shape ({c},) (the channels of the input), got {fmt_type(t)}")
+        g = int(props["num_groups"])
+        if g < 1 or c % g:
+            raise cls.fail(f"num_groups {g} does not divide the {c} channels")
+        stats = tensor_type((n * g,), dt)
+        return [types[0], stats, stats]
+
+
+@irdl_op_definition
+class GroupNormGradOp(PopxlOp):
+    """The gradients of `popxl.group_norm` with respect to `x`, `weight` and `bias`, from
+    `x`, `weight`, the forward's mean and inverse standard deviation, and the gradient of
+    `y` (built by autodiff).
+
+    ```mlir
+    %dx, %dw, %db = popxl.group_norm_grad %x, %w, %mean, %inv_std, %dy {num_groups = 1 : i64, epsilon = 1.0e-05 : f64}
+        : (tensor<3x4xf32>, tensor<4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3x4xf32>)
+        -> (tensor<3x4xf32>, tensor<4xf32>, tensor<4xf32>)
+    ```
+    """
+
+    name = "popxl.group_norm_grad"
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), Internal(), PopartType("GroupNormalizationGrad"))
+    x = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    mean = operand_def(TensorType)
+    inv_std_dev = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    dx = result_def(TensorType)
+    dweight = result_def(TensorType)
+    dbias = result_def(TensorType)
+    num_groups = prop_def(IntegerAttr)
+    epsilon = prop_def(FloatAttr)
+
+    @classmethod
+    def infer(cls, types, props):
+        arity(cls, types, 5)
+        x, w, mean, inv, dy = types
+        fwd = GroupNormOp.infer([x, w, w], props)
+        if [mean, inv] != fwd[1:] or dy != x:
+            raise cls.fail(
+                f"expects the statistics {fmt_type(fwd[1])} and a gradient like the input, got ({_types_str(types)})"
+            )
+        return [x, w, w]
+
+
+NORM_OPS: list[type[IRDLOperation]] = [GroupNormOp, GroupNormGradOp]
+
 NN_OPS: list[type[IRDLOperation]] = [
     ConvOp,
     ConvTransposeOp,
@@ -3736,6 +3826,6 @@ OPS: list[type[IRDLOperation]] = (
     + RANDOM_OPS
 )
 
-OPS += CUSTOM_OPS
+OPS += CUSTOM_OPS + NORM_OPS
 
 Popxl = Dialect("popxl", [*OPS], [])

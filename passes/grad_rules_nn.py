@@ -17,6 +17,8 @@ from xl.dialects.popxl import (
     CumsumOp,
     EqualOp,
     ExpOp,
+    GroupNormGradOp,
+    GroupNormOp,
     InterpolateGradOp,
     InterpolateOp,
     LogSoftmaxOp,
@@ -40,6 +42,7 @@ from xl.dialects.popxl import (
     op_props,
 )
 from xl.dialects.utils import shape_of, tensor_type
+from xl.passes.autodiff_info import AutodiffError
 from xl.passes.grad_rules import GradBuilder, Grads, grad_rule
 
 _CONV_PROPS = ("stride", "pads", "dilation", "groups")
@@ -262,3 +265,31 @@ def _roi_align(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Gra
     if not b.needs(x):
         return [None, None, None]
     return [b.v(RoiAlignGradOp, dy, b.fwd(rois), b.fwd(bidx), result_type=x.type, **op_props(op)), None, None]
+
+
+@grad_rule(GroupNormOp)
+def _group_norm(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Grads:
+    """`popxl.group_norm_grad` from the forward's statistics (its `mean` and `inv_std_dev`
+    results become activations of the gradient graph, as in PopART). A gradient reaching
+    the statistics themselves is refused: no rule propagates it."""
+    dy, dmean, dinv = dys
+    if dmean is not None or dinv is not None:
+        raise AutodiffError(
+            "autodiff: a gradient flows into the mean / inv_std_dev results of popxl.group_norm, "
+            "which have no gradient rule"
+        )
+    x, w, bias = op.operands
+    if dy is None or not any(b.needs(v) for v in (x, w, bias)):
+        return [None, None, None]
+    p = op_props(op)
+    g = b.op(
+        GroupNormGradOp,
+        b.fwd(x),
+        b.fwd(w),
+        b.fwd(op.results[1]),
+        b.fwd(op.results[2]),
+        dy,
+        num_groups=p["num_groups"],
+        epsilon=p["epsilon"],
+    )
+    return [r if b.needs(v) else None for r, v in zip(g.results, (x, w, bias))]

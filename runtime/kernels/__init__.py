@@ -1,9 +1,9 @@
 """NumPy kernels for the `rt.kernel` ops, registered by the op class they implement.
 
 One module per area: `registry` (the registry and the run-time range checks), `core` (the
-popxl tensor ops), `nn`, `random`, `remote`, `custom` (user ops with NumPy implementations),
-`rt` (the `xl.*` kernels only `rt` passes make) and `collectives` (replica collectives, which
-receive every local replica's arrays at once). Importing the package registers them all.
+popxl tensor ops), `nn`, `norm` (group normalisation), `random`, `remote`, `custom` (user ops
+with NumPy implementations), `rt` (the `xl.*` kernels only `rt` passes make) and `collectives`
+(replica collectives, which receive every local replica's arrays at once). Importing the package registers them all.
 
 ```python
 @kernel(GeluOp)
@@ -36,7 +36,7 @@ More rules:
   dtype than its update (float16 moments, float32 gradients) is cast on store.
 """
 
-from xl.runtime.kernels import collectives, core, custom, nn, random, remote, rt
+from xl.runtime.kernels import collectives, core, custom, nn, norm, random, remote, rt
 from xl.runtime.kernels.registry import (
     KERNELS,
     DataRangeError,
@@ -61,11 +61,10 @@ __all__ = [
     "kernel",
     "kernel_factory",
     "nn",
+    "norm",
     "op_label",
     "operand",
     "random",
     "remote",
     "rt",
 ]
-
-from xl.runtime import kernels_norm as _kernels_norm  # noqa: E402,F401  (popxl.group_norm / _grad)

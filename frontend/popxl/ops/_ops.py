@@ -72,6 +72,7 @@ from xl.dialects.popxl import (
     GeluErfOp,
     GeluOp,
     GreaterOp,
+    GroupNormOp,
     IdentityOp,
     IncrementModInplaceOp,
     IncrementModOp,
@@ -964,21 +965,17 @@ def group_norm(t: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: fl
     `* weight + bias` per channel (`weight`, `bias` of shape `(C,)`)."""
     if t.rank < 2:
         raise ValueError(f"ops.group_norm: input must have rank >= 2, got {t.shape}")
-    n, c = t.shape[0], t.shape[1]
+    c = t.shape[1]
     num_groups = as_int(num_groups, "num_groups")
     if num_groups < 1:
         raise ValueError(f"ops.group_norm: num_groups must be >= 1, got {num_groups}")
     if c % num_groups:
         raise ValueError(f"ops.group_norm: {c} channels are not divisible by {num_groups} groups")
     _check_channel_params(t, {"weight": weight, "bias": bias})
-    g = reshape(t, (n, num_groups, -1))
-    m = mean(g, axis=2, keepdims=True)
-    d = sub(g, m)
-    var = mean(mul(d, d), axis=2, keepdims=True)
-    normed = div(d, sqrt(add(var, constant(as_float(eps, "eps"), t.dtype))))
-    normed = reshape(normed, t.shape)
-    bshape = (c,) + (1,) * (t.rank - 2)
-    return add(mul(normed, reshape(weight, bshape)), reshape(bias, bshape))
+    y, _mean, _inv_std_dev = emit(
+        GroupNormOp, [t, weight, bias], None, None, num_groups=num_groups, epsilon=as_float(eps, "eps")
+    )
+    return y
 
 
 def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:

@@ -29,6 +29,7 @@ _CLASS_NAMES = {
     "Sub": "SubtractOp",
     "Neg": "NegateOp",
     "GroupNormalization": "GroupNormOp",
+    "GroupNormalizationGrad": "GroupNormGradOp",
     "BatchNormalization": "BatchNormOp",
 }
 """PopART's C++ class of the op types whose class is not `<type>Op`."""

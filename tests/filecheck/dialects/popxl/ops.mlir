@@ -331,3 +331,15 @@ func.func @custom(%x: tensor<2x3xf32>, %s: tensor<f32>, %dy: tensor<2x3xf32>) {
 // CHECK-NEXT:    %a, %b = popxl.custom %x {op_type = "Two", attrs = {}} : (tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<6xf16>)
 // CHECK-NEXT:    %dx, %ds = popxl.custom_grad %dy, %x, %s {op_type = "Scale", attrs = {factor = 2 : i64}, num_output_grads = 1 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>, tensor<f32>) -> (tensor<2x3xf32>, tensor<f32>)
 // CHECK-NEXT:    func.return
+
+// Group normalisation with its statistics, and its gradient.
+func.func @group_norm(%x: tensor<3x4x5xf32>, %w: tensor<4xf32>, %b: tensor<4xf32>, %dy: tensor<3x4x5xf32>) {
+  %y, %m, %i = popxl.group_norm %x, %w, %b {num_groups = 2 : i64, epsilon = 1.0e-05 : f64} : (tensor<3x4x5xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<3x4x5xf32>, tensor<6xf32>, tensor<6xf32>)
+  %dx, %dw, %db = popxl.group_norm_grad %x, %w, %m, %i, %dy {num_groups = 2 : i64, epsilon = 1.0e-05 : f64} : (tensor<3x4x5xf32>, tensor<4xf32>, tensor<6xf32>, tensor<6xf32>, tensor<3x4x5xf32>) -> (tensor<3x4x5xf32>, tensor<4xf32>, tensor<4xf32>)
+  func.return
+}
+
+// CHECK-LABEL: func.func @group_norm(%x: tensor<3x4x5xf32>, %w: tensor<4xf32>, %b: tensor<4xf32>, %dy: tensor<3x4x5xf32>) {
+// CHECK-NEXT:    %y, %m, %i = popxl.group_norm %x, %w, %b {num_groups = 2 : i64, epsilon = 1.000000e-05 : f64} : (tensor<3x4x5xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<3x4x5xf32>, tensor<6xf32>, tensor<6xf32>)
+// CHECK-NEXT:    %dx, %dw, %db = popxl.group_norm_grad %x, %w, %m, %i, %dy {num_groups = 2 : i64, epsilon = 1.000000e-05 : f64} : (tensor<3x4x5xf32>, tensor<4xf32>, tensor<6xf32>, tensor<6xf32>, tensor<3x4x5xf32>) -> (tensor<3x4x5xf32>, tensor<4xf32>, tensor<4xf32>)
+// CHECK-NEXT:    func.return
