@@ -24,6 +24,7 @@ from popxl.dtypes import _UPSTREAM_FLOAT8, dtype, float8_143, float8_152, float1
 from xl.runtime.float8 import to_float8
 
 __all__ = [
+    "fp8_mse_costs",
     "host_fp8_mse_scale",
     "host_fp8_mse_scale_pb",
     "host_pow2scale_cast_from_fp8",
@@ -128,28 +129,46 @@ def _log2_histogram(x: np.ndarray) -> np.ndarray:
     return hist
 
 
-def _mse_per_scale(hist: np.ndarray, dtype: dtype, src_dtype: np.dtype) -> np.ndarray:
-    """The estimated error of each candidate scale bias -31..31 (index 0 is -31), summed bin
-    by bin in increasing order, as PopXL does, so that equal sums compare equal."""
+def fp8_mse_costs(dtype: dtype, src_dtype: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tables of `host_fp8_mse_scale`'s estimate (the comment above `_log2_histogram`),
+    for a float8 `dtype` and float16 / float32 source data: `(levels, start, costs)`.
+
+    - `levels`: the 253 bin edges 2**-126 ... 2**126 (`popxl.ops.histogram`'s levels give
+      the 254 bins of `_log2_histogram`);
+    - `start`: (63,) the estimate before any bin, candidate bias -31 first;
+    - `costs`: (63, 253) the cost of bin `k + 1` for each unit of its weight (its count
+      over the number of values); bin 0 costs nothing.
+
+    The estimate of candidate `c` adds `costs[c, k] * weight[k + 1]` to `start[c]` for k in
+    increasing order (`popxl_addons.ops.fp8_mse_scale` does the same on the device). Each
+    product equals PopXL's (the factors that differ in order are powers of two)."""
+    if dtype not in _FLOAT8:
+        raise RuntimeError(f"dtype {dtype} not currently supported.")
     low, high = _SRC_EXP
     f8_low, f8_high = _F8_EXP[dtype.name]
     span = f8_high - f8_low + 1
-    src_mantissa = 23 if src_dtype == np.float32 else 10
+    src_mantissa = 23 if np.dtype(src_dtype) == np.float32 else 10
     q_error = 2.0 ** (-2.0 * (src_mantissa - _F8_MANTISSA[dtype.name]))
     edges = 2.0 ** np.arange(low, high, dtype=np.float64)  # 253 lower edges
-    weights = hist / hist.sum()
     n = _SCALE_HIGH - _SCALE_LOW + 1
-    first = max(f8_low + _SCALE_LOW - low, 0) + np.arange(n)  # first bin each candidate keeps
+    first = (max(f8_low + _SCALE_LOW - low, 0) + np.arange(n))[:, None]  # first bin each keeps
     # The overflow cost is measured from edges[candidate index + span - 1], as PopXL does.
-    top = edges[np.arange(n) + span - 1]
-    mse = np.full(n, (edges[0] / 2) ** 2)  # PopXL adds this once for every candidate
-    for i in range(len(edges)):
-        w = weights[i + 1]
-        if w == 0.0:  # adds exactly 0
-            continue
-        inside = edges[i] ** 2 * w * q_error
-        over = np.where(i >= first + span, (top - edges[i]) ** 2 * w, inside)
-        mse += np.where(i < first, edges[i] ** 2 * w, over)
+    top = edges[np.arange(n) + span - 1][:, None]
+    i = np.arange(len(edges))[None, :]
+    costs = np.where(i < first, edges**2, np.where(i >= first + span, (top - edges) ** 2, edges**2 * q_error))
+    start = np.full(n, (edges[0] / 2) ** 2)  # PopXL adds this once for every candidate
+    return edges, start, costs
+
+
+def _mse_per_scale(hist: np.ndarray, dtype: dtype, src_dtype: np.dtype) -> np.ndarray:
+    """The estimated error of each candidate scale bias -31..31 (index 0 is -31), summed bin
+    by bin in increasing order, as PopXL does, so that equal sums compare equal."""
+    _, mse, costs = fp8_mse_costs(dtype, src_dtype)
+    weights = hist / hist.sum()
+    for k in range(costs.shape[1]):
+        w = weights[k + 1]
+        if w != 0.0:  # adding 0 changes nothing
+            mse = mse + costs[:, k] * w
     return mse
 
 
