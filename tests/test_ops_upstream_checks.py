@@ -205,3 +205,26 @@ def test_cache_dir_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     ir = popxl.Ir()
     opts = ir._pb_ir.getSessionOptions()
     assert opts.enableEngineCaching and opts.cachePath == "where/the/cache/is"
+
+
+def test_addons_message_key_words() -> None:
+    import popxl_addons as addons
+
+    class WithGrad(addons.Module):
+        def build(self, x: popxl.Tensor) -> popxl.Tensor:
+            self.aux["x"] = x
+            return x * 2.0
+
+        def build_grad(self, dy: popxl.Tensor) -> popxl.Tensor:
+            return dy * 2.0
+
+    with pytest.raises(
+        ValueError, match=r"^You cannot use graph caching if you have implemented `build_grad` \(WithGrad\)"
+    ):
+        WithGrad(cache=True)
+    with popxl.Ir().main_graph:
+        x = popxl.variable(np.ones(2, np.float32))
+        _, graph = WithGrad().create_graph(x)
+        graph.autodiff()
+        with pytest.raises(ValueError, match="^Autodiff has already been applied to graph"):
+            graph.autodiff()

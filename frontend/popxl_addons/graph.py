@@ -200,7 +200,7 @@ class GraphWithNamedArgs:
             raise ValueError(f"`method` should be one of 'auto', 'build_grad' or 'autodiff'. Not: {method!r}")
         if self.autodiff_applied and not force:
             raise ValueError(
-                f"autodiff has already been applied to graph '{self.graph.name}' (it adds the "
+                f"Autodiff has already been applied to graph '{self.graph.name}' (it adds the "
                 "activations to the forward graph's outputs); pass force=True to apply it again"
             )
         module = self._from_module

@@ -333,7 +333,7 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         object.__setattr__(self, "_grad_inlining_error", grad_inlining_error)
         if cache is not None and self.implements_grad_graph:
             raise ValueError(
-                f"{type(self).__name__}: you cannot use graph caching if you have implemented `build_grad`."
+                f"You cannot use graph caching if you have implemented `build_grad` ({type(self).__name__})."
             )
 
     def _init_state(self) -> None:
