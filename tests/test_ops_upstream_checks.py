@@ -228,3 +228,20 @@ def test_addons_message_key_words() -> None:
         graph.autodiff()
         with pytest.raises(ValueError, match="^Autodiff has already been applied to graph"):
             graph.autodiff()
+
+
+def test_updater_argument_checks() -> None:
+    vu = ops.var_updates
+    with popxl.Ir().main_graph:
+        m, v, w = (popxl.variable(np.ones(3, np.float32)) for _ in range(3))
+        t = popxl.variable(np.float32(0.0))
+        for fn in (vu.adam_updater, vu.lamb_updater):
+            with pytest.raises(ValueError, match=r"^Bias correction requires both beta1 and beta2 to not be None\."):
+                fn(m, v, time_step=t, beta1=0.9)
+            with pytest.raises(ValueError, match=r"^Weight decay requires weight to not be None\."):
+                fn(m, v, weight_decay=0.1)
+        with pytest.raises(ValueError, match=r"^AdaMax requires time_step to not be None\."):
+            vu.adamax_updater(m, v, w)
+        with pytest.raises(ValueError, match=r"^Weight decay requires weight to not be None\."):
+            vu.adamax_updater(m, v, time_step=t, weight_decay=popxl.constant(np.float32(0.2)))
+        assert vu.adam_updater(m, v, weight=w, weight_decay=0.0).shape == (3,)  # 0 needs no weight

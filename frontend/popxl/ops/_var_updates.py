@@ -107,6 +107,15 @@ def _updater(
     time_step: Tensor | None,
     **factors: Any,
 ) -> Tensor:
+    # upstream's argument checks (before the operands' dtypes are looked at)
+    wd = factors.get("weight_decay")
+    if wd is not None and (isinstance(wd, Tensor) or wd != 0.0) and weight is None:
+        raise ValueError(f"Weight decay requires weight to not be None. ({cls.name}: weight_decay {wd!r})")
+    if cls is AdamaxUpdaterOp:
+        if time_step is None:
+            raise ValueError(f"AdaMax requires time_step to not be None. ({cls.name})")
+    elif time_step is not None and (factors.get("beta1") is None or factors.get("beta2") is None):
+        raise ValueError(f"Bias correction requires both beta1 and beta2 to not be None. ({cls.name}: time_step given)")
     ops: list[Tensor | None] = [m, v, weight, time_step]
     props = {k: factor(f) for k, f in factors.items()}
     return emit1(cls, ops, **props)
@@ -177,8 +186,8 @@ def adamax_updater(
     epsilon: Factor = 1e-07,
 ) -> Tensor:
     """The AdaMax update term `m / (v + epsilon) + weight_decay * weight` (`v` the
-    infinity-norm accumulator); with `time_step`, `m` is bias-corrected with `beta1` and
-    `time_step` incremented in place."""
+    infinity-norm accumulator); `m` is bias-corrected with `beta1` and `time_step` (required,
+    as upstream) incremented in place."""
     return _updater(
         AdamaxUpdaterOp,
         acc_first_order,
