@@ -912,6 +912,6 @@ def test_replica_grouping():
         assert rg.num_groups == 8 // size
     rg = ir.replica_grouping(2, 4)
     assert repr(rg) == "ReplicaGrouping(num_replicas=8, stride=2, group_size=4, num_groups=2)"
-    assert ir.replica_grouping(1, 2) == ir.replica_grouping_from_assignments([5, 5, 1, 1, 2, 2, 0, 0])
+    assert ir.replica_grouping(1, 2) == ir.replica_grouping_from_assignments([0, 0, 1, 1, 2, 2, 3, 3])
     with pytest.raises(ValueError):
         ir.replica_grouping(3)

@@ -59,8 +59,11 @@ def test_from_assignments() -> None:
     # a constant-stride assignment becomes a (stride, group_size) grouping
     rg = ir.replica_grouping_from_assignments([0, 1, 0, 1, 2, 3, 2, 3])
     assert rg.is_const and (rg.stride, rg.group_size) == (2, 2)
-    # labels are renumbered in order of first appearance
-    assert ir.replica_grouping_from_assignments([5, 5, 1, 1, 2, 2, 0, 0]) == ir.replica_grouping(1, 2)
+    # as upstream: labels 0, 1, ... in order of first appearance, nothing else
+    assert ir.replica_grouping_from_assignments([0, 0, 1, 1, 2, 2, 3, 3]) == ir.replica_grouping(1, 2)
+    for bad in ([5, 5, 1, 1, 2, 2, 0, 0], [1, 1, 2, 2, 3, 3, 4, 4], [0, 0, 2, 2, 3, 3, 4, 4], [0, 0, 2, 2, 1, 1, 3, 3]):
+        with pytest.raises(ValueError, match=r"group indices must start at 0 and be numbered 0, 1, \.\.\."):
+            ir.replica_grouping_from_assignments(bad)
     with pytest.raises(ValueError, match="same size"):
         ir.replica_grouping_from_assignments([0, 0, 0, 1, 1, 2, 2, 2])
     with pytest.raises(ValueError, match=r"length of `assignment` \(4\) does not equal the number of replicas \(8\)"):

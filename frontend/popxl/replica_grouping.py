@@ -112,7 +112,8 @@ class ReplicaGrouping:
 
     @classmethod
     def _from_assignments(cls, ir: Ir, assignment: Sequence[int]) -> ReplicaGrouping:
-        """Groups by label; labels are renumbered 0, 1, ... in order of first appearance."""
+        """Groups by label; as upstream, the labels must be 0, 1, ... in order of their first
+        appearance (ValueError otherwise)."""
         rf = ir.replication_factor
         what = "ir.replica_grouping_from_assignments"
         a = list(assignment)
@@ -123,7 +124,12 @@ class ReplicaGrouping:
                 f"{what}: the length of `assignment` ({len(a)}) does not equal the number of replicas ({rf})."
             )
         renumber: dict[int, int] = {}
-        a = [renumber.setdefault(g, len(renumber)) for g in a]  # numbered by first appearance
+        numbered = [renumber.setdefault(g, len(renumber)) for g in a]  # numbered by first appearance
+        if numbered != a:
+            raise ValueError(
+                f"{what}: the group indices must start at 0 and be numbered 0, 1, ... in order of their "
+                f"first appearance (e.g. {numbered}), got {a}"
+            )
         sizes = {g: a.count(g) for g in range(len(renumber))}
         if len(set(sizes.values())) != 1:
             by_label = {label: sizes[g] for label, g in renumber.items()}
