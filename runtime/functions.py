@@ -67,8 +67,8 @@ from xl.dialects import rt
 from xl.runtime.errors import PlanError
 
 if TYPE_CHECKING:
+    from xl.runtime.codegen import Gen
     from xl.runtime.plan import PlanBuilder
-    from xl.runtime.plan_templates import Gen
     from xl.runtime.walk import ProgramWalk
 
 # Sites of one function with one binding signature reuse the first one's body (recipes);

@@ -59,11 +59,12 @@ from xl.dialects import rt
 from xl.dialects.rt import VIEW_ATTR
 from xl.dialects.rt_kernels import kernel_class, view_array
 from xl.dialects.utils import dtype_of, shape_of
+from xl.runtime import plan_templates as _plan_templates  # noqa: F401  (registers the templates)
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
+from xl.runtime.codegen import TEMPLATES, Gen, K
 from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.functions import emit_call, function_source
 from xl.runtime.kernels import KERNELS
-from xl.runtime.plan_templates import TEMPLATES, Gen, K
 from xl.runtime.profile import KernelInfo, kernel_info
 from xl.runtime.walk import ProgramWalk
 

@@ -11,7 +11,7 @@ def _t_relu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
 ```
 
 `i` / `o` are the global names of the bound in / out arrays, `p` the kernel's parameters;
-`Gen` gives names for shared callables (`g.fn`), 0-d constants (`g.const`), precomputed
+`Gen` (`xl.runtime.codegen`) gives names for shared callables (`g.fn`), 0-d constants (`g.const`), precomputed
 views (`g.view`) and scratch buffers shared by all kernels of a replica (`g.scratch`; of
 one stream when virtual IPUs run concurrently, `xl.runtime.concurrent`).
 The gelu / gelu_grad templates are multiplies and one tanh, `pow` by a constant 2 or 3
@@ -22,14 +22,12 @@ precomputed flat index, `xl.gemm_acc` is one BLAS call, `dy @ W.T` with few rows
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import numpy as np
-from xdsl.ir import SSAValue
 from xdsl.irdl import IRDLOperation
 
 from xl.dialects import rt
@@ -82,9 +80,11 @@ from xl.dialects.popxl import (
     TransposeOp,
 )
 from xl.dialects.popxl_operands import operand_positions
-from xl.dialects.rt_kernels import FusedOp, GemmAccOp, KernelClass, kernel_class, view_array
+from xl.dialects.rt_kernels import FusedOp, GemmAccOp, kernel_class, view_array
 from xl.runtime import blas
+from xl.runtime.codegen import TEMPLATES, Gen, K, Template, as_view, template
 from xl.runtime.errors import PlanError
+from xl.runtime.float16 import half_add, half_scaled
 from xl.runtime.kernels import KERNELS, check_range
 from xl.runtime.kernels.rt import parse_steps
 
@@ -92,121 +92,9 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
 
 
-class K:
-    """What a template sees of a kernel: its name, the op class it implements and its
-    in / out buffers."""
-
-    __slots__ = ("cls", "ins", "name", "outs")
-
-    def __init__(self, name: str, cls: KernelClass | None, ins: Sequence[SSAValue], outs: Sequence[SSAValue]):
-        self.name = name
-        self.cls = cls
-        self.ins = tuple(ins)
-        self.outs = tuple(outs)
-
-
-class Gen:
-    """Source and namespace of one generated step function."""
-
-    def __init__(self) -> None:
-        self.ns: dict[str, Any] = {}
-        self.lines: list[str] = []
-        self.arrays: dict[SSAValue, np.ndarray] = {}
-        self.names: dict[SSAValue, str] = {}
-        self._ids = itertools.count()
-        self._fns: dict[int, str] = {}
-        self._consts: dict[tuple[str, np.dtype], str] = {}
-        self._scratch: dict[tuple[int, tuple[int, ...], np.dtype], list[str]] = {}
-        self._scratch_ids = itertools.count()
-        self._in_use: dict[tuple[int, tuple[int, ...], np.dtype], int] = {}
-        # the stream (worker) the kernel being generated runs on: scratch buffers are per
-        # stream, so concurrent streams never share one (`xl.runtime.concurrent`)
-        self.stream = 0
-
-    # -- names -----------------------------------------------------------------------------
-    def bind(self, obj: Any, hint: str = "k") -> str:
-        name = f"{hint}{next(self._ids)}"
-        self.ns[name] = obj
-        return name
-
-    def fn(self, f: Any) -> str:
-        """A name for a shared callable (ufunc, function)."""
-        key = id(f)
-        name = self._fns.get(key)
-        if name is None:
-            base = getattr(f, "__name__", "f")
-            name = self._fns[key] = self.bind(f, f"_{base}_")
-        return name
-
-    def buf(self, v: SSAValue) -> str:
-        return self.names[v]
-
-    def arr(self, v: SSAValue) -> np.ndarray:
-        return self.arrays[v]
-
-    def set_buffer(self, v: SSAValue, a: np.ndarray, hint: str = "b") -> None:
-        self.arrays[v] = a
-        self.names[v] = self.bind(a, hint)
-
-    def const(self, value: float, dtype: Any) -> str:
-        """A global name for a 0-d constant array of `dtype`.
-
-        Passing a 0-d array of the operand's dtype to a ufunc gives the same result as a
-        Python scalar (which NumPy converts to that dtype), without the conversion and its
-        allocation on every call (~0.3 us faster).
-        """
-        dt = np.dtype(dtype)
-        key = (repr(value), dt)
-        name = self._consts.get(key)
-        if name is None:
-            arr = np.array(value, dtype=dt)
-            arr.flags.writeable = False
-            name = self._consts[key] = f"_k{len(self._consts)}"
-            self.ns[name] = arr
-        return name
-
-    def view(self, a: np.ndarray) -> str:
-        """A name for a precomputed array (typically a view of a buffer)."""
-        return self.bind(a, "v")
-
-    # -- scratch: temporaries inside one kernel, shared by the kernels of a stream ------------
-    def scratch(self, shape: Sequence[int], dtype: Any) -> tuple[np.ndarray, str]:
-        key = (self.stream, tuple(shape), np.dtype(dtype))
-        i = self._in_use.get(key, 0)
-        pool = self._scratch.setdefault(key, [])
-        if i == len(pool):
-            # named in creation order: every replica's plan has the same source
-            name = f"s_{next(self._scratch_ids)}"
-            self.ns[name] = np.zeros(key[1], key[2])
-            pool.append(name)
-        self._in_use[key] = i + 1
-        name = pool[i]
-        return self.ns[name], name
-
-    def release_scratch(self) -> None:
-        self._in_use.clear()
-
-
 # ------------------------------------------------------------------------------------
 # Kernel templates: (gen, op, in names, out names, props) -> source lines, or None
 # ------------------------------------------------------------------------------------
-
-Template = Callable[[Gen, K, list[str], list[str], dict[str, Any]], "list[str] | None"]
-TEMPLATES: dict[KernelClass, Template] = {}
-
-
-def template(*classes: KernelClass) -> Callable[[Template], Template]:
-    """Register the decorated function as the template of each op class."""
-
-    def deco(f: Template) -> Template:
-        for cls in classes:
-            if cls in TEMPLATES:
-                raise TypeError(f"a plan template for {cls.name} is registered twice")
-            TEMPLATES[cls] = f
-        return f
-
-    return deco
-
 
 _BINARY = {
     AddOp: np.add,
@@ -355,18 +243,6 @@ def _t_layout(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if dst is None:
         return None
     return [f"{g.fn(np.copyto)}({g.view(dst)}, {i[0]})"]
-
-
-def as_view(a: np.ndarray, shape: Sequence[int]) -> np.ndarray | None:
-    """`a` reshaped to `shape` as a view of the same memory, or None if that needs a copy.
-
-    Every view a template precomputes at compile time goes through this: a reshape that
-    silently copies would bind a snapshot taken at compile time.
-    """
-    try:
-        return np.reshape(a, tuple(shape), copy=False)
-    except ValueError:
-        return None
 
 
 def _gelu_tanh(g: Gen, k: Callable[[float], str], x: str, x2: str, u: str) -> list[str]:
@@ -725,80 +601,6 @@ def _update_operands(
     return None if const is None else (t, x, repr(float(const)))
 
 
-# every float16 value as float32, by its bits: widening through this table is exact and
-# several times faster than NumPy's cast on subnormals (small Adam moments are subnormal)
-_HALF_TO_FLOAT = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
-_HALF_TO_FLOAT.flags.writeable = False
-
-
-def _widen(g: Gen, t: np.ndarray, wide: str) -> str:
-    """A line writing float16 array `t` (bound) widened to float32 into `wide`."""
-    bits = as_view(t, t.shape)
-    assert bits is not None
-    return f"{g.fn(np.take)}({g.bind(_HALF_TO_FLOAT, 'h2f')}, {g.view(bits.view(np.uint16))}, None, {wide}, 'clip')"
-
-
-def half_rounder(size: int) -> Callable[[np.ndarray, np.ndarray], None]:
-    """A function `r(w, t)` doing `t[...] = w` (float32 -> float16, C-contiguous, `size`
-    elements) with the bits of NumPy's cast (round to nearest even, subnormals, signed
-    zeros), in integer passes over preallocated buffers: NumPy's cast is an element loop,
-    slow on values that become float16 subnormals. Overflow, infinities and NaN (rare) go
-    through NumPy's cast. Checked against NumPy over every float32 whose float16 is finite."""
-    a, sg, r, q = (np.empty(size, np.uint32) for _ in range(4))
-    m = np.empty(size, np.bool_)
-    af, qf = a.view(np.float32), q.view(np.float32)
-    u32 = np.uint32
-    half = np.float32(0.5)
-    band, shr, add, copyto = np.bitwise_and, np.right_shift, np.add, np.copyto
-
-    def r16(w: np.ndarray, t: np.ndarray) -> None:
-        u = w.reshape(-1).view(np.uint32)
-        band(u, u32(0x80000000), out=sg)
-        band(u, u32(0x7FFFFFFF), out=a)
-        # normal float16: drop 13 bits rounding to nearest even, rebias the exponent
-        shr(a, u32(13), out=r)
-        band(r, u32(1), out=r)
-        add(r, a, out=r)
-        add(r, u32(0xC8000FFF), out=r)  # (-112 << 23) + 0xfff, modulo 2**32
-        shr(r, u32(13), out=r)
-        # subnormal float16 and zero: the float adder rounds |w| + 0.5 to a multiple of 2**-24
-        with np.errstate(invalid="ignore"):
-            add(af, half, out=qf)
-        np.subtract(q, u32(0x3F000000), out=q)
-        np.less(a, u32(113 << 23), out=m)
-        copyto(r, q, where=m)
-        shr(sg, u32(16), out=sg)
-        np.bitwise_or(r, sg, out=r)
-        copyto(t.reshape(-1).view(np.uint16), r, casting="unsafe")
-        np.greater_equal(a, u32(0x47800000), out=m)  # overflow, infinities, NaN
-        if m.any():
-            copyto(t.reshape(-1), w.reshape(-1), casting="unsafe", where=m)
-
-    return r16
-
-
-def _half_scaled(g: Gen, ta: np.ndarray, t: str, f: str, wide: str) -> list[str]:
-    """Lines leaving `t * f` (t float16, f a Python float) in float16 `t` as NumPy's half
-    loop computes it: both operands as float32 (f rounded to float16 first), one float32
-    product (exact: two 11-bit significands), rounded once to float16. Through float32
-    scratch `wide` instead of the element-by-element half loop."""
-    return [
-        _widen(g, ta, wide),
-        f"{g.fn(np.multiply)}({wide}, {g.fn(np.float32)}({g.fn(np.float16)}({f})), {wide})",
-        f"{g.bind(half_rounder(ta.size), 'r16_')}({wide}, {t})",
-    ]
-
-
-def _half_add(g: Gen, ta: np.ndarray, t: str, y: str, wide: str) -> list[str]:
-    """`np.add(t, y, out=t, casting="unsafe")` for float16 `t` and float32 `y`: the float32
-    sum of t (exactly widened) and y, rounded to float16."""
-    return [
-        _widen(g, ta, wide),
-        f"{g.fn(np.add)}({wide}, {y}, {wide})",
-        f"{g.bind(half_rounder(ta.size), 'r16_')}({wide}, {t})",
-    ]
-
-
 @template(AccumulateMeanOp)
 def _t_accumulate_mean(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     """t = t * (s / (s + 1)) + x * (1 / (s + 1))."""
@@ -845,7 +647,7 @@ def _moving_average(g: Gen, op: K, p: dict[str, Any], square: bool) -> list[str]
         head = [f"_f = {f}", f"{mul}({xn}, 1.0 - _f, {tmp})"]
     if t.dtype != x.dtype:
         _, wide = g.scratch(t.shape, x.dtype)
-        return [*head, *_half_scaled(g, t, tn, "_f", wide), *_half_add(g, t, tn, tmp, wide)]
+        return [*head, *half_scaled(g, t, tn, "_f", wide), *half_add(g, t, tn, tmp, wide)]
     return [*head, f"{mul}({tn}, _f, {tn})", f"{g.fn(np.add)}({tn}, {tmp}, {tn})"]
 
 

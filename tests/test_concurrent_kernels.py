@@ -15,8 +15,10 @@ from xdsl.dialects.builtin import MemRefType, f16, f32
 
 from xl.dialects import rt
 from xl.dialects.rt_kernels import kernel_class
+from xl.runtime import plan_templates as _plan_templates  # noqa: F401  (registers the templates)
+from xl.runtime.codegen import TEMPLATES, Gen, K
+from xl.runtime.float16 import half_rounder
 from xl.runtime.kernels import KERNELS
-from xl.runtime.plan_templates import TEMPLATES, Gen, K, half_rounder
 
 
 def _values(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
