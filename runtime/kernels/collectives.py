@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from xl.dialects.replica import (
+    COLLECTIVE_OPS,
     AllGatherOp,
     AllReduceIdenticalGradInputsOp,
     AllReduceIdenticalInputsOp,
@@ -61,8 +62,6 @@ Step = Callable[[], None]
 CollectiveFactory = Callable[["Site"], Step]
 
 COLLECTIVES: dict[type, CollectiveFactory] = {}
-
-REDUCE_OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add")
 
 
 def collective(*classes: type) -> Callable[[CollectiveFactory], CollectiveFactory]:
@@ -122,8 +121,8 @@ class Site:
 
     def reduce_op(self) -> str:
         op = self.prop("op", "add")
-        if op not in REDUCE_OPS:
-            raise PlanError(f"{self.name}: unknown reduction '{op}' (expected one of {', '.join(REDUCE_OPS)})")
+        if op not in COLLECTIVE_OPS:
+            raise PlanError(f"{self.name}: unknown reduction '{op}' (expected one of {', '.join(COLLECTIVE_OPS)})")
         return op
 
     def gathered(self, j: int = 0) -> Callable[[], list[np.ndarray]]:

@@ -17,6 +17,7 @@ from popxl.ops._utils import as_int, check_in_graph, current_op, emit1, emit_inp
 from popxl.tensor import Tensor
 from xl.dialects.popxl import MinimumOp
 from xl.dialects.replica import (
+    COLLECTIVE_OPS,
     AllGatherOp,
     AllReduceInplaceOp,
     AllReduceOp,
@@ -40,8 +41,8 @@ __all__ = [
     "CollectiveOps",
 ]
 
-# The reductions a collective's `op` may name.
-CollectiveOps = ("add", "mean", "mul", "min", "max", "and", "or", "square_add")
+# The reductions a collective's `op` may name (the replica dialect's list).
+CollectiveOps = COLLECTIVE_OPS
 
 
 class CommGroupType:
