@@ -245,3 +245,17 @@ def test_updater_argument_checks() -> None:
         with pytest.raises(ValueError, match=r"^Weight decay requires weight to not be None\."):
             vu.adamax_updater(m, v, time_step=t, weight_decay=popxl.constant(np.float32(0.2)))
         assert vu.adam_updater(m, v, weight=w, weight_decay=0.0).shape == (3,)  # 0 needs no weight
+
+
+def test_autodiff_errors_are_popart_exceptions() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.ones(2, np.float32))
+
+        def modifying(x: popxl.Tensor) -> popxl.Tensor:
+            return ops.var_updates.accumulate_(x, popxl.constant(np.ones(2, np.float32)))
+
+        g = ir.create_graph(modifying, a.spec)
+    with pytest.raises(popart.popart_exception, match=rf"^The graph {g.name} contains a modifying op") as info:
+        popxl.transforms.autodiff(g)
+    assert isinstance(info.value, ValueError)

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from popxl.errors import PopartException
 from xl.dialects.graph import GraphOp
 from xl.passes.autodiff import (
     FWD_GRAD,
@@ -304,6 +305,11 @@ def _tensor_indices(
     return idx
 
 
+class AutodiffBuildError(AutodiffError, PopartException):
+    """A graph that `autodiff` cannot differentiate: an `AutodiffError` (a ValueError) and
+    `popart.popart_exception`, as PopART's autodiff raises it."""
+
+
 @overload
 def autodiff(
     graph: Graph,
@@ -394,7 +400,11 @@ def autodiff(
             )
         called[fwd_g.name] = info.graph.name
         given[fwd_g] = info
-    grad_op, created = _autodiff_pass(ir._module, graph.name, provided, required, called_grad_graphs=called)
+    try:
+        grad_op, created = _autodiff_pass(ir._module, graph.name, provided, required, called_grad_graphs=called)
+    except AutodiffError as e:
+        # PopART's autodiff raises its exception type (popart.popart_exception catches it)
+        raise AutodiffBuildError(*e.args) from None
     from popxl.graph import Graph as _G
 
     top = GradGraphInfo.from_graph(_G._from_op(ir, grad_op))
