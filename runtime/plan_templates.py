@@ -32,32 +32,18 @@ from xdsl.irdl import IRDLOperation
 
 from xl.dialects import rt
 from xl.dialects.popxl import (
-    AbsOp,
     AccumulateMeanOp,
     AccumulateMovingAverageOp,
     AccumulateMovingAverageSquareOp,
     AccumulateOp,
-    AddOp,
     CastOp,
-    CosOp,
     DetachOp,
     DivOp,
-    EqualOp,
     ExpandOp,
-    ExpOp,
     GeluGradOp,
     GeluOp,
-    GreaterOp,
     IdentityOp,
-    LogicalAndOp,
-    LogicalNotOp,
-    LogicalOrOp,
-    LogOp,
     MatmulOp,
-    MaximumOp,
-    MinimumOp,
-    MulOp,
-    NegOp,
     NllLossWithSoftmaxGradOp,
     PowOp,
     ReduceMaxOp,
@@ -69,14 +55,9 @@ from xl.dialects.popxl import (
     ReshapeOp,
     ScaledAddInplaceOp,
     ScaledAddOp,
-    SignOp,
-    SinOp,
     SoftmaxGradOp,
     SoftmaxOp,
-    SqrtOp,
     SqueezeOp,
-    SubOp,
-    TanhOp,
     TransposeOp,
 )
 from xl.dialects.popxl_operands import operand_positions
@@ -86,6 +67,7 @@ from xl.runtime.codegen import TEMPLATES, Gen, K, Template, as_view, template
 from xl.runtime.errors import PlanError
 from xl.runtime.float16 import half_add, half_scaled
 from xl.runtime.kernels import KERNELS, check_range
+from xl.runtime.kernels.core import BINARY_UFUNCS, UNARY_UFUNCS
 from xl.runtime.kernels.rt import parse_steps
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -96,29 +78,9 @@ _GELU_A = 0.044715
 # Kernel templates: (gen, op, in names, out names, props) -> source lines, or None
 # ------------------------------------------------------------------------------------
 
-_BINARY = {
-    AddOp: np.add,
-    SubOp: np.subtract,
-    MulOp: np.multiply,
-    MaximumOp: np.maximum,
-    MinimumOp: np.minimum,
-    EqualOp: np.equal,
-    GreaterOp: np.greater,
-    LogicalAndOp: np.logical_and,
-    LogicalOrOp: np.logical_or,
-}
-_UNARY: dict[type, Callable[..., Any]] = {
-    NegOp: np.negative,
-    AbsOp: np.abs,
-    SignOp: np.sign,
-    TanhOp: np.tanh,
-    ExpOp: np.exp,
-    LogOp: np.log,
-    SqrtOp: np.sqrt,
-    CosOp: np.cos,
-    SinOp: np.sin,
-    LogicalNotOp: np.logical_not,
-}
+# one ufunc each, from the kernels' table (pow has its own template)
+_BINARY = {cls: f for cls, f in BINARY_UFUNCS.items() if cls is not PowOp}
+_UNARY = UNARY_UFUNCS
 
 
 def _arity(op: K, n_in: int, n_out: int) -> bool:
@@ -127,7 +89,7 @@ def _arity(op: K, n_in: int, n_out: int) -> bool:
 
 @template(*_BINARY)
 def _t_binary(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    if not _arity(op, 2, 1):
+    if not _arity(op, 2, 1) or op.cls is None:
         return None
     # `out=` by keyword: a positional `out` is deprecated for maximum/minimum
     return [f"{g.fn(_BINARY[op.cls])}({i[0]}, {i[1]}, out={o[0]})"]

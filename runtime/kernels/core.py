@@ -228,32 +228,38 @@ def _unary(cls: KernelClass, ufunc: np.ufunc) -> None:
     kernel(cls)(factory)
 
 
-for _n, _u in (
-    (AddOp, np.add),
-    (SubOp, np.subtract),
-    (MulOp, np.multiply),
-    (PowOp, np.power),
-    (MaximumOp, np.maximum),
-    (MinimumOp, np.minimum),
-    (EqualOp, np.equal),
-    (GreaterOp, np.greater),
-    (LogicalAndOp, np.logical_and),
-    (LogicalOrOp, np.logical_or),
-):
+BINARY_UFUNCS: dict[KernelClass, np.ufunc] = {
+    AddOp: np.add,
+    SubOp: np.subtract,
+    MulOp: np.multiply,
+    PowOp: np.power,
+    MaximumOp: np.maximum,
+    MinimumOp: np.minimum,
+    EqualOp: np.equal,
+    GreaterOp: np.greater,
+    LogicalAndOp: np.logical_and,
+    LogicalOrOp: np.logical_or,
+}
+"""The binary ops that are one NumPy ufunc; the plan templates read this table too."""
+
+UNARY_UFUNCS: dict[KernelClass, np.ufunc] = {
+    NegOp: np.negative,
+    AbsOp: np.abs,
+    SignOp: np.sign,
+    TanhOp: np.tanh,
+    ExpOp: np.exp,
+    LogOp: np.log,
+    SqrtOp: np.sqrt,
+    CosOp: np.cos,
+    SinOp: np.sin,
+    LogicalNotOp: np.logical_not,
+}
+"""The unary ops that are one NumPy ufunc; the plan templates read this table too."""
+
+for _n, _u in BINARY_UFUNCS.items():
     _binary(_n, _u)
 
-for _n, _u in (
-    (NegOp, np.negative),
-    (AbsOp, np.abs),
-    (SignOp, np.sign),
-    (TanhOp, np.tanh),
-    (ExpOp, np.exp),
-    (LogOp, np.log),
-    (SqrtOp, np.sqrt),
-    (CosOp, np.cos),
-    (SinOp, np.sin),
-    (LogicalNotOp, np.logical_not),
-):
+for _n, _u in UNARY_UFUNCS.items():
     _unary(_n, _u)
 
 
