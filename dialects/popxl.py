@@ -161,6 +161,11 @@ def _err(op: str, msg: str) -> VerifyException:
     return VerifyException(f"{op}: {msg}")
 
 
+class DtypeMismatch(VerifyException):
+    """Operands whose dtypes must agree do not (the frontend raises it as a TypeError, as
+    PopXL does for a dtype mismatch)."""
+
+
 def _types_str(types: Sequence[Attribute | None]) -> str:
     return ", ".join(fmt_type(t) for t in types if t is not None)
 
@@ -339,7 +344,7 @@ def broadcasts_to(src: Sequence[int], dst: Sequence[int]) -> bool:
 def same_dtype(cls: type[PopxlOp], types: Sequence[TensorType]) -> np.dtype:
     dts = {dtype_of(t) for t in types}
     if len(dts) != 1:
-        raise cls.fail(f"operand dtypes differ: {_types_str(types)}")
+        raise DtypeMismatch(f"{cls.name}: operand dtypes differ: {_types_str(types)}")
     return dts.pop()
 
 
@@ -1283,6 +1288,11 @@ class ConcatOp(PopxlOp):
     def infer(cls, types, props):
         if not types:
             raise cls.fail("expects at least one operand")
+        if len({dtype_of(t) for t in types}) > 1:  # upstream's words
+            raise DtypeMismatch(
+                f"{cls.name}: All inputs to a concat operation must have the same type: operand dtypes differ: "
+                f"{_types_str(types)}"
+            )
         dt = same_dtype(cls, types)
         shapes = [shape_of(t) for t in types]
         rank = len(shapes[0])
@@ -1928,7 +1938,7 @@ class ScaledAddInplaceOp(PopxlOp):
         arity(cls, types, 2)
         x, y = types
         if dtype_of(x) != dtype_of(y) and not (dtype_of(x).kind == dtype_of(y).kind == "f"):
-            raise cls.fail(f"operand dtypes differ: {_types_str(types)}")
+            raise DtypeMismatch(f"{cls.name}: operand dtypes differ: {_types_str(types)}")
         if broadcast(cls, types) != shape_of(x):
             raise cls.fail(f"cannot update {fmt_type(x)} in place with {fmt_type(y)}")
         return []

@@ -263,3 +263,21 @@ def test_autodiff_errors_are_popart_exceptions() -> None:
     ) as info:
         popxl.transforms.autodiff(g)
     assert isinstance(info.value, ValueError)
+
+
+def test_dtype_mismatch_is_a_type_error_and_by_ref_inputs() -> None:
+    ir = popxl.Ir()
+    with ir.main_graph:
+        f = popxl.variable(np.ones((2, 3), np.float32))
+        i = popxl.variable(np.ones((2, 3), np.int32))
+        with pytest.raises(TypeError, match="All inputs to a concat operation must have the same type"):
+            ops.concat([f, i])
+        with pytest.raises(TypeError, match="operand dtypes differ") as info:
+            ops.add(f, i)
+        assert isinstance(info.value, ValueError) and isinstance(info.value, popart.popart_exception)
+
+        def body(a: popxl.TensorByRef, b: popxl.Tensor) -> None:
+            ops.add_(a, b)
+
+        g = ir.create_graph(body, f, f)
+        assert g._by_ref_inputs == {g.inputs[0]}

@@ -14,7 +14,7 @@ with popxl.Ir().main_graph:
 
 from __future__ import annotations
 
-__all__ = ["GraphBuildError", "PopartException", "UndefinedValue"]
+__all__ = ["GraphBuildError", "GraphTypeError", "PopartException", "UndefinedValue"]
 
 
 class UndefinedValue(Exception):
@@ -32,3 +32,8 @@ class GraphBuildError(ValueError, PopartException):
     """An op or call that cannot be built (its operands' shapes or dtypes, a graph's
     signature): a `ValueError`, and `popart.popart_exception` as in PopXL, where PopART's
     op setup finds these."""
+
+
+class GraphTypeError(GraphBuildError, TypeError):
+    """An op whose operands' dtypes must agree but do not: a `TypeError` as in PopXL (and a
+    `GraphBuildError`: a ValueError and `popart.popart_exception`)."""

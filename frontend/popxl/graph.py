@@ -359,6 +359,12 @@ class Graph:
         outs = [v.type for v in out.outs] if out is not None else [t._value.type for t in self._pending_outputs or ()]
         op.function_type = FunctionType.from_lists([a.type for a in self._block.args], outs)
 
+    @property
+    def _by_ref_inputs(self) -> set[Tensor]:
+        """The inputs passed by reference (`TensorByRef`, `set_parent_input_modified`), the
+        set PopXL's graphs keep under this name."""
+        return {t for i, t in enumerate(self.inputs) if self._input_by_ref(i)}
+
     def _input_by_ref(self, index: int) -> bool:
         op = self._op
         return isinstance(op, GraphOp) and op.input_is_by_ref(index)

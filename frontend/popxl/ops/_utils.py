@@ -26,10 +26,10 @@ from popxl import context, dtypes
 from popxl._checks import check_int, check_shape, describe
 from popxl._host import host_array
 from popxl.context import gcg
-from popxl.errors import GraphBuildError
+from popxl.errors import GraphBuildError, GraphTypeError
 from popxl.graph import Graph
 from popxl.tensor import Constant, Tensor, Variable, constant_of
-from xl.dialects.popxl import PopxlOp
+from xl.dialects.popxl import DtypeMismatch, PopxlOp
 
 
 def not_implemented(qualname: str) -> NotImplementedError:
@@ -241,6 +241,8 @@ def insert(
     if verify:
         try:
             op.verify()
+        except DtypeMismatch as e:
+            raise GraphTypeError(str(e).split("\n\n")[0]) from None
         except VerifyException as e:
             raise GraphBuildError(str(e).split("\n\n")[0]) from None
     g._insert(op)
@@ -275,6 +277,8 @@ def emit(
     check_same_placement([t for t in inputs if t is not None] + list(tensor_props.values()), what)
     try:
         op = cls.make([None if t is None else t._value for t in inputs], result_types, **props)
+    except DtypeMismatch as e:
+        raise GraphTypeError(str(e)) from None
     except VerifyException as e:
         raise GraphBuildError(str(e)) from None
     # Inferred result types were checked by `make`; given ones are verified here.
