@@ -291,6 +291,8 @@ def test_var_grad_and_aux_guards():
     seen = {}
 
     class L(Module):
+        missing_w = False  # set per test below
+
         def build(self, x):
             w = self.add_variable_input("w", partial(np.zeros, (3, 3)), popxl.float32)
             b = self.add_variable_input("b", partial(np.zeros, (3,)), popxl.float32)

@@ -59,7 +59,7 @@ def test_variable_errors() -> None:
         with pytest.raises(ValueError, match="belongs to another Ir"):
             popxl.variable(np.ones((2, 3), np.float32), replica_grouping=other.replica_grouping(1, 2))
         with pytest.raises(TypeError, match="replica_grouping must be a popxl.ReplicaGrouping"):
-            popxl.variable(np.ones((2, 3), np.float32), replica_grouping=2)
+            popxl.variable(np.ones((2, 3), np.float32), replica_grouping=2)  # pyright: ignore[reportArgumentType]
         with pytest.raises(ValueError, match="invalid retrieval_mode 'each'"):
             popxl.variable(np.ones(3, np.float32), retrieval_mode="each")
 

@@ -389,8 +389,9 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         """The direct submodules by attribute name (a copy)."""
         return dict(self._submodules)
 
-    def get(self, key: str | int) -> Module:
-        """The submodule under `key` (dotted keys walk into nested submodules; ints index lists)."""
+    def get(self, key: str | int) -> Any:
+        """The submodule under `key` (dotted keys walk into nested submodules; ints index lists).
+        Typed `Any`: it is an instance of the user's subclass, with its own attributes."""
         if isinstance(key, int) and not isinstance(key, bool):
             if key < 0:
                 numeric = sorted(int(k) for k in self._submodules if k.isdigit())
@@ -406,11 +407,11 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         mod = self._submodules[first]
         return mod.get(rest) if rest else mod
 
-    def __getitem__(self, key: str | int) -> Module:
+    def __getitem__(self, key: str | int) -> Any:
         return self.get(key)
 
     @classmethod
-    def from_list(cls, modules: Iterable[Module]) -> Module:
+    def from_list(cls, modules: Iterable[Module]) -> _ModuleList:
         """A module holding `modules` as submodules '0', '1', ...; iterable and indexable."""
         m = _ModuleList()
         for i, mod in enumerate(modules):
