@@ -281,3 +281,24 @@ def test_dtype_mismatch_is_a_type_error_and_by_ref_inputs() -> None:
 
         g = ir.create_graph(body, f, f)
         assert g._by_ref_inputs == {g.inputs[0]}
+
+
+@pytest.mark.filterwarnings("ignore:popart.SessionOptions. partialsTypeMatMuls")
+def test_matmul_partials_type_checks() -> None:
+    data = np.arange(4, dtype=np.float32).reshape(2, 2)
+    for option, valid in (("", True), ("Float", True), ("half", True), ("foo", False)):
+        ir = popxl.Ir()
+        ir._pb_ir.getSessionOptions().partialsTypeMatMuls = option
+        with ir.main_graph:
+            a = popxl.variable(data)
+            # an explicit partials type overrides the option; it must be float16 or float32
+            y = ops.matmul(a, a, partials_type=popxl.float16)
+            with pytest.raises(ValueError, match=r"partials_type popxl.dtypes.int32 is not valid"):
+                ops.matmul(a, a, partials_type=popxl.int32)
+            if not valid:
+                with pytest.raises(ValueError, match=r"partialsTypeMatMuls 'foo' is not valid"):
+                    ops.matmul(a, a)
+                continue
+            x = ops.matmul(a, a)
+        for got in _run(ir, x, y):
+            np.testing.assert_array_equal(got, data @ data)

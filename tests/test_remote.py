@@ -414,8 +414,9 @@ def test_errors() -> None:
         assert ops.remote_load(rb, popxl.constant([1])).shape == (2,)
         with pytest.raises(TypeError, match="remote_buffer must be a popxl.RemoteBuffer"):
             ops.remote_load("rb", 0)
-        with pytest.raises(ValueError, match="Tensor does not match buffer"):
-            ops.remote_store(rb, 0, popxl.constant(np.ones(3, np.float32)))
+        wrong = popxl.constant(np.ones(3, np.float32), name="wrong")
+        with pytest.raises(ValueError, match=f"^Tensor {wrong.id} does not match buffer"):  # named, as upstream
+            ops.remote_store(rb, 0, wrong)
         with pytest.raises(ValueError, match="Tensor does not match buffer"):
             popxl.remote_variable(np.ones(3, np.float32), rb, 0)
         with pytest.raises(ValueError, match="dtype int32 does not match"):
@@ -472,12 +473,22 @@ def test_io_tile_exchange() -> None:
     with ir.main_graph:
         rb = popxl.remote_buffer((2,), popxl.float32, 2)
         popxl.remote_variable(np.array([1.0, 2.0], np.float32), rb, 0)
+        v = popxl.variable(np.array([1.0, 2.0], np.float32))
         out = popxl.d2h_stream((2,), popxl.float32, "o")
         with popxl.transforms.io_tile_exchange() as record:
             x = ops.remote_load(rb, 0)
-            ops.remote_store(rb, 1, x)
-            ops.host_store(out, x)
+            ops.remote_store(rb, 1, v)
+            ops.host_store(out, v)
         assert x.tile_set == "io" and len(record.exchanges) == 3 and len(record.remaining()) == 1
+        # an exchange needing another's result (directly or through other ops) cannot merge with it
+        with pytest.raises(RuntimeError, match="More than one Op remained") as e:
+            with popxl.transforms.io_tile_exchange():
+                ops.remote_store(rb, 1, ops.remote_load(rb, 0))
+        assert str(e.value).count("MergeExchange") == 2
+        with popxl.transforms.merge_exchange() as m:
+            ops.remote_store(rb, 1, ops.remote_load(rb, 0) + 1.0)
+            ops.remote_load(rb, 1)
+        assert [op.name for op in m.remaining()] == ["ipu.remote_load", "popxl.add", "ipu.remote_store"]
         with pytest.raises(RuntimeError, match="More than one Op remained after `io_tile_exchange`") as e:
             with popxl.transforms.io_tile_exchange():
                 y = ops.remote_load(rb, 1)

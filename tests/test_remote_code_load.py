@@ -47,5 +47,20 @@ def test_errors_name_the_function() -> None:
             ops.remote_code_load(g, "remote")
         with pytest.raises(ValueError, match=r"belongs to another Ir"):
             ops.remote_code_load(g_other, "executable")
+        # the graph the op would be recorded in, worded as upstream's message
+        with pytest.raises(
+            ValueError, match=r"^The remote_code_load op cannot load the code of the graph it is called in"
+        ):
+            ops.remote_code_load(ir.main_graph, "executable")
+
+    def load_self_and_main(a: popxl.Tensor) -> popxl.Tensor:
+        with pytest.raises(
+            ValueError, match=r"^The remote_code_load op cannot load the code of the graph it is called in"
+        ):
+            ops.remote_code_load(popxl.gcg(), "executable")
         with pytest.raises(ValueError, match=r"main graph's code cannot be loaded"):
             ops.remote_code_load(ir.main_graph, "executable")
+        return a
+
+    with ir.main_graph:
+        ir.create_graph(load_self_and_main, popxl.TensorSpec((2,), popxl.float32))

@@ -193,7 +193,7 @@ class RemoteBuffer:
         existing = self.tensor_shape if num_shards == 1 else self.meta_shape
         if t.shape != existing or t.dtype != self.tensor_dtype:
             raise ValueError(
-                "Tensor does not match buffer.\n"
+                f"Tensor {t.id} does not match buffer.\n"
                 f"Existing remote buffer has shape={existing} and dtype={self.tensor_dtype.name}.\n"
                 f"The tensor has shape={t.shape}, dtype={t.dtype.name}."
             )

@@ -937,11 +937,28 @@ def matmul(
     broadcast); the result is cast to `output_type` when given.
 
     `available_memory_proportion` and `partials_type` are accepted (IPU hints).
+    `partials_type` must be float16 or float32; without it, the session option
+    `partialsTypeMatMuls` of the Ir must be `''`, `'float'` or `'half'`, as PopXL checks.
     """
+    _check_partials_type(partials_type)
     out = emit1(MatmulOp, _pair(lhs, rhs))
     if output_type is not None and _dtype_of(output_type) != out.dtype:
         out = cast(out, output_type)
     return out
+
+
+def _check_partials_type(partials_type: dtype | None) -> None:
+    """ValueError for a matmul partials type an IPU has not: `partials_type` (a dtype) or,
+    when None, the Ir's session option `partialsTypeMatMuls` (a string)."""
+    if partials_type is None:
+        option = gcg().ir._pb_ir.getSessionOptions().partialsTypeMatMuls
+        if not isinstance(option, str) or option.lower() not in ("", "float", "half"):
+            raise ValueError(
+                f"{current_op()}: the session option partialsTypeMatMuls {option!r} is not valid, "
+                "must be 'float' or 'half'"
+            )
+    elif _dtype_of(partials_type) not in (dtypes.float16, dtypes.float32):
+        raise ValueError(f"{current_op()}: partials_type {partials_type} is not valid, must be float16 or float32")
 
 
 def softmax(t: Tensor, axis: int) -> Tensor:

@@ -109,6 +109,8 @@ def remote_code_load(graph: Any, destination: str) -> None:
     current = gcg()
     if graph.ir is not current.ir:
         raise ValueError(f"{what}: graph {graph.name!r} belongs to another Ir")
+    if graph is current:
+        raise ValueError(f"The remote_code_load op cannot load the code of the graph it is called in ({graph.name!r})")
     if graph._is_main:
         raise ValueError(f"{what}: the main graph's code cannot be loaded; pass a subgraph")
     insert(current, RemoteCodeLoadOp(graph.name, destination), what, verify_in_place=True)

@@ -9,8 +9,9 @@ On the NumPy runtime there is nothing to overlap: the exchanges run one after an
 program order, which gives the same values (each copies distinct data). So the merge itself
 changes nothing; what is kept is the grouping (`merged_ops`) and the check, counted as
 upstream: the exchange ops (`ipu.remote_load`, `ipu.remote_load_`, `ipu.remote_store`,
-`graph.host_load`, `graph.host_store`) count as one op, `popxl.init` and constants
-(tensors, not ops, upstream) as none, every other op as one.
+`graph.host_load`, `graph.host_store`) count as one op unless one needs another's result
+(then as one op per dependent step), `popxl.init` and constants (tensors, not ops,
+upstream) as none, every other op as one.
 
 ```python
 with popxl.transforms.io_tile_exchange():
@@ -24,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 from popxl.context import gcg, in_sequence, io_tiles
 from xl.dialects.graph import ConstantOp, HostLoadOp, HostStoreOp
@@ -49,17 +50,24 @@ class MergedExchange:
         return [op for op in self.ops if isinstance(op, EXCHANGE_OPS) and op.parent is not None]
 
     def remaining(self) -> list[Operation]:
-        """The ops left after merging, as upstream counts them: the exchanges as one (the
-        first stands for the merged op), no `popxl.init` or constant, every other op."""
+        """The ops left after merging, as upstream counts them: exchanges merged into one
+        op (the first stands for it) until an exchange depends, directly or through other
+        ops, on a result of that merged op, which then starts the next one; no `popxl.init`
+        or constant; every other op."""
         out: list[Operation] = []
-        merged = False
+        merged: set[SSAValue] | None = None  # the values depending on the current merged op
         for op in self.ops:
             if op.parent is None or isinstance(op, InitOp | ConstantOp):
                 continue
+            depends = merged is not None and any(v in merged for v in op.operands)
             if isinstance(op, EXCHANGE_OPS):
-                if merged:
-                    continue
-                merged = True
+                if merged is None or depends:
+                    merged = set()
+                    out.append(op)
+                merged.update(op.results)
+                continue
+            if depends and merged is not None:
+                merged.update(op.results)
             out.append(op)
         return out
 
