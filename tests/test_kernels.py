@@ -1120,3 +1120,43 @@ def test_custom_kernels_run_the_registered_numpy_code(rng):
         np.testing.assert_allclose(db, dy.astype(np.float64).sum(axis=0), rtol=1e-5)
     finally:
         unregister_custom_op("KernelTestAxpy")
+
+
+def _group_norm64(x, w, b, groups, eps):
+    n, c = x.shape[:2]
+    g = x.astype(np.float64).reshape(n, groups, -1)
+    mean = g.mean(axis=2, keepdims=True)
+    inv_std = 1.0 / np.sqrt(g.var(axis=2, keepdims=True) + eps)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    y = ((g - mean) * inv_std).reshape(x.shape) * w.reshape(shape) + b.reshape(shape)
+    return y, mean.ravel(), inv_std.ravel()
+
+
+def test_group_norm_kernels(rng):
+    # popxl.group_norm: y, the mean and the inverse standard deviation per (sample, group),
+    # against NumPy in float64; popxl.group_norm_grad against central differences of it.
+    x, w, b = f32(rng, 2, 4, 3), f32(rng, 4), f32(rng, 4)
+    eps = 1e-5
+    (y, mean, inv_std), _ = run(P.GroupNormOp, [x, w, b], num_groups=2, epsilon=eps)
+    ry, rmean, rinv = _group_norm64(x, w, b, 2, eps)
+    close(y, ry, rtol=1e-5, atol=1e-5)
+    close(mean, rmean, rtol=1e-5, atol=1e-6)
+    close(inv_std, rinv, rtol=1e-5, atol=1e-5)
+    dy = f32(rng, 2, 4, 3)
+    (dx, dw, db), _ = run(P.GroupNormGradOp, [x, w, mean, inv_std, dy], num_groups=2, epsilon=eps)
+
+    def loss(xx, ww, bb):
+        return float((_group_norm64(xx, ww, bb, 2, eps)[0] * dy).sum())
+
+    h = 1e-4
+    x64, w64, b64 = x.astype(np.float64), w.astype(np.float64), b.astype(np.float64)
+    for got, arg in ((dx, 0), (dw, 1), (db, 2)):
+        base = [x64, w64, b64]
+        num = np.zeros_like(base[arg])
+        for i in np.ndindex(num.shape):
+            plus = [a.copy() for a in base]
+            minus = [a.copy() for a in base]
+            plus[arg][i] += h
+            minus[arg][i] -= h
+            num[i] = (loss(*plus) - loss(*minus)) / (2 * h)
+        close(got, num, rtol=1e-3, atol=1e-3)
