@@ -261,6 +261,35 @@ def test_from_list():
     assert list(facts.to_dict()) == ["0.w", "1.w", "2.w"]
 
 
+class Chain(Module):
+    """Three weights from `Module.from_variable_factories`, indexed inside the build."""
+
+    def build(self, x):
+        self.weights = Module.from_variable_factories(
+            [addons.VariableFactory(partial(np.full, (4, 4), 0.5 * (i + 1), np.float32)) for i in range(3)]
+        )
+        for i in range(3):
+            x = x @ self.weights[i]
+        return x
+
+
+def test_from_variable_factories_indexed():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.arange(8, dtype=np.float32).reshape(2, 4))
+        facts, graph = Chain().create_graph(x)
+        assert list(facts.to_dict()) == ["weights.0", "weights.1", "weights.2"]
+        assert all(graph.args.weights[i] in graph.graph for i in range(3))
+        with pytest.raises(KeyError):
+            graph.args.weights[3]
+        (y,) = graph.bind(facts.init()).call(x)
+    _, (got,) = run_ir(ir, [y])
+    want = np.arange(8, dtype=np.float32).reshape(2, 4)
+    for i in range(3):
+        want = want @ np.full((4, 4), 0.5 * (i + 1), np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_build_not_implemented():
     ir = popxl.Ir()
     with ir.main_graph:

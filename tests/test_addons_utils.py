@@ -4,12 +4,15 @@ the IPU tuning knobs (documented no-ops). References: NumPy, hand-counted FLOPs,
 documented examples (popxl-addons tests/unit/test_route_tensor.py, test_array_munging.py,
 tests/integration/test_repeat_graph.py)."""
 
+import re
+
 import numpy as np
 import pytest
 
 import popxl
 import popxl.ops as ops
 import popxl_addons as addons
+from popxl.printing import schedule_str
 from popxl_addons import array_munging as am
 from popxl_addons.transforms.repeat_graph import repeat_graph
 
@@ -327,6 +330,23 @@ def test_flops_of_small_mlp_by_hand():
         b = popxl.variable(np.ones((3, 5), np.float32))
         _ = a @ b
     assert addons.total_FLOPs(ir2) == 2 * (2 * 3 * 2 * 5)
+
+
+def test_flops_keyed_by_op_id() -> None:
+    """Ops are keyed by the op id `print_schedule` shows: numbered from 100 in creation order,
+    constants and variables (tensors, not ops) get none."""
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence(True):
+        v = popxl.constant(np.ones(4, np.float32))
+        m = popxl.constant(np.ones((4, 8), np.float32))
+        _ = v @ m  # 100
+        w = popxl.variable(np.ones(4, np.float32))
+        _ = v.T @ w  # transpose 101, matmul 102
+        _ = popxl.constant(np.ones((3, 5, 10, 9), np.float32)) @ popxl.constant(np.ones((3, 5, 9, 3), np.float32))
+    bd = addons.evaluate_FLOPs(ir.main_graph)
+    assert bd["MatMul"] == {100: 2 * 4 * 8, 102: 2 * 4, 103: 2 * 9 * 10 * 3 * 3 * 5}
+    shown = re.findall(r"MatMul\.(\d+)", schedule_str(ir.main_graph))
+    assert [int(i) for i in shown] == sorted(bd["MatMul"])
 
 
 def test_flops_printing_and_format():

@@ -164,8 +164,8 @@ def test_append_op_places_numbers_and_names() -> None:
     from popxl.printing import schedule_str
 
     lines = schedule_str(main).splitlines()
-    # ops numbered in creation order (the variable, not a scheduled op, is 100)
-    assert [ln.split(" ")[4] for ln in lines[2:-1]] == ["Gelu.101", "Neg.102"]
+    # ops numbered in creation order from 100; the variable is a tensor, not an op (no id)
+    assert [ln.split(" ")[4] for ln in lines[2:-1]] == ["Gelu.100", "Neg.101"]
     # a value a pass put in the graph gets a unique name on request; a known one keeps its own
     op = NegOp.make([bridge.value_of(z)])
     bridge.graph_op(main).body.block.add_op(op)

@@ -55,6 +55,7 @@ __all__ = [
     "ipu_of",
     "module_of",
     "number_op",
+    "op_id",
     "producer_of",
     "run_pass",
     "tensor_of",
@@ -209,6 +210,16 @@ def number_op(ir: Ir, op: Operation) -> None:
     _check(ir, _ir_type(), "number_op", "a popxl.Ir")
     if op not in ir._op_ids:
         ir._op_ids[op] = next(ir._op_counter)
+
+
+def op_id(ir: Ir, op: Operation) -> int:
+    """The PopART-style id of `op` in `ir`, as `print_schedule` shows it (`MatMul.100`):
+    frontend-built ops are numbered from 100 in creation order (variables and constants
+    are tensors, not ops, and have none), an op built by a pass when first asked for."""
+    from popxl.printing import _op_id
+
+    _check(ir, _ir_type(), "op_id", "a popxl.Ir")
+    return _op_id(ir, op)
 
 
 @overload

@@ -293,7 +293,8 @@ class Graph:
                 op.detach()
                 op.erase()
                 raise ValueError(f"{verify_as}: " + str(e).split("\n\n")[0]) from None
-        self._ir._op_ids[op] = next(self._ir._op_counter)
+        if not isinstance(op, VariableOp | ConstantOp):  # tensors, not ops, in PopART: no op id
+            self._ir._op_ids[op] = next(self._ir._op_counter)
         for hook in tuple(self._hooks.values()):
             hook(op)
 

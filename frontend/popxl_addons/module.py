@@ -390,7 +390,8 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
         return dict(self._submodules)
 
     def get(self, key: str | int) -> Any:
-        """The submodule under `key` (dotted keys walk into nested submodules; ints index lists).
+        """The submodule under `key` (dotted keys walk into nested submodules; ints index lists),
+        else the attribute of that name (the tensors of `from_variable_factories`).
         Typed `Any`: it is an instance of the user's subclass, with its own attributes."""
         if isinstance(key, int) and not isinstance(key, bool):
             if key < 0:
@@ -403,6 +404,8 @@ class Module(popxl.Module, metaclass=NameScopeMeta):
             raise TypeError(f"Module.get: keys are str or int, not {type(key).__name__}")
         first, _, rest = key.partition(".")
         if first not in self._submodules:
+            if not rest and first in self.__dict__:
+                return self.__dict__[first]
             raise KeyError(key)
         mod = self._submodules[first]
         return mod.get(rest) if rest else mod

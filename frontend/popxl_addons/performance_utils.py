@@ -1,7 +1,7 @@
 """FLOP estimates of a program (popxl_addons/performance_utils.py).
 
 ```python
-breakdown = evaluate_FLOPs(graph)   # {'MatMul': {op position: flops, ...}, 'Add': {...}, 'TOT': n}
+breakdown = evaluate_FLOPs(graph)   # {'MatMul': {op id: flops, ...}, 'Add': {...}, 'TOT': n}
 total_FLOPs(ir)                     # main graph (calls and repeats included) x replicas
 print_FLOPs(breakdown)              # a table by op type
 ```
@@ -11,7 +11,8 @@ Counted, as upstream: MatMul (`2 * K * prod(output shape)`), Conv
 (one per output element). Other ops count 0 (layer and group norm are built from
 elementwise ops, which are counted). A `call.call` adds its graph's FLOPs, a `call.repeat`
 its graph's times the repeat count, a `call.conditional` the larger branch; ops are keyed
-by their position in their graph, a called graph's entry `<OpType>_<position>(<graph name>)`.
+by their op id (as `print_schedule` shows it: frontend-built ops numbered from 100 in
+creation order), a called graph's entry `<OpType>_<op id>(<graph name>)`.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def _evaluate(graph: popxl.Graph, memo: dict[str, dict[str, Any]]) -> dict[str, 
     rules = _flop_rules()
     out: dict[str, Any] = {}
     total = 0
-    for pos, op in enumerate(bridge.graph_op(graph).body.block.ops):
+    for op in bridge.graph_op(graph).body.block.ops:
         if isinstance(op, CallOp | RepeatOp | ConditionalOp):
             if isinstance(op, ConditionalOp):
                 branches = [op.then_branch, op.else_branch]
@@ -116,7 +117,7 @@ def _evaluate(graph: popxl.Graph, memo: dict[str, dict[str, Any]]) -> dict[str, 
                     sub = _multiply(sub, int(op.repeat_count.value.data))
             total += sub["TOT"]
             short = _SUBGRAPH_SUFFIX.sub("", callee_name)
-            key = f"{popart_type(op)}_{pos}({short})"
+            key = f"{popart_type(op)}_{bridge.op_id(ir, op)}({short})"
             for k, v in sub.items():
                 out.setdefault(k, {})[key] = v
             continue
@@ -125,7 +126,7 @@ def _evaluate(graph: popxl.Graph, memo: dict[str, dict[str, Any]]) -> dict[str, 
             continue
         flops = int(rule(op))
         total += flops
-        out.setdefault(popart_type(op), {})[pos] = flops
+        out.setdefault(popart_type(op), {})[bridge.op_id(ir, op)] = flops
     out["TOT"] = total
     memo[graph.name] = out
     return out
