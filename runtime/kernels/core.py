@@ -253,6 +253,9 @@ UNARY_UFUNCS: dict[KernelClass, np.ufunc] = {
     CosOp: np.cos,
     SinOp: np.sin,
     LogicalNotOp: np.logical_not,
+    CeilOp: np.ceil,
+    FloorOp: np.floor,
+    BitwiseNotOp: np.invert,
 }
 """The unary ops that are one NumPy ufunc; the plan templates read this table too."""
 
@@ -1342,22 +1345,6 @@ def _geluerf_grad_body(dy: np.ndarray, x: np.ndarray, r: np.ndarray, scratch: np
     r *= dy
 
 
-@kernel(CeilOp)
-def _ceil(p: dict[str, Any]) -> Kernel:
-    def k(x: np.ndarray, out: np.ndarray) -> None:
-        np.ceil(x, out=out)
-
-    return k
-
-
-@kernel(FloorOp)
-def _floor(p: dict[str, Any]) -> Kernel:
-    def k(x: np.ndarray, out: np.ndarray) -> None:
-        np.floor(x, out=out)
-
-    return k
-
-
 @kernel(ErfOp)
 def _erf(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
@@ -1418,14 +1405,6 @@ def _bitwise_xnor(p: dict[str, Any]) -> Kernel:
     def k(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         np.bitwise_xor(a, b, out=out)
         np.invert(out, out=out)
-
-    return k
-
-
-@kernel(BitwiseNotOp)
-def _bitwise_not(p: dict[str, Any]) -> Kernel:
-    def k(x: np.ndarray, out: np.ndarray) -> None:
-        np.invert(x, out=out)
 
     return k
 
