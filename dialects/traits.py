@@ -15,7 +15,7 @@ class GeluOp(_UnaryFloatOp):
 - `NotDifferentiable()`: the op has no gradient rule; `autodiff` refuses a graph where
   a gradient must flow through it (gradient ops themselves, in-place updates, ...).
   Every other op has a rule registered by class in `xl.passes.grad_rules`
-  (`@grad_rule(GeluOp)`); `tests/test_op_registry.py` checks that each op of each
+  (`@grad_rule(GeluOp)`); `tests/dialects/test_op_registry.py` checks that each op of each
   dialect is in exactly one of the three cases.
 - `Internal()`: built by passes only (the `*_grad` ops, `reduce_to_shape`); every
   other `popxl` op has a `popxl.ops` function.
@@ -24,7 +24,7 @@ class GeluOp(_UnaryFloatOp):
   strided view (`rt.view`: a transposed or reshaped buffer) instead of a contiguous
   copy. Without it, a kernel only ever sees C-contiguous arrays: `rt-views` keeps a
   reshape/transpose a copying kernel when one of its readers does not declare it.
-  `tests/test_kernel_views.py` feeds every declaring kernel transposed, sliced,
+  `tests/runtime/test_kernel_views.py` feeds every declaring kernel transposed, sliced,
   reshaped-of-transposed and offset views.
 - `CrossReplica()`: a collective between replicas (`xl.dialects.replica`); the lowering
   and the runtime recognise collectives by it (`is_cross_replica`).

@@ -2,7 +2,7 @@
 
 Same architecture (784-512-512-512-10, tanh-GELU), same initial weights (taken from
 the xl training session), same batches in the same order, SGD with the same learning
-rate. Used by tests/test_mnist.py and to measure the README's accuracy figures:
+rate. Used by tests/examples/test_mnist.py and to measure the README's accuracy figures:
 
     python examples/mnist_torch_reference.py
 """

@@ -24,7 +24,7 @@ broadcast gradient back to an operand type.
 Rules are registered by op class; `grad_rule` refuses an op class that declares
 `NoGradient` (no gradient flows through it: comparison, logical, integer and random
 ops, `detach`) or `NotDifferentiable` (autodiff refuses a gradient through it), and a
-second rule for the same class. `tests/test_op_registry.py` checks that every op of
+second rule for the same class. `tests/dialects/test_op_registry.py` checks that every op of
 every dialect has exactly one of: a rule, `NoGradient`, `NotDifferentiable`. The rule
 for `call.call` lives in the pass (`xl.passes.autodiff`: it needs the module).
 """

@@ -18,7 +18,7 @@ As in PopXL, the gradient of a collective is again a collective over the same gr
 The two conventions of PopXL meet here: an op whose inputs differ per replica and whose
 result is the same on every member of a group (`all_gather`) counts the loss downstream
 once (its gradient is a slice); the reductions count every replica's loss (the
-all-reduce of the gradients is the gradient of their sum). `tests/test_replica_grad.py`
+all-reduce of the gradients is the gradient of their sum). `tests/frontend/popxl/test_replica_grad.py`
 checks each rule against finite differences of the matching objective.
 """
 

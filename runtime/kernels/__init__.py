@@ -28,7 +28,7 @@ More rules:
   operands matched greedily in order, `greedy_segments`).
 - A result may share storage with a same-typed input only for the elementwise
   kernels (add ... sin, identity, gelu_grad, relu_grad, scaled_add) and softmax /
-  softmax_grad; tests/test_kernels.py::test_alias_safe pins that. Other kernels need
+  softmax_grad; tests/runtime/test_kernels.py::test_alias_safe pins that. Other kernels need
   distinct result buffers (written operands of in-place ops excepted).
 - Shapes are static per kernel instance: kernels that need shape-derived data
   compute it on the first call and keep it.

@@ -1164,7 +1164,7 @@ def _adam_var_update(p: dict[str, Any]) -> Kernel:
 #   0.46875 < |x| <= 4:  erfc(|x|) = exp(-x^2) N(|x|) / D(|x|)
 #   |x| > 4:             erfc(|x|) = exp(-x^2) (1/sqrt(pi) - s N(s) / D(s)) / |x|, s = 1/x^2
 # and erf(x) = sign(x) (1 - erfc(|x|)) outside the first range. Within 4 ulp of libm's erf
-# in float64 (1 ulp after rounding to float32 or float16; tests/test_erf_kernels.py). The
+# in float64 (1 ulp after rounding to float32 or float16; tests/runtime/test_erf_kernels.py). The
 # work goes in blocks that stay in cache; in a block the first two ranges are evaluated on
 # every element (the input clipped into each range) and blended by arithmetic with 0/1
 # weights, cheaper than selecting elements through masks; the third range, rare in

@@ -57,7 +57,7 @@ def uniform(seed: np.ndarray, n: int, stream: int = UNIFORM_STREAM) -> np.ndarra
 
     `Generator(Philox).random` computes exactly that from the same words (NumPy's
     `next_double`), about 5x faster than converting `random_raw` words here;
-    tests/test_ops_random.py checks both agree bit for bit.
+    tests/runtime/test_ops_random.py checks both agree bit for bit.
     """
     bg = np.random.Philox(key=[seed_value(seed), stream], counter=0)
     return np.random.Generator(bg).random(n)
