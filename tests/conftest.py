@@ -2,7 +2,7 @@
 
 - `xl-ci` (default): derandomised, no example database, bounded so CI stays reproducible
   and quick;
-- `long`: `pytest --hypothesis-profile=long tests/test_property_programs.py` tries
+- `long`: `pytest --hypothesis-profile=long tests/programs/test_property_programs.py` tries
   thousands of programs with a random seed (printed on failure; `--hypothesis-seed=N`
   repeats a run).
 
