@@ -113,6 +113,9 @@ def test_split_refuses_sizes_that_do_not_add_up() -> None:
             ops.split(t, [1, 2], axis=1)
         with pytest.raises(ValueError, match=r"^ops.split: sizes \[2, 2\] do not add up to dim 0 \(3\) of \(3, 4\)$"):
             ops.split(t, [2, 2])
+        # sizes that add up but with a negative one: refused, not a part of shape -2
+        with pytest.raises(ValueError, match=r"^ops.split: sizes \[6, -2\] of dim 1 of \(3, 4\) must not be negative$"):
+            ops.split(t, [6, -2], axis=1)
         with pytest.raises(ValueError, match=r"^ops.split: dim 1 of \(3, 4\) is not divisible by 3$"):
             ops.split(t, 3, axis=1)
         with pytest.raises(ValueError, match=r"^ops.split: dim 0 of \(3, 4\) is not divisible by 2$"):

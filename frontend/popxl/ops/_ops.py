@@ -540,7 +540,7 @@ def reshape(t: Tensor, shape: Iterable[int]) -> Tensor:
     """
     shape = _reshape_dims(shape)
     new = ReshapeOp.resolve_shape(t.shape, shape)
-    return emit1(ReshapeOp, [t], tensor_type(new, t.dtype.as_numpy()))
+    return emit1(ReshapeOp, [t], tensor_type(new, t.dtype._compute_np()))
 
 
 def reshape_(t: Tensor, shape: Iterable[int]) -> Tensor:
@@ -605,7 +605,7 @@ def expand(t: Tensor, shape: Iterable[int]) -> Tensor:
     """`t` broadcast to `shape` (NumPy rules: the result shape is the broadcast of both)."""
     shape = as_shape(shape)
     out_shape = tuple(np.broadcast_shapes(t.shape, shape)) if len(shape) >= t.rank else shape
-    return emit1(ExpandOp, [t], tensor_type(out_shape, t.dtype.as_numpy()))
+    return emit1(ExpandOp, [t], tensor_type(out_shape, t.dtype._compute_np()))
 
 
 def concat(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
@@ -638,6 +638,8 @@ def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]
         sizes = [n // parts] * parts
     else:
         sizes = [as_int(s, "splits") for s in splits]
+        if builtins.min(sizes, default=0) < 0:
+            raise GraphBuildError(f"ops.split: sizes {sizes} of dim {axis} of {t.shape} must not be negative")
         if builtins.sum(sizes) != n:
             raise GraphBuildError(f"ops.split: sizes {sizes} do not add up to dim {axis} ({n}) of {t.shape}")
     out, start = [], 0
@@ -1166,7 +1168,7 @@ def pow2scale_cast_to_fp8(t: Tensor, log2_scale: Tensor | int, data_type: dtype)
     if data_type not in (dtypes.float8_143, dtypes.float8_152):
         raise TypeError(f"Data type {data_type} not supported for pow2scale_cast_to_fp8")
     log2_scale = _log2_scale(log2_scale)
-    return emit1(Pow2ScaleCastToFp8Op, [t, log2_scale], tensor_type(t.shape, data_type.as_numpy()))
+    return emit1(Pow2ScaleCastToFp8Op, [t, log2_scale], tensor_type(t.shape, data_type._compute_np()))
 
 
 def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor | int, data_type: dtype) -> Tensor:
@@ -1176,7 +1178,7 @@ def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor | int, data_type: dtyp
     if data_type not in (dtypes.float16, dtypes.float32):
         raise TypeError(f"Data type {data_type} not supported for pow2scale_cast_from_fp8")
     log2_scale = _log2_scale(log2_scale)
-    return emit1(Pow2ScaleCastFromFp8Op, [t, log2_scale], tensor_type(t.shape, data_type.as_numpy()))
+    return emit1(Pow2ScaleCastFromFp8Op, [t, log2_scale], tensor_type(t.shape, data_type._compute_np()))
 
 
 def nll_loss(
@@ -1276,7 +1278,7 @@ def random_uniform(
     return emit1(
         RandomUniformOp,
         [seed_tensor],
-        tensor_type(as_shape(shape), dt.as_numpy()),
+        tensor_type(as_shape(shape), dt._compute_np()),
         low=as_float(low, "low"),
         high=as_float(high, "high"),
     )
@@ -1298,7 +1300,7 @@ def random_normal(
     return emit1(
         RandomNormalOp,
         [seed_tensor],
-        tensor_type(as_shape(shape), dt.as_numpy()),
+        tensor_type(as_shape(shape), dt._compute_np()),
         mean=as_float(mean, "mean"),
         std=as_float(std, "std"),
     )
@@ -1334,7 +1336,7 @@ def cast(t: Tensor, data_type: dtype) -> Tensor:
             f"Data type {dt if dt in (dtypes.float8_143, dtypes.float8_152) else t.dtype} not "
             "supported for ops.cast, please consider pow2scale_cast_to_fp8 or pow2scale_cast_from_fp8"
         )
-    return emit1(CastOp, [t], tensor_type(t.shape, dt.as_numpy()))
+    return emit1(CastOp, [t], tensor_type(t.shape, dt._compute_np()))
 
 
 def identity(t: Tensor, output_name: str | None = None) -> Tensor:
@@ -1425,7 +1427,7 @@ def init(
     if init_type not in ("zero", "undef"):
         raise ValueError(f"ops.init: init_type must be 'zero' or 'undef', got {init_type!r}")
     shape = as_shape(shape)
-    t = emit1(InitOp, [], tensor_type(shape, _dtype_of(dtype).as_numpy()), name=name, init_type=init_type)
+    t = emit1(InitOp, [], tensor_type(shape, _dtype_of(dtype)._compute_np()), name=name, init_type=init_type)
     if meta_shape:
         t._meta_shape = as_shape(meta_shape, "meta_shape")
     return t
@@ -1513,7 +1515,7 @@ def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor
     g = gcg()
     if h2d_stream.ir is not g.ir:
         raise ValueError(f"ops.host_load: stream {h2d_stream.tensor_id!r} belongs to another Ir")
-    op = HostLoadOp(h2d_stream.tensor_id, tensor_type(h2d_stream.shape, h2d_stream.dtype.as_numpy()))
+    op = HostLoadOp(h2d_stream.tensor_id, tensor_type(h2d_stream.shape, h2d_stream.dtype._compute_np()))
     insert(g, op, verify=False)
     return g._tensor(op.result, g._unique_name(name if name is not None else h2d_stream.tensor_id, scoped=True))
 
