@@ -11,7 +11,7 @@ earlier steps, or how many times the program was compiled.
 - uniform `u` in [0, 1): the top 53 bits of each 64-bit word times 2**-53;
   `random_uniform` is `low + (high - low) u` rounded to the result dtype (kept below
   `high`); dropout drops element `i` when `u[i] < ratio` and scales the others by
-  `1 / (1 - ratio)`;
+  `1 / (1 - ratio)`: `x * m` with `m` the scale (in x's dtype) or 0;
 - normal: Box-Muller on pairs of uniforms, `(r cos t, r sin t)` with
   `r = sqrt(-2 log(1 - u0))`, `t = 2 pi u1`, interleaved;
 - `modify_random_seed(seed, m)`: the word at counter `m` of stream 2, split into two
@@ -82,9 +82,28 @@ def normal(seed: np.ndarray, n: int) -> np.ndarray:
     return z.reshape(-1)[:n]
 
 
+def keep_threshold(ratio: float) -> np.uint64:
+    """The smallest 64-bit word whose uniform `u` is `>= ratio`: `keep_mask` compares words.
+
+    `u = (w >> 11) * 2**-53` and `ratio * 2**53` are exact, so `u >= ratio` holds exactly
+    when the integer `w >> 11` is at least `t = ceil(ratio * 2**53)`, that is when
+    `w >= t << 11` (the 11 low bits cannot lift `w >> 11` past `t`). `t < 2**53` for a
+    ratio below 1, so the threshold fits in 64 bits.
+    """
+    if not 0.0 <= ratio < 1.0:  # the ops verify this; a mask of another ratio is not defined
+        raise ValueError(f"dropout: ratio {ratio} must be in [0, 1)")
+    return np.uint64(math.ceil(math.ldexp(ratio, 53)) << 11)
+
+
 def keep_mask(seed: np.ndarray, shape: tuple[int, ...], ratio: float) -> np.ndarray:
-    """The dropout mask of `shape` (True: kept)."""
-    return uniform(seed, math.prod(shape)).reshape(shape) >= ratio
+    """The dropout mask of `shape` (True: kept): `uniform(seed, n) >= ratio`, computed on
+    the raw words (`keep_threshold`) without converting them to floats."""
+    return _keep(seed, shape, keep_threshold(ratio))
+
+
+def _keep(seed: np.ndarray, shape: tuple[int, ...], threshold: np.uint64) -> np.ndarray:
+    bits = random_bits(seed, math.prod(shape), UNIFORM_STREAM)
+    return np.greater_equal(bits, threshold).reshape(shape)
 
 
 @kernel(ModifyRandomSeedOp)
@@ -127,12 +146,18 @@ def _random_normal(p: dict[str, Any]) -> Kernel:
 
 
 def _dropout(ratio: float, mask_shape: tuple[int, ...] | None) -> Kernel:
+    """`x * m`, `m = where(keep, scale, 0)` in x's dtype, computed as `(x * keep) * scale`:
+    the same values bit for bit (`x * 1` is `x`, and `x * 0` is a zero of x's sign or NaN,
+    which the positive finite scale leaves as they are), without building `m`. The mask
+    costs the Philox draw and one comparison of its words (`keep_mask`)."""
     scale = 1.0 / (1.0 - ratio)
+    threshold = keep_threshold(ratio)  # a ratio outside [0, 1) fails when the plan is built
 
     def k(x: np.ndarray, seed: np.ndarray, out: np.ndarray) -> None:
-        keep = keep_mask(seed, x.shape if mask_shape is None else mask_shape, ratio)
-        m = np.where(keep, x.dtype.type(scale), x.dtype.type(0))
-        np.multiply(x, m, out=out)
+        keep = _keep(seed, x.shape if mask_shape is None else mask_shape, threshold)
+        np.multiply(x, keep, out=out)
+        if scale != 1.0:
+            np.multiply(out, x.dtype.type(scale), out=out)
 
     return k
 
