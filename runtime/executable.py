@@ -57,10 +57,11 @@ from xl.dialects.rt_kernels import kernel_class
 from xl.runtime import kernels as _kernels  # noqa: F401  (registers every kernel)
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
 from xl.runtime.comm import Comm, LocalComm
-from xl.runtime.concurrent import build_concurrent_replica, op_placement, serial_forced
+from xl.runtime.concurrent import build_concurrent_replica, serial_forced
 from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.kernels import kernel_factory
 from xl.runtime.kernels.collectives import Site, bind_site, collective_factory
+from xl.runtime.placement import op_placement
 from xl.runtime.plan import build_replica
 from xl.runtime.profile import KernelInfo, Recorder, failure_message, kernel_info, renamed
 from xl.runtime.streams import StreamIn, StreamOut

@@ -1,7 +1,7 @@
-"""Which virtual IPU each buffer of an `rt.program` lives on.
+"""Which virtual IPU each buffer and each executed op of an `rt.program` lives on.
 
-One rule, shared by the memory report (`xl.runtime.memory`) and the concurrent plan
-(`xl.runtime.concurrent`), so that both see the same IPU for a buffer: a buffer (seen
+One rule for buffers, shared by the memory report (`xl.runtime.memory`) and the concurrent
+plan (`xl.runtime.concurrent`), so that both see the same IPU for a buffer: a buffer (seen
 through `rt.view` kernels, which alias their input) belongs to
 
 1. its defining op's `ipu.id`, else
@@ -10,10 +10,18 @@ through `rt.view` kernels, which alias their input) belongs to
 4. through `rt.copy` ops, that of the nearest buffer it is copied from or into, else
 5. IPU 0 (popxl's default IPU).
 
+The ops without an `ipu.id` run (`op_placement`, for the concurrent plan):
+
+- a kernel on the IPU of its first output buffer;
+- `rt.copy` (IPU copies, pipeline register moves) on the IPU of its destination;
+- `rt.h2d` / `rt.d2h` on the IPU of their buffer.
+
 ```python
 bp = BufferPlacement(ops)        # the program's ops in program order
 bp.root(v)                       # the buffer with storage that v views
 bp.ipu(v)                        # the IPU of that buffer
+op_placement(program)            # {op: IPU} of the executed ops (None: run serially)
+stream_of_ipus({0, 1, 2}, 2)     # {0: 0, 1: 1, 2: 0}: IPU -> worker stream
 ```
 """
 
@@ -26,6 +34,8 @@ from xdsl.ir import Operation, SSAValue
 from xl.dialects import rt
 from xl.dialects.ipu import placement
 from xl.dialects.rt import VIEW_ATTR
+from xl.dialects.rt_kernels import kernel_class
+from xl.runtime.kernels.collectives import is_collective
 
 
 def written_buffers(op: Operation) -> tuple[SSAValue, ...]:
@@ -106,3 +116,40 @@ class BufferPlacement:
             frontier = nxt
         self._cache[r] = p if p is not None else 0
         return self._cache[r]
+
+
+def op_placement(program: rt.ProgramOp) -> dict[Operation, int] | None:
+    """The virtual IPU of every executed op (kernels, copies, host transfers) by the rule
+    of the module docstring, or None when the program runs serially anyway: fewer than two
+    IPUs, replica collectives, or `rt.func` / `rt.call`."""
+    ops = [op for op in program.walk() if op is not program]
+    for op in ops:
+        if isinstance(op, rt.CallOp | rt.FuncOp):
+            return None  # rt functions (single-IPU programs by lowering): serial plan
+        if isinstance(op, rt.KernelOp):
+            cls = kernel_class(op.kernel.data)
+            if cls is not None and is_collective(cls):
+                return None
+    buffer_ipu = BufferPlacement(ops).ipu
+    where: dict[Operation, int] = {}
+    for op in ops:
+        if isinstance(op, rt.KernelOp):
+            p = placement(op)
+            if p is None:
+                outs = op.io()[1]
+                p = buffer_ipu(outs[0]) if outs else 0
+        elif isinstance(op, rt.CopyOp):
+            p = buffer_ipu(op.dest)
+        elif isinstance(op, rt.H2DOp | rt.D2HOp):
+            p = buffer_ipu(op.buffer)
+        else:
+            continue
+        where[op] = p
+    if len(set(where.values())) < 2:
+        return None
+    return where
+
+
+def stream_of_ipus(ipus: set[int], workers: int) -> dict[int, int]:
+    """IPU -> stream (worker): the IPUs in increasing order, dealt round-robin."""
+    return {ipu: i % workers for i, ipu in enumerate(sorted(ipus))}

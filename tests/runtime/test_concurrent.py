@@ -740,15 +740,15 @@ def test_two_executables_stepping_at_once_take_different_workers(monkeypatch: py
     stream 1 behind A's (waiting for A's stream 2) and A's stream 2 behind B's (waiting for
     B's stream 1): a deadlock. A step takes idle workers, so B (started once A has taken
     them) runs on others; both finish with the numbers of the serial plan."""
-    from xl.runtime import concurrent
+    from xl.runtime import thread_pool
 
     exes = [_compile(PING_PONG, workers=3) for _ in range(2)]
     assert all(e.workers == 3 for e in exes)
     serial = _compile(PING_PONG, concurrent=False)
     for e in (*exes, serial):
         e.run()  # the pool has the workers a step takes
-    first, second = concurrent.take_workers(2)
-    concurrent.give_back([first, second])  # the next step takes these two, in this order
+    first, second = thread_pool.take_workers(2)
+    thread_pool.give_back([first, second])  # the next step takes these two, in this order
     a_on_first, b_on_second = threading.Event(), threading.Event()
     monkeypatch.setattr(first, "jobs", _Gate(first.jobs, {"B": a_on_first}, {"A": a_on_first}))
     monkeypatch.setattr(second, "jobs", _Gate(second.jobs, {"A": b_on_second}, {"B": b_on_second}))
@@ -775,4 +775,4 @@ def test_two_executables_stepping_at_once_take_different_workers(monkeypatch: py
         for name in "abc":
             assert np.array_equal(e.get_state(name), serial.get_state(name)), name
     # the gated workers went back to the pool with the others: no worker is taken
-    assert not (_stream_threads() - {w.thread.name for w in concurrent._IDLE})
+    assert not (_stream_threads() - {w.thread.name for w in thread_pool._IDLE})
