@@ -12,6 +12,9 @@ host_array(np.arange(3))                        # (array([0, 1, 2], dtype=int32)
 host_array([1.0, 300.0], popxl.float8_143)      # (array([1, nan], dtype=float8_e4m3fnuz), ...)
 ```
 
+float8 data comes out as the ml_dtypes array xl computes with (`dtype._compute_np()`);
+functions returning data to the user give it in the host format (`fp8_utils.host_float8`).
+
 A popxl Tensor is no host data: `Tensor.__array__` raises `NotHostDataError` (as a JAX
 tracer refuses to become an array), which `host_array` reports naming the function called.
 """
@@ -82,19 +85,20 @@ def _to_float8(
     arr: np.ndarray, f8: np.ndarray | None, dt: dtypes.dtype, log2_scale: Any, nan_on_overflow: Any
 ) -> np.ndarray:
     if f8 is not None:  # float8 data is taken as it is
-        if f8.dtype != np.dtype(dt.as_numpy()):
+        if f8.dtype != dt._compute_np():
             raise TypeError(f"float8 data of dtype {f8.dtype} cannot be used as {dt}")
         return f8
     if arr.dtype not in _FLOAT8_SOURCES:
         raise TypeError(
             f"Type {arr.dtype} is not supported for float8 tensors. Please use float16, float32 or float64 types."
         )
-    return host_pow2scale_cast_to_fp8(
+    host = host_pow2scale_cast_to_fp8(
         arr,
         dt,
         0 if log2_scale is None else log2_scale,
         True if nan_on_overflow is None else nan_on_overflow,
     )
+    return host.view(dt._compute_np())  # the host format's bits, as xl computes with them
 
 
 def host_array(
@@ -112,8 +116,9 @@ def host_array(
     - `dtype` given (anything `popxl.dtypes.checked_dtype` accepts): the data converted to
       it. For `popxl.float8_143` / `float8_152`, float16/32/64 data is cast by
       `popxl.fp8_utils.host_pow2scale_cast_to_fp8` (scaled by `2**log2_scale`, default 0;
-      NaN on overflow unless `nan_on_overflow` is False) and float8 data (ml_dtypes, or
-      upstream's structured float8 arrays) is taken as it is; other data: TypeError.
+      NaN on overflow unless `nan_on_overflow` is False) and float8 data (the host format
+      `np_dtype_float8_143` / `np_dtype_float8_152`, or ml_dtypes) is taken as it is, as an
+      ml_dtypes array; other data: TypeError.
     - no `dtype`: float8 data stays float8; with `downcast`, int64, uint64 and float64
       become int32, uint32 and float32 (`downcast_np_dtypes`).
     - `log2_scale` / `nan_on_overflow` with a dtype that is not float8: RuntimeError.

@@ -35,8 +35,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from popxl.context import gcg
 from popxl.graph import Graph
 from popxl.ops._utils import emit
@@ -132,7 +130,7 @@ class CustomOpDef:
         missing = [a for a in self.attributes if a not in attributes]
         if missing:
             raise TypeError(f"{what}: missing attribute(s) {missing}")
-        specs: list[Spec] = [(tuple(t.shape), np.dtype(t.dtype.as_numpy())) for t in inputs]
+        specs: list[Spec] = [(tuple(t.shape), t.dtype._compute_np()) for t in inputs]
         out_specs = self.definition.specs(specs, dict(attributes))
         result_types = [tensor_type(s, dt) for s, dt in out_specs]
         return emit(

@@ -51,7 +51,7 @@ _BY_NP: dict[np.dtype, dtype] = {}
 class dtype:
     """A PopXL element type. Not constructible by users: use `popxl.float32` etc."""
 
-    __slots__ = ("_is_complex", "_is_fp", "_is_int", "_is_signed", "_name", "_np")
+    __slots__ = ("_host_np", "_is_complex", "_is_fp", "_is_int", "_is_signed", "_name", "_np")
 
     def __init__(
         self,
@@ -61,6 +61,7 @@ class dtype:
         is_int: builtins.bool,
         is_fp: builtins.bool,
         is_signed: builtins.bool,
+        host_np: np.dtype | None = None,
     ):
         if name in _BY_NAME:
             raise TypeError("popxl dtypes cannot be constructed; use popxl.float32 etc.")
@@ -70,9 +71,12 @@ class dtype:
         self._is_int = is_int
         self._is_fp = is_fp
         self._is_signed = is_signed
+        # the NumPy dtype of host arrays when it differs from the one xl computes with (float8)
+        self._host_np = host_np
         _BY_NAME[name] = self
-        if self._np is not None and self._np not in _BY_NP:
-            _BY_NP[self._np] = self
+        for npd in (self._np, host_np):
+            if npd is not None and npd not in _BY_NP:
+                _BY_NP[npd] = self
 
     # -- properties -------------------------------------------------------------------
     @property
@@ -100,12 +104,24 @@ class dtype:
         """True for the dtypes that hold negative values (signed integers, floats, complex)."""
         return self._is_signed
 
-    def as_numpy(self) -> type:
-        """The NumPy scalar type (`np.float32` for `popxl.float32`, `np.complex64` for
-        `popxl.complex64`, which the runtime does not compute with)."""
+    def as_numpy(self) -> Any:
+        """The NumPy type of host arrays of this dtype: the scalar type (`np.float32` for
+        `popxl.float32`, `np.complex64` for `popxl.complex64`, which the runtime does not
+        compute with); for `float8_143` / `float8_152` the structured dtype of their host
+        arrays, `np_dtype_float8_143` / `np_dtype_float8_152` (one uint8 of the format's bits)."""
+        if self._host_np is not None:
+            return self._host_np
         if self._np is None:
             return _COMPLEX_NP[self._name].type
         return self._np.type
+
+    def _compute_np(self) -> np.dtype:
+        """The NumPy dtype xl computes with (the runtime's arrays, the IR's element type):
+        `as_numpy()` but for float8, which computes with ml_dtypes (`float8_e4m3fnuz` /
+        `float8_e5m2fnuz`). TypeError for the complex dtypes (no runtime kernels)."""
+        if self._np is None:
+            raise TypeError(f"{self!r} is not supported by the xl runtime")
+        return self._np
 
     def as_torch(self) -> Any:
         """The torch dtype of the same name (`torch.float32`); needs torch installed."""
@@ -193,17 +209,18 @@ uint64 = dtype("uint64", np.uint64, False, True, False, False)  #: 64-bit unsign
 float16 = dtype("float16", np.float16, False, False, True, True)  #: IEEE half precision
 float32 = dtype("float32", np.float32, False, False, True, True)  #: IEEE single precision (what Python floats become)
 float64 = dtype("float64", np.float64, False, False, True, True)  #: IEEE double precision
-# Graphcore's float8 formats, emulated with ml_dtypes: float8_143 (1 sign, 4 exponent, 3
-# mantissa bits, exponent bias 8, max 240) is `ml_dtypes.float8_e4m3fnuz`; float8_152
-# (5 exponent bits, bias 16, max 57344) is `ml_dtypes.float8_e5m2fnuz`. Both have no
-# infinities and one NaN (0x80). Host arrays of these dtypes hold the same bytes as
-# upstream's `np.dtype([("float8_143", "u1")])` arrays (`arr.view(np.uint8)`).
-np_dtype_float8_143 = np.dtype(ml_dtypes.float8_e4m3fnuz)  #: the NumPy dtype of `float8_143` host arrays
-np_dtype_float8_152 = np.dtype(ml_dtypes.float8_e5m2fnuz)  #: the NumPy dtype of `float8_152` host arrays
-#: Graphcore's float8 with 4 exponent and 3 mantissa bits (`ml_dtypes.float8_e4m3fnuz`)
-float8_143 = dtype("float8_143", np_dtype_float8_143, False, False, True, True)
-#: Graphcore's float8 with 5 exponent and 2 mantissa bits (`ml_dtypes.float8_e5m2fnuz`)
-float8_152 = dtype("float8_152", np_dtype_float8_152, False, False, True, True)
+# Graphcore's float8 formats: float8_143 (1 sign, 4 exponent, 3 mantissa bits, exponent
+# bias 8, max 240) and float8_152 (5 exponent bits, bias 16, max 57344), both without
+# infinities and with one NaN (0x80). Host arrays hold their bits as PopXL's: a structured
+# dtype of one uint8 (`np_dtype_float8_143`, what `popxl.fp8_utils` and `Session` return);
+# xl computes with ml_dtypes (`float8_e4m3fnuz` / `float8_e5m2fnuz`, the same bits), which
+# every function taking host data also accepts (`popxl.fp8_utils.float8_view` converts).
+np_dtype_float8_143 = np.dtype([("float8_143", "u1")])  #: the NumPy dtype of `float8_143` host arrays
+np_dtype_float8_152 = np.dtype([("float8_152", "u1")])  #: the NumPy dtype of `float8_152` host arrays
+#: Graphcore's float8 with 4 exponent and 3 mantissa bits (computed as `ml_dtypes.float8_e4m3fnuz`)
+float8_143 = dtype("float8_143", ml_dtypes.float8_e4m3fnuz, False, False, True, True, np_dtype_float8_143)
+#: Graphcore's float8 with 5 exponent and 2 mantissa bits (computed as `ml_dtypes.float8_e5m2fnuz`)
+float8_152 = dtype("float8_152", ml_dtypes.float8_e5m2fnuz, False, False, True, True, np_dtype_float8_152)
 # Not supported by the NumPy runtime; present for API parity.
 complex64 = dtype("complex64", None, True, False, False, True)  #: complex, two float32 (no runtime kernels)
 complex128 = dtype("complex128", None, True, False, False, True)  #: complex, two float64 (no runtime kernels)
@@ -240,11 +257,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'popxl.dtypes' has no attribute {name!r}")
 
 
-# Upstream PopXL's host representation of float8 data: a structured dtype of one uint8.
-_UPSTREAM_FLOAT8 = {
-    np.dtype([("float8_143", "u1")]): float8_143,
-    np.dtype([("float8_152", "u1")]): float8_152,
-}
+# The host representation of float8 data (PopXL's): a structured dtype of one uint8.
+_UPSTREAM_FLOAT8 = {np_dtype_float8_143: float8_143, np_dtype_float8_152: float8_152}
 
 
 def element_type(dt: Any) -> Attribute:

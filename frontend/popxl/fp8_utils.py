@@ -1,15 +1,18 @@
 """`popxl.fp8_utils`: host-side float8 conversions (PopXL's `popxl/fp8_utils.py`).
 
-xl emulates `popxl.float8_143` / `popxl.float8_152` with ml_dtypes (`float8_e4m3fnuz` /
-`float8_e5m2fnuz`: Graphcore's formats, exponent bias 8 / 16, no infinities, NaN 0x80).
-Host float8 data is a NumPy array of that ml_dtypes dtype: `arr.astype(np.float32)`
-decodes it, `arr.view(np.uint8)` gives the bytes (the payload of upstream's structured
-`np.dtype([("float8_143", "u1")])` arrays, which every function here also accepts).
+`popxl.float8_143` / `popxl.float8_152` are Graphcore's formats (exponent bias 8 / 16, no
+infinities, NaN 0x80). Host float8 data is, as in PopXL, an array of the structured dtype
+`popxl.dtypes.np_dtype_float8_143` (`np.dtype([("float8_143", "u1")])`: the format's bits
+as one uint8); `host_pow2scale_cast_to_fp8` and `Session` return such arrays. xl computes
+with ml_dtypes (`float8_e4m3fnuz` / `float8_e5m2fnuz`, the same bits); every function
+taking float8 data accepts both, and `float8_view` / `host_float8` convert between them
+without copying.
 
 ```python
 x8 = host_pow2scale_cast_to_fp8(np.array([1.0, 300.0], np.float32), popxl.float8_143)
-# array([1, nan], dtype=float8_e4m3fnuz): 300 overflows (max 240) -> NaN
+# array([(64,), (128,)], dtype=[('float8_143', 'u1')]): 300 overflows (max 240) -> NaN
 host_pow2scale_cast_from_fp8(x8, popxl.float32, log2_scale=1)   # [2.0, nan]
+float8_view(x8).astype(np.float32)                              # [1.0, nan]
 ```
 """
 
@@ -24,7 +27,9 @@ from popxl.dtypes import _UPSTREAM_FLOAT8, dtype, float8_143, float8_152, float1
 from xl.runtime.float8 import to_float8
 
 __all__ = [
+    "float8_view",
     "fp8_mse_costs",
+    "host_float8",
     "host_fp8_mse_scale",
     "host_fp8_mse_scale_pb",
     "host_pow2scale_cast_from_fp8",
@@ -49,15 +54,27 @@ def _check_log2_scale(log2_scale: Any, what: str) -> int:
     return int(log2_scale)
 
 
+_COMPUTE_FLOAT8 = {float8_143._compute_np(): float8_143, float8_152._compute_np(): float8_152}
+
+
 def float8_view(arr: np.ndarray) -> np.ndarray | None:
-    """`arr` as an ml_dtypes float8 array when it holds float8 data (an ml_dtypes float8
-    array, or upstream's structured float8 dtype reinterpreted), else None."""
-    if arr.dtype in (float8_143.as_numpy(), float8_152.as_numpy()):
+    """`arr` as the ml_dtypes float8 array xl computes with when it holds float8 data (an
+    ml_dtypes float8 array itself, or the host format `np_dtype_float8_143` /
+    `np_dtype_float8_152` reinterpreted: the same memory), else None."""
+    if arr.dtype in _COMPUTE_FLOAT8:
         return arr
     dt = _UPSTREAM_FLOAT8.get(arr.dtype)
     if dt is None:
         return None
-    return np.ascontiguousarray(arr).view(np.uint8).view(dt.as_numpy()).reshape(arr.shape)
+    return arr.view(dt._compute_np())  # same item size: a view of any layout
+
+
+def host_float8(arr: np.ndarray) -> np.ndarray:
+    """`arr` in the host format of its dtype: an ml_dtypes float8 array becomes a view of
+    the structured `np_dtype_float8_143` / `np_dtype_float8_152` (the same bits, as PopXL
+    returns float8 data); any other array is returned as it is."""
+    dt = _COMPUTE_FLOAT8.get(arr.dtype)
+    return arr if dt is None else arr.view(dt.as_numpy())
 
 
 def host_pow2scale_cast_to_fp8(
@@ -65,9 +82,10 @@ def host_pow2scale_cast_to_fp8(
 ) -> np.ndarray:
     """`cast(src * 2**log2_scale, dtype)` on the host: float16/32/64 data (NumPy or torch)
     to a float8 array (`dtype` `popxl.float8_143` or `popxl.float8_152`), rounding to
-    nearest even (correctly also from float64, see `xl.runtime.float8`). Values too large for
-    the format become NaN, or the largest finite value of their sign when `nan_on_overflow` is
-    False; NaN stays NaN.
+    nearest even (correctly also from float64, see `xl.runtime.float8`), in the host format
+    `np_dtype_float8_143` / `np_dtype_float8_152` (PopXL's). Values too large for the format
+    become NaN, or the largest finite value of their sign when `nan_on_overflow` is False;
+    NaN (and infinity) become NaN.
 
     RuntimeError when `dtype` is not a float8 dtype, `src` is not float16/32/64 or
     `log2_scale` is not an int in [-32, 32)."""
@@ -78,16 +96,17 @@ def host_pow2scale_cast_to_fp8(
         raise RuntimeError(f"src.dtype {src.dtype} not currently supported.")
     scale = _check_log2_scale(log2_scale, "host_pow2scale_cast_to_fp8")
     x = src.astype(np.float64) * 2.0**scale
-    np_dt = dtype.as_numpy()
+    np_dt = dtype._compute_np()
     if not nan_on_overflow:
         big = float(ml_dtypes.finfo(np_dt).max)
-        np.clip(x, -big, big, out=x)  # NaN stays NaN
-    return to_float8(x, np_dt)
+        # finite values saturate; NaN and the infinities (the format has none) become NaN
+        x = np.where(np.isinf(x), np.nan, np.clip(x, -big, big))
+    return host_float8(to_float8(x, np_dt))
 
 
 def host_pow2scale_cast_from_fp8(src: Any, dtype: dtype | None = None, log2_scale: int = 0) -> np.ndarray:
-    """`cast(src, dtype) * 2**log2_scale` on the host: float8 data (ml_dtypes float8 or
-    upstream's structured float8 arrays) to `dtype` (`popxl.float16`, `float32` or
+    """`cast(src, dtype) * 2**log2_scale` on the host: float8 data (the host format
+    `np_dtype_float8_143` / `np_dtype_float8_152`, or ml_dtypes float8) to `dtype` (`popxl.float16`, `float32` or
     `float64`). RuntimeError for other dtypes or a `log2_scale` outside [-32, 32)."""
     src = _host_array(src)
     f8 = float8_view(src)
@@ -216,7 +235,7 @@ def host_fp8_mse_scale_pb(src: Any, dtype: dtype | None = None) -> int:
     x = x[np.isfinite(x)]
     if x.size == 0:
         return 0
-    np_dt = dtype.as_numpy()
+    np_dt = dtype._compute_np()
     big = float(ml_dtypes.finfo(np_dt).max)
     errors = []
     for s in range(_SCALE_LOW, _SCALE_HIGH + 1):

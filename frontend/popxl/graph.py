@@ -317,7 +317,7 @@ class Graph:
         shape = check_shape(shape, what)
         dt = checked_dtype(dtype, what)
         meta_shape = check_shape(meta_shape, what + " meta_shape") if meta_shape else None
-        ttype = tensor_type(shape, dt.as_numpy())
+        ttype = tensor_type(shape, dt._compute_np())
         name = self._unique_name(name if name is not None else "input", scoped=True)
         ipu = context._current_ipu()
         placement = {IPU_ATTR: IntegerAttr(ipu, i64)} if ipu is not None else None

@@ -20,6 +20,7 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 
 from popxl import context
 from popxl._checks import check_int
+from popxl.fp8_utils import float8_view
 from popxl.graph import Graph
 from popxl.tensor import Tensor, TensorByRef, TensorSpec
 from xl.dialects.graph import (
@@ -426,6 +427,8 @@ class Ir:
             ):
                 continue
             data = np.asarray(session.get_tensor_data(v))
+            f8 = float8_view(data)  # float8: as the IR holds it (ml_dtypes)
+            data = data if f8 is None else f8
             if v.retrieval_mode == "all_replicas" and rf > 1 and data.shape == (rf, *v.shape):
                 firsts = [members[0] for members in v.replica_grouping.groups]
                 data = data[firsts] if groups > 1 else data[0]

@@ -120,7 +120,7 @@ class RemoteBuffer:
         name = f"remote_buffer_{self._remote_buffer_id}"
         while name in taken:
             name += "_"
-        self._op = RemoteBufferOp(name, tensor_type(shape, dt.as_numpy()), entries)
+        self._op = RemoteBufferOp(name, tensor_type(shape, dt._compute_np()), entries)
         block = main._block
         first = next((op for op in block.ops if not isinstance(op, RemoteBufferOp)), None)
         if first is None:
@@ -176,7 +176,7 @@ class RemoteBuffer:
         entries = _check_entries(entries, what)
         shape = check_shape(tensor_shape, what)
         dt = checked_dtype(tensor_dtype, what)
-        self._op.type = tensor_type(shape, dt.as_numpy())
+        self._op.type = tensor_type(shape, dt._compute_np())
         self._op.entries = IntegerAttr(entries, i64)
 
     def _used(self) -> bool:

@@ -41,6 +41,7 @@ from popxl._checks import check_int
 from popxl._host import downcast_np_dtype
 from popxl._logging import logger
 from popxl._session_remote import SessionRemote
+from popxl.fp8_utils import float8_view, host_float8
 from popxl.ir import Ir
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
@@ -185,7 +186,7 @@ class Session:
                 host_init = dense_to_numpy(op.init)
             if host_init is not None:
                 return self._expand(v, host_init)
-            return np.zeros((self._replication_factor, *v.shape), v.dtype.as_numpy())
+            return np.zeros((self._replication_factor, *v.shape), v.dtype._compute_np())
         if host_init is not None:
             return np.array(host_init)
         if name in self._exe.state:
@@ -194,7 +195,7 @@ class Session:
             return np.array(self._exe.get_state(name))
         if isinstance(op.init, DenseIntOrFPElementsAttr):
             return dense_to_numpy(op.init)
-        return np.zeros(v.shape_on_host, v.dtype.as_numpy())
+        return np.zeros(v.shape_on_host, v.dtype._compute_np())
 
     # -- replicas -------------------------------------------------------------------------
     def _all_replicas(self, v: Variable) -> bool:
@@ -344,9 +345,10 @@ class Session:
     def get_tensor_data(self, tensor: Tensor) -> np.ndarray:
         """The value of a Variable (synced from the device when needed) or Constant, as a new
         array: later runs and writes do not change an array returned earlier. A variable
-        created from an `np.memmap` returns that memmap itself, which holds its value."""
+        created from an `np.memmap` returns that memmap itself, which holds its value.
+        float8 data is in the host format (`popxl.dtypes.np_dtype_float8_143` / `_152`)."""
         if isinstance(tensor, Constant):
-            return np.array(tensor._data, copy=True)
+            return host_float8(np.array(tensor._data, copy=True))
         if not isinstance(tensor, Variable):
             raise TypeError(
                 f"Session.get_tensor_data: {tensor!r} is not of type Constant or Variable; only "
@@ -357,7 +359,7 @@ class Session:
             self.weights_to_host()
         host = self._host[v]
         # a variable kept in an np.memmap: that object itself, as PopXL
-        return host if host is v._memmap_arr else host.copy()
+        return host_float8(host if host is v._memmap_arr else host.copy())
 
     def get_tensors_data(self, tensors: Iterable[Tensor]) -> dict[Tensor, np.ndarray]:
         """`get_tensor_data` of each of `tensors` (variables or constants), by tensor."""
@@ -388,6 +390,8 @@ class Session:
                 f"got the popxl Tensor {data!r}"
             )
         arr = np.asarray(data)
+        f8 = float8_view(arr)  # float8 data in the host format or ml_dtypes
+        arr = arr if f8 is None else f8
         if arr.dtype != host.dtype:
             raise TypeError(
                 f"Session.{what}: dtype of the data ({arr.dtype}) does not match variable {v.id} ({v.dtype.name})"
@@ -427,6 +431,8 @@ class Session:
         out: dict[str, np.ndarray] = {}
         for v in self._host:
             data = self.get_tensor_data(v)
+            f8 = float8_view(data)  # float8: as the IR holds it (ml_dtypes)
+            data = data if f8 is None else f8
             if self._all_replicas(v):
                 data = self._per_group(v, data) if v._num_groups > 1 else data[0]
             out[v._var_name] = data
@@ -448,7 +454,9 @@ class Session:
             if type(data).__module__.startswith("torch"):
                 data = data.detach().cpu().numpy()
             arr = np.asarray(data)
-            want = np.dtype(s.dtype.as_numpy())
+            f8 = float8_view(arr)  # float8 data in the host format or ml_dtypes
+            arr = arr if f8 is None else f8
+            want = s.dtype._compute_np()
             if arr.dtype != want and downcast and downcast_np_dtype(arr.dtype) == want:
                 arr = arr.astype(want)
             full = self._full_input_shape(s.shape)
@@ -479,7 +487,8 @@ class Session:
         arrays = self._prepare_inputs(inputs, downcast_inputs)
         outs = self._exe.run(arrays)
         self._device_dirty = True
-        return {self._d2h_by_name[n]: a for n, a in outs.items() if n in self._d2h_by_name}
+        # float8 results in the host format (PopXL's structured uint8 dtype)
+        return {self._d2h_by_name[n]: host_float8(a) for n, a in outs.items() if n in self._d2h_by_name}
 
     def run_with_outputs(
         self,
@@ -502,7 +511,11 @@ class Session:
         )
         for s, arr in outputs.items():
             full = self._full_input_shape(s.shape)
-            if not isinstance(arr, np.ndarray) or arr.shape != full or arr.dtype != np.dtype(s.dtype.as_numpy()):
+            if (
+                not isinstance(arr, np.ndarray)
+                or arr.shape != full
+                or arr.dtype not in (np.dtype(s.dtype.as_numpy()), s.dtype._compute_np())
+            ):
                 raise ValueError(
                     f"Session.run_with_outputs: output array for stream {s.tensor_id!r} must be "
                     f"a {full} {s.dtype.name} ndarray, got "
@@ -510,7 +523,11 @@ class Session:
                 )
         results = self.run(inputs, downcast_inputs)
         for s, arr in outputs.items():
-            np.copyto(arr, results[s])
+            f8 = float8_view(arr)  # float8 outputs: the host format or ml_dtypes, written as bits
+            if f8 is None:
+                np.copyto(arr, results[s])
+            else:
+                np.copyto(f8, results[s].view(f8.dtype), casting="no")
 
     @property
     def _pb_session(self) -> Any:

@@ -105,7 +105,7 @@ def _make(kind: str, shape: Iterable[int] | int, dtype: _dtype | DTypeLike, name
     dt = checked_dtype(dtype, what)
     ir = gcg().ir
     name = ir._unique_stream_name(name if name is not None else f"{kind}_stream")
-    ttype = tensor_type(shape, dt.as_numpy())
+    ttype = tensor_type(shape, dt._compute_np())
     if kind == "h2d":
         ir._add_stream_decl(H2DStreamOp(name, ttype))
         s = HostToDeviceStream._create(ir, name, shape, dt)

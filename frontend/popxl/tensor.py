@@ -25,6 +25,7 @@ from popxl._logging import logger
 from popxl.context import gcg
 from popxl.dtypes import checked_dtype, dtype
 from popxl.errors import UndefinedValue
+from popxl.fp8_utils import float8_view
 from popxl.remote_buffer import (
     RemoteBuffer,
     ReplicatedTensorSharding,
@@ -205,7 +206,7 @@ class Tensor:
         """The bytes to step in each dimension of the tensor (or of `shape`) laid out in
         row-major order, as `numpy.ndarray.strides`: `(48, 12, 4)` for a float32 (2, 4, 3)."""
         shape = tuple(shape) if shape is not None else self.shape
-        out, acc = [], np.dtype(self.dtype.as_numpy()).itemsize
+        out, acc = [], self.dtype._compute_np().itemsize
         for d in reversed(shape):
             out.append(acc)
             acc *= int(d)
@@ -477,6 +478,8 @@ def _variable_data(
         )
         return arr, None
     mm = to_numpy(data, dtype, downcast, copy=False, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
+    f8 = float8_view(mm)  # float8 data: the bits as xl computes with them (a view of the file)
+    mm = mm if f8 is None else f8
     if isinstance(replica_grouping, ReplicaGrouping) and not replica_grouping.is_const:
         logger.warning(
             f"In creation of variable {what}, you have passed np.memmap data and a non-const replica "
@@ -560,7 +563,7 @@ def variable(
 def constant_of(arr: np.ndarray, dt: dtype, name: str | None = None) -> Constant:
     """A constant in the current graph holding `arr` (of popxl dtype `dt`: the result of
     `host_array`), named `name` (scoped, made unique) when given."""
-    assert arr.dtype == np.dtype(dt.as_numpy()), f"constant_of: {arr.dtype} is not {dt}"
+    assert arr.dtype == dt._compute_np(), f"constant_of: {arr.dtype} is not {dt}"
     g = gcg()
     op = ConstantOp(dense_attr(arr))
     g._insert(op)

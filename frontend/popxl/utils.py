@@ -13,6 +13,7 @@ from popxl._checks import check_int
 from popxl._host import downcast_np_dtypes, host_array, is_torch
 from popxl.dtypes import checked_dtype, np_dtype_float8_143, np_dtype_float8_152
 from popxl.dtypes import dtype as _dtype
+from popxl.fp8_utils import host_float8
 
 # Upstream's popxl.utils imports these two (programs import them from here); `popxl.fp8_utils` is
 # their home and lists them.
@@ -46,8 +47,9 @@ def to_numpy(
     - `dtype` given: converted to it. For `popxl.float8_143` / `float8_152`, float16/32/64
       data is converted by `popxl.fp8_utils.host_pow2scale_cast_to_fp8` (scaled by
       `2**log2_scale`, default 0; NaN on overflow unless `nan_on_overflow` is False);
-      float8 data (ml_dtypes, or upstream's structured float8 arrays) is taken as it is;
-      other data raises TypeError.
+      float8 data (the host format `np_dtype_float8_143` / `np_dtype_float8_152`, or
+      ml_dtypes) is taken as it is; other data raises TypeError. float8 results are in the
+      host format.
     - no `dtype` and `downcast`: int64, uint64 and float64 become int32, uint32 and
       float32 (`downcast_np_dtypes`).
     - `log2_scale` / `nan_on_overflow` with a non-float8 `dtype`: RuntimeError.
@@ -56,7 +58,8 @@ def to_numpy(
     """
     what = "popxl.utils.to_numpy"
     if isinstance(x, np.memmap):
-        if dtype is not None and np.dtype(checked_dtype(dtype, what).as_numpy()) != x.dtype:
+        dt = None if dtype is None else checked_dtype(dtype, what)
+        if dt is not None and x.dtype not in (np.dtype(dt.as_numpy()), dt._compute_np()):
             raise ValueError(
                 "When passing a memory-mapped NumPy array, the `dtype` parameter must be "
                 "None or the same as the array's dtype"
@@ -82,6 +85,7 @@ def to_numpy(
         what=what,
         allow_complex=True,
     )
+    arr = host_float8(arr)
     if isinstance(x, np.ndarray) and np.may_share_memory(arr, x):
         if copy:
             return arr.copy(order="C")

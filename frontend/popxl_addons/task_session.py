@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 import popxl
+from popxl.fp8_utils import float8_view, host_float8
 from popxl_addons.named_tensors import NamedTensorData, NamedTensors
 from popxl_addons.streams import InputStreams, OutputStreams
 from xl.compiler.weights import load_arrays, save_arrays
@@ -325,6 +326,8 @@ class TaskSession(popxl.Session):
                 raise ValueError(f"load_checkpoint: cannot read tensor {name!r} from {path}: {e}") from None
             var = variables[name]
             want_dtype = np.dtype(var.dtype.as_numpy())
+            f8 = float8_view(arr)  # float8: the host format, or ml_dtypes (earlier checkpoints)
+            arr = arr if f8 is None else host_float8(f8)
             if tuple(arr.shape) != tuple(var.shape) or arr.dtype != want_dtype:
                 raise ValueError(
                     f"load_checkpoint: tensor {name!r} in {path} is {arr.shape} {arr.dtype}, the "

@@ -27,7 +27,7 @@ import popxl
 import popxl.ops as ops
 from popxl.bridge import check_int
 from popxl.context import NoGraphSelectedError
-from popxl.utils import downcast_np_dtypes
+from popxl.utils import downcast_np_dtypes, to_numpy
 from popxl_addons.dot_tree import DotTree
 from popxl_addons.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.named_tensors import NamedTensors
@@ -203,8 +203,15 @@ class VariableFactory:
             shape = self.full_shape if n == 1 else (n, *self.full_shape)
             return np.empty(shape, dtype=np_dtype)
         if n == 1:
-            return np.asarray(self._draw(), dtype=np_dtype)
-        return np.stack([np.asarray(self._draw(), dtype=np_dtype) for _ in range(n)])
+            return self._host(self._draw())
+        return np.stack([self._host(self._draw()) for _ in range(n)])
+
+    def _host(self, value: Any) -> np.ndarray:
+        """A drawn value as host data of the factory's dtype (float8: cast on the host from
+        float values, float8 data kept, in the host format, as `popxl.utils.to_numpy`)."""
+        if self.dtype in (popxl.float8_143, popxl.float8_152):
+            return to_numpy(value, self.dtype)
+        return np.asarray(value, dtype=self.dtype.as_numpy())
 
     def next_memmap(
         self, memmap_dir: str, name: str, empty: bool = False, read_only_if_exists: bool = False

@@ -1,4 +1,5 @@
-"""float8: `popxl.float8_143` / `float8_152` (emulated with ml_dtypes), `popxl.fp8_utils`,
+"""float8: `popxl.float8_143` / `float8_152` (host data: PopXL's structured uint8 dtype;
+computed with ml_dtypes), `popxl.fp8_utils`,
 `popxl.utils.to_numpy` / `downcast_np_dtypes` / `table_to_string`, and the float8 ops
 (`pow2scale_cast_to_fp8`, `pow2scale_cast_from_fp8`, `matmul_pow2scaled`,
 `conv_pow2scaled`, `conv_transpose_pow2scaled`).
@@ -45,6 +46,11 @@ def table(dt: popxl.dtype) -> np.ndarray:
     return np.array([decode(c, *FORMATS[dt]) for c in range(256)])
 
 
+def f64(a: np.ndarray) -> np.ndarray:
+    """The values of float8 host data (the structured host format), as float64."""
+    return host_pow2scale_cast_from_fp8(a, popxl.float64)
+
+
 @pytest.mark.parametrize("dt", list(FORMATS))
 def test_dtype_and_every_code(dt: popxl.dtype) -> None:
     assert dt.is_floating_point and not dt.is_int and dt.is_signed
@@ -56,9 +62,11 @@ def test_dtype_and_every_code(dt: popxl.dtype) -> None:
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     np.testing.assert_array_equal(got[~np.isnan(ref)], ref[~np.isnan(ref)])
     assert np.nanmax(ref) == (240.0 if dt is popxl.float8_143 else 57344.0)
-    # upstream's structured representation (one uint8 field) is accepted too
-    structured = np.arange(256, dtype=np.uint8).astype(np.dtype([(dt.name, "u1")]))
-    np.testing.assert_array_equal(host_pow2scale_cast_from_fp8(structured, popxl.float64)[1:], got[1:])
+    # the host format is PopXL's structured dtype of one uint8 field; the ml_dtypes arrays xl
+    # computes with (the same bits) are accepted too
+    assert dt.as_numpy() == np.dtype([(dt.name, "u1")])
+    ml = np.arange(256, dtype=np.uint8).view(dt._compute_np())
+    np.testing.assert_array_equal(host_pow2scale_cast_from_fp8(ml, popxl.float64)[1:], got[1:])
 
 
 @pytest.mark.parametrize("dt", list(FORMATS))
@@ -114,7 +122,8 @@ def test_host_cast_scale_overflow_and_errors() -> None:
     )
     torch = pytest.importorskip("torch")
     t = host_pow2scale_cast_to_fp8(torch.tensor([1.5, 2.25]), popxl.float8_152)
-    np.testing.assert_array_equal(t.astype(np.float32), [1.5, 2.0])
+    assert t.dtype == popxl.dtypes.np_dtype_float8_152
+    np.testing.assert_array_equal(f64(t), [1.5, 2.0])
     assert popxl.float8_152.as_torch() is torch.float8_e5m2fnuz
     with pytest.raises(RuntimeError, match="not currently supported"):
         host_pow2scale_cast_to_fp8(x, popxl.float16)
@@ -234,8 +243,8 @@ def test_to_numpy_rules(tmp_path) -> None:
     np.testing.assert_array_equal(to_numpy(a), a)
     f8 = to_numpy([1.0, 1000.0], popxl.float8_143, log2_scale=-2, nan_on_overflow=False)
     assert f8.dtype == popxl.float8_143.as_numpy()
-    np.testing.assert_array_equal(f8.astype(np.float32), [0.25, 240.0])
-    assert np.isnan(to_numpy([1000.0], popxl.float8_143).astype(np.float32)[0])  # NaN by default
+    np.testing.assert_array_equal(f64(f8), [0.25, 240.0])
+    assert np.isnan(f64(to_numpy([1000.0], popxl.float8_143))[0])  # NaN by default
     assert to_numpy(f8, popxl.float8_143).tobytes() == f8.tobytes()  # float8 data taken as it is
     with pytest.raises(RuntimeError, match="'log2scale' is not supported"):
         to_numpy(a, popxl.float32, log2_scale=1)
@@ -291,15 +300,18 @@ def test_program_casts_matmul_and_streams(optimize: bool) -> None:
             ops.host_store(popxl.d2h_stream(t.shape, t.dtype, name), t)
     assert y.dtype == popxl.float16 and c8.dtype == popxl.float8_143
     x8_data = host_pow2scale_cast_to_fp8(a, popxl.float8_143)
-    out = compile_module(ir._module, optimize=optimize).run({"x8": x8_data, "xf": a})
+    # the runtime computes with the ml_dtypes view of the host format's bits
+    out = compile_module(ir._module, optimize=optimize).run(
+        {"x8": x8_data.view(popxl.float8_143._compute_np()), "xf": a}
+    )
     w8 = host_pow2scale_cast_to_fp8(b, popxl.float8_152, log2_scale=1)
-    ref = x8_data.astype(np.float64) @ w8.astype(np.float64) * 2.0**-3
+    ref = f64(x8_data) @ f64(w8) * 2.0**-3
     np.testing.assert_array_equal(out["y"], ref.astype(np.float16))
     np.testing.assert_array_equal(
         out["c8"].view(np.uint8), host_pow2scale_cast_to_fp8(a, popxl.float8_143, 2).view(np.uint8)
     )
     np.testing.assert_array_equal(
-        out["back"], host_pow2scale_cast_to_fp8(a, popxl.float8_143, 2).astype(np.float32) / 4
+        out["back"], f64(host_pow2scale_cast_to_fp8(a, popxl.float8_143, 2)).astype(np.float32) / 4
     )
 
 
@@ -317,7 +329,8 @@ def test_session_float8_variable_roundtrip() -> None:
         np.testing.assert_array_equal(sess.run()[s], np.array([1.0, -6.0, 14.0], np.float16))
         got = sess.get_tensor_data(v)
     assert got.dtype == popxl.float8_143.as_numpy()
-    np.testing.assert_array_equal(got.astype(np.float32), data)
+    assert got.dtype == popxl.dtypes.np_dtype_float8_143
+    np.testing.assert_array_equal(f64(got), data)
 
 
 def _conv_ref(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
@@ -348,10 +361,10 @@ def test_conv_pow2scaled_and_transpose() -> None:
             ops.host_store(popxl.d2h_stream(t.shape, t.dtype, name), t)
     assert y.dtype == z.dtype == popxl.float16 and y.shape == (2, 4, 3, 3) and z.shape == (2, 2, 12, 12)
     out = compile_module(ir._module).run({})
-    ref = _conv_ref(x.astype(np.float64), w.astype(np.float64), 2, 1) * 4
+    ref = _conv_ref(f64(x), f64(w), 2, 1) * 4
     np.testing.assert_array_equal(out["y"], ref.astype(np.float16))
     # the transpose of a stride-2, 2x2 kernel convolution: each input pixel paints a 2x2 block
-    xs, wts = x.astype(np.float64), wt.astype(np.float64)
+    xs, wts = f64(x), f64(wt)
     zref = np.einsum("nchw,cmij->nmhiwj", xs, wts).reshape(2, 2, 12, 12) * 0.5
     np.testing.assert_array_equal(out["z"], zref.astype(np.float16))
 

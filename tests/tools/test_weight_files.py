@@ -28,6 +28,7 @@ from hypothesis.extra import numpy as hnp
 
 import popxl
 import popxl_addons as addons
+from popxl.fp8_utils import host_float8
 from xl.compiler.weights import DTYPES_MEMBER, load_arrays, save_arrays
 from xl.dialects.utils import DTYPES
 from xl.tools import run as xl_run
@@ -42,7 +43,7 @@ def test_popxl_dtypes_are_xl_dtypes() -> None:
         d = getattr(popxl.dtypes, name)
         if d.name.startswith("complex"):  # no NumPy runtime: refused wherever used
             continue
-        assert np.dtype(d.as_numpy()) in DTYPES, d
+        assert d._compute_np() in DTYPES, d
 
 
 def special_values(dt: np.dtype) -> np.ndarray:
@@ -166,16 +167,17 @@ def check_program_paths(values: dict[str, np.ndarray], tmp: Path) -> None:
     saved = xl_run_save_vars(tmp, ir.to_mlir())
     for name, want in values.items():
         assert_same_bits(saved[name], want, f"to_mlir() + xl-run --save-vars {name}")
-    # a Session: its initial values, then values written and read back (after a run)
+    # a Session: its initial values, then values written and read back (after a run); it
+    # returns float8 data in the host format (PopXL's structured uint8 dtype), the same bits
     session = popxl.Session(ir, "cpu")
     for name, want in values.items():
-        assert_same_bits(session.get_tensor_data(variables[name]), want, f"Session initial {name}")
+        assert_same_bits(session.get_tensor_data(variables[name]), host_float8(want), f"Session initial {name}")
     flipped = {name: flip(v) for name, v in values.items()}
     with session:
         session.write_variables_data({variables[n]: v for n, v in flipped.items()})
         session.run({})
         for name, want in flipped.items():
-            assert_same_bits(session.get_tensor_data(variables[name]), want, f"Session written {name}")
+            assert_same_bits(session.get_tensor_data(variables[name]), host_float8(want), f"Session written {name}")
     # a TaskSession checkpoint, loaded into another session of the same program
     ckpt = str(tmp / "ckpt")
     src = addons.TaskSession([], [], addons.NamedTensors.from_dict(variables), ir=ir, device_desc="cpu")
@@ -185,7 +187,7 @@ def check_program_paths(values: dict[str, np.ndarray], tmp: Path) -> None:
     dst = addons.TaskSession([], [], addons.NamedTensors.from_dict(variables2), ir=ir2, device_desc="cpu")
     dst.load_checkpoint(ckpt, report_missing="error")
     for name, want in flipped.items():
-        assert_same_bits(dst.get_tensor_data(variables2[name]), want, f"TaskSession checkpoint {name}")
+        assert_same_bits(dst.get_tensor_data(variables2[name]), host_float8(want), f"TaskSession checkpoint {name}")
 
 
 def flip(v: np.ndarray) -> np.ndarray:
