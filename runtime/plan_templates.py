@@ -69,6 +69,7 @@ from xl.runtime.float16 import half_add, half_scaled
 from xl.runtime.kernels import KERNELS, check_range
 from xl.runtime.kernels.core import BINARY_UFUNCS, UNARY_UFUNCS
 from xl.runtime.kernels.rt import parse_steps
+from xl.runtime.plan_matmul import matmul_lines
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
@@ -160,28 +161,16 @@ def _t_cast(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
 
 @template(MatmulOp)
 def _t_matmul(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    """Float matmuls on BLAS (`xl.runtime.plan_matmul`); others NumPy's matmul (float16,
+    1-D or empty operands: the kernel)."""
     if not _arity(op, 2, 1):
         return None
     a, b, out = g.arr(op.ins[0]), g.arr(op.ins[1]), g.arr(op.outs[0])
-    if (
-        a.ndim == 2
-        and b.ndim == 2
-        and a.dtype == b.dtype == out.dtype
-        and a.dtype.kind == "f"
-        and a.flags.c_contiguous
-        and b.flags.f_contiguous
-        and not b.flags.c_contiguous
-        and a.shape[0] <= 64
-        and min(b.shape) >= 128
-    ):
-        # A @ B with B a transposed view and few rows in A (a backward matmul through a
-        # weight, `dy @ W.T`): OpenBLAS is about 2x faster on the transposed problem
-        # W @ dy.T with an M x K output; the transposing copy of the small result is cheap.
-        ta, t = g.scratch((out.shape[1], out.shape[0]), out.dtype)
-        return [
-            f"{g.fn(np.matmul)}({g.view(b.T)}, {g.view(a.T)}, {t})",
-            f"{g.fn(np.copyto)}({o[0]}, {g.view(ta.T)})",
-        ]
+    lines = matmul_lines(g, a, b, out, i[0], i[1], o[0])
+    if lines is not None:
+        return lines
+    if out.dtype == np.float16:
+        return None
     return [f"{g.fn(np.matmul)}({i[0]}, {i[1]}, {o[0]})"]
 
 
