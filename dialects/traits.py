@@ -34,7 +34,8 @@ class GeluOp(_UnaryFloatOp):
   profiler once when a plan is built (`flop_count`), never per step.
 - `PopartType("MatMul")`: the PopART op type `print_schedule` shows, when it is not the
   CamelCase of the op name (`popxl.reduce_sum` -> `ReduceSum`, `popxl.relu_` ->
-  `ReluInplace`); see `popart_type`.
+  `ReluInplace`); see `popart_type`. A frontend call that emits several ops for one PopART
+  op (`popxl.ops.split`: slices) marks them with `POPART_OP_ATTR`.
 
 The in-place interface (`InPlaceInterface`, `WritesOperands`) and the memory effects
 live in `xl.dialects.effects`.
@@ -46,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr
 from xdsl.ir import Operation
 from xdsl.traits import OpTrait
 
@@ -118,6 +120,30 @@ def popart_type(op: OpLike) -> str:
     cls = _cls(op)
     t = cls.get_trait(PopartType)
     return t.type_name if t is not None else derived_popart_type(cls.name)
+
+
+POPART_OP_ATTR = "popart.op"
+"""Discardable attribute of the ops that one frontend call emits together for a single PopART
+op: `["Split", part, parts]` on each of the `popxl.slice` ops of `popxl.ops.split` (PopART's one
+`SplitOp` with `parts` outputs). `popart._internal.ir` reports such a group as one op.
+
+```mlir
+%a = popxl.slice %t {start = array<i64: 0>, stop = array<i64: 2>, axes = array<i64: 0>,
+                     popart.op = ["Split", 0 : i64, 2 : i64]} : (tensor<4x2xf32>) -> tensor<2x2xf32>
+```
+"""
+
+
+def popart_op_part(op: Operation) -> tuple[str, int, int] | None:
+    """`(type, part, parts)` when `op` is part `part` of a PopART op made of `parts` ops
+    (`POPART_OP_ATTR`), else None."""
+    a = op.attributes.get(POPART_OP_ATTR)
+    if not isinstance(a, ArrayAttr) or len(a.data) != 3:
+        return None
+    t, k, n = a.data
+    if not (isinstance(t, StringAttr) and isinstance(k, IntegerAttr) and isinstance(n, IntegerAttr)):
+        return None
+    return t.data, k.value.data, n.value.data
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ same object as `popart.SessionOptions`) with the enums they set on them
 (`popart.VirtualGraphMode`, ...), a `popart.DeviceInfo` check and the exception types.
 xl runs programs on NumPy: the options are checked, honoured where they mean something on
 NumPy (replication) and otherwise recorded; see `popart.session_options` and
-`popxl.Session.options_report()`. PopART's IR classes (`popart._internal.ir`) and its ONNX
-builder are not provided.
+`popxl.Session.options_report()`. Of PopART's IR classes, `popart._internal.ir` gives a
+graph's ops by PopART op class (`graph._pb_graph.getOps()`); its ONNX builder is not provided.
 
 ```python
 import popart, popxl

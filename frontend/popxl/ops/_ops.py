@@ -26,6 +26,7 @@ from popxl.ops._utils import (
     as_dtype,
     as_float,
     as_int,
+    as_one_popart_op,
     as_shape,
     axes_tuple,
     check_in_graph,
@@ -646,6 +647,7 @@ def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]
     for s in sizes:
         out.append(slice(t, start=start, stop=start + s, axis=axis))
         start += s
+    as_one_popart_op(out, "Split")  # one slice per part; PopART's one SplitOp
     return out
 
 

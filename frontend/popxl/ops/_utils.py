@@ -3,6 +3,7 @@
 - `emit(cls, inputs, result_types=None, **props)` / `emit1` / `emit_inplace`: build an op of
   the `xl.dialects.popxl` class `cls` (its `make` infers the result types) in the current
   graph and return the result tensors; the frontend never names an op by a string.
+- `as_one_popart_op(outputs, type)`: the ops of a public op that PopART builds as one op.
 - `insert(graph, op)`: the one insertion path (operands must belong to the graph; the op
   is verified, placed and numbered).
 - `@unimplemented`: a public op of upstream PopXL that xl has no op for yet.
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
@@ -30,6 +32,7 @@ from popxl.errors import GraphBuildError, GraphTypeError
 from popxl.graph import Graph
 from popxl.tensor import Constant, Tensor, Variable, constant_of
 from xl.dialects.popxl import DtypeMismatch, PopxlOp
+from xl.dialects.traits import POPART_OP_ATTR
 
 
 def not_implemented(qualname: str) -> NotImplementedError:
@@ -296,6 +299,21 @@ def emit1(
     """`emit` of an op with one result: that result (named `name` when given)."""
     (t,) = emit(cls, inputs, [result_type] if result_type is not None else None, [name], **props)
     return t
+
+
+def as_one_popart_op(outputs: Sequence[Tensor], type_name: str) -> None:
+    """Mark the ops that define `outputs` (in order) as the parts of one PopART op of type
+    `type_name` (`xl.dialects.traits.POPART_OP_ATTR`): a public op that xl builds from
+    several ops where PopART has one (`ops.split`: one slice per part, PopART's `Split`),
+    so `popart._internal.ir` reports the one op the program asked for."""
+    ops: list[Operation] = []
+    for t in outputs:
+        v = t._value
+        if isinstance(v, OpResult) and v.owner not in ops:
+            ops.append(v.owner)
+    n = IntegerAttr(len(ops), i64)
+    for k, op in enumerate(ops):
+        op.attributes[POPART_OP_ATTR] = ArrayAttr([StringAttr(type_name), IntegerAttr(k, i64), n])
 
 
 def emit_inplace(cls: type[PopxlOp], inputs: Sequence[Tensor | None], **props: Any) -> Tensor:

@@ -61,3 +61,46 @@ def test_unknown_names_are_attribute_errors() -> None:
     with pytest.raises(AttributeError, match="it provides id, getOps"):
         ir.main_graph._pb_graph.getTensors()
     assert len(op_classes()) > 100
+
+
+def test_split_is_one_split_op() -> None:
+    """PopART builds `ops.split` as one SplitOp with one output per part; xl builds slices,
+    which `getOps()` reports as that one op (parts of two splits stay two ops, slices the
+    program wrote itself stay slices), and the values are NumPy's split."""
+    data = np.arange(24, dtype=np.float32).reshape(4, 6)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(data, name="x")
+
+        def layer(t: popxl.Tensor) -> tuple[popxl.Tensor, ...]:
+            a, b, c = ops.split(t, 3, axis=-1)  # one Split
+            d, e = ops.split(t, [1, 3], axis=0)  # another, right after the first
+            f = ops.slice(t, start=0, stop=2, axis=1)  # two slices the program wrote
+            g = ops.slice(t, start=2, stop=6, axis=1)
+            return a, b + 1.0, c, d, e, f, g
+
+        graph = ir.create_graph(layer, x.spec)
+        outs = ops.call(graph, x)
+        streams = [popxl.d2h_stream(o.shape, o.dtype) for o in outs]
+        for s, o in zip(streams, outs, strict=True):
+            ops.host_store(s, o)
+    got = graph._pb_graph.getOps()
+    assert [type(o).__name__ for o in got] == ["SplitOp", "SplitOp", "SliceOp", "SliceOp", "AddOp"]
+    assert ops_of_type(got, _ir.op.SplitOp) == 2 and _ir.op.SplitOp.opType() == "Split"
+    assert [len(o.xl_ops) for o in got] == [3, 2, 1, 1, 1]
+    assert got[0].id == 0 and got[1].id == 3  # numbered as the first part
+    with popxl.Session(ir, "ipu_model") as session:
+        res = session.run()
+    want = [*np.split(data, 3, axis=-1), *np.split(data, [1], axis=0), data[:, :2], data[:, 2:]]
+    want[1] = want[1] + 1.0
+    for s, w in zip(streams, want, strict=True):
+        np.testing.assert_array_equal(res[s], w)
+    # the marks are IR: the module prints and parses back with them
+    from xdsl.parser import Parser
+
+    from popxl import bridge
+    from xl.dialects import xl_context
+
+    text = str(bridge.module_of(ir))
+    assert text.count('popart.op = ["Split", 0 : i64, 3 : i64]') == 1
+    assert str(Parser(xl_context(), text).parse_module()) == text

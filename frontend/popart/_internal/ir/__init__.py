@@ -14,8 +14,9 @@ assert ops_of_type(ops, _ir.op.MatMulOp) == 2
 The PopART op type of each xl op is a fact of its op class (`xl.dialects.traits
 .popart_type`); `popart._internal.ir.op` names the class of each type. Constants and a
 graph's output terminator are not PopART ops (constants are tensors there) and are not
-listed. A custom op (`popxl.custom_ops`) is an instance of `_ir.op.CustomOp` with its
-`opType()`.
+listed. A popxl call that xl builds from several ops where PopART has one counts once
+(`ops.split`: one `_ir.op.SplitOp`, whose `xl_ops` are its slices). A custom op
+(`popxl.custom_ops`) is an instance of `_ir.op.CustomOp` with its `opType()`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from popart._internal.ir import op
-from popart._internal.ir.op import Op, op_of
+from popart._internal.ir.op import Op, ops_of
 
 if TYPE_CHECKING:
     from popxl.graph import Graph as PopxlGraph
@@ -52,13 +53,9 @@ class Graph:
 
     def getOps(self) -> list[Op]:
         """One PopART op object per op of the graph, in program order (constants and the
-        output terminator left out, as in PopART)."""
-        out: list[Op] = []
-        for i, xop in enumerate(self.popxl_graph._block.ops):
-            o = op_of(xop, i)
-            if o is not None:
-                out.append(o)
-        return out
+        output terminator left out, as in PopART; the slices of one `ops.split` are its one
+        `SplitOp`)."""
+        return ops_of(self.popxl_graph._block.ops)
 
     def getOpIds(self) -> list[int]:
         return [o.id for o in self.getOps()]

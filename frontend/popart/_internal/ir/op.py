@@ -14,6 +14,7 @@ _ir.op.MatMulOp.opType  # 'MatMul'
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from xdsl.ir import Operation
@@ -21,9 +22,9 @@ from xdsl.traits import IsTerminator
 
 from xl.dialects import get_all_dialects
 from xl.dialects import graph as _graph
-from xl.dialects.traits import popart_type
+from xl.dialects.traits import popart_op_part, popart_type
 
-__all__ = ["Op", "op_class", "op_classes", "op_of"]
+__all__ = ["Op", "op_class", "op_classes", "op_of", "ops_of"]
 
 _CLASS_NAMES = {
     "Sub": "SubtractOp",
@@ -34,18 +35,24 @@ _CLASS_NAMES = {
 }
 """PopART's C++ class of the op types whose class is not `<type>Op`."""
 
+_COMPOSED = ("Split",)
+"""PopART op types that xl builds from several ops of its own (`popxl.ops.split`: slices),
+marked by the frontend with `xl.dialects.traits.POPART_OP_ATTR`."""
+
 _LOWERED = {"rt"}
 """Dialects of lowered programs: never in a popxl graph."""
 
 
 class Op:
     """A PopART op of a graph (what `Graph.getOps()` gives): `id`, `opType()`, `name()`;
-    `xl_op` is the xl op it stands for."""
+    `xl_op` is the xl op it stands for, `xl_ops` all of them (more than one for an op that
+    xl builds from several, such as a `SplitOp` from its slices)."""
 
     opType_: ClassVar[str] = ""
 
     def __init__(self, xl_op: Operation, index: int) -> None:
         self.xl_op = xl_op
+        self.xl_ops = [xl_op]
         self.id = index
 
     @classmethod
@@ -76,6 +83,9 @@ def _build() -> dict[str, type[Op]]:
             name = _class_name(t)
             if name not in classes:
                 classes[name] = type(name, (Op,), {"opType_": t, "__module__": __name__})
+    for t in _COMPOSED:
+        name = _class_name(t)
+        classes.setdefault(name, type(name, (Op,), {"opType_": t, "__module__": __name__}))
     return classes
 
 
@@ -94,10 +104,36 @@ def op_class(xl_op: Operation | type[Operation]) -> type[Op]:
 
 def op_of(xl_op: Operation, index: int) -> Op | None:
     """The PopART op object of `xl_op` (None for a constant or a terminator, which are not
-    PopART ops)."""
+    PopART ops). An op marked as a part of a composed op (`POPART_OP_ATTR`) gives an
+    object of that op's class; `ops_of` joins the parts."""
     if isinstance(xl_op, _graph.ConstantOp) or xl_op.has_trait(IsTerminator):
         return None
+    part = popart_op_part(xl_op)
+    if part is not None and part[0] in _COMPOSED:
+        return _CLASSES[_class_name(part[0])](xl_op, index)
     return op_class(xl_op)(xl_op, index)
+
+
+def ops_of(xl_ops: Iterable[Operation]) -> list[Op]:
+    """The PopART ops of a block's ops in program order (`Graph.getOps()`): one object per
+    op, but the consecutive parts of one composed op (part 0, 1, ... of `parts`, marked with
+    `POPART_OP_ATTR`) are one object, numbered as its first part."""
+    out: list[Op] = []
+    open_part: tuple[str, int, int] | None = None  # (type, last part, parts) of out[-1]
+    for i, xop in enumerate(xl_ops):
+        part = popart_op_part(xop)
+        if part is not None and open_part is not None and part[1] > 0:
+            t, k, n = open_part
+            if (part[0], part[1] - 1, part[2]) == (t, k, n):
+                out[-1].xl_ops.append(xop)
+                open_part = part if part[1] + 1 < n else None
+                continue
+        o = op_of(xop, i)
+        if o is None:
+            continue
+        out.append(o)
+        open_part = part if part is not None and part[1] + 1 < part[2] else None
+    return out
 
 
 def __getattr__(name: str) -> Any:
