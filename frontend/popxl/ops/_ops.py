@@ -647,7 +647,7 @@ def split(t: Tensor, splits: int | Sequence[int], axis: int = 0) -> list[Tensor]
     for s in sizes:
         out.append(slice(t, start=start, stop=start + s, axis=axis))
         start += s
-    as_one_popart_op(out, "Split")  # one slice per part; PopART's one SplitOp
+    as_one_popart_op([o for o in out if o is not t], "Split")  # one slice per part; PopART's one SplitOp
     return out
 
 
