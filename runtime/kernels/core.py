@@ -446,19 +446,33 @@ def _expand(p: dict[str, Any]) -> Kernel:
 
 @kernel(ReduceToShapeOp)
 def _reduce_to_shape(p: dict[str, Any]) -> Kernel:
-    axes: tuple[int, ...] | None = None
+    """The sum over the axes `out` was broadcast along (the leading axes `x` has more, and
+    those where `out` has 1): one `np.add.reduce` straight into a keepdims view of `out`
+    (no temporary, no copy); a copy of `np.sum` where `out` has no such view or another
+    dtype."""
+    plan: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def k(x: np.ndarray, out: np.ndarray) -> None:
-        nonlocal axes
-        if axes is None:
+        nonlocal plan
+        if plan is None:
             lead = x.ndim - out.ndim
             axes = tuple(range(lead)) + tuple(
                 lead + i for i, d in enumerate(out.shape) if d == 1 and x.shape[lead + i] != 1
             )
-        if axes:
-            np.copyto(out, np.sum(x, axis=axes, keepdims=True).reshape(out.shape))
-        else:
+            plan = axes, tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+        axes, kept = plan
+        if not axes:
             np.copyto(out, x)
+            return
+        if x.dtype == out.dtype:
+            try:
+                view = np.reshape(out, kept, copy=False)
+            except ValueError:
+                view = None
+            if view is not None:
+                np.add.reduce(x, axis=axes, out=view, keepdims=True)
+                return
+        np.copyto(out, np.sum(x, axis=axes, keepdims=True).reshape(out.shape))
 
     return k
 

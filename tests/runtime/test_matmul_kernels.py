@@ -26,17 +26,18 @@ from xl.runtime.streams import StreamIn, StreamOut
 UNIT = {np.float16: 2.0**-24, np.float32: 2.0**-24, np.float64: 2.0**-53}  # float16 sums in float32
 
 
-def run_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, optimize: bool) -> None:
-    """One `popxl.matmul` kernel bound to these arrays (views allowed), built and run once."""
+def run_kernel(name: str, ins: list[np.ndarray], outs: list[np.ndarray], optimize: bool) -> None:
+    """One `rt.kernel` `name` bound to these arrays (views allowed), built in the optimised
+    or the straightforward plan and run once."""
     block = Block()
     vals: list[SSAValue] = []
-    for x in (a, b, out):
+    for x in (*ins, *outs):
         alloc = rt.AllocOp(memref_type(x.shape, x.dtype))
         block.add_op(alloc)
         vals.append(alloc.result)
-    block.add_op(rt.KernelOp(MatmulOp.name, vals[:2], vals[2:], {}))
+    block.add_op(rt.KernelOp(name, vals[: len(ins)], vals[len(ins) :], {}))
     rt.ProgramOp(Region(block), rt.ProgramOp.program_attributes(1, 1))
-    preset = dict(zip(vals, (a, b, out)))
+    preset = dict(zip(vals, (*ins, *outs)))
 
     def bind(self, v: SSAValue, arr: np.ndarray, hint: str, base: type) -> None:
         base.bind(self, v, preset.get(v, arr), hint)
@@ -53,6 +54,10 @@ def run_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, optimize: bool) ->
         c = type("C", (_Compiler,), {"bind": lambda s, v, x, h: bind(s, v, x, h, _Compiler)})()
         for s in c.compile_block(block):
             s()
+
+
+def run_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, optimize: bool) -> None:
+    run_kernel(MatmulOp.name, [a, b], [out], optimize)
 
 
 def check(a: np.ndarray, b: np.ndarray, out: np.ndarray, optimize: bool) -> None:
