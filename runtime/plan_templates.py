@@ -23,7 +23,6 @@ precomputed flat index, `xl.gemm_acc` is one BLAS call, `dy @ W.T` with few rows
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -40,8 +39,6 @@ from xl.dialects.popxl import (
     DetachOp,
     DivOp,
     ExpandOp,
-    GeluGradOp,
-    GeluOp,
     IdentityOp,
     MatmulOp,
     NllLossWithSoftmaxGradOp,
@@ -55,8 +52,6 @@ from xl.dialects.popxl import (
     ReshapeOp,
     ScaledAddInplaceOp,
     ScaledAddOp,
-    SoftmaxGradOp,
-    SoftmaxOp,
     SqueezeOp,
     TransposeOp,
 )
@@ -70,10 +65,6 @@ from xl.runtime.kernels import KERNELS, check_range
 from xl.runtime.kernels.core import BINARY_UFUNCS, UNARY_UFUNCS
 from xl.runtime.kernels.rt import parse_steps
 from xl.runtime.plan_matmul import matmul_lines
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_GELU_A = 0.044715
-
 
 # ------------------------------------------------------------------------------------
 # Kernel templates: (gen, op, in names, out names, props) -> source lines, or None
@@ -196,71 +187,6 @@ def _t_layout(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     return [f"{g.fn(np.copyto)}({g.view(dst)}, {i[0]})"]
 
 
-def _gelu_tanh(g: Gen, k: Callable[[float], str], x: str, x2: str, u: str) -> list[str]:
-    """Lines that leave x^2 in `x2` and tanh(sqrt(2/pi) x (1 + 0.044715 x^2)) in `u` (`x2` may be `u`)."""
-    mul, add = g.fn(np.multiply), g.fn(np.add)
-    return [
-        f"{mul}({x}, {x}, {x2})",
-        f"{mul}({x2}, {k(_GELU_A)}, {u})",
-        f"{add}({u}, {k(1)}, {u})",
-        f"{mul}({u}, {x}, {u})",
-        f"{mul}({u}, {k(_SQRT_2_OVER_PI)}, {u})",
-        f"{g.fn(np.tanh)}({u}, {u})",
-    ]
-
-
-@template(GeluOp)
-def _t_gelu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    """0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), as the reference kernel, no temporaries."""
-    if not _arity(op, 1, 1):
-        return None
-    out = g.arr(op.outs[0])
-    if out.dtype.kind != "f":
-        return None
-    x = i[0]
-    if op.outs[0] is op.ins[0]:
-        _, u = g.scratch(out.shape, out.dtype)
-    else:
-        u = o[0]
-    mul, add = g.fn(np.multiply), g.fn(np.add)
-    k = partial(g.const, dtype=out.dtype)
-    return [
-        *_gelu_tanh(g, k, x, u, u),
-        f"{add}({u}, {k(1)}, {u})",
-        f"{mul}({u}, {k(0.5)}, {u})",
-        f"{mul}({x}, {u}, {o[0]})",
-    ]
-
-
-@template(GeluGradOp)
-def _t_gelu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    """dy (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3a x^2)), t = tanh(u), as the reference."""
-    if not _arity(op, 2, 1):
-        return None
-    out = g.arr(op.outs[0])
-    if out.dtype.kind != "f" or any(g.arr(v).shape != out.shape for v in op.ins):
-        return None
-    dy, x = i
-    _, x2 = g.scratch(out.shape, out.dtype)
-    _, u = g.scratch(out.shape, out.dtype)
-    _, s = g.scratch(out.shape, out.dtype)
-    mul, add = g.fn(np.multiply), g.fn(np.add)
-    k = partial(g.const, dtype=out.dtype)
-    return [
-        *_gelu_tanh(g, k, x, x2, u),  # t
-        f"{mul}({x2}, {k(3 * _GELU_A * _SQRT_2_OVER_PI)}, {x2})",  # du
-        f"{add}({x2}, {k(_SQRT_2_OVER_PI)}, {x2})",
-        f"{mul}({x2}, {x}, {x2})",
-        f"{mul}({u}, {u}, {s})",
-        f"{g.fn(np.subtract)}({k(1)}, {s}, {s})",  # sech2
-        f"{mul}({x2}, {s}, {x2})",
-        f"{add}({x2}, {u}, {x2})",
-        f"{add}({x2}, {k(1)}, {x2})",
-        f"{mul}({x2}, {k(0.5)}, {x2})",
-        f"{mul}({dy}, {x2}, {o[0]})",
-    ]
-
-
 @template(ReluGradOp)
 def _t_relu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 2, 1):
@@ -278,12 +204,6 @@ def _kept_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...
     return tuple(1 if d in axes else n for d, n in enumerate(shape))
 
 
-def _softmax_axis(out: np.ndarray, p: dict[str, Any]) -> tuple[int, tuple[int, ...]]:
-    """The normalised softmax axis and the keepdims shape of a reduction over it."""
-    axis = int(p["axis"]) % out.ndim
-    return axis, _kept_shape(out.shape, (axis,))
-
-
 def _reduce_into(
     g: Gen, ufunc: np.ufunc, src: str, x: np.ndarray, out: np.ndarray, axes: tuple[int, ...]
 ) -> list[str] | None:
@@ -295,44 +215,6 @@ def _reduce_into(
     if kept is None:
         return None
     return [f"{g.fn(ufunc.reduce)}({src}, {axes!r}, None, {g.view(kept)}, True)"]
-
-
-@template(SoftmaxOp)
-def _t_softmax(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    if not _arity(op, 1, 1):
-        return None
-    out = g.arr(op.outs[0])
-    if out.dtype.kind != "f" or out.ndim == 0:
-        return None
-    axis, kshape = _softmax_axis(out, p)
-    _, m = g.scratch(kshape, out.dtype)
-    _, s = g.scratch(kshape, out.dtype)
-    return [
-        f"{g.fn(np.maximum.reduce)}({i[0]}, {axis}, None, {m}, True)",
-        f"{g.fn(np.subtract)}({i[0]}, {m}, {o[0]})",
-        f"{g.fn(np.exp)}({o[0]}, {o[0]})",
-        f"{g.fn(np.add.reduce)}({o[0]}, {axis}, None, {s}, True)",
-        f"{g.fn(np.divide)}({o[0]}, {s}, {o[0]})",
-    ]
-
-
-@template(SoftmaxGradOp)
-def _t_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    if not _arity(op, 2, 1):
-        return None
-    out = g.arr(op.outs[0])
-    if out.dtype.kind != "f" or any(g.arr(v).shape != out.shape for v in op.ins):
-        return None
-    axis, kshape = _softmax_axis(out, p)
-    _, t = g.scratch(out.shape, out.dtype)
-    _, s = g.scratch(kshape, out.dtype)
-    dy, y = i
-    return [
-        f"{g.fn(np.multiply)}({dy}, {y}, {t})",
-        f"{g.fn(np.add.reduce)}({t}, {axis}, None, {s}, True)",
-        f"{g.fn(np.subtract)}({dy}, {s}, {t})",
-        f"{g.fn(np.multiply)}({y}, {t}, {o[0]})",
-    ]
 
 
 def _reduce_template(ufunc: np.ufunc) -> Template:

@@ -1,9 +1,10 @@
 """NumPy kernels for the `rt.kernel` ops, registered by the op class they implement.
 
 One module per area: `registry` (the registry and the run-time range checks), `core` (the
-popxl tensor ops), `nn`, `norm` (group normalisation), `random`, `remote`, `custom` (user ops
-with NumPy implementations), `rt` (the `xl.*` kernels only `rt` passes make) and `collectives`
-(replica collectives, which receive every local replica's arrays at once). Importing the package registers them all.
+popxl tensor ops), `activation` (softmax, gelu and their gradients), `nn`, `norm` (group
+normalisation), `random`, `remote`, `custom` (user ops with NumPy implementations), `rt` (the
+`xl.*` kernels only `rt` passes make) and `collectives` (replica collectives, which receive
+every local replica's arrays at once). Importing the package registers them all.
 
 ```python
 @kernel(GeluOp)
@@ -36,7 +37,7 @@ More rules:
   dtype than its update (float16 moments, float32 gradients) is cast on store.
 """
 
-from xl.runtime.kernels import collectives, core, custom, nn, norm, random, remote, rt
+from xl.runtime.kernels import activation, collectives, core, custom, nn, norm, random, remote, rt
 from xl.runtime.kernels.registry import (
     KERNELS,
     DataRangeError,
@@ -54,6 +55,7 @@ __all__ = [
     "DataRangeError",
     "Kernel",
     "KernelFactory",
+    "activation",
     "check_range",
     "collectives",
     "core",

@@ -53,8 +53,6 @@ from xl.dialects.popxl import (
     GatherOp,
     GeluErfGradOp,
     GeluErfOp,
-    GeluGradOp,
-    GeluOp,
     GreaterOp,
     IdentityOp,
     IncrementModInplaceOp,
@@ -96,8 +94,6 @@ from xl.dialects.popxl import (
     SinOp,
     SliceGradOp,
     SliceOp,
-    SoftmaxGradOp,
-    SoftmaxOp,
     SparseAccumulateOp,
     SqrtOp,
     SqueezeOp,
@@ -123,9 +119,6 @@ from xl.runtime.kernels.registry import (
 # ------------------------------------------------------------------------------------
 # Helpers (compile time)
 # ------------------------------------------------------------------------------------
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_GELU_A = 0.044715
 
 
 def _axes(p: dict[str, Any], key: str = "axis") -> tuple[int, ...] | None:
@@ -312,24 +305,6 @@ def _swish(p: dict[str, Any]) -> Kernel:
     return k
 
 
-@kernel(GeluOp)
-def _gelu(p: dict[str, Any]) -> Kernel:
-    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-
-    def k(x: np.ndarray, out: np.ndarray) -> None:
-        u = np.asarray(x * x)  # an array also for 0-d x (arithmetic gives scalars)
-        u *= _GELU_A
-        u += 1
-        u *= x
-        u *= _SQRT_2_OVER_PI
-        np.tanh(u, out=u)
-        u += 1
-        u *= 0.5
-        np.multiply(x, u, out=out)
-
-    return k
-
-
 @kernel(IdentityOp)
 @kernel(DetachOp)
 def _identity(p: dict[str, Any]) -> Kernel:
@@ -388,21 +363,6 @@ def _cumsum(p: dict[str, Any]) -> Kernel:
         np.cumsum(np.flip(x, dim), axis=dim, dtype=out.dtype, out=np.flip(out, dim))
 
     return k_rev if reverse else k
-
-
-@kernel(SoftmaxOp)
-def _softmax(p: dict[str, Any]) -> Kernel:
-    """exp(x - max) / sum, along `axis`."""
-    axis = int(p["axis"])
-
-    def k(x: np.ndarray, out: np.ndarray) -> None:
-        m = np.max(x, axis=axis, keepdims=True)
-        np.subtract(x, m, out=out)
-        np.exp(out, out=out)
-        s = np.sum(out, axis=axis, keepdims=True)
-        out /= s
-
-    return k
 
 
 # ------------------------------------------------------------------------------------
@@ -794,46 +754,10 @@ def _nll_loss_with_softmax_grad(p: dict[str, Any]) -> Kernel:
     return _optional_kernel(p, NllLossWithSoftmaxGradOp, lambda pos: 2, build)
 
 
-@kernel(GeluGradOp)
-def _gelu_grad(p: dict[str, Any]) -> Kernel:
-    """dy * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3a x^2))."""
-
-    def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
-        x2 = x * x
-        u = np.asarray(x2 * _GELU_A)  # arrays also for 0-d x (arithmetic gives scalars)
-        u += 1
-        u *= x
-        u *= _SQRT_2_OVER_PI
-        t = np.tanh(u, out=u)
-        du = np.asarray(x2 * (3 * _GELU_A * _SQRT_2_OVER_PI))
-        du += _SQRT_2_OVER_PI
-        du *= x
-        sech2 = 1 - t * t
-        du *= sech2
-        du += t
-        du += 1
-        du *= 0.5
-        np.multiply(dy, du, out=out)
-
-    return k
-
-
 @kernel(ReluGradOp)
 def _relu_grad(p: dict[str, Any]) -> Kernel:
     def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
         np.multiply(dy, x > 0, out=out)
-
-    return k
-
-
-@kernel(SoftmaxGradOp)
-def _softmax_grad(p: dict[str, Any]) -> Kernel:
-    axis = int(p["axis"])
-
-    def k(dy: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
-        s = np.sum(dy * y, axis=axis, keepdims=True)
-        d = dy - s
-        np.multiply(y, d, out=out)
 
     return k
 

@@ -1,0 +1,346 @@
+"""Softmax and GELU (tanh) with their gradients: each one NumPy function, run by the kernel
+of the straightforward plan and called by the generated plan's template with precomputed
+views and scratch buffers (`xl.runtime.codegen`), so the maths and its constants exist once.
+
+Softmax runs on rows `(N, C)` (the softmax axis last, contiguous; other layouts and dtypes
+go through contiguous float32 / float64 copies). Its row reductions go through BLAS and
+blocks, since a NumPy reduction over each short row costs about 60 ns per row (the 64-wide
+attention rows of a transformer):
+
+- the shift is the maximum of a block of rows (`_block_rows`: one attention head's scores),
+  a reduction NumPy vectorises; a row whose own maximum is far below its block's (its sum
+  of exponentials under `_TINY_SUM`, or NaN) makes the kernel recompute all rows with their
+  own maxima, so the result is the softmax of each row as exactly as with per-row shifts;
+- the sums of exponentials are one matrix-vector product with a vector of ones.
+
+GELU is `x (0.5 + 0.5 tanh(u))`, `u = sqrt(2/pi) (x + 0.044715 x^3)`; its gradient
+`0.5 (1 + t) (1 + x u' (1 - t))`, `t = tanh(u)`, `u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)`:
+eight and fifteen ufunc calls writing preallocated buffers, no temporaries.
+
+```python
+from xl.runtime.kernels.activation import softmax_rows
+```
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from xl.dialects.popxl import GeluGradOp, GeluOp, SoftmaxGradOp, SoftmaxOp
+from xl.runtime.codegen import Gen, K, template
+from xl.runtime.kernels.registry import Kernel, kernel
+
+Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
+
+_FAST = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return np.empty(shape, dtype)
+
+
+def _scratch(g: Gen) -> Alloc:
+    """`Alloc` through the generated plan's shared scratch buffers."""
+    return lambda shape, dtype: g.scratch(shape, dtype)[0]
+
+
+def _call(g: Gen, fn: Callable[..., None], args: Sequence[np.ndarray | str]) -> list[str]:
+    """The one line calling `fn` with `args`: names as given, arrays bound now."""
+    return [f"{g.fn(fn)}({', '.join(a if isinstance(a, str) else g.view(a) for a in args)})"]
+
+
+@cache
+def _consts(dtype: np.dtype, *values: float) -> tuple[np.ndarray, ...]:
+    """0-d read-only arrays of `dtype`: a ufunc takes them without converting a Python float
+    on every call."""
+    out = []
+    for v in values:
+        a = np.array(v, dtype)
+        a.flags.writeable = False
+        out.append(a)
+    return tuple(out)
+
+
+@cache
+def _ones(n: int, dtype: np.dtype) -> np.ndarray:
+    a = np.ones(n, dtype)
+    a.flags.writeable = False
+    return a
+
+
+# ------------------------------------------------------------------------------------
+# Softmax
+# ------------------------------------------------------------------------------------
+
+_BLOCK = 4096  # elements of a block of rows sharing one shift
+_TINY_SUM = 1e-15  # a row's sum of exponentials below this: its shift was too far above its maximum
+
+
+def _block_rows(n: int, c: int) -> int:
+    """Rows per shift block: the largest divisor of `n` with at most `_BLOCK` elements (>= 1)."""
+    best = 1
+    for r in range(2, min(n, _BLOCK // max(c, 1)) + 1):
+        if n % r == 0:
+            best = r
+    return best
+
+
+def _rows(a: np.ndarray, axis: int) -> np.ndarray | None:
+    """`a` as a `(rows, C)` view with the softmax axis last, or None (not that layout)."""
+    if a.ndim == 0 or axis % a.ndim != a.ndim - 1 or not a.flags.c_contiguous or a.size == 0:
+        return None
+    return a.reshape(-1, a.shape[-1])
+
+
+def softmax_rows(
+    x: np.ndarray,
+    out: np.ndarray,
+    xb: np.ndarray,
+    ob: np.ndarray,
+    bmax: np.ndarray,
+    s: np.ndarray,
+    s2: np.ndarray,
+    ones: np.ndarray,
+) -> None:
+    """out = exp(x - shift) / sum per row of `x` `(N, C)`; `xb` / `ob` are `x` / `out` as blocks
+    of rows `(B, R C)`, `bmax` `(B, 1)` scratch, `s` `(N,)` scratch and `s2` its `(N, 1)` view,
+    `ones` `(C,)`. With one row per block (`B == N`) the shift is each row's maximum; `x` may
+    then be `out`."""
+    np.maximum.reduce(xb, axis=1, out=bmax, keepdims=True)
+    np.subtract(xb, bmax, ob)
+    np.exp(ob, ob)
+    np.matmul(out, ones, s)
+    if bmax.shape[0] != s.shape[0] and not s.min() >= _TINY_SUM:
+        # a row far below its block's maximum (or NaN): every row with its own maximum
+        np.maximum.reduce(x, axis=1, out=s2, keepdims=True)
+        np.subtract(x, s2, out)
+        np.exp(out, out)
+        np.matmul(out, ones, s)
+    np.reciprocal(s, s)
+    np.multiply(out, s2, out)
+
+
+def _softmax_operands(x: np.ndarray, out: np.ndarray, axis: int, alloc: Alloc) -> list[np.ndarray] | None:
+    """The arguments of `softmax_rows` for these buffers, or None (not rows of a float32 /
+    float64 softmax over the last axis)."""
+    x2, o2 = _rows(x, axis), _rows(out, axis)
+    if x2 is None or o2 is None or x.dtype != out.dtype or x.dtype not in _FAST or x.shape != out.shape:
+        return None
+    n, c = x2.shape
+    r = 1 if np.may_share_memory(x, out) else _block_rows(n, c)
+    s = alloc((n,), x.dtype)
+    return [x2, o2, x2.reshape(n // r, r * c), o2.reshape(n // r, r * c), alloc((n // r, 1), x.dtype), s]
+
+
+def _softmax_args(x: np.ndarray, out: np.ndarray, axis: int, alloc: Alloc) -> list[np.ndarray] | None:
+    ops = _softmax_operands(x, out, axis, alloc)
+    if ops is None:
+        return None
+    s = ops[-1]
+    return [*ops, s.reshape(-1, 1), _ones(x.shape[-1] if x.ndim else 1, x.dtype)]
+
+
+def _moved(
+    body: Callable[..., None],
+    args: Callable[..., list[np.ndarray] | None],
+    ins: list[np.ndarray],
+    out: np.ndarray,
+    axis: int,
+    alloc: Alloc,
+) -> Callable[[], None] | None:
+    """A rows body on any layout and float dtype: the inputs copied into float32 / float64
+    contiguous scratch with the axis last, the result copied back into `out` (None: empty)."""
+    if out.size == 0:
+        return None
+    wide = out.dtype if out.dtype in _FAST else np.dtype(np.float32)
+    ax = axis % max(out.ndim, 1)
+
+    def moved(a: np.ndarray) -> np.ndarray:
+        return np.moveaxis(a, ax, -1) if a.ndim else a.reshape(1)
+
+    src, dst = [moved(np.broadcast_to(a, out.shape)) for a in ins], moved(out)
+    cont = [alloc(dst.shape, wide) for _ in range(len(ins) + 1)]
+    a = args(*cont, -1, alloc)
+    assert a is not None  # contiguous, float, non-empty: rows
+
+    def run() -> None:
+        for m, c in zip(src, cont):
+            np.copyto(c, m, casting="unsafe")
+        body(*a)
+        np.copyto(dst, cont[-1], casting="unsafe")
+
+    return run
+
+
+@kernel(SoftmaxOp)
+def _softmax(p: dict[str, Any]) -> Kernel:
+    """exp(x - max) / sum, along `axis`."""
+    axis = int(p["axis"])
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        a = _softmax_args(x, out, axis, _empty)
+        if a is not None:
+            softmax_rows(*a)
+        elif (run := _moved(softmax_rows, _softmax_args, [x], out, axis, _empty)) is not None:
+            run()
+
+    return k
+
+
+@template(SoftmaxOp)
+def _t_softmax(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    if len(op.ins) != 1 or len(op.outs) != 1:
+        return None
+    x, out, axis = g.arr(op.ins[0]), g.arr(op.outs[0]), int(p["axis"])
+    a = _softmax_args(x, out, axis, _scratch(g))
+    if a is not None:
+        return _call(g, softmax_rows, a)
+    run = _moved(softmax_rows, _softmax_args, [x], out, axis, _scratch(g))
+    return [] if run is None else [f"{g.bind(run, 'softmax')}()"]
+
+
+def softmax_grad_rows(
+    dy: np.ndarray, y: np.ndarray, out: np.ndarray, t: np.ndarray, s: np.ndarray, s2: np.ndarray
+) -> None:
+    """out = y (dy - sum(dy y)) per row of `(N, C)` arrays; `t` is `out`, or scratch when `out`
+    overlaps `y`; `s` `(N,)` scratch and `s2` its `(N, 1)` view."""
+    np.einsum("ij,ij->i", dy, y, out=s)
+    np.subtract(dy, s2, t)
+    np.multiply(t, y, out)
+
+
+def _softmax_grad_args(
+    dy: np.ndarray, y: np.ndarray, out: np.ndarray, axis: int, alloc: Alloc
+) -> list[np.ndarray] | None:
+    d2, y2, o2 = _rows(dy, axis), _rows(y, axis), _rows(out, axis)
+    if d2 is None or y2 is None or o2 is None or not (dy.dtype == y.dtype == out.dtype) or out.dtype not in _FAST:
+        return None
+    if not (dy.shape == y.shape == out.shape):
+        return None
+    t = alloc(o2.shape, out.dtype) if np.may_share_memory(out, y) else o2
+    s = alloc((o2.shape[0],), out.dtype)
+    return [d2, y2, o2, t, s, s.reshape(-1, 1)]
+
+
+@kernel(SoftmaxGradOp)
+def _softmax_grad(p: dict[str, Any]) -> Kernel:
+    """y (dy - sum(dy y)) along `axis` (`y` the softmax's output)."""
+    axis = int(p["axis"])
+
+    def k(dy: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
+        a = _softmax_grad_args(dy, y, out, axis, _empty)
+        if a is not None:
+            softmax_grad_rows(*a)
+        elif (run := _moved(softmax_grad_rows, _softmax_grad_args, [dy, y], out, axis, _empty)) is not None:
+            run()
+
+    return k
+
+
+@template(SoftmaxGradOp)
+def _t_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    if len(op.ins) != 2 or len(op.outs) != 1:
+        return None
+    dy, y, out = (g.arr(v) for v in (*op.ins, *op.outs))
+    axis = int(p["axis"])
+    a = _softmax_grad_args(dy, y, out, axis, _scratch(g))
+    if a is not None:
+        return _call(g, softmax_grad_rows, a)
+    run = _moved(softmax_grad_rows, _softmax_grad_args, [dy, y], out, axis, _scratch(g))
+    return [] if run is None else [f"{g.bind(run, 'softmax_grad')}()"]
+
+
+# ------------------------------------------------------------------------------------
+# GELU (tanh approximation)
+# ------------------------------------------------------------------------------------
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_A = 0.044715
+
+
+def _gelu_consts(dtype: np.dtype) -> tuple[np.ndarray, ...]:
+    """sqrt(2/pi) a, sqrt(2/pi), 3 sqrt(2/pi) a, 0.5, 1 in `dtype`."""
+    return _consts(dtype, _SQRT_2_OVER_PI * _GELU_A, _SQRT_2_OVER_PI, 3 * _SQRT_2_OVER_PI * _GELU_A, 0.5, 1.0)
+
+
+def gelu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
+    """out = x (0.5 + 0.5 tanh(sqrt(2/pi) x (1 + 0.044715 x^2))); `t` scratch of out's shape
+    (`out` may be `x`)."""
+    ka, k0, _, half, _ = _gelu_consts(t.dtype)
+    np.multiply(x, x, t)
+    np.multiply(t, ka, t)
+    np.add(t, k0, t)
+    np.multiply(t, x, t)
+    np.tanh(t, t)
+    np.multiply(t, half, t)
+    np.add(t, half, t)
+    np.multiply(x, t, out)
+
+
+def _float_scratch(out: np.ndarray, alloc: Alloc) -> np.ndarray:
+    return alloc(out.shape, out.dtype if out.dtype.kind == "f" else np.dtype(np.float64))
+
+
+@kernel(GeluOp)
+def _gelu(p: dict[str, Any]) -> Kernel:
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+
+    def k(x: np.ndarray, out: np.ndarray) -> None:
+        gelu_into(x, out, _float_scratch(out, _empty))
+
+    return k
+
+
+@template(GeluOp)
+def _t_gelu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    if len(op.ins) != 1 or len(op.outs) != 1 or g.arr(op.outs[0]).dtype.kind != "f":
+        return None
+    return _call(g, gelu_into, [i[0], o[0], _float_scratch(g.arr(op.outs[0]), _scratch(g))])
+
+
+def gelu_grad_into(dy: np.ndarray, x: np.ndarray, out: np.ndarray, v: np.ndarray, t: np.ndarray, w: np.ndarray) -> None:
+    """out = dy 0.5 (1 + t) (1 + x u' (1 - t)), t = tanh(u) (see the module); `v`, `t`, `w`
+    scratch of out's shape (`out` may be `dy` or `x`)."""
+    ka, k0, k3a, half, one = _gelu_consts(t.dtype)
+    np.multiply(x, x, v)
+    np.multiply(v, ka, t)
+    np.add(t, k0, t)
+    np.multiply(t, x, t)
+    np.tanh(t, t)  # t
+    np.multiply(v, k3a, v)
+    np.add(v, k0, v)
+    np.multiply(v, x, v)  # x u'
+    np.subtract(one, t, w)
+    np.multiply(v, w, v)
+    np.add(v, one, v)  # 1 + x u' (1 - t)
+    np.multiply(t, half, t)
+    np.add(t, half, t)  # 0.5 (1 + t)
+    np.multiply(v, t, v)
+    np.multiply(dy, v, out)
+
+
+def _gelu_grad_scratch(out: np.ndarray, alloc: Alloc) -> list[np.ndarray]:
+    return [_float_scratch(out, alloc) for _ in range(3)]
+
+
+@kernel(GeluGradOp)
+def _gelu_grad(p: dict[str, Any]) -> Kernel:
+    """dy (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u')."""
+
+    def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+        gelu_grad_into(dy, x, out, *_gelu_grad_scratch(out, _empty))
+
+    return k
+
+
+@template(GeluGradOp)
+def _t_gelu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    out = g.arr(op.outs[0]) if len(op.outs) == 1 else None
+    if len(op.ins) != 2 or out is None or out.dtype.kind != "f":
+        return None
+    return _call(g, gelu_grad_into, [*i, o[0], *_gelu_grad_scratch(out, _scratch(g))])
