@@ -52,7 +52,9 @@ textual form), `xl.dialects.effects` (in-place interface, memory effects) and
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -348,14 +350,39 @@ def same_dtype(cls: type[PopxlOp], types: Sequence[TensorType]) -> np.dtype:
     return dts.pop()
 
 
+_DEFERRED_DTYPE_CHECKS: ContextVar[list[VerifyException] | None] = ContextVar("deferred_dtype_checks", default=None)
+
+
+@contextmanager
+def deferred_dtype_checks() -> Iterator[list[VerifyException]]:
+    """Within this context, an operand of a dtype the op cannot compute (`require_float`,
+    `require_int`) does not stop type inference or verification: the errors are collected
+    in the list yielded, and the op is built with the types it would have. The IR stays
+    invalid: `verify()` outside the context raises the same error. (PopXL builds such ops
+    and refuses the program when it is compiled; its frontend does the same with this.)"""
+    errors: list[VerifyException] = []
+    token = _DEFERRED_DTYPE_CHECKS.set(errors)
+    try:
+        yield errors
+    finally:
+        _DEFERRED_DTYPE_CHECKS.reset(token)
+
+
+def _dtype_error(cls: type[PopxlOp], msg: str) -> None:
+    deferred = _DEFERRED_DTYPE_CHECKS.get()
+    if deferred is None:
+        raise cls.fail(msg)
+    deferred.append(cls.fail(msg))
+
+
 def require_float(cls: type[PopxlOp], t: TensorType, what: str = "input") -> None:
     if dtype_of(t).kind != "f":
-        raise cls.fail(f"{what} must be a floating point tensor, got {fmt_type(t)}")
+        _dtype_error(cls, f"{what} must be a floating point tensor, got {fmt_type(t)}")
 
 
 def require_int(cls: type[PopxlOp], t: TensorType, what: str = "indices") -> None:
     if dtype_of(t).kind not in "iu":
-        raise cls.fail(f"{what} must be an integer tensor, got {fmt_type(t)}")
+        _dtype_error(cls, f"{what} must be an integer tensor, got {fmt_type(t)}")
 
 
 def require_numeric(cls: type[PopxlOp], t: TensorType, what: str = "input") -> None:
@@ -467,7 +494,7 @@ class BinaryOp(PopxlOp):
         arity(cls, types, 2)
         dt = same_dtype(cls, types)
         if dt.kind not in cls.DTYPE_KINDS:
-            raise cls.fail(f"unsupported dtype {dt} for operands ({_types_str(types)})")
+            _dtype_error(cls, f"unsupported dtype {dt} for operands ({_types_str(types)})")
         shape = broadcast(cls, types)
         return [tensor_type(shape, np.bool_ if cls.RESULT_BOOL else dt)]
 
@@ -637,7 +664,7 @@ class UnaryOp(PopxlOp):
         (t,) = types
         if dtype_of(t).kind not in cls.DTYPE_KINDS:
             kind = "a floating point" if cls.DTYPE_KINDS == "f" else "a supported"
-            raise cls.fail(f"input must be {kind} tensor, got {fmt_type(t)}")
+            _dtype_error(cls, f"input must be {kind} tensor, got {fmt_type(t)}")
         return [t]
 
 
@@ -2409,7 +2436,8 @@ class LambUpdaterOp(_UpdaterBase):
     """
 
     name = "popxl.lamb_updater"
-    traits = traits_def(AcceptsViews(), NotDifferentiable())
+    # one PopART op, AdamUpdater, in its Lamb / AdaMax modes
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), PopartType("AdamUpdater"))
     m = operand_def(TensorType)
     v = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
@@ -2442,7 +2470,8 @@ class AdamaxUpdaterOp(_UpdaterBase):
     """
 
     name = "popxl.adamax_updater"
-    traits = traits_def(AcceptsViews(), NotDifferentiable())
+    # one PopART op, AdamUpdater, in its Lamb / AdaMax modes
+    traits = traits_def(AcceptsViews(), NotDifferentiable(), PopartType("AdamUpdater"))
     m = operand_def(TensorType)
     v = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
@@ -3484,7 +3513,7 @@ class GroupNormOp(PopxlOp):
         arity(cls, types, 3)
         dt = same_dtype(cls, types)
         if dt.kind != "f":
-            raise cls.fail(f"expects floating-point tensors, got {fmt_type(types[0])}")
+            _dtype_error(cls, f"expects floating-point tensors, got {fmt_type(types[0])}")
         x = shape_of(types[0])
         if len(x) < 2:
             raise cls.fail(f"the input must be (N, C, ...), got {fmt_type(types[0])}")

@@ -31,7 +31,7 @@ from popxl.context import gcg
 from popxl.errors import GraphBuildError, GraphTypeError
 from popxl.graph import Graph
 from popxl.tensor import Constant, Tensor, Variable, constant_of
-from xl.dialects.popxl import DtypeMismatch, PopxlOp
+from xl.dialects.popxl import DtypeMismatch, PopxlOp, deferred_dtype_checks
 from xl.dialects.traits import POPART_OP_ATTR
 
 
@@ -265,6 +265,12 @@ def emit(
     keyword goes to the optional operand of that name (or `<name>_tensor`). A
     `VerifyException` from type inference/verification becomes a `ValueError` with the
     same message.
+
+    An operand of a dtype the op cannot compute (an int tensor to `gelu`, float labels to
+    `nll_loss_with_softmax_grad`) does not stop the op being built, as in PopXL, which
+    refuses such programs when they are compiled: the op is built with the types it would
+    have, and `popxl.Session` refuses the program with the op's message
+    (`xl.dialects.popxl.deferred_dtype_checks`).
     """
     if not (isinstance(cls, type) and issubclass(cls, PopxlOp)):
         raise TypeError(f"emit: expected a popxl dialect op class, got {cls!r}")
@@ -278,14 +284,15 @@ def emit(
     for k, v in tensor_props.items():
         props[k] = v._value
     check_same_placement([t for t in inputs if t is not None] + list(tensor_props.values()), what)
-    try:
-        op = cls.make([None if t is None else t._value for t in inputs], result_types, **props)
-    except DtypeMismatch as e:
-        raise GraphTypeError(str(e)) from None
-    except VerifyException as e:
-        raise GraphBuildError(str(e)) from None
-    # Inferred result types were checked by `make`; given ones are verified here.
-    insert(g, op, verify=result_types is not None)
+    with deferred_dtype_checks():
+        try:
+            op = cls.make([None if t is None else t._value for t in inputs], result_types, **props)
+        except DtypeMismatch as e:
+            raise GraphTypeError(str(e)) from None
+        except VerifyException as e:
+            raise GraphBuildError(str(e)) from None
+        # Inferred result types were checked by `make`; given ones are verified here.
+        insert(g, op, verify=result_types is not None)
     outs = []
     for i, r in enumerate(op.results):
         name = names[i] if names is not None and i < len(names) else None

@@ -39,6 +39,21 @@ _COMPOSED = ("Split",)
 """PopART op types that xl builds from several ops of its own (`popxl.ops.split`: slices),
 marked by the frontend with `xl.dialects.traits.POPART_OP_ATTR`."""
 
+_OPTIMIZER_TYPES = frozenset(
+    {
+        "AdamUpdater",
+        "AdamVarUpdate",
+        "Accumulate",
+        "AccumulatorScale",
+        "AccumulatorZero",
+        "CopyVarUpdate",
+        "SparseAccumulate",
+        "SparseAccumulateInplace",
+    }
+)
+"""The op types whose PopART class reports `isOptimizerOp()`: the updaters and the variable
+updates (PopART's `VarUpdateOp` subclasses)."""
+
 _LOWERED = {"rt"}
 """Dialects of lowered programs: never in a popxl graph."""
 
@@ -62,6 +77,10 @@ class Op:
 
     def name(self) -> str:
         return self.xl_op.name
+
+    def isOptimizerOp(self) -> bool:  # noqa: N802  (PopART's name)
+        """Whether the op is an optimizer op: an updater or a variable update."""
+        return self.opType_ in _OPTIMIZER_TYPES
 
     getName = name
 
@@ -103,10 +122,11 @@ def op_class(xl_op: Operation | type[Operation]) -> type[Op]:
 
 
 def op_of(xl_op: Operation, index: int) -> Op | None:
-    """The PopART op object of `xl_op` (None for a constant or a terminator, which are not
-    PopART ops). An op marked as a part of a composed op (`POPART_OP_ATTR`) gives an
-    object of that op's class; `ops_of` joins the parts."""
-    if isinstance(xl_op, _graph.ConstantOp) or xl_op.has_trait(IsTerminator):
+    """The PopART op object of `xl_op` (None for a constant, a variable or a terminator,
+    which are not PopART ops: PopART's constants and variables are tensors). An op marked
+    as a part of a composed op (`POPART_OP_ATTR`) gives an object of that op's class;
+    `ops_of` joins the parts."""
+    if isinstance(xl_op, _graph.ConstantOp | _graph.VariableOp) or xl_op.has_trait(IsTerminator):
         return None
     part = popart_op_part(xl_op)
     if part is not None and part[0] in _COMPOSED:
