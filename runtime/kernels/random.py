@@ -21,6 +21,8 @@ earlier steps, or how many times the program was compiled.
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -106,6 +108,53 @@ def _keep(seed: np.ndarray, shape: tuple[int, ...], threshold: np.uint64) -> np.
     return np.greater_equal(bits, threshold).reshape(shape)
 
 
+class MaskCache:
+    """Dropout masks drawn by one kernel, kept for the next kernel that asks for the same
+    mask: a dropout's gradient is the same dropout of `dy` (same seed, shape and ratio), so
+    the backward pass would draw every forward mask again (the Philox draw is nearly all of
+    a dropout's cost). A mask is a pure function of (seed value, shape, threshold), so
+    reusing one changes no value. An entry is dropped when it is used (the gradient is
+    usually its only reuse; a recomputed forward draws again) and the oldest entries when
+    the masks kept exceed `limit` bytes (one byte per element; a dropout run only forward,
+    as in inference, never finds its mask again). The masks are read-only; the cache is
+    shared by all kernels and threads (a lock guards its updates).
+    """
+
+    def __init__(self, limit: int = 32 << 20) -> None:
+        self.limit = limit
+        self.size = 0
+        self._masks: OrderedDict[tuple[bytes, tuple[int, ...], int], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def keep(self, seed: np.ndarray, shape: tuple[int, ...], threshold: np.uint64) -> np.ndarray:
+        """`_keep(seed, shape, threshold)`, taken from the cache when an earlier call left it."""
+        key = (np.asarray(seed, np.uint32).tobytes(), shape, int(threshold))
+        with self._lock:
+            m = self._masks.pop(key, None)
+            if m is not None:
+                self.size -= m.nbytes
+                return m
+        m = _keep(seed, shape, threshold)
+        m.flags.writeable = False
+        if m.nbytes <= self.limit:
+            with self._lock:
+                if key not in self._masks:
+                    self._masks[key] = m
+                    self.size += m.nbytes
+                while self.size > self.limit:
+                    _, old = self._masks.popitem(last=False)
+                    self.size -= old.nbytes
+        return m
+
+    def clear(self) -> None:
+        with self._lock:
+            self._masks.clear()
+            self.size = 0
+
+
+MASKS = MaskCache()
+
+
 @kernel(ModifyRandomSeedOp)
 def _modify_random_seed(p: dict[str, Any]) -> Kernel:
     def k(seed: np.ndarray, modifier: np.ndarray, out: np.ndarray) -> None:
@@ -149,12 +198,13 @@ def _dropout(ratio: float, mask_shape: tuple[int, ...] | None) -> Kernel:
     """`x * m`, `m = where(keep, scale, 0)` in x's dtype, computed as `(x * keep) * scale`:
     the same values bit for bit (`x * 1` is `x`, and `x * 0` is a zero of x's sign or NaN,
     which the positive finite scale leaves as they are), without building `m`. The mask
-    costs the Philox draw and one comparison of its words (`keep_mask`)."""
+    costs the Philox draw and one comparison of its words (`keep_mask`), and the gradient
+    finds the forward's mask in `MASKS` instead of drawing it again."""
     scale = 1.0 / (1.0 - ratio)
     threshold = keep_threshold(ratio)  # a ratio outside [0, 1) fails when the plan is built
 
     def k(x: np.ndarray, seed: np.ndarray, out: np.ndarray) -> None:
-        keep = _keep(seed, x.shape if mask_shape is None else mask_shape, threshold)
+        keep = MASKS.keep(seed, x.shape if mask_shape is None else mask_shape, threshold)
         np.multiply(x, keep, out=out)
         if scale != 1.0:
             np.multiply(out, x.dtype.type(scale), out=out)

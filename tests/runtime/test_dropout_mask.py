@@ -24,7 +24,7 @@ from popxl import ops
 from xl.compiler import compile_module
 from xl.dialects.popxl import DropoutOp, ShapedDropoutOp
 from xl.runtime.kernels import KERNELS
-from xl.runtime.kernels.random import keep_threshold
+from xl.runtime.kernels.random import MASKS, MaskCache, keep_threshold
 
 
 def ref_uniform(seed: np.ndarray, n: int) -> np.ndarray:
@@ -162,3 +162,55 @@ def test_both_plans_equal_the_definition(optimize: bool) -> None:
         out = compile_module(ir._module, optimize=optimize).run({"x": x, "seed": seed})
         assert_same_bits(out["y"], ref_dropout(x, seed, 0.2))
         assert_same_bits(out["z"], ref_dropout(x, seed, 0.3, (16, 4, 1, 9)))
+
+
+def test_mask_cache_gives_each_mask_once_more_and_stays_bounded() -> None:
+    """The gradient's dropout finds the forward's mask (the same object, the definition's
+    values); an entry is dropped when used; the oldest go beyond the byte limit."""
+    cache = MaskCache(limit=1000)
+    seed = np.array([5, 6], np.uint32)
+    t = keep_threshold(0.25)
+    want = ref_uniform(seed, 300).reshape(20, 15) >= 0.25
+    first = cache.keep(seed, (20, 15), t)
+    np.testing.assert_array_equal(first, want)
+    assert not first.flags.writeable and cache.size == 300
+    again = cache.keep(seed, (20, 15), t)
+    assert again is first and cache.size == 0  # used: dropped
+    third = cache.keep(seed, (20, 15), t)
+    assert third is not first
+    np.testing.assert_array_equal(third, want)
+    # another shape, seed or ratio is another mask
+    other = [cache.keep(seed, (15, 20), t), cache.keep(seed + np.uint32(1), (20, 15), t)]
+    other.append(cache.keep(seed, (20, 15), keep_threshold(0.5)))
+    assert cache.size <= 1000  # four masks of 300 bytes: the oldest went
+    assert cache.keep(seed, (20, 15), t) is not third  # evicted: drawn again, same values
+    np.testing.assert_array_equal(other[0], (ref_uniform(seed, 300) >= 0.25).reshape(15, 20))
+    big = cache.keep(seed, (2000,), t)  # larger than the limit: not kept
+    assert cache.size <= 1000 and cache.keep(seed, (2000,), t) is not big
+
+
+def test_forward_and_gradient_share_the_mask_in_a_program() -> None:
+    """A dropout and its gradient (same seed) in one program: the gradient's values are
+    `dy * m` with the definition's mask, whether or not the mask was found in the cache."""
+    x = np.random.default_rng(6).standard_normal((32, 16)).astype(np.float32)
+    dy = np.random.default_rng(7).standard_normal((32, 16)).astype(np.float32)
+    seed = np.array([3, 4], np.uint32)
+    for cached in (True, False):
+        MASKS.clear()
+        ir = popxl.Ir()
+        with ir.main_graph:
+            xt = ops.host_load(popxl.h2d_stream(x.shape, popxl.float32, "x"))
+            dyt = ops.host_load(popxl.h2d_stream(x.shape, popxl.float32, "dy"))
+            st_ = ops.host_load(popxl.h2d_stream((2,), popxl.uint32, "seed"))
+            y = ops.dropout(xt, st_, 0.4)
+            g = ops.dropout(dyt, st_, 0.4)  # what autodiff builds for the gradient
+            ops.host_store(popxl.d2h_stream(x.shape, popxl.float32, "y"), y)
+            ops.host_store(popxl.d2h_stream(x.shape, popxl.float32, "g"), g)
+        MASKS.limit = (32 << 20) if cached else 0
+        try:
+            out = compile_module(ir._module).run({"x": x, "dy": dy, "seed": seed})
+        finally:
+            MASKS.limit = 32 << 20
+        assert_same_bits(out["y"], ref_dropout(x, seed, 0.4))
+        assert_same_bits(out["g"], ref_dropout(dy, seed, 0.4))
+        assert MASKS.size == 0
