@@ -120,6 +120,18 @@ def gather_inputs(exe: Executable, specs: Sequence[str]) -> dict[str, np.ndarray
     return inputs
 
 
+def _typed(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`arr` as `dtype` when it holds that dtype's bits untyped: NumPy's .npy/.npz writers keep a
+    float8 (ml_dtypes) array's bytes but not its type (it reads back as `|V1`), and PopXL's host
+    format for float8 is a one-field structured dtype of the bits (`[('float8_143', 'u1')]`)."""
+    if dtype.kind != "V" or arr.dtype.kind != "V" or arr.dtype.itemsize != dtype.itemsize:
+        return arr
+    fields = arr.dtype.fields
+    if fields is None or (len(fields) == 1 and next(iter(fields.values()))[0] == np.dtype(np.uint8)):
+        return arr.view(dtype)
+    return arr
+
+
 def check_inputs(exe: Executable, inputs: dict[str, np.ndarray]) -> None:
     unexpected = sorted(set(inputs) - set(exe.h2d_streams))
     if unexpected:
@@ -130,7 +142,7 @@ def check_inputs(exe: Executable, inputs: dict[str, np.ndarray]) -> None:
     if missing:
         raise RunError(f"missing input for stream(s) {', '.join(missing)}")
     for name, (shape, dtype) in exe.h2d_streams.items():
-        arr = inputs[name]
+        arr = inputs[name] = _typed(inputs[name], np.dtype(dtype))
         full = exe.full_shape(shape)
         if arr.shape != full:
             raise RunError(
@@ -174,6 +186,7 @@ def set_variables(exe: Executable, data: dict[str, np.ndarray]) -> None:
         if name not in exe.state:
             raise RunError(f'--vars: the program has no variable named "{name}"')
         buf = exe.state[name]
+        arr = _typed(arr, buf.dtype)
         r = exe.replication_factor
         per_replica = r > 1 and arr.shape == (r, *buf.shape)
         if arr.shape != buf.shape and not per_replica:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -163,3 +164,32 @@ def test_mnist_errors_never_print_weights(mnist_ir: popxl.Ir, tmp_path: Path) ->
         assert len(err) < 2000, len(err)
         shown = err.split("\n")
         assert any(s.startswith("...") and s.endswith("@@@") for s in shown), err
+
+
+@pytest.mark.parametrize("dtype", [popxl.float8_143, popxl.float8_152])
+def test_xl_run_reads_float8_npy_saved_untyped(tmp_path: Path, dtype: popxl.dtype) -> None:
+    """np.save keeps a float8 array's bytes but not its type (it reads back as |V1): xl-run takes
+    such a file for a float8 stream as those bits, as it takes popxl's host format (a one-field
+    structured dtype of the bits); bytes of another width are refused."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xs = popxl.h2d_stream((5,), dtype, "x")
+        ys = popxl.d2h_stream((5,), popxl.float32, "y")
+        ops.host_store(ys, ops.pow2scale_cast_from_fp8(ops.host_load(xs), 0, popxl.float32))
+    prog = tmp_path / "prog.mlir"
+    prog.write_text(ir.to_mlir())
+    np_type = np.dtype({"float8_143": ml_dtypes.float8_e4m3fnuz, "float8_152": ml_dtypes.float8_e5m2fnuz}[dtype.name])
+    x = np.array([1.0, -2.0, 0.375, 12.0, -0.0625], np.float32).astype(np_type)
+    np.save(tmp_path / "x.npy", x)
+    assert np.load(tmp_path / "x.npy").dtype == np.dtype("V1")  # what the file holds
+    out = tmp_path / "y.npz"
+    code, _, err = _xl_run(str(prog), str(tmp_path / "x.npy"), "-o", str(out))
+    assert code == 0, err
+    np.testing.assert_array_equal(np.load(out)["y"], x.astype(np.float32))
+    np.save(tmp_path / "host.npy", x.view(np.uint8).view([(dtype.name, "u1")]))
+    code, _, err = _xl_run(str(prog), str(tmp_path / "host.npy"), "-o", str(out))
+    assert code == 0, err
+    np.testing.assert_array_equal(np.load(out)["y"], x.astype(np.float32))
+    np.save(tmp_path / "v2.npy", np.zeros(5, "V2"))
+    code, _, err = _xl_run(str(prog), str(tmp_path / "v2.npy"))
+    assert code == 1 and f'stream "x": expected dtype {np_type}, got |V2' in err, err
