@@ -83,6 +83,7 @@ from xdsl.utils.exceptions import VerifyException
 from xl.dialects.dominance import verify_dominance
 from xl.dialects.effects import ValueEffect, is_written
 from xl.dialects.replica import ReplicaGroupingAttr
+from xl.dialects.replica_layout import ReplicaLayout
 from xl.dialects.traits import NoGradient
 from xl.dialects.utils import fmt_type
 
@@ -566,6 +567,13 @@ class VariableOp(IRDLOperation):
             return 1
         return self.grouping.num_groups(rf)
 
+    def layout(self, replication_factor: int) -> ReplicaLayout:
+        """Which replicas share which value of the variable (ValueError when the grouping
+        does not fit `replication_factor`)."""
+        t = self.result.type
+        assert isinstance(t, TensorType)
+        return ReplicaLayout(t.get_shape(), replication_factor, self.grouping)
+
     def verify_(self) -> None:
         what = f'graph.variable "{self.var_name.data}"'
         parent = self.parent_op()
@@ -579,18 +587,19 @@ class VariableOp(IRDLOperation):
                 f"{what}: retrieval_mode {self.retrieval_mode.data!r} is not one of {', '.join(RETRIEVAL_MODES)}"
             )
         groups = 1
+        expected = self.result.type
         if self.grouping is not None and isinstance(parent, MainGraphOp):
             err = self.grouping.fit_error(parent.replication_factor)
             if err is not None:
                 raise VerifyException(f"{what}: grouping {err}")
-            groups = self.grouping.num_groups(parent.replication_factor)
+            layout = self.layout(parent.replication_factor)
+            groups = layout.num_groups
+            if groups > 1:
+                assert isinstance(expected, TensorType)
+                expected = TensorType(expected.get_element_type(), layout.host_shape)
         if self.init is None:
             return
         t = self.init.get_type()
-        expected = self.result.type
-        if groups > 1:
-            assert isinstance(expected, TensorType)
-            expected = TensorType(expected.get_element_type(), [groups, *expected.get_shape()])
         if t != expected:
             per = f" ({groups} groups of {self.result.type})" if groups > 1 else ""
             raise VerifyException(f"{what}: initial value of type {t} does not match the variable type {expected}{per}")

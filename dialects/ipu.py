@@ -71,6 +71,8 @@ from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects.effects import PartialWrite, ValueEffect, WritesOperands
 from xl.dialects.graph import GraphOp
+from xl.dialects.replica import ReplicaGroupingAttr
+from xl.dialects.replica_layout import ReplicaLayout
 from xl.dialects.traits import AcceptsViews, NoGradient, NotDifferentiable, PopartType
 from xl.dialects.utils import dtype_of, fmt_type, shape_of
 
@@ -306,15 +308,14 @@ class _VariableHandle(IRDLOperation):
     def replication_factor(self) -> int:
         return _replication_factor(self)
 
-    def group_assignment(self) -> list[int]:
-        """The group of each replica (all 0 without a grouping)."""
-        rf = self.replication_factor()
-        if self.grouping is None:
-            return [0] * rf
-        return list(self.grouping.assignment(rf))  # pyright: ignore[reportAttributeAccessIssue]
+    def layout(self) -> ReplicaLayout:
+        """Which replicas hold which value or shard of the variable, and its shapes."""
+        grouping = self.grouping
+        assert grouping is None or isinstance(grouping, ReplicaGroupingAttr), grouping  # verified
+        return ReplicaLayout(shape_of(self.full_type()), self.replication_factor(), grouping, self.num_shards())
 
     def num_groups(self) -> int:
-        return max(self.group_assignment(), default=0) + 1
+        return self.layout().num_groups
 
     def num_shards(self) -> int:
         """Replicas each value is sharded over (1: not sharded)."""
@@ -323,46 +324,17 @@ class _VariableHandle(IRDLOperation):
     def full_type(self) -> TensorType:
         return self.results[0].type  # pyright: ignore[reportReturnType]
 
-    def shard_size(self) -> int:
-        """Elements per shard: the full value's elements over the shards, rounded up."""
-        return -(-math.prod(shape_of(self.full_type())) // self.num_shards())
-
-    def shard_index(self) -> list[int]:
-        """The shard each replica holds: its position in its group modulo `shard_over`."""
-        assign = self.group_assignment()
-        seen: dict[int, int] = {}
-        out = []
-        for g in assign:
-            p = seen.get(g, 0)
-            seen[g] = p + 1
-            out.append(p % self.num_shards())
-        return out
-
     def replica_values(self, values: np.ndarray | None = None) -> list[np.ndarray]:
-        """The value each replica stores (its group's value, or its shard of it, flattened
-        and zero-padded to `shard_size`), from the per-group `values` (default: `init`)."""
+        """The value each replica stores (its group's value, or its shard of it), from the
+        per-group `values` (default: `init`, zeros without one)."""
         from xl.dialects.utils import dense_to_numpy
 
-        full = self.full_type()
-        dt = dtype_of(full)
+        layout = self.layout()
+        if values is None and self.init is not None:
+            values = dense_to_numpy(self.init)
         if values is None:
-            values = dense_to_numpy(self.init) if self.init is not None else None
-        groups = self.num_groups()
-        if values is None:
-            values = np.zeros((groups, *shape_of(full)) if groups > 1 else shape_of(full), dt)
-        if groups == 1:
-            values = values.reshape(1, *shape_of(full))
-        out = []
-        shards = self.num_shards()
-        n = self.shard_size()
-        for g, i in zip(self.group_assignment(), self.shard_index(), strict=True):
-            v = values[g]
-            if shards > 1:
-                flat = np.zeros(n * shards, dt)
-                flat[: v.size] = v.reshape(-1)
-                v = flat[i * n : (i + 1) * n]
-            out.append(np.ascontiguousarray(v))
-        return out
+            values = np.zeros(layout.host_shape, dtype_of(self.full_type()))
+        return layout.replica_values(values)
 
     def _parse_tail(self, attrs: dict[str, Attribute]) -> None:
         for key in self._EXTRA:
@@ -407,27 +379,19 @@ class _VariableHandle(IRDLOperation):
             )
         rf = self.replication_factor()
         if self.grouping is not None:
-            fit = getattr(self.grouping, "fit_error", None)
-            if fit is None:
+            if not isinstance(self.grouping, ReplicaGroupingAttr):
                 raise VerifyException(f"{what}: grouping must be a replica grouping, got {self.grouping}")
-            err = fit(rf)
+            err = self.grouping.fit_error(rf)
             if err is not None:
                 raise VerifyException(f"{what}: {err}")
-        shards = self.num_shards()
-        if shards < 1:
-            raise VerifyException(f"{what}: shard_over must be >= 1, got {shards}")
-        if shards > 1:
-            group_size = rf // self.num_groups()
-            if group_size % shards:
-                raise VerifyException(
-                    f"{what}: shard_over {shards} must divide the replica group size {group_size} "
-                    f"(replication factor {rf})"
-                )
+        layout = self.layout()
+        err = layout.fit_error()
+        if err is not None:
+            raise VerifyException(f"{what}: {err}")
         if self.init is not None:
             t = self.init.get_type()
-            groups = self.num_groups()
-            want = shape_of(full.type) if groups == 1 else (groups, *shape_of(full.type))
-            if shape_of(t) != want or dtype_of(t) != dtype_of(full.type):
+            groups = layout.num_groups
+            if shape_of(t) != layout.host_shape or dtype_of(t) != dtype_of(full.type):
                 per = "" if groups == 1 else f" ({groups} groups: one value per group)"
                 raise VerifyException(
                     f"{what}: initial value {fmt_type(t)} does not fit the variable {fmt_type(full.type)}{per}"
@@ -524,12 +488,13 @@ class RemoteVariableOp(_VariableHandle):
                 f"{what}: dtype {dtype_of(self.result.type)} does not match remote buffer "
                 f"@{decl.buffer_name} ({fmt_type(bt)})"
             )
-        if self.num_shards() > 1:
+        layout = self.layout()
+        if layout.sharded:
             n = math.prod(shape_of(bt))
-            if n != self.shard_size():
+            if n != layout.shard_size:
                 raise VerifyException(
-                    f"{what}: shards of {fmt_type(self.result.type)} over {self.num_shards()} replicas "
-                    f"have {self.shard_size()} elements, but entries of @{decl.buffer_name} "
+                    f"{what}: shards of {fmt_type(self.result.type)} over {layout.shard_over} replicas "
+                    f"have {layout.shard_size} elements, but entries of @{decl.buffer_name} "
                     f"{fmt_type(bt)} have {n}"
                 )
         elif math.prod(shape_of(bt)) != math.prod(shape_of(self.result.type)):
@@ -637,14 +602,15 @@ class ReplicaShardedVariableOp(_VariableHandle):
         self._verify_handle()
         what = self._what()
         st = self.shard.type
+        layout = self.layout()
         if (
             not isinstance(st, TensorType)
             or dtype_of(st) != dtype_of(self.full.type)
-            or shape_of(st) != (self.shard_size(),)
+            or shape_of(st) != (layout.shard_size,)
         ):
             raise VerifyException(
-                f"{what}: the shard of {fmt_type(self.full.type)} over {self.num_shards()} replicas "
-                f"is {(self.shard_size(),)} {dtype_of(self.full.type)}, not {fmt_type(st)}"
+                f"{what}: the shard of {fmt_type(self.full.type)} over {layout.shard_over} replicas "
+                f"is {(layout.shard_size,)} {dtype_of(self.full.type)}, not {fmt_type(st)}"
             )
 
 

@@ -27,6 +27,7 @@ lowering and the runtime recognise one. Gradient rules: `xl.passes.grad_rules_re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -407,16 +408,14 @@ class ReduceScatterOp(_ReduceOp):
         (t,) = types
         g = cls.group_size(props)
         cls.check_op_kind(props, dtype_of(t))
-        return [tensor_type((_shard_len(cls, t, g),), dtype_of(t))]
+        return [tensor_type((shard_size(math.prod(shape_of(t)), g),), dtype_of(t))]
 
 
-def _shard_len(cls: type[PopxlOp], t: TensorType, g: int) -> int:
-    """The length of each of the `g` shards of `t` flattened: `ceil(nelms / g)`; the last
-    shards are zero-padded when the elements do not divide evenly (as PopART)."""
-    n = 1
-    for d in shape_of(t):
-        n *= d
-    return -(-n // g)
+def shard_size(elements: int, shards: int) -> int:
+    """Elements per shard of a value of `elements` elements flattened and cut into `shards`
+    equal pieces: `ceil(elements / shards)`; the last shards are zero-padded when the
+    elements do not divide evenly (as PopART)."""
+    return -(-elements // shards)
 
 
 @irdl_op_definition
@@ -439,7 +438,7 @@ class ShardedSliceOp(CollectiveOp):
     @classmethod
     def infer(cls, types, props):
         (t,) = types
-        return [tensor_type((_shard_len(cls, t, cls.group_size(props)),), dtype_of(t))]
+        return [tensor_type((shard_size(math.prod(shape_of(t)), cls.group_size(props)),), dtype_of(t))]
 
 
 @irdl_op_definition

@@ -78,6 +78,7 @@ from xl.dialects.graph import (
     print_named_slot,
 )
 from xl.dialects.replica import ReplicaGroupingAttr
+from xl.dialects.replica_layout import ReplicaLayout
 from xl.dialects.utils import fmt_type
 
 
@@ -242,11 +243,17 @@ class StateOp(IRDLOperation):
 
     def num_groups(self) -> int:
         """Groups of the grouping (1 without one), for this program's replication factor."""
-        if self.grouping is None:
-            return 1
+        return 1 if self.grouping is None else self.layout(self._replication_factor()).num_groups
+
+    def _replication_factor(self) -> int:
         program = self.parent_op()
-        r = program.replication_factor if isinstance(program, ProgramOp) else 1
-        return int(self.replica_grouping().num_groups(r))
+        return program.replication_factor if isinstance(program, ProgramOp) else 1
+
+    def layout(self, replication_factor: int) -> ReplicaLayout:
+        """Which replica starts from which value of `init` (a slot is never sharded: a
+        sharded variable's slot holds the shard)."""
+        grouping = None if self.grouping is None else self.replica_grouping()
+        return ReplicaLayout(self.result.type.get_shape(), replication_factor, grouping)
 
     def replica_grouping(self) -> ReplicaGroupingAttr:
         """The `grouping` property as a replica grouping (the verifier checks its kind)."""
@@ -260,29 +267,25 @@ class StateOp(IRDLOperation):
         from xl.dialects.utils import dense_to_numpy
 
         value = dense_to_numpy(self.init, copy=False)  # read-only: a replica copies its part
-        if self.grouping is not None and self.num_groups() > 1:
-            return value[self.replica_grouping().group_of(replica, replication_factor)]
-        return value
+        return self.layout(replication_factor).group_value(value, replica)
 
     def verify_(self) -> None:
         r = self.result.type
         assert isinstance(r, MemRefType)
-        groups = 1
-        if self.grouping is not None:
-            if not isinstance(self.grouping, ReplicaGroupingAttr):
-                raise VerifyException(
-                    f'rt.state "{self.slot.data}": grouping must be a replica grouping, got {self.grouping}'
-                )
-            try:
-                groups = self.num_groups()
-            except (ValueError, VerifyException) as e:
-                raise VerifyException(f'rt.state "{self.slot.data}": {e}') from None
+        if self.grouping is not None and not isinstance(self.grouping, ReplicaGroupingAttr):
+            raise VerifyException(
+                f'rt.state "{self.slot.data}": grouping must be a replica grouping, got {self.grouping}'
+            )
+        try:
+            layout = self.layout(self._replication_factor())
+        except (ValueError, VerifyException) as e:
+            raise VerifyException(f'rt.state "{self.slot.data}": {e}') from None
         if self.init is None:
             return
         t = self.init.get_type()
         assert isinstance(t, TensorType)
-        want = tuple(r.get_shape()) if groups == 1 else (groups, *r.get_shape())
-        if tuple(t.get_shape()) != want or t.get_element_type() != r.get_element_type():
+        groups = layout.num_groups
+        if tuple(t.get_shape()) != layout.host_shape or t.get_element_type() != r.get_element_type():
             per = "" if groups == 1 else f" ({groups} groups: one value per group)"
             raise VerifyException(f'rt.state "{self.slot.data}": initial value {t} does not fit buffer {r}{per}')
 

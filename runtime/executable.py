@@ -53,6 +53,7 @@ import numpy as np
 from xdsl.ir import Block, SSAValue
 
 from xl.dialects import rt
+from xl.dialects.replica_layout import host_data_shape
 from xl.dialects.rt_kernels import kernel_class
 from xl.runtime import kernels as _kernels  # noqa: F401  (registers every kernel)
 from xl.runtime.aliasing import check_writable, inputs_to_snapshot
@@ -212,12 +213,9 @@ class Executable:
 
     # -- running ---------------------------------------------------------------------
     def full_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        lead = []
-        if self.num_host_transfers > 1:
-            lead.append(self.num_host_transfers)
-        if len(self.replicas) > 1:
-            lead.append(len(self.replicas))
-        return (*lead, *shape)
+        """The host array of a stream of `shape` (`[num_host_transfers, local replicas, *shape]`
+        with size-1 leading dims dropped)."""
+        return host_data_shape(shape, self.num_host_transfers, len(self.replicas))
 
     def run(self, inputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Run the program once; returns one array per d2h stream (full layout)."""

@@ -11,7 +11,6 @@ out to every local replica.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +19,7 @@ import numpy as np
 from popxl.graph import Graph
 from popxl.tensor import Variable
 from xl.dialects.ipu import RemoteVariableOp, ReplicaShardedVariableOp
+from xl.dialects.replica_layout import ReplicaLayout
 from xl.dialects.utils import dense_to_numpy
 
 if TYPE_CHECKING:
@@ -59,11 +59,12 @@ class SessionRemote:
                     else np.zeros(v.shape_on_host, v.dtype._compute_np())
                 )  # fmt: skip
             init = np.array(init)
-            if self._all_replicas(v):
-                per = init if op.num_groups() > 1 else init[None]
-                init = np.stack([per[g] for g in op.group_assignment()])
-            out[v] = init
+            out[v] = op.layout().every_replica(init) if self._all_replicas(v) else init
         return out
+
+    def layouts(self) -> dict[Variable, ReplicaLayout]:
+        """Which replicas hold which value or shard of each variable."""
+        return {v: op.layout() for v, op in self._ops.items()}
 
     def __contains__(self, v: object) -> bool:
         return v in self._ops
@@ -84,35 +85,13 @@ class SessionRemote:
         else:  # only this variable's entry of each replica's buffer
             at = (entry, ...) if entry is not None else (...,)
             every = np.stack([exe.get_state(slot, r)[at] for r in exe.local_replicas])
-        full = op.full_type()
-        shape = tuple(full.get_shape())
-        shards = op.num_shards()
-        if shards == 1:
-            return [every[r].reshape(shape) for r in range(every.shape[0])]
-        assign = op.group_assignment()
-        members: dict[int, list[int]] = {}
-        for r, g in enumerate(assign):
-            members.setdefault(g, []).append(r)
-        n = math.prod(shape)
-        out = []
-        for r, g in enumerate(assign):
-            ms = members[g]
-            p = ms.index(r)
-            block = ms[(p // shards) * shards : (p // shards + 1) * shards]
-            flat = np.concatenate([every[m].reshape(-1) for m in block])
-            out.append(flat[:n].reshape(shape))
-        return out
+        return op.layout().full_values(every)
 
     def read(self, v: Variable) -> np.ndarray:
         """The host value of `v` from the device."""
         op = self._ops[v]
         values = self._full_values(op)
-        if self._all_replicas(v):
-            return np.stack(values)
-        assign = op.group_assignment()
-        if op.num_groups() > 1:
-            return np.stack([values[assign.index(g)] for g in range(op.num_groups())])
-        return values[0]
+        return np.stack(values) if self._all_replicas(v) else op.layout().per_group(values)
 
     def write(self, v: Variable, host: np.ndarray) -> None:
         """Write the host value of `v` (per group) into every local replica's entry or shard."""
@@ -122,23 +101,12 @@ class SessionRemote:
         if slot not in exe.state:
             return
         host = np.asarray(host)
+        layout = op.layout()
         if self._all_replicas(v):  # every replica's full value
-            per_replica = [self._stored(op, host[r], r) for r in range(host.shape[0])]
+            per_replica = [layout.stored(host[r], r) for r in range(host.shape[0])]
         else:
-            per_replica = op.replica_values(host)
+            per_replica = layout.replica_values(host)
         for r in exe.local_replicas:
             buf = exe.get_state(slot, r)
             dst = buf[entry, ...] if entry is not None else buf
             np.copyto(dst, per_replica[r].reshape(dst.shape))
-
-    @staticmethod
-    def _stored(op: Any, full: np.ndarray, replica: int) -> np.ndarray:
-        """What `replica` stores of the full value `full`: itself, or its shard."""
-        shards = op.num_shards()
-        if shards == 1:
-            return full
-        n = op.shard_size()
-        flat = np.zeros(n * shards, full.dtype)
-        flat[: full.size] = full.reshape(-1)
-        i = op.shard_index()[replica]
-        return flat[i * n : (i + 1) * n]

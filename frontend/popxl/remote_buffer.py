@@ -34,7 +34,6 @@ in `popxl/ops/_remote.py`, and the Session reads and writes remote variables thr
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +47,7 @@ from popxl.dtypes import dtype as _dtype
 from popxl.replica_grouping import ReplicaGrouping, checked_grouping, checked_shard_over
 from popxl.tensorlocation import ReplicatedTensorSharding, TensorLocation, TensorStorage
 from xl.dialects.ipu import RemoteBufferOp
+from xl.dialects.replica_layout import ReplicaLayout
 from xl.dialects.utils import tensor_type
 
 if TYPE_CHECKING:
@@ -243,12 +243,10 @@ def replica_sharded_buffer(
     what = "popxl.replica_sharded_buffer"
     ir = gcg()._ir
     shape = check_shape(shape, what)
-    checked_grouping(ir, replica_grouping, what)
+    grouping, _ = checked_grouping(ir, replica_grouping, what)
     s = checked_shard_over(ir, replica_grouping, shard_over, what)
-    groups = int(replica_grouping.num_groups) if replica_grouping is not None else 1
-    tensor_shape = shape[1:] if groups > 1 else shape
-    n = math.prod(tensor_shape)
-    buf = remote_buffer((-(-n // s),), dtype, entries)
-    buf.meta_shape = tensor_shape
+    layout = ReplicaLayout.from_host_shape(shape, ir.replication_factor, grouping, s)
+    buf = remote_buffer((layout.shard_size,), dtype, entries)
+    buf.meta_shape = layout.shape
     buf._shard_over = s
     return buf

@@ -46,6 +46,7 @@ from popxl.ir import Ir
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
 from popxl.tensor import Constant, Tensor, Variable
 from xl.dialects.graph import VariableOp
+from xl.dialects.replica_layout import ReplicaLayout, host_data_shape
 from xl.dialects.utils import dense_to_numpy
 
 __all__ = ["Session"]
@@ -157,14 +158,17 @@ class Session:
         # Host copies of the variables, in main-graph order.
         main = ir.main_graph
         self._host: dict[Variable, np.ndarray] = {}
+        self._layouts: dict[Variable, ReplicaLayout] = {}  # which replicas share which value
         for op in main._block.ops:
             if isinstance(op, VariableOp):
                 v = main._tensor(op.result)
                 assert isinstance(v, Variable)
+                self._layouts[v] = op.layout(self._replication_factor)
                 self._host[v] = self._initial_value(v, op)
         # remote / replica-sharded variables: their host copies are full values
         self._remote = SessionRemote(main, self._exe, self._all_replicas)
         self._host.update(self._remote.initial_values())
+        self._layouts.update(self._remote.layouts())
         self._pb_session_handle: Any = None
         # the Ir's PopART session options: a warning for each one xl does not honour
         # although it could change the numbers (popart.handles.check_session)
@@ -185,13 +189,13 @@ class Session:
             if host_init is None and isinstance(op.init, DenseIntOrFPElementsAttr):
                 host_init = dense_to_numpy(op.init)
             if host_init is not None:
-                return self._expand(v, host_init)
+                return self._layouts[v].every_replica(host_init)
             return np.zeros((self._replication_factor, *v.shape), v.dtype._compute_np())
         if host_init is not None:
             return np.array(host_init)
         if name in self._exe.state:
-            if v._num_groups > 1:
-                return self._per_group(v, self._exe.gather_state(name))
+            if self._layouts[v].num_groups > 1:
+                return self._layouts[v].per_group(self._exe.gather_state(name))
             return np.array(self._exe.get_state(name))
         if isinstance(op.init, DenseIntOrFPElementsAttr):
             return dense_to_numpy(op.init)
@@ -201,25 +205,6 @@ class Session:
     def _all_replicas(self, v: Variable) -> bool:
         """Whether the host copy of `v` is every replica's value (`[replication_factor, *shape]`)."""
         return v.retrieval_mode == "all_replicas" and self._replication_factor > 1
-
-    def _assignment(self, v: Variable) -> list[int]:
-        """The group of each replica for `v` (all 0 without a grouping)."""
-        if v._num_groups > 1:
-            return list(v.replica_grouping.assignment)
-        return [0] * self._replication_factor
-
-    def _expand(self, v: Variable, host: np.ndarray) -> np.ndarray:
-        """Per-group (or single) values -> one value per replica."""
-        if v._num_groups > 1:
-            return np.stack([host[g] for g in self._assignment(v)])
-        return np.stack([host] * self._replication_factor)
-
-    def _per_group(self, v: Variable, every: np.ndarray) -> np.ndarray:
-        """Every replica's value -> the value of each group (its first replica's)."""
-        first: dict[int, int] = {}
-        for r, g in enumerate(self._assignment(v)):
-            first.setdefault(g, r)
-        return np.stack([every[first[g]] for g in range(v._num_groups)])
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -242,12 +227,7 @@ class Session:
         return list(self._h2d)
 
     def _full_input_shape(self, shape: Iterable[int]) -> tuple[int, ...]:
-        lead: tuple[int, ...] = ()
-        if self._num_host_transfers > 1:
-            lead += (self._num_host_transfers,)
-        if self._local_replicas > 1:
-            lead += (self._local_replicas,)
-        return lead + tuple(shape)
+        return host_data_shape(tuple(shape), self._num_host_transfers, self._local_replicas)
 
     # -- attach / detach --------------------------------------------------------------------
     def _attach(self) -> None:
@@ -301,8 +281,8 @@ class Session:
                 continue
             if self._all_replicas(v):
                 np.copyto(host, self._exe.gather_state(name), casting="no")
-            elif v._num_groups > 1:
-                np.copyto(host, self._per_group(v, self._exe.gather_state(name)), casting="no")
+            elif self._layouts[v].num_groups > 1:
+                np.copyto(host, self._layouts[v].per_group(self._exe.gather_state(name)), casting="no")
             else:
                 np.copyto(host, state[name], casting="no")
         for host in self._host.values():
@@ -325,9 +305,9 @@ class Session:
             return
         if self._all_replicas(v):
             self._exe.set_state_each(name, [host[r] for r in self._exe.local_replicas])
-        elif v._num_groups > 1:
-            assign = self._assignment(v)
-            self._exe.set_state_each(name, [host[assign[r]] for r in self._exe.local_replicas])
+        elif self._layouts[v].num_groups > 1:
+            layout = self._layouts[v]
+            self._exe.set_state_each(name, [layout.group_value(host, r) for r in self._exe.local_replicas])
         else:
             self._exe.set_state(name, host)
 
@@ -434,7 +414,7 @@ class Session:
             f8 = float8_view(data)  # float8: as the IR holds it (ml_dtypes)
             data = data if f8 is None else f8
             if self._all_replicas(v):
-                data = self._per_group(v, data) if v._num_groups > 1 else data[0]
+                data = self._layouts[v].per_group(data)
             out[v._var_name] = data
         return out
 

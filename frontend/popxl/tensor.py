@@ -38,6 +38,7 @@ from popxl.replica_grouping import ReplicaGrouping, checked_grouping, checked_sh
 from popxl.utils import to_numpy
 from xl.dialects.graph import ConstantOp, VariableOp
 from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR, CopyOp, RemoteVariableOp, ReplicaShardedVariableOp
+from xl.dialects.replica import shard_size
 from xl.dialects.utils import dense_attr, dense_to_numpy, tensor_type
 
 if TYPE_CHECKING:
@@ -712,18 +713,19 @@ def remote_replica_sharded_variable(
                 "variable before using the buffer, or use popxl.replica_sharded_buffer"
             )
         s = size
-        rb.set_remote_buffer_info(rb.tensor_dtype, (-(-n // s),), rb.entries)
+        rb.set_remote_buffer_info(rb.tensor_dtype, (shard_size(n, s),), rb.entries)
     elif s is None:
-        fits = [d for d in range(size, 0, -1) if size % d == 0 and -(-n // d) == per]
+        fits = [d for d in range(size, 0, -1) if size % d == 0 and shard_size(n, d) == per]
         if not fits:
             raise ValueError(
                 f"{what}: entries of {rb!r} ({per} elements) cannot hold the shards of {shape} "
                 f"({n} elements) over any divisor of the replica group size {size}"
             )
         s = fits[0]
-    elif -(-n // s) != per:
+    elif shard_size(n, s) != per:
         raise ValueError(
-            f"{what}: shards of {shape} over {s} replicas have {-(-n // s)} elements, but entries of {rb!r} have {per}"
+            f"{what}: shards of {shape} over {s} replicas have {shard_size(n, s)} elements, "
+            f"but entries of {rb!r} have {per}"
         )
     return _remote_variable(g, arr, rb, offset, name, replica_grouping, retrieval_mode, s, what)
 
@@ -752,7 +754,7 @@ def replica_sharded_variable(
     attr, groups = checked_grouping(g._ir, replica_grouping, what)
     shape = _value_shape(arr, groups, replica_grouping, what)
     s = checked_shard_over(g._ir, replica_grouping, shard_over, what)
-    n = -(-math.prod(shape) // s)
+    n = shard_size(math.prod(shape), s)
     vname = g._unique_name(name if name is not None else "t", scoped=True)
     init = dense_attr(arr) if mm is None else None  # a memmap's value stays in its file
     op = ReplicaShardedVariableOp(
