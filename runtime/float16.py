@@ -63,23 +63,27 @@ def half_rounder(size: int) -> Callable[[np.ndarray, np.ndarray], None]:
     return r16
 
 
-def half_scaled(g: Gen, ta: np.ndarray, t: str, f: str, wide: str) -> list[str]:
-    """Lines leaving `t * f` (t float16, f a Python float) in float16 `t` as NumPy's half
-    loop computes it: both operands as float32 (f rounded to float16 first), one float32
-    product (exact: two 11-bit significands), rounded once to float16. Through float32
-    scratch `wide` instead of the element-by-element half loop."""
-    return [
-        widen(g, ta, wide),
-        f"{g.fn(np.multiply)}({wide}, {g.fn(np.float32)}({g.fn(np.float16)}({f})), {wide})",
-        f"{g.bind(half_rounder(ta.size), 'r16_')}({wide}, {t})",
-    ]
+class HalfInPlace:
+    """NumPy's `np.multiply(t, f, t)` (f a Python float) and `np.add(t, y, t, casting="unsafe")`
+    (y float32) on a float16 array `t` of `size` elements, bit for bit: `t` widened exactly to
+    float32 (`f` rounded to float16 first), one float32 operation (a product of two 11-bit
+    significands is exact), rounded once to float16 (`half_rounder`), through float32 scratch
+    `wide` instead of NumPy's element-by-element half loop."""
 
+    def __init__(self, size: int, wide: np.ndarray) -> None:
+        self.wide = wide.reshape(-1)
+        self.round = half_rounder(size)
 
-def half_add(g: Gen, ta: np.ndarray, t: str, y: str, wide: str) -> list[str]:
-    """`np.add(t, y, out=t, casting="unsafe")` for float16 `t` and float32 `y`: the float32
-    sum of t (exactly widened) and y, rounded to float16."""
-    return [
-        widen(g, ta, wide),
-        f"{g.fn(np.add)}({wide}, {y}, {wide})",
-        f"{g.bind(half_rounder(ta.size), 'r16_')}({wide}, {t})",
-    ]
+    def _widen(self, t: np.ndarray) -> np.ndarray:
+        np.take(_HALF_TO_FLOAT, t.reshape(-1).view(np.uint16), None, self.wide, "clip")
+        return self.wide
+
+    def multiply(self, t: np.ndarray, f: float, out: np.ndarray) -> None:
+        w = self._widen(t)
+        np.multiply(w, np.float32(np.float16(f)), w)
+        self.round(w, out)
+
+    def add(self, t: np.ndarray, y: np.ndarray, out: np.ndarray, casting: str = "unsafe") -> None:
+        w = self._widen(t)
+        np.add(w, y.reshape(-1), w)
+        self.round(w, out)

@@ -14,7 +14,10 @@ def _t_relu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
 `Gen` (`xl.runtime.codegen`) gives names for shared callables (`g.fn`), 0-d constants (`g.const`), precomputed
 views (`g.view`) and scratch buffers shared by all kernels of a replica (`g.scratch`; of
 one stream when virtual IPUs run concurrently, `xl.runtime.concurrent`).
-The gelu / gelu_grad templates are multiplies and one tanh, `pow` by a constant 2 or 3
+Where a kernel's maths is more than a ufunc or two, its template lives next to the kernel and
+calls the kernel's own function with precomputed views and scratch (softmax and gelu in
+`kernels/activation.py`, group norm in `kernels/norm.py`, scaled adds and accumulators in
+`kernels/core.py`): the maths exists once. Here, `pow` by a constant 2 or 3 is
 multiplies, reductions `ufunc.reduce(..., out=)`, the NLL gradient goes through a
 precomputed flat index, `xl.gemm_acc` is one BLAS call, `dy @ W.T` with few rows the
 (faster) transposed product.
@@ -27,14 +30,9 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from xdsl.irdl import IRDLOperation
 
 from xl.dialects import rt
 from xl.dialects.popxl import (
-    AccumulateMeanOp,
-    AccumulateMovingAverageOp,
-    AccumulateMovingAverageSquareOp,
-    AccumulateOp,
     CastOp,
     DetachOp,
     DivOp,
@@ -50,17 +48,13 @@ from xl.dialects.popxl import (
     ReluGradOp,
     ReluOp,
     ReshapeOp,
-    ScaledAddInplaceOp,
-    ScaledAddOp,
     SqueezeOp,
     TransposeOp,
 )
-from xl.dialects.popxl_operands import operand_positions
 from xl.dialects.rt_kernels import FusedOp, GemmAccOp, kernel_class, view_array
 from xl.runtime import blas
 from xl.runtime.codegen import TEMPLATES, Gen, K, Template, as_view, template
 from xl.runtime.errors import PlanError
-from xl.runtime.float16 import half_add, half_scaled
 from xl.runtime.kernels import KERNELS, check_range
 from xl.runtime.kernels.core import BINARY_UFUNCS, UNARY_UFUNCS
 from xl.runtime.kernels.rt import parse_steps
@@ -252,47 +246,6 @@ def _t_reduce_to_shape(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, A
     return _reduce_into(g, np.add, i[0], x, out, axes)
 
 
-@template(ScaledAddInplaceOp)
-def _t_scaled_add_(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    if not _arity(op, 2, 1) or op.outs[0] is not op.ins[0]:
-        return None
-    x, y = g.arr(op.ins[0]), g.arr(op.ins[1])
-    if x.dtype != y.dtype or x.dtype.kind != "f":
-        return None
-    a, b = float(p["a"]), float(p["b"])
-    mul, add = g.fn(np.multiply), g.fn(np.add)
-    lines = []
-    if b != 1.0 or (a != 1.0 and np.may_share_memory(x, y)):
-        # b * y goes to scratch before x is written (y may be x: `scaled_add_(y, y)`)
-        _, s = g.scratch(y.shape, y.dtype)
-        if b != 1.0:
-            lines.append(f"{mul}({i[1]}, {g.const(b, y.dtype)}, {s})")
-        else:
-            lines.append(f"{g.fn(np.copyto)}({s}, {i[1]})")
-    else:
-        s = i[1]
-    if a != 1.0:
-        lines.append(f"{mul}({i[0]}, {g.const(a, x.dtype)}, {i[0]})")
-    lines.append(f"{add}({i[0]}, {s}, {i[0]})")
-    return lines
-
-
-@template(ScaledAddOp)
-def _t_scaled_add(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    if not _arity(op, 2, 1):
-        return None
-    x, y, out = g.arr(op.ins[0]), g.arr(op.ins[1]), g.arr(op.outs[0])
-    if not (x.dtype == y.dtype == out.dtype) or out.dtype.kind != "f":
-        return None
-    a, b = float(p["a"]), float(p["b"])
-    mul, add = g.fn(np.multiply), g.fn(np.add)
-    if a == 1.0 and b == 1.0:
-        return [f"{add}({i[0]}, {i[1]}, {o[0]})"]
-    _, t = g.scratch(y.shape, y.dtype)
-    k = partial(g.const, dtype=out.dtype)
-    return [f"{mul}({i[1]}, {k(b)}, {t})", f"{mul}({i[0]}, {k(a)}, {o[0]})", f"{add}({o[0]}, {t}, {o[0]})"]
-
-
 @template(NllLossWithSoftmaxGradOp)
 def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     """Without ignore_index / loss_grad tensor: gathers through a precomputed flat index."""
@@ -399,98 +352,3 @@ def _t_fused(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
             step = [f"{g.bind(factory(props), 'k')}({', '.join(names + o)})"]
         lines += step
     return lines
-
-
-# ------------------------------------------------------------------------------------
-# Gradient accumulators: in place over one scratch buffer, the same arithmetic as the
-# kernels (Python float factors, float32 products, one add) without their temporaries
-# ------------------------------------------------------------------------------------
-
-
-def _update_operands(
-    g: Gen, op: K, p: dict[str, Any], factor: str, default: float | None
-) -> tuple[np.ndarray, np.ndarray, str] | None:
-    """(t, x, the factor as a source expression) of an accumulator update, or None (the
-    kernel is used): float t and x of one dtype and shape, not overlapping, the factor a
-    constant or a tensor read at run time (`.item()`, as the kernel does)."""
-    segs = p.get("operand_segments", p.get("operandSegmentSizes"))
-    cls = op.cls
-    if segs is None or len(op.outs) != 1 or op.outs[0] is not op.ins[0]:
-        return None
-    if not (isinstance(cls, type) and issubclass(cls, IRDLOperation)):
-        return None
-    pos = operand_positions(cls, segs)
-    t, x = g.arr(op.ins[pos["t"]]), g.arr(op.ins[pos["x"]])
-    if t.dtype not in (np.float16, np.float32, np.float64) or t.shape != x.shape:
-        return None
-    if t.dtype != x.dtype and not (t.dtype == np.float16 and x.dtype == np.float32 and t.flags.c_contiguous):
-        return None
-    if np.may_share_memory(t, x):
-        return None
-    fi = pos.get(f"{factor}_tensor", -1)
-    if fi >= 0:
-        return t, x, f"{g.buf(op.ins[fi])}.item()"
-    const = p.get(factor, default)
-    return None if const is None else (t, x, repr(float(const)))
-
-
-@template(AccumulateMeanOp)
-def _t_accumulate_mean(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    """t = t * (s / (s + 1)) + x * (1 / (s + 1))."""
-    ops = _update_operands(g, op, p, "step", None)
-    if ops is None or ops[0].dtype != ops[1].dtype:
-        return None
-    t, x, s = ops
-    _, tmp = g.scratch(t.shape, t.dtype)
-    mul, tn, xn = g.fn(np.multiply), g.buf(op.ins[0]), g.buf(op.ins[1])
-    return [
-        f"_s = {s}",
-        f"{mul}({tn}, _s / (_s + 1.0), {tn})",
-        f"{mul}({xn}, 1.0 / (_s + 1.0), {tmp})",
-        f"{g.fn(np.add)}({tn}, {tmp}, {tn})",
-    ]
-
-
-@template(AccumulateOp)
-def _t_accumulate(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    """t = t + x * f (x * 1.0 is x exactly)."""
-    ops = _update_operands(g, op, p, "f", 1.0)
-    if ops is None or ops[0].dtype != ops[1].dtype:
-        return None
-    t, x, f = ops
-    tn, xn = g.buf(op.ins[0]), g.buf(op.ins[1])
-    if f == "1.0":
-        return [f"{g.fn(np.add)}({tn}, {xn}, {tn})"]
-    _, tmp = g.scratch(t.shape, t.dtype)
-    return [f"{g.fn(np.multiply)}({xn}, {f}, {tmp})", f"{g.fn(np.add)}({tn}, {tmp}, {tn})"]
-
-
-def _moving_average(g: Gen, op: K, p: dict[str, Any], square: bool) -> list[str] | None:
-    """t = t * f + y * (1 - f), y = x (or x * x when `square`); a float16 moment of a
-    float32 gradient (seed 003's Adam) goes through float32 and is rounded once."""
-    ops = _update_operands(g, op, p, "f", None)
-    if ops is None:
-        return None
-    t, x, f = ops
-    _, tmp = g.scratch(t.shape, x.dtype)
-    mul, tn, xn = g.fn(np.multiply), g.buf(op.ins[0]), g.buf(op.ins[1])
-    if square:
-        head = [f"_f = {f}", f"{mul}({xn}, {xn}, {tmp})", f"{mul}({tmp}, 1.0 - _f, {tmp})"]
-    else:
-        head = [f"_f = {f}", f"{mul}({xn}, 1.0 - _f, {tmp})"]
-    if t.dtype != x.dtype:
-        _, wide = g.scratch(t.shape, x.dtype)
-        return [*head, *half_scaled(g, t, tn, "_f", wide), *half_add(g, t, tn, tmp, wide)]
-    return [*head, f"{mul}({tn}, _f, {tn})", f"{g.fn(np.add)}({tn}, {tmp}, {tn})"]
-
-
-@template(AccumulateMovingAverageOp)
-def _t_moving_average(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    """t = t * f + x * (1 - f)."""
-    return _moving_average(g, op, p, square=False)
-
-
-@template(AccumulateMovingAverageSquareOp)
-def _t_moving_average_square(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    """t = t * f + (x * x) * (1 - f)."""
-    return _moving_average(g, op, p, square=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -105,7 +105,9 @@ from xl.dialects.popxl import (
 )
 from xl.dialects.popxl_operands import greedy_segments, operand_names, operand_positions
 from xl.dialects.rt_kernels import KernelClass
+from xl.runtime.codegen import Gen, K, template
 from xl.runtime.float8 import to_float8
+from xl.runtime.float16 import HalfInPlace
 from xl.runtime.kernels.registry import (
     DataRangeError,
     Kernel,
@@ -763,111 +765,251 @@ def _relu_grad(p: dict[str, Any]) -> Kernel:
 
 
 # ------------------------------------------------------------------------------------
-# Updates (in place unless noted)
+# Updates (in place unless noted). Scaled adds, accumulators and moving averages are one
+# function each, which the kernel runs and the generated plan's template (next to it) calls
+# with scratch buffers: `x * f` with `f` a Python float or a 0-d array of x's float dtype
+# computes in x's dtype, as NumPy does with a Python float.
 # ------------------------------------------------------------------------------------
+
+
+def _k(value: float, dtype: np.dtype) -> np.ndarray | float:
+    """`value` as a 0-d array of a float `dtype` (no conversion per call), else as is."""
+    if dtype.kind != "f":
+        return float(value)
+    a = np.array(value, dtype)
+    a.flags.writeable = False
+    return a
+
+
+def _product(a: np.ndarray, f: np.ndarray | float) -> np.dtype:
+    """The dtype of `a * f`."""
+    return np.result_type(a.dtype, f)
+
+
+def _arity(op: K, n_in: int, n_out: int) -> bool:
+    return len(op.ins) == n_in and len(op.outs) == n_out
+
+
+def scaled_add_into(
+    x: np.ndarray, y: np.ndarray, out: np.ndarray, t: np.ndarray, a: np.ndarray | float, b: np.ndarray | float
+) -> None:
+    """out = a x + b y; `t` scratch for b y (read before `out`, which may be `y`, is written)."""
+    np.multiply(y, b, t)
+    np.multiply(x, a, out)
+    np.add(out, t, out)
+
+
+def _scaled_add_args(
+    x: np.ndarray, y: np.ndarray, p: dict[str, Any], alloc: Callable[[tuple[int, ...], np.dtype], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray | float, np.ndarray | float] | None:
+    """(t, a, b) of `scaled_add_into`, or None for a = b = 1 (one `np.add`)."""
+    a, b = float(p["a"]), float(p["b"])
+    if a == 1.0 and b == 1.0:
+        return None
+    ka, kb = _k(a, x.dtype), _k(b, y.dtype)
+    return alloc(y.shape, _product(y, kb)), ka, kb
 
 
 @kernel(ScaledAddOp)
 def _scaled_add(p: dict[str, Any]) -> Kernel:
-    a, b = float(p["a"]), float(p["b"])
-
     def k(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
-        t = y * b
-        np.multiply(x, a, out=out)
-        out += t
+        a = _scaled_add_args(x, y, p, np.empty)
+        if a is None:
+            np.add(x, y, out)
+        else:
+            scaled_add_into(x, y, out, *a)
 
-    if a == 1.0 and b == 1.0:
-
-        def k1(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
-            np.add(x, y, out=out)
-
-        return k1
     return k
+
+
+@template(ScaledAddOp)
+def _t_scaled_add(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 2, 1):
+        return None
+    a = _scaled_add_args(g.arr(op.ins[0]), g.arr(op.ins[1]), p, _alloc(g))
+    if a is None:
+        return [f"{g.fn(np.add)}({i[0]}, {i[1]}, {o[0]})"]
+    return [f"{g.fn(scaled_add_into)}({i[0]}, {i[1]}, {o[0]}, {_names(g, a)})"]
+
+
+def scaled_add_inplace(
+    x: np.ndarray,
+    y: np.ndarray,
+    t: np.ndarray,
+    a: np.ndarray | float,
+    b: np.ndarray | float,
+    scale_x: bool,
+    scale_y: bool,
+    copy_y: bool,
+) -> None:
+    """x = a x + b y in place. b y (`scale_y`), or a copy of a `y` that overlaps `x` when x is
+    scaled (`copy_y`), goes to scratch `t` before x is written: `scaled_add_(y, y)` gives
+    (a + b) y; else `t` is `y`."""
+    if scale_y:
+        np.multiply(y, b, t)
+    elif copy_y:
+        np.copyto(t, y)
+    if scale_x:
+        np.multiply(x, a, x)
+    np.add(x, t, x, casting="unsafe")
+
+
+def _scaled_add_inplace_args(
+    x: np.ndarray, y: np.ndarray, p: dict[str, Any], alloc: Callable[[tuple[int, ...], np.dtype], np.ndarray]
+) -> list[Any]:
+    """The arguments of `scaled_add_inplace` after x and y."""
+    a, b = float(p["a"]), float(p["b"])
+    ka, kb = _k(a, x.dtype), _k(b, y.dtype)
+    scale_y = b != 1.0
+    copy_y = not scale_y and a != 1.0 and np.may_share_memory(x, y)
+    t = alloc(y.shape, _product(y, kb)) if scale_y or copy_y else y
+    return [t, ka, kb, a != 1.0, scale_y, copy_y]
 
 
 @kernel(ScaledAddInplaceOp)
 def _scaled_add_inplace(p: dict[str, Any]) -> Kernel:
-    a, b = float(p["a"]), float(p["b"])
-
     def k(x: np.ndarray, y: np.ndarray, x_out: np.ndarray) -> None:
-        # b * y is read before x is written: `scaled_add_(y, y)` gives (a + b) y
-        by = y * b if b != 1.0 else (y.copy() if np.may_share_memory(x, y) else y)
-        if a != 1.0:
-            x *= a
-        np.add(x, by, out=x, casting="unsafe")
+        scaled_add_inplace(x, y, *_scaled_add_inplace_args(x, y, p, np.empty))
 
     return k
 
 
-def _update_kernel(
-    cls: type[IRDLOperation],
-    body: Callable[[np.ndarray, np.ndarray, float], None],
-    default: float | None,
-) -> None:
-    """Register an `(t, X, f_tensor?) {f}` in-place update."""
+@template(ScaledAddInplaceOp)
+def _t_scaled_add_inplace(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 2, 1) or op.outs[0] is not op.ins[0]:
+        return None
+    x, y = g.arr(op.ins[0]), g.arr(op.ins[1])
+    t, *rest = _scaled_add_inplace_args(x, y, p, _alloc(g))
+    return [f"{g.fn(scaled_add_inplace)}({i[0]}, {i[1]}, {i[1] if t is y else g.view(t)}, {_names(g, rest)})"]
 
+
+def _alloc(g: Gen) -> Callable[[tuple[int, ...], np.dtype], np.ndarray]:
+    """Allocation through the generated plan's shared scratch buffers."""
+    return lambda shape, dtype: g.scratch(shape, dtype)[0]
+
+
+def _names(g: Gen, args: Sequence[Any]) -> str:
+    """Arguments of a generated call: arrays bound now, other values as literals."""
+    return ", ".join(g.view(a) if isinstance(a, np.ndarray) else repr(a) for a in args)
+
+
+# -- accumulators: `(t, x, factor_tensor?) {factor}`, t updated in place ------------------
+
+
+def accumulate_(t: np.ndarray, x: np.ndarray, tmp: np.ndarray, f: float) -> None:
+    """t = t + x f (x * 1.0 is x exactly: no product)."""
+    if f == 1.0:
+        np.add(t, x, t, casting="unsafe")
+    else:
+        np.multiply(x, f, tmp)
+        np.add(t, tmp, t, casting="unsafe")
+
+
+def accumulate_square_(t: np.ndarray, x: np.ndarray, tmp: np.ndarray, f: float) -> None:
+    """t = t + (x x) f."""
+    np.multiply(x, x, tmp)
+    if f != 1.0:
+        np.multiply(tmp, f, tmp)
+    np.add(t, tmp, t, casting="unsafe")
+
+
+def accumulate_mean_(t: np.ndarray, x: np.ndarray, tmp: np.ndarray, s: float) -> None:
+    """t = t (s / (s + 1)) + x (1 / (s + 1)): the running mean after s steps."""
+    np.multiply(x, 1.0 / (s + 1.0), tmp)
+    np.multiply(t, s / (s + 1.0), t)
+    np.add(t, tmp, t, casting="unsafe")
+
+
+def _moving(square: bool) -> Callable[..., None]:
+    def moving_average_(
+        t: np.ndarray,
+        x: np.ndarray,
+        tmp: np.ndarray,
+        f: float,
+        mul: Callable[..., Any] = np.multiply,
+        add: Callable[..., Any] = np.add,
+    ) -> None:
+        """t = t f + y (1 - f), y = x (x x for the square); `mul` / `add` are NumPy's, or
+        their float16 forms for float16 `t` (`HalfInPlace`)."""
+        if square:
+            np.multiply(x, x, tmp)
+            np.multiply(tmp, 1.0 - f, tmp)
+        else:
+            np.multiply(x, 1.0 - f, tmp)
+        mul(t, f, t)
+        add(t, tmp, t, casting="unsafe")
+
+    return moving_average_
+
+
+moving_average_ = _moving(False)
+moving_average_square_ = _moving(True)
+
+_ACCUMULATORS: list[tuple[type[IRDLOperation], Callable[..., None], str, float | None]] = [
+    (AccumulateOp, accumulate_, "f", 1.0),
+    (AccumulateSquareOp, accumulate_square_, "f", 1.0),
+    (AccumulateMovingAverageOp, moving_average_, "f", None),
+    (AccumulateMovingAverageSquareOp, moving_average_square_, "f", None),
+    (AccumulateMeanOp, accumulate_mean_, "step", None),
+]
+
+
+def _accumulator_kernel(cls: type[IRDLOperation], body: Callable[..., None], factor: str, default: float | None):
     def factory(p: dict[str, Any]) -> Kernel:
         def build(pos: dict[str, int]) -> Kernel:
-            fc, fi = _factor(p, pos, "f", default)
-            if fi < 0:
+            fc, fi = _factor(p, pos, factor, default)
+            ti, xi = pos["t"], pos["x"]
 
-                def k(t: np.ndarray, x: np.ndarray, t_out: np.ndarray) -> None:
-                    body(t, x, fc)
+            def k(*a: np.ndarray) -> None:
+                t, x = a[ti], a[xi]
+                f = a[fi].item() if fi >= 0 else fc
+                body(t, x, np.empty(x.shape, np.result_type(x.dtype, 1.0)), f)
 
-                return k
-
-            def kt(t: np.ndarray, x: np.ndarray, f: np.ndarray, t_out: np.ndarray) -> None:
-                body(t, x, f.item())
-
-            return kt
+            return k
 
         return _optional_kernel(p, cls, _one, build)
 
-    kernel(cls)(factory)
+    return factory
 
 
-def _acc(t: np.ndarray, x: np.ndarray, f: float) -> None:
-    np.add(t, x if f == 1.0 else x * f, out=t, casting="unsafe")
+def _accumulator_template(body: Callable[..., None], factor: str, default: float | None):
+    def t(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+        segs = p.get("operand_segments", p.get("operandSegmentSizes"))
+        cls = op.cls
+        if segs is None or len(op.outs) != 1 or op.outs[0] is not op.ins[0]:
+            return None
+        if not (isinstance(cls, type) and issubclass(cls, IRDLOperation)):
+            return None
+        pos = operand_positions(cls, segs)
+        tv, xv = op.ins[pos["t"]], op.ins[pos["x"]]
+        ta, xa = g.arr(tv), g.arr(xv)
+        fi = pos.get(f"{factor}_tensor", -1)
+        if fi >= 0:
+            f = f"{g.buf(op.ins[fi])}.item()"
+        else:
+            const = p.get(factor, default)
+            if const is None:
+                return None  # the kernel says the factor is missing
+            f = repr(float(const))
+        tmp = g.scratch(xa.shape, np.result_type(xa.dtype, 1.0))[1]
+        extra = ""
+        if body in (moving_average_, moving_average_square_) and _half_state(ta, xa):
+            half = HalfInPlace(ta.size, g.scratch(ta.shape, np.float32)[0])
+            extra = f", {g.bind(half.multiply, 'hmul')}, {g.bind(half.add, 'hadd')}"
+        return [f"{g.fn(body)}({g.buf(tv)}, {g.buf(xv)}, {tmp}, {f}{extra})"]
+
+    return t
 
 
-def _acc_sq(t: np.ndarray, x: np.ndarray, f: float) -> None:
-    sq = x * x
-    if f != 1.0:
-        sq *= f
-    np.add(t, sq, out=t, casting="unsafe")
+def _half_state(t: np.ndarray, x: np.ndarray) -> bool:
+    """float16 state updated by a float32 value: NumPy's half loops, slow on the subnormals
+    of small moments, are replaced by their float32 forms (`HalfInPlace`)."""
+    return t.dtype == np.float16 and x.dtype == np.float32 and t.flags.c_contiguous and t.shape == x.shape
 
 
-def _moving_avg(t: np.ndarray, x: np.ndarray, f: float) -> None:
-    np.add(t * f, x * (1.0 - f), out=t, casting="unsafe")
-
-
-def _moving_avg_sq(t: np.ndarray, x: np.ndarray, f: float) -> None:
-    sq = x * x
-    sq *= 1.0 - f
-    np.add(t * f, sq, out=t, casting="unsafe")
-
-
-_update_kernel(AccumulateOp, _acc, 1.0)
-_update_kernel(AccumulateSquareOp, _acc_sq, 1.0)
-_update_kernel(AccumulateMovingAverageOp, _moving_avg, None)
-_update_kernel(AccumulateMovingAverageSquareOp, _moving_avg_sq, None)
-
-
-@kernel(AccumulateMeanOp)
-def _accumulate_mean(p: dict[str, Any]) -> Kernel:
-    """t = t * step/(step+1) + X/(step+1)."""
-
-    def build(pos: dict[str, int]) -> Kernel:
-        sc, si = _factor(p, pos, "step", None)
-
-        def k(*a: np.ndarray) -> None:
-            t, x = a[0], a[1]
-            s = a[si].item() if si >= 0 else sc
-            np.add(t * (s / (s + 1.0)), x * (1.0 / (s + 1.0)), out=t, casting="unsafe")
-
-        return k
-
-    return _optional_kernel(p, AccumulateMeanOp, _one, build)
+for _cls, _body, _name, _default in _ACCUMULATORS:
+    kernel(_cls)(_accumulator_kernel(_cls, _body, _name, _default))
+    template(_cls)(_accumulator_template(_body, _name, _default))
 
 
 @kernel(AccumulatorScaleOp)
