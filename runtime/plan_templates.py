@@ -58,7 +58,7 @@ from xl.runtime.errors import PlanError
 from xl.runtime.kernels import KERNELS, check_range
 from xl.runtime.kernels.core import BINARY_UFUNCS, UNARY_UFUNCS
 from xl.runtime.kernels.rt import parse_steps
-from xl.runtime.plan_matmul import matmul_lines
+from xl.runtime.plan_matmul import matmul_lines, row_sum_lines
 
 # ------------------------------------------------------------------------------------
 # Kernel templates: (gen, op, in names, out names, props) -> source lines, or None
@@ -243,6 +243,11 @@ def _t_reduce_to_shape(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, A
         return [f"{g.fn(np.copyto)}({o[0]}, {i[0]})"]
     if x.dtype != out.dtype:
         return None
+    if axes == tuple(range(lead)):  # leading axes only (a bias gradient): BLAS's gemv
+        rows = math.prod(x.shape[:lead])
+        lines = row_sum_lines(g, x, out, rows)
+        if lines is not None:
+            return lines
     return _reduce_into(g, np.add, i[0], x, out, axes)
 
 

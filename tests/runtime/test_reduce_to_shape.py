@@ -1,6 +1,7 @@
 """`popxl.reduce_to_shape` (the sum of a broadcast operand's gradient, e.g. a bias gradient)
-in both plans against float64 NumPy: one `np.add.reduce` into a view of the output, for
-leading and inner broadcast axes, strided inputs and outputs, float16/32/64 and int32."""
+in both plans against float64 NumPy: one `np.add.reduce` into a view of the output, or (the
+optimised plan, leading axes, few columns) one gemv `ones @ x`, for leading and inner
+broadcast axes, strided inputs and outputs, float16/32/64 and int32."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import pytest
 
 from tests.runtime.test_matmul_kernels import run_kernel
 from xl.dialects.popxl import ReduceToShapeOp
+from xl.runtime.codegen import Gen
+from xl.runtime.plan_matmul import row_sum_lines
 
 CASES = [
-    ((64, 16), (16,)),  # a bias gradient
+    ((64, 16), (16,)),  # a bias gradient (the optimised plan: BLAS gemv)
+    ((4, 64, 24), (24,)),
+    ((300, 2000), (2000,)),  # many columns: np.add.reduce
     ((2, 5, 3), (5, 1)),
     ((4, 1, 6), (1, 6)),
     ((3, 4), (3, 4)),  # nothing to reduce: a copy
@@ -61,3 +66,16 @@ def test_strided_output_and_ints(optimize: bool) -> None:
     run_kernel(ReduceToShapeOp.name, [xi], [oi], optimize)
     wrapped = (xi.astype(np.int64).sum(0) + 2**31) % 2**32 - 2**31  # int32 sums wrap
     np.testing.assert_array_equal(oi, wrapped)
+
+
+def test_bias_gradient_is_one_gemv() -> None:
+    """What the optimised plan generates for `[B, T, C] -> [C]`: one matmul of a ones vector."""
+    g = Gen()
+    x, out = np.zeros((4, 64, 24), np.float32), np.zeros((24,), np.float32)
+    lines = row_sum_lines(g, x, out, 256)
+    assert lines is not None and len(lines) == 1 and "matmul" in lines[0]
+    args = [g.ns[n] for n in lines[0].split("(", 1)[1].rstrip(")").split(", ")]
+    assert [a.shape for a in args] == [(256,), (256, 24), (24,)] and np.all(args[0] == 1)
+    assert np.shares_memory(args[1], x) and np.shares_memory(args[2], out)
+    assert row_sum_lines(g, x.astype(np.float16), out.astype(np.float16), 256) is None
+    assert row_sum_lines(g, np.zeros((8, 2000), np.float32), np.zeros(2000, np.float32), 8) is None
