@@ -676,7 +676,7 @@ def _nll_loss(p: dict[str, Any]) -> Kernel:
     def k(probs: np.ndarray, labels: np.ndarray, out: np.ndarray) -> None:
         if r.rows is None:
             r.setup(probs)
-        lab, keep, n = _labels(labels, ignore, r.c, p, "popxl.nll_loss")
+        lab, keep, n = _labels(labels, ignore, r.c, p, NllLossOp.name)
         picked = probs.reshape(-1, r.c)[r.rows, lab]
         loss = -picked if log_prob else -np.log(picked)
         if keep is not None:
@@ -701,7 +701,7 @@ def _nll_loss_grad(p: dict[str, Any]) -> Kernel:
     def k(probs: np.ndarray, labels: np.ndarray, dloss: np.ndarray, out: np.ndarray) -> None:
         if r.rows is None:
             r.setup(probs)
-        lab, keep, n = _labels(labels, ignore, r.c, p, "popxl.nll_loss_grad")
+        lab, keep, n = _labels(labels, ignore, r.c, p, NllLossGradOp.name)
         g = -dloss.reshape(-1).astype(out.dtype, copy=False)  # (rows,) or (1,)
         if red == "mean":
             g = g / max(n, 1)
@@ -730,7 +730,7 @@ def _nll_loss_with_softmax_grad(p: dict[str, Any]) -> Kernel:
             if r.rows is None:
                 r.setup(probs)
             lg = a[lg_i].item() if lg_i >= 0 else lg_c
-            lab, keep, n = _labels(labels, ignore, r.c, p, "popxl.nll_loss_with_softmax_grad")
+            lab, keep, n = _labels(labels, ignore, r.c, p, NllLossWithSoftmaxGradOp.name)
             p2 = probs.reshape(-1, r.c)
             loss = -np.log(p2[r.rows, lab])
             d2 = dx.reshape(-1, r.c)
@@ -1055,7 +1055,7 @@ def _sparse_accumulate(p: dict[str, Any]) -> Kernel:
                 lead = (slice(None),) * (axis % t.ndim)
             f = a[fi].item() if fi >= 0 else fc
             n = t.shape[axis]
-            check_range(idx, -n, n, p, 2, "popxl.sparse_accumulate_", "index", f"axis {axis} has size {n}")
+            check_range(idx, -n, n, p, 2, SparseAccumulateOp.name, "index", f"axis {axis} has size {n}")
             upd = x if f == 1.0 else x * f
             if np.may_share_memory(upd, t):
                 upd = upd.copy()  # read every input before t is written
@@ -1127,7 +1127,7 @@ def _dyn_index(p: dict[str, Any], op: str) -> Callable[[np.ndarray, np.ndarray],
 
 @kernel(DynamicSliceOp)
 def _dynamic_slice(p: dict[str, Any]) -> Kernel:
-    build = _dyn_index(p, "popxl.dynamic_slice")
+    build = _dyn_index(p, DynamicSliceOp.name)
 
     def k(t: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, t[build(t, index)])
@@ -1137,7 +1137,7 @@ def _dynamic_slice(p: dict[str, Any]) -> Kernel:
 
 @kernel(DynamicUpdateOp)
 def _dynamic_update(p: dict[str, Any]) -> Kernel:
-    build = _dyn_index(p, "popxl.dynamic_update")
+    build = _dyn_index(p, DynamicUpdateOp.name)
 
     def k(t: np.ndarray, index: np.ndarray, update: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, t)
@@ -1148,7 +1148,7 @@ def _dynamic_update(p: dict[str, Any]) -> Kernel:
 
 @kernel(DynamicUpdateInplaceOp)
 def _dynamic_update_inplace(p: dict[str, Any]) -> Kernel:
-    build = _dyn_index(p, "popxl.dynamic_update_")
+    build = _dyn_index(p, DynamicUpdateInplaceOp.name)
 
     def k(t: np.ndarray, index: np.ndarray, update: np.ndarray, t_out: np.ndarray) -> None:
         t[build(t, index)] = update
@@ -1357,19 +1357,22 @@ def _erfc_large(y: np.ndarray, exact: bool) -> np.ndarray:
     return r
 
 
-def _erf_block(z: np.ndarray, out: np.ndarray, one_plus: bool, scratch: np.ndarray) -> None:
+def _erf_block(z: np.ndarray, out: np.ndarray, one_plus: bool, scratch: np.ndarray, exact: bool = True) -> None:
     """out = erf(z), or 1 + erf(z) when `one_plus` (accurate also where erf(z) is near -1:
-    erfc(-z) itself, not 1 - erfc(-z) added to 1). z: a float64 block; scratch: (5, z.size)."""
+    erfc(-z) itself, not 1 - erfc(-z) added to 1). z: a float64 block; scratch: (5, z.size).
+    `exact`: exp(-z^2) of 1 + erf to a few float64 ulp where z^2 is large; without, its
+    relative error is about z^2 2^-53 (below 1e-14 where 1 + erf(z) is a normal float32),
+    far under a float32 ulp."""
     y, a, b, nd = scratch[0], scratch[1], scratch[2], scratch[3:5]
     np.abs(z, out=y)
     # a = erfc(m), m = |z| clipped into the middle range
     m = np.clip(y, _ERF_SMALL, 4.0, out=out)
     _rational(m, _ERFC_MID_H, nd, a)
-    _exp_neg_square(m, b, nd[0], one_plus)
+    _exp_neg_square(m, b, nd[0], one_plus and exact)
     a *= b
     far = np.flatnonzero(y > 4.0)
     if far.size:
-        a[far] = _erfc_large(y[far], one_plus)
+        a[far] = _erfc_large(y[far], one_plus and exact)
     # b = erf(s), s = |z| clipped into the first range
     s = np.minimum(y, _ERF_SMALL, out=out)
     np.multiply(s, s, out=b)
@@ -1396,75 +1399,112 @@ def _erf_block(z: np.ndarray, out: np.ndarray, one_plus: bool, scratch: np.ndarr
     np.add(b, a, out=out)
 
 
-def _in_blocks(body: Callable[..., None], out: np.ndarray, *ins: np.ndarray) -> None:
+def in_blocks(
+    body: Callable[..., None], out: np.ndarray, ins: tuple[np.ndarray, ...], work: np.ndarray, res: np.ndarray
+) -> None:
     """out = body over the elements of `ins`, block by block in float64:
     `body(*in_blocks, result_block, scratch)` with float64 copies of the inputs' blocks and
-    scratch of shape (6, block). The result goes to `out` at the end (`out` may alias an input)."""
+    scratch of shape (6, block). `work` `(6 + len(ins), block)` and `res` are float64 scratch
+    (`_erf_scratch`): `res` one block when each result block can go straight to `out`, else
+    every element (the result goes to `out` at the end: `out` may overlap an input)."""
     flat = [np.ascontiguousarray(a).reshape(-1) for a in np.broadcast_arrays(*ins)]
     n = flat[0].size
-    res = np.empty(n, np.float64)
-    work = np.empty((6 + len(flat), min(n, _ERF_BLOCK)), np.float64)
-    for i in range(0, n, _ERF_BLOCK):
-        j = min(i + _ERF_BLOCK, n)
+    step = work.shape[1]
+    direct = res.size < n or n == 0
+    ob = out.reshape(-1) if direct else out
+    for i in range(0, n, step):
+        j = min(i + step, n)
         blocks = work[:, : j - i]
         for t, a in enumerate(flat):
             np.copyto(blocks[6 + t], a[i:j], casting="unsafe")
-        body(*blocks[6:], res[i:j], blocks[:6])
-    np.copyto(out, res.reshape(out.shape), casting="unsafe")
+        r = res[: j - i] if direct else res[i:j]
+        body(*blocks[6:], r, blocks[:6])
+        if direct:
+            np.copyto(ob[i:j], r, casting="unsafe")
+    if not direct:
+        np.copyto(out, res.reshape(out.shape), casting="unsafe")
+
+
+def _erf_scratch(
+    out: np.ndarray, ins: Sequence[np.ndarray], alloc: Callable[[tuple[int, ...], np.dtype], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(work, res) of `in_blocks`: `res` one block when `out` is contiguous and shares no
+    memory with an input other than being that input itself."""
+    n = out.size
+    block = max(1, min(n, _ERF_BLOCK))
+    f64 = np.dtype(np.float64)
+    same = [a.shape == out.shape and a.strides == out.strides and a.ctypes.data == out.ctypes.data for a in ins]
+    direct = out.flags.c_contiguous and all(s or not np.may_share_memory(a, out) for a, s in zip(ins, same))
+    return alloc((6 + len(ins), block), f64), alloc((block if direct and n > block else max(n, 1),), f64)
 
 
 def _erf_body(x: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
     _erf_block(x, r, False, scratch[:5])
 
 
-def _geluerf_body(x: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
-    """r = 0.5 x (1 + erf(x / sqrt(2)))."""
-    z = np.multiply(x, _SQRT_HALF, out=scratch[5])
-    _erf_block(z, r, True, scratch[:5])
-    r *= 0.5
-    r *= x
+def _geluerf_body(exact: bool) -> Callable[..., None]:
+    def body(x: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
+        """r = 0.5 x (1 + erf(x / sqrt(2)))."""
+        z = np.multiply(x, _SQRT_HALF, out=scratch[5])
+        _erf_block(z, r, True, scratch[:5], exact)
+        r *= 0.5
+        r *= x
+
+    return body
 
 
-def _geluerf_grad_body(dy: np.ndarray, x: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
-    """r = dy (0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi))."""
-    z = np.multiply(x, _SQRT_HALF, out=scratch[5])
-    _erf_block(z, r, True, scratch[:5])
-    r *= 0.5
-    np.multiply(x, x, out=z)
-    z *= -0.5
-    np.exp(z, out=z)
-    z *= x
-    z *= _INV_SQRT_2PI
-    r += z
-    r *= dy
+def _geluerf_grad_body(exact: bool) -> Callable[..., None]:
+    def body(dy: np.ndarray, x: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
+        """r = dy (0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi))."""
+        z = np.multiply(x, _SQRT_HALF, out=scratch[5])
+        _erf_block(z, r, True, scratch[:5], exact)
+        r *= 0.5
+        np.multiply(x, x, out=z)
+        z *= -0.5
+        np.exp(z, out=z)
+        z *= x
+        z *= _INV_SQRT_2PI
+        r += z
+        r *= dy
+
+    return body
 
 
-@kernel(ErfOp)
-def _erf(p: dict[str, Any]) -> Kernel:
-    def k(x: np.ndarray, out: np.ndarray) -> None:
-        _in_blocks(_erf_body, out, x)
-
-    return k
-
-
-@kernel(GeluErfOp)
-def _geluerf(p: dict[str, Any]) -> Kernel:
-    """0.5 x (1 + erf(x / sqrt(2))), in float64 (1 + erf as such, accurate for x < 0 too)."""
-
-    def k(x: np.ndarray, out: np.ndarray) -> None:
-        _in_blocks(_geluerf_body, out, x)
-
-    return k
+# (the body for float32 and narrower results, the body for float64 results) per op class
+_ERF_BODIES: dict[KernelClass, tuple[Callable[..., None], Callable[..., None]]] = {
+    ErfOp: (_erf_body, _erf_body),
+    GeluErfOp: (_geluerf_body(False), _geluerf_body(True)),
+    GeluErfGradOp: (_geluerf_grad_body(False), _geluerf_grad_body(True)),
+}
 
 
-@kernel(GeluErfGradOp)
-def _geluerf_grad(p: dict[str, Any]) -> Kernel:
-    """dy * (0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi)), in float64."""
+def _erf_family(cls: KernelClass, doc: str) -> None:
+    """The kernel and the template of an erf-based op: `in_blocks` of its body."""
+    bodies = _ERF_BODIES[cls]
 
-    def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
-        _in_blocks(_geluerf_grad_body, out, dy, x)
+    def factory(p: dict[str, Any]) -> Kernel:
+        def k(*a: np.ndarray) -> None:
+            ins, out = a[:-1], a[-1]
+            in_blocks(bodies[out.dtype == np.float64], out, ins, *_erf_scratch(out, ins, np.empty))
 
-    return k
+        return k
+
+    def t(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+        if len(op.outs) != 1:
+            return None
+        out = g.arr(op.outs[0])
+        work, res = _erf_scratch(out, [g.arr(v) for v in op.ins], _alloc(g))
+        body = g.fn(bodies[out.dtype == np.float64])
+        return [f"{g.fn(in_blocks)}({body}, {o[0]}, ({', '.join(i)},), {g.view(work)}, {g.view(res)})"]
+
+    factory.__doc__ = doc
+    kernel(cls)(factory)
+    template(cls)(t)
+
+
+_erf_family(ErfOp, "erf(x), in float64.")
+_erf_family(GeluErfOp, "0.5 x (1 + erf(x / sqrt(2))), in float64 (1 + erf as such, accurate for x < 0 too).")
+_erf_family(GeluErfGradOp, "dy * (0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi)), in float64.")
 
 
 @kernel(FmodOp)
@@ -1598,7 +1638,7 @@ def _pow2scale_cast_to_fp8(p: dict[str, Any]) -> Kernel:
     double rounding); too large -> NaN."""
 
     def k(x: np.ndarray, s: np.ndarray, out: np.ndarray) -> None:
-        f = _pow2(s, p, 1, "popxl.pow2scale_cast_to_fp8")
+        f = _pow2(s, p, 1, Pow2ScaleCastToFp8Op.name)
         out[...] = to_float8(np.asarray(x, np.float64) * f, out.dtype)
 
     return k
@@ -1607,7 +1647,7 @@ def _pow2scale_cast_to_fp8(p: dict[str, Any]) -> Kernel:
 @kernel(Pow2ScaleCastFromFp8Op)
 def _pow2scale_cast_from_fp8(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, s: np.ndarray, out: np.ndarray) -> None:
-        f = _pow2(s, p, 1, "popxl.pow2scale_cast_from_fp8")
+        f = _pow2(s, p, 1, Pow2ScaleCastFromFp8Op.name)
         np.copyto(out, x.astype(np.float64) * f, casting="unsafe")
 
     return k
@@ -1618,7 +1658,7 @@ def _matmul_pow2scaled(p: dict[str, Any]) -> Kernel:
     """Float8 operands widened exactly to float32, multiplied, scaled, rounded to float16."""
 
     def k(a: np.ndarray, b: np.ndarray, s: np.ndarray, out: np.ndarray) -> None:
-        f = _pow2(s, p, 2, "popxl.matmul_pow2scaled")
+        f = _pow2(s, p, 2, MatmulPow2ScaledOp.name)
         y = np.matmul(a.astype(np.float32), b.astype(np.float32))
         y *= np.float32(f)
         np.copyto(out, y, casting="unsafe")

@@ -1,4 +1,5 @@
-"""Softmax, softmax_grad, gelu and gelu_grad (`xl.runtime.kernels.activation`) in both plans:
+"""Softmax, softmax_grad, gelu and gelu_grad (`xl.runtime.kernels.activation`), and the erf
+family (erf, geluerf, geluerf_grad in `xl.runtime.kernels.core`), in both plans:
 the straightforward plan's kernel and the generated plan's template call one function each,
 checked here against float64 NumPy written from the definitions and, for the gradients,
 against central differences of the float64 forward function.
@@ -19,7 +20,8 @@ import pytest
 
 from tests.helpers.kernel_cases import gelu64, gelu_grad64, softmax64
 from tests.helpers.one_kernel import run_kernel as run_one
-from xl.dialects.popxl import GeluGradOp, GeluOp, SoftmaxGradOp, SoftmaxOp
+from tests.runtime.test_erf_kernels import assert_within, float32_grid, ref_erf, ref_geluerf, ref_geluerf_grad
+from xl.dialects.popxl import ErfOp, GeluErfGradOp, GeluErfOp, GeluGradOp, GeluOp, SoftmaxGradOp, SoftmaxOp
 from xl.dialects.rt_kernels import KernelClass
 
 PLANS = pytest.mark.parametrize("optimize", [False, True], ids=["straightforward", "optimised"])
@@ -141,3 +143,20 @@ def test_gelu_grad_against_reference_and_differences(inplace: int | None, optimi
     x16 = x.astype(np.float16)
     got16 = run_kernel(GeluGradOp, [dy.astype(np.float16), x16], {}, optimize, inplace)
     _close(got16, dy.astype(np.float16) * gelu_grad64(x16), rtol=5e-3, atol=5e-3)
+
+
+@pytest.mark.parametrize("cls", [ErfOp, GeluErfOp, GeluErfGradOp])
+@pytest.mark.parametrize("inplace", [None, 0], ids=["new-buffer", "over-input"])
+def test_erf_family_plans_agree_bit_for_bit_and_within_1ulp(cls: KernelClass, inplace: int | None) -> None:
+    """The generated plan's template calls the kernel's function (`in_blocks`, blocks written
+    straight to the output or, in place, through one result buffer): the same bits, within
+    1 ulp of libm, on a float32 grid crossing the approximation's range boundaries."""
+    x = float32_grid()[::4]
+    x = x[: x.size - x.size % 64].reshape(-1, 64)
+    ins = [x] if cls is not GeluErfGradOp else [np.ones_like(x), x]
+    got = [run_kernel(cls, ins, {}, optimize, inplace) for optimize in (False, True)]
+    np.testing.assert_array_equal(got[0], got[1])
+    ref = {ErfOp: ref_erf, GeluErfOp: ref_geluerf}.get(cls)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = ref(x) if ref is not None else ref_geluerf_grad(np.ones_like(x), x)
+    assert_within(got[1], want, 1, x, cls.__name__)
