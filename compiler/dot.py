@@ -418,7 +418,7 @@ def _graphs(module: ModuleOp) -> list[GraphOp | MainGraphOp | rt.ProgramOp]:
 def _graph_name(g: GraphOp | MainGraphOp | rt.ProgramOp) -> str:
     if isinstance(g, GraphOp):
         return g.graph_name
-    return "main" if isinstance(g, MainGraphOp) else "rt.program"
+    return "main" if isinstance(g, MainGraphOp) else rt.ProgramOp.name
 
 
 def module_dot(module: ModuleOp, op_ids: OpIds | None = None, name: str = "xl") -> str:

@@ -48,12 +48,12 @@ class FunctionalizeError(ValueError):
 def functional_form(op: Operation) -> Operation | None:
     """The out-of-place op computing the value that in-place `op` writes to operand 0
     (not inserted), or None when there is none."""
-    from xl.dialects.popxl import IdentityOp, Popxl, ScaledAddOp, op_props
+    from xl.dialects.popxl import AccumulateOp, CopyVarUpdateOp, IdentityOp, Popxl, ScaledAddOp, op_props
 
     props = op_props(op)
-    if op.name == "popxl.copy_var_update_":
+    if isinstance(op, CopyVarUpdateOp):
         return IdentityOp.make([op.operands[1]])
-    if op.name == "popxl.accumulate_" and len(op.operands) == 2:
+    if isinstance(op, AccumulateOp) and len(op.operands) == 2:
         return ScaledAddOp.make(list(op.operands), a=1.0, b=float(props.get("f", 1.0)))
     if not op.name.endswith("_"):
         return None

@@ -382,7 +382,7 @@ def _scatter(p: dict[str, Any]) -> Kernel:
     def k(data: np.ndarray, idx: np.ndarray, vals: np.ndarray, out: np.ndarray) -> None:
         a = axis % data.ndim
         np.copyto(out, data)
-        i = _norm_indices(idx, data.shape[a], p, 1, "popxl.scatter", a)
+        i = _norm_indices(idx, data.shape[a], p, 1, ScatterOp.name, a)
         region = out[tuple(slice(0, s) if d != a else slice(None) for d, s in enumerate(idx.shape))]
         np.put_along_axis(region, i, vals, axis=a)
 
@@ -395,7 +395,7 @@ def _take_along_axis(p: dict[str, Any]) -> Kernel:
 
     def k(data: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
         a = axis % data.ndim
-        i = _norm_indices(idx, data.shape[a], p, 1, "popxl.take_along_axis", a)
+        i = _norm_indices(idx, data.shape[a], p, 1, TakeAlongAxisOp.name, a)
         region = data[tuple(slice(0, s) if d != a else slice(None) for d, s in enumerate(idx.shape))]
         np.copyto(out, np.take_along_axis(region, i, axis=a))
 
@@ -473,7 +473,7 @@ def _scatter_reduce(p: dict[str, Any]) -> Kernel:
             state["ax"] = ax
             state["plan"] = _ScatterPlan(data.shape, ax, n)
         ax = state["ax"]
-        check_range(idx, 0, n, p, 1, "popxl.scatter_reduce", "index", f"axis_size is {n}")
+        check_range(idx, 0, n, p, 1, ScatterReduceOp.name, "index", f"axis_size is {n}")
         tgt = state["plan"].targets(_full_indices(idx, data.shape, ax))
         _scatter_reduce_forward(data, tgt, out, reduction, init)
 
@@ -741,7 +741,7 @@ def _roi_align(p: dict[str, Any]) -> Kernel:
     """Per RoI, `Wy @ t[b] @ Wx^T` with separable bilinear-and-average weights."""
 
     def k(t: np.ndarray, rois: np.ndarray, bidx: np.ndarray, out: np.ndarray) -> None:
-        check_range(bidx, 0, t.shape[0], p, 2, "popxl.roi_align", "batch index", f"the batch has {t.shape[0]} images")
+        check_range(bidx, 0, t.shape[0], p, 2, RoiAlignOp.name, "batch index", f"the batch has {t.shape[0]} images")
         for r, (wy, wx) in enumerate(_roi_matrices(rois, p, t.shape[2], t.shape[3])):
             out[r] = np.einsum("ph,chw,qw->cpq", wy, t[int(bidx[r])], wx)
 
@@ -752,7 +752,7 @@ def _roi_align(p: dict[str, Any]) -> Kernel:
 def _roi_align_grad(p: dict[str, Any]) -> Kernel:
     def k(dy: np.ndarray, rois: np.ndarray, bidx: np.ndarray, out: np.ndarray) -> None:
         check_range(
-            bidx, 0, out.shape[0], p, 2, "popxl.roi_align_grad", "batch index", f"the batch has {out.shape[0]} images"
+            bidx, 0, out.shape[0], p, 2, RoiAlignGradOp.name, "batch index", f"the batch has {out.shape[0]} images"
         )
         out.fill(0)
         for r, (wy, wx) in enumerate(_roi_matrices(rois, p, out.shape[2], out.shape[3])):

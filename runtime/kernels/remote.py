@@ -58,7 +58,7 @@ def _remote_load(p: dict[str, Any]) -> Kernel:
             np.copyto(out, store[k0])
 
         return load
-    entry = _entry(p, "ipu.remote_load", 1)
+    entry = _entry(p, RemoteLoadOp.name, 1)
 
     def load_at(store: np.ndarray, off: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, store[entry(off, store.shape[0])])
@@ -77,7 +77,7 @@ def _remote_store(p: dict[str, Any]) -> Kernel:
             np.copyto(store[k0, ...], t)
 
         return store_
-    entry = _entry(p, "ipu.remote_store", 1)
+    entry = _entry(p, RemoteStoreOp.name, 1)
 
     def store_at(t: np.ndarray, off: np.ndarray, store: np.ndarray) -> None:
         np.copyto(store[entry(off, store.shape[0]), ...], t)
