@@ -504,25 +504,40 @@ def _gather(p: dict[str, Any]) -> Kernel:
 def _gather_grad(p: dict[str, Any]) -> Kernel:
     """Scatter-add of dy into zeros; repeated indices accumulate; an index the forward
     gather gave zeros for (outside `[0, n)` with `zero_oor`, outside `[-n, n)` without)
-    contributes nothing."""
+    contributes nothing.
+
+    The contributions are sorted by index (stably: each row's sum in the order of the
+    indices, as `np.add.at` adds them) and summed by one `np.add.reduceat`, several times
+    faster than `np.add.at` (an embedding gradient)."""
     axis = int(p["axis"])
     zero_oor = bool(p.get("zero_oor", False))
-    lead: tuple[slice, ...] | None = None
 
     def k(dy: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
-        nonlocal lead
-        if lead is None:
-            lead = (slice(None),) * (axis % out.ndim)
-        n = out.shape[axis]
+        a = axis % out.ndim
+        n = out.shape[a]
         lo = 0 if zero_oor else -n
         out.fill(0)
-        if idx.size and (idx.min() < lo or idx.max() >= n):
-            bad = (idx < lo) | (idx >= n)
-            a = axis % out.ndim
-            mask = bad.reshape((1,) * a + idx.shape + (1,) * (out.ndim - a - 1))
-            _add_at(out, (*lead, np.where(bad, 0, idx)), np.where(mask, 0, dy))
+        flat = idx.reshape(-1)
+        if flat.size == 0 or out.size == 0:
             return
-        _add_at(out, (*lead, idx), dy)
+        keep: np.ndarray | None = None
+        if flat.min() < lo or flat.max() >= n:
+            keep = np.flatnonzero((flat >= lo) & (flat < n))
+            flat = flat[keep]
+            if flat.size == 0:
+                return
+        if lo < 0 and flat.min() < 0:
+            flat = np.where(flat < 0, flat + n, flat)
+        order = np.argsort(flat, kind="stable")
+        rows = flat[order]
+        starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))
+        lead, trail = math.prod(out.shape[:a]), math.prod(out.shape[a + 1 :])
+        src = dy.reshape(lead, idx.size, trail)[:, order if keep is None else keep[order], :]
+        sums = np.add.reduceat(src, starts, axis=1)
+        dst = out.reshape(lead, n, trail) if out.flags.c_contiguous else np.zeros((lead, n, trail), out.dtype)
+        dst[:, rows[starts], :] = sums
+        if not out.flags.c_contiguous:
+            np.copyto(out, dst.reshape(out.shape))
 
     return k
 

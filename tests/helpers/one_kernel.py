@@ -3,6 +3,8 @@ the generated plan's template), for kernel tests that compare both with a refere
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tests.helpers.kernel_cases import KernelCase, kernel_form
@@ -11,12 +13,17 @@ from xl.dialects.rt_kernels import KernelClass
 
 
 def run_kernel(
-    cls: KernelClass, ins: list[np.ndarray], props: dict, optimize: bool, inplace: int | None = None
+    cls: KernelClass,
+    ins: list[np.ndarray],
+    props: dict,
+    optimize: bool,
+    inplace: int | None = None,
+    result_types: list[tuple[tuple[int, ...], Any]] | None = None,
 ) -> list[np.ndarray]:
     """The outputs of the kernel of `cls` on copies of `ins`, in the generated plan when
     `optimize`, else the straightforward one; `inplace`: the (one) result written over that
-    input."""
-    case = KernelCase(cls, lambda r: ins, props=props)
+    input; `result_types`: (shape, dtype) of each result where the op cannot infer them."""
+    case = KernelCase(cls, lambda r: ins, props=props, result_types=result_types)
     ins = [a.copy() for a in ins]
     form = kernel_form(case, ins)
     if inplace is not None:
