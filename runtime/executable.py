@@ -23,6 +23,10 @@ branch whose condition differs between replicas), runs the site's kernel once ov
 replicas' buffers, and resumes them. A comm (`xl.runtime.comm`) whose `local_replicas` is a
 subset builds and runs only those replicas; collectives see the others through it.
 
+Threads: the optimised plan of a single-IPU program runs its large kernels in row blocks
+and independent kernels side by side on the worker threads (`xl.runtime.parallel_kernels`),
+with the bits of its single-thread plan.
+
 Virtual IPUs (`xl.runtime.concurrent`): the optimised plan of a program placed on two or
 more virtual IPUs (without replica collectives) runs one stream of generated code per IPU,
 on persistent worker threads, synchronised only where the streams share memory; results
@@ -62,6 +66,7 @@ from xl.runtime.concurrent import build_concurrent_replica, serial_forced
 from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.kernels import kernel_factory
 from xl.runtime.kernels.collectives import Site, bind_site, collective_factory
+from xl.runtime.parallel_kernels import ParallelStep, split_parts
 from xl.runtime.placement import op_placement
 from xl.runtime.plan import build_replica
 from xl.runtime.profile import KernelInfo, Recorder, failure_message, kernel_info, renamed
@@ -576,8 +581,12 @@ def compile_program(
     end (`Executable.profile`, see `xl.runtime.profile`); off, the plan is unchanged.
     `concurrent=True` (optimised plans of programs on two or more virtual IPUs, without
     replica collectives): the virtual IPUs run concurrently on `workers` threads (default
-    min(IPUs, cores)), bit-identical to the serial plan (`xl.runtime.concurrent`);
-    `concurrent=False` or `XL_SERIAL=1` in the environment: serially.
+    min(IPUs, cores)), bit-identical to the serial plan (`xl.runtime.concurrent`); an
+    optimised plan on one virtual IPU uses `workers` threads (default: the threads NumPy's
+    BLAS may use now, at most the cores) for large kernels in row blocks and independent
+    kernels side by side, bit-identical to its single-thread plan
+    (`xl.runtime.parallel_kernels`); `concurrent=False` or `XL_SERIAL=1` in the
+    environment: serially, on one thread.
     """
     with gc_paused():
         return _compile_program(
@@ -614,6 +623,7 @@ def _compile_program(
     shared: dict[str, np.ndarray] = {}  # replica-invariant variables: one buffer for all
     events: list[list[tuple[int, int, int]]] = []
     placement = op_placement(program) if optimize and concurrent and workers != 1 else None
+    parts = split_parts(program, workers) if optimize and concurrent and placement is None else 1
     for r in local:
         ev: list[tuple[int, int, int]] | None = [] if profile else None
         if ev is not None:
@@ -628,8 +638,10 @@ def _compile_program(
             )
             walks.append(cb)
         elif optimize:
-            b, marks = build_replica(program, StreamIn, StreamOut, r, shared, ev)
+            b, marks = build_replica(program, StreamIn, StreamOut, r, shared, ev, parts)
             fn, src = b.finish(marks)
+            if b.split_kernels or b.lane_functions:  # kernels run on `parts` threads
+                fn = ParallelStep(fn, b.g.ns["_par"], parts)
             sources.append(src)
             replicas.append(
                 _Replica(r, fn, b.state, b.inputs, b.outputs, b.infos, b.site_kernels, b.filename, b.line_kernels)

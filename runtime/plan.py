@@ -65,6 +65,7 @@ from xl.runtime.codegen import TEMPLATES, Gen, K
 from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.functions import emit_call, function_source
 from xl.runtime.kernels import KERNELS
+from xl.runtime.parallel_kernels import ForkJoin, Lanes, RowBlock, accesses, kernel_cost, row_blocks
 from xl.runtime.profile import KernelInfo, kernel_info
 from xl.runtime.walk import ProgramWalk
 
@@ -100,6 +101,12 @@ class PlanBuilder(ProgramWalk[int]):
         self.fallbacks: list[str] = []
         self.snapshots: list[str] = []  # kernels whose overlapping inputs are copied first
         self.helpers: dict[str, str] = {}  # outlined kernel body -> helper name
+        # kernels run in this many blocks of rows at once (`xl.runtime.parallel_kernels`)
+        self.parts = 1
+        self.split_kernels: list[str] = []  # the kernels that do
+        self._in_function = 0  # > 0 while an `rt.func` body is generated
+        self._lanes: Lanes | None = None  # independent kernels not emitted yet
+        self.lane_functions: list[tuple[str, list[tuple[int, list[str]]]]] = []  # lane 1 of each fork
 
     def bind(self, v: SSAValue, arr: np.ndarray, hint: str) -> None:
         self.g.set_buffer(v, arr, hint)
@@ -108,18 +115,46 @@ class PlanBuilder(ProgramWalk[int]):
         return self.g.arr(v)
 
     def emit(self, line: str, depth: int) -> None:
+        self._flush_lanes()
         self.g.lines.append("    " * depth + line)
 
     def emit_kernel(self, op: Any, lines: list[str], depth: int, name: str) -> None:
         """Emit the lines of one executed op (timed when profiling), remembering which
         kernel each line belongs to."""
+        self._flush_lanes()
+        self._append(*self._timed(op, lines, name), depth)
+
+    def _timed(self, op: Any, lines: list[str], name: str) -> tuple[int, list[str]]:
+        """The kernel index of executed op `op` (its `infos` entry, made now) and its lines,
+        framed by timing lines when profiling."""
         k = len(self.infos)
         self.infos.append(kernel_info(op))
         if self.profile is not None:
             lines = [f"_t = _pc()  # {name}", *lines, f"_ev(({k}, _t, _pc()))  # {name}"]
+        return k, lines
+
+    def _append(self, k: int, lines: list[str], depth: int) -> None:
         for line in lines:
             self._line_kernel[len(self.g.lines)] = k
-            self.emit(line, depth)
+            self.g.lines.append("    " * depth + line)
+
+    def _flush_lanes(self) -> None:
+        """Emit the pending lanes of independent kernels: lane 1 as a function started on a
+        worker (`_fork`), lane 0 here, then `_join()`; serially when that does not pay."""
+        lanes = self._lanes
+        if lanes is None or self._in_function:
+            return
+        self._lanes = None
+        if lanes.pays():
+            fname = f"_lane{len(self.lane_functions)}"
+            self.lane_functions.append((fname, lanes.entries[1]))
+            self.g.lines.append(f"_fork({fname})")
+            for k, lines in lanes.entries[0]:
+                self._append(k, lines, 0)
+            self.g.lines.append("_join()")
+        else:  # in program order (kernel indices are): the serial plan's lines
+            for k, lines in sorted((*lanes.entries[0], *lanes.entries[1]), key=lambda e: e[0]):
+                self._append(k, lines, 0)
 
     def block(self, block: Block, depth: int) -> None:
         start = len(self.g.lines)
@@ -157,7 +192,12 @@ class PlanBuilder(ProgramWalk[int]):
 
     def call(self, op: rt.CallOp, depth: int) -> None:
         # one shared Python function per distinct body
-        emit_call(self, op, depth)  # pyright: ignore[reportArgumentType]  (checked as runtime.*, imported as xl.runtime.*: two names of one class)
+        self._flush_lanes()
+        self._in_function += 1
+        try:
+            emit_call(self, op, depth)  # pyright: ignore[reportArgumentType]  (checked as runtime.*, imported as xl.runtime.*: two names of one class)
+        finally:
+            self._in_function -= 1
 
     def collective(self, op: rt.KernelOp, site: int, depth: int) -> None:
         # the step is a generator: it stops here until every replica has arrived
@@ -182,6 +222,48 @@ class PlanBuilder(ProgramWalk[int]):
             # Not expressible as a view (rt-views never marks such a kernel): the output
             # gets storage and the kernel copies, every step.
             g.set_buffer(op.outs[0], np.zeros(shape, dtype_of(op.outs[0].type)))
+        if self.parts > 1 and not self._in_function:
+            ins, outs = [g.arr(v) for v in op.ins], [g.arr(v) for v in op.outs]
+            blocks = row_blocks(cls, props, ins, outs, self.parts)
+            if blocks is not None:
+                self.emit_kernel(rop, [self._blocks_line(op, props, blocks)], depth, name)
+                return
+            if depth == 0:
+                self._lane_kernel(rop, op, props, ins, outs)
+                return
+        self.emit_kernel(rop, self._lines_with_roles(op, props), depth, name)
+
+    def _lane_kernel(
+        self, rop: rt.KernelOp, op: K, props: dict[str, Any], ins: list[np.ndarray], outs: list[np.ndarray]
+    ) -> None:
+        """Put kernel `op` of the step's top level in a lane of independent kernels
+        (`xl.runtime.parallel_kernels.Lanes`), or emit it after the pending lanes when it
+        is a kernel closure (only the plan's own code, templates, goes in a lane: a closure
+        may keep state of its own)."""
+        acc = accesses(ins, outs)
+        cost = kernel_cost(op.cls, props, ins, outs)
+        lanes = self._lanes if self._lanes is not None else Lanes()
+        lane = lanes.lane_for(acc, cost)
+        if lane is None:
+            self._flush_lanes()
+            lanes, lane = Lanes(), 0
+        g = self.g
+        fallbacks = len(self.fallbacks)
+        saved, g.stream = g.stream, lane  # a lane's scratch buffers are its own
+        try:
+            lines = self._lines_with_roles(op, props)
+        finally:
+            g.stream = saved
+        if len(self.fallbacks) != fallbacks or not lines:
+            self.emit_kernel(rop, lines, 0, op.name)
+            return
+        self._lanes = lanes
+        k, lines = self._timed(rop, lines, op.name)
+        lanes.add(lane, acc, cost, (k, lines))
+
+    def _lines_with_roles(self, op: K, props: dict[str, Any]) -> list[str]:
+        """The lines of kernel `op` over its operands' buffers (`_roles` for aliased ones)."""
+        g = self.g
         ins = [g.buf(v) for v in op.ins]
         outs = [g.buf(v) for v in op.outs]
         roles = self._roles(ins, outs)
@@ -192,7 +274,31 @@ class PlanBuilder(ProgramWalk[int]):
                 del g.ns[t]
         if roles:
             lines = [_IDENT.sub(lambda m: roles.get(m.group(0), m.group(0)), line) for line in lines]
-        self.emit_kernel(rop, lines, depth, name)
+        return lines
+
+    def _blocks_line(self, op: K, props: dict[str, Any], blocks: list[RowBlock]) -> str:
+        """The line running kernel `op` as blocks of rows at once (`xl.runtime.parallel_kernels`):
+        each block is the kernel generated over views of its rows (one view per distinct
+        operand, so aliased operands stay aliased), as a shared helper, with the scratch
+        buffers of its own worker."""
+        g = self.g
+        calls: list[str] = []
+        saved = g.stream
+        try:
+            for p, (bins, bouts) in enumerate(blocks):
+                g.stream = p
+                views: dict[SSAValue, SSAValue] = {}
+                pins = [self._block_view(views, v, a) for v, a in zip(op.ins, bins, strict=True)]
+                pouts = [self._block_view(views, v, a) for v, a in zip(op.outs, bouts, strict=True)]
+                lines = self._lines_with_roles(K(op.name, op.cls, pins, pouts), props)
+                if not lines:
+                    continue
+                fname, args = self.outline(lines).split("(", 1)
+                calls.append(f"{fname}, ({args[:-1]},)" if args[:-1] else f"{fname}, ()")
+        finally:
+            g.stream = saved
+        self.split_kernels.append(op.name)
+        return f"_par({', '.join(calls)})  # {op.name}" if calls else f"pass  # {op.name}"
 
     def _roles(self, ins: list[str], outs: list[str]) -> dict[str, str]:
         """Names of their own for the operands of a kernel whose buffer is in several
@@ -252,6 +358,16 @@ class PlanBuilder(ProgramWalk[int]):
             lines = [f"{self.outline(lines)}  # {name}"]
         return lines
 
+    def _block_view(self, views: dict[SSAValue, SSAValue], v: SSAValue, a: np.ndarray) -> SSAValue:
+        """A buffer for block view `a` of operand `v` (one per operand: aliases stay aliases)."""
+        w = views.get(v)
+        if w is None:
+            t = v.type
+            assert isinstance(t, MemRefType)
+            w = views[v] = rt.AllocOp(MemRefType(t.element_type, a.shape)).result
+            self.g.set_buffer(w, a, "v")
+        return w
+
     def outline(self, lines: list[str]) -> str:
         """Replace a multi-line kernel body by a call to a shared helper function.
 
@@ -288,6 +404,7 @@ class PlanBuilder(ProgramWalk[int]):
         top-level op boundaries `marks` into functions of about `CHUNK_LINES` lines, which
         keeps `compile()` linear in the program size.
         """
+        self._flush_lanes()
         g = self.g
         lines = g.lines
         cuts = [0]
@@ -300,6 +417,12 @@ class PlanBuilder(ProgramWalk[int]):
             n = len(set(re.findall(r"\ba(\d+)\b", body)))
             src_lines.append(f"def {fname}({', '.join(f'a{j}' for j in range(n))}):")
             src_lines += ["    " + line for line in body.split("\n")]
+        for fname, entries in self.lane_functions:  # lanes run on a worker (`_fork`)
+            src_lines.append(f"def {fname}():")
+            for k, klines in entries:
+                for line in klines:
+                    self.line_kernels[len(src_lines) + 1] = k
+                    src_lines.append("    " + line)
         # rt.func bodies
         src_lines += function_source(self, len(src_lines))  # pyright: ignore[reportArgumentType]  (checked as runtime.*, imported as xl.runtime.*: two names of one class)
         if len(cuts) <= 2:
@@ -394,12 +517,20 @@ def build_replica(
     replica: int = 0,
     shared_state: dict[str, np.ndarray] | None = None,
     profile: list[tuple[int, int, int]] | None = None,
+    parts: int = 1,
 ) -> tuple[PlanBuilder, list[int]]:
     """The builder of one replica (step source generated) and its top-level op boundaries.
     With collective sites (`b.sites`), the step function is a generator yielding the
     index of each site it reaches. `profile`: the list the step appends kernel events to
-    (None: not profiled)."""
+    (None: not profiled). `parts > 1`: large kernels whose rows are independent run in
+    that many blocks at once (`xl.runtime.parallel_kernels`; the step, once finished, must
+    run as a `ParallelStep` when `b.split_kernels` or `b.lane_functions` is not empty), and
+    consecutive independent kernels run side by side."""
     b = PlanBuilder(stream_in, stream_out, replica, program.replication_factor, shared_state, profile)
+    if parts > 1:
+        b.parts = parts
+        fj = b.g.ns["_par"] = ForkJoin()
+        b.g.ns["_fork"], b.g.ns["_join"] = fj.fork, fj.join
     marks = []
     for op in program.body.block.ops:
         marks.append(len(b.g.lines))
