@@ -57,6 +57,10 @@ COLLECTIVE_OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add")
 LOGICAL_OPS = ("and", "or")
 """Reductions defined on bool tensors only."""
 
+LINEAR_OPS = ("add", "mean")
+"""Reductions linear in their inputs: the gradient of such an all-reduce is the same
+all-reduce of the gradients, and `rt-fold-all-reduce` folds it into a weight update."""
+
 
 @irdl_attr_definition
 class ReplicaGroupingAttr(ParametrizedAttribute):

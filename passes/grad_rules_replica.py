@@ -32,6 +32,7 @@ from xdsl.ir import Operation, SSAValue
 from xl.dialects.popxl import CastOp, DivOp, EqualOp, MulOp, ReshapeOp, op_props
 from xl.dialects.popxl import SliceOp as PSliceOp
 from xl.dialects.replica import (
+    LINEAR_OPS,
     AllGatherOp,
     AllReduceIdenticalGradInputsOp,
     AllReduceIdenticalInputsOp,
@@ -90,7 +91,7 @@ def _all_reduce(b: GradBuilder, op: Operation, dys: list[SSAValue | None]) -> Gr
     assert dy is not None
     props = op_props(op)
     kind, grouping = props["op"], props["grouping"]
-    if kind in ("add", "mean"):
+    if kind in LINEAR_OPS:
         return [b.v(AllReduceOp, dy, grouping=grouping, reduction=kind)]
     total = b.v(AllReduceOp, dy, grouping=grouping, reduction="add")
     y = b.fwd(op.results[0]) if kind not in ("square_add",) else None

@@ -58,7 +58,7 @@ from xdsl.passes import ModulePass
 
 from xl.dialects import rt
 from xl.dialects.popxl import ScaledAddInplaceOp, from_attr
-from xl.dialects.replica import AllReduceInplaceOp
+from xl.dialects.replica import LINEAR_OPS, AllReduceInplaceOp
 from xl.dialects.rt import REPLICA_INVARIANT_ATTR
 from xl.dialects.rt_kernels import AllReduceUpdateOp, fused_source_attrs
 from xl.passes.rt_analysis import (
@@ -70,8 +70,6 @@ from xl.passes.rt_analysis import (
     programs,
     walk_ops,
 )
-
-_FOLDABLE = ("add", "mean")
 
 
 def _users(v: SSAValue) -> set[Operation]:
@@ -88,7 +86,7 @@ def fold_all_reduce_updates(program: rt.ProgramOp) -> int:
     ]  # fmt: skip
     for red in reduces:
         params = red.params
-        if params.get("op") not in _FOLDABLE:
+        if params.get("op") not in LINEAR_OPS:
             continue
         ins, outs = kernel_io(red)
         if len(ins) != 1 or list(outs) != [ins[0]]:

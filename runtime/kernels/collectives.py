@@ -44,6 +44,8 @@ import numpy as np
 
 from xl.dialects.replica import (
     COLLECTIVE_OPS,
+    LINEAR_OPS,
+    LOGICAL_OPS,
     AllGatherOp,
     AllReduceIdenticalGradInputsOp,
     AllReduceIdenticalInputsOp,
@@ -144,10 +146,14 @@ class Site:
 # ------------------------------------------------------------------------------------
 
 
+# the reductions that combine two values with one ufunc (mean divides after)
+_UFUNCS = {"add": np.add, "mean": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}
+
+
 def _reducer(op: str, name: str) -> Callable[[Sequence[np.ndarray], np.ndarray, np.ndarray | None], None]:
     """`reduce(xs, acc, tmp)`: `acc` = the reduction of `xs` in order (acc may be xs[0])."""
-    if op in ("add", "mean", "mul", "min", "max"):
-        ufunc = {"add": np.add, "mean": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}[op]
+    ufunc = _UFUNCS.get(op)
+    if ufunc is not None:
 
         def reduce(xs: Sequence[np.ndarray], acc: np.ndarray, tmp: np.ndarray | None) -> None:
             if len(xs) == 1:
@@ -161,7 +167,7 @@ def _reducer(op: str, name: str) -> Callable[[Sequence[np.ndarray], np.ndarray, 
                 np.divide(acc, len(xs), out=acc, casting="unsafe")
 
         return reduce
-    if op in ("and", "or"):
+    if op in LOGICAL_OPS:
         lfunc = np.logical_and if op == "and" else np.logical_or
 
         def reduce_logical(xs: Sequence[np.ndarray], acc: np.ndarray, tmp: np.ndarray | None) -> None:
@@ -222,8 +228,8 @@ def all_reduce_update(site: Site) -> Step:
     `rt-fold-all-reduce`): the group's gradients summed once, scaled once (divided by the
     group size for `mean`), added to each member's weight. Inputs (g, w), outputs (g, w)."""
     op = site.reduce_op()
-    if op not in ("add", "mean"):
-        raise PlanError(f"{site.name}: the fused update supports add and mean, not '{op}'")
+    if op not in LINEAR_OPS:
+        raise PlanError(f"{site.name}: the fused update supports {' and '.join(LINEAR_OPS)}, not '{op}'")
     scale_prop = float(site.prop("scale", 1.0))
     add = _reducer("add", site.name)
     inputs = site.gathered(0)

@@ -7,7 +7,8 @@ from ordinary ops and `ipu.copy`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from popxl import context
@@ -18,6 +19,8 @@ from popxl.tensor import Tensor
 from xl.dialects.popxl import MinimumOp
 from xl.dialects.replica import (
     COLLECTIVE_OPS,
+    LINEAR_OPS,
+    LOGICAL_OPS,
     AllGatherOp,
     AllReduceInplaceOp,
     AllReduceOp,
@@ -308,20 +311,18 @@ def _reduce(values: list[Tensor], op: str) -> Tensor:
         for v in values[1:]:
             acc = acc + v * v
         return acc
+    combine: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+        "add": operator.add,
+        "mean": operator.add,
+        "mul": operator.mul,
+        "max": ops.maximum,
+        "min": lambda a, b: emit1(MinimumOp, [a, b]),
+        "and": ops.logical_and,
+        "or": ops.logical_or,
+    }
     acc = values[0]
     for v in values[1:]:
-        if op in ("add", "mean"):
-            acc = acc + v
-        elif op == "mul":
-            acc = acc * v
-        elif op == "max":
-            acc = ops.maximum(acc, v)
-        elif op == "min":
-            acc = emit1(MinimumOp, [acc, v])
-        elif op == "and":
-            acc = ops.logical_and(acc, v)
-        else:
-            acc = ops.logical_or(acc, v)
+        acc = combine[op](acc, v)
     if op == "mean":
         acc = acc * (1.0 / len(values))
     return acc
@@ -341,7 +342,7 @@ def _all_reduce(ts: list[Tensor], ipus: list[int], op: str, mode: str) -> list[T
             if mode == "identical_inputs":
                 # x + (r - detach(r)): the value of x exactly, the gradient of r
                 r = ops.detach(gathered[i]) + (r - ops.detach(r))
-            elif mode == "identical_grad_inputs" and op not in ("and", "or"):
+            elif mode == "identical_grad_inputs" and op not in LOGICAL_OPS:
                 # detach(r) + (x - detach(x)): the value of r exactly, the gradient of x
                 x = gathered[i]
                 r = ops.detach(r) + (x - ops.detach(x))
@@ -363,7 +364,7 @@ def all_reduce_identical_inputs(ts: list[Tensor], ipus: list[int] | None = None,
     identity), and the gradient of each input is the all-reduce of the output gradients.
     `op` must be 'add' or 'mean' (the ops upstream autodiff supports for it)."""
     op = _check_op(op)
-    if op not in ("add", "mean"):
+    if op not in LINEAR_OPS:
         raise ValueError(
             f"{current_op()}: op {op!r} has no gradient here; use 'add' or 'mean' (or all_reduce for a plain reduction)"
         )
