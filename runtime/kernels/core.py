@@ -1375,43 +1375,45 @@ def _erfc_large(y: np.ndarray, exact: bool) -> np.ndarray:
 def _erf_block(z: np.ndarray, out: np.ndarray, one_plus: bool, scratch: np.ndarray, exact: bool = True) -> None:
     """out = erf(z), or 1 + erf(z) when `one_plus` (accurate also where erf(z) is near -1:
     erfc(-z) itself, not 1 - erfc(-z) added to 1). z: a float64 block; scratch: (5, z.size).
-    `exact`: exp(-z^2) of 1 + erf to a few float64 ulp where z^2 is large; without, its
-    relative error is about z^2 2^-53 (below 1e-14 where 1 + erf(z) is a normal float32),
-    far under a float32 ulp."""
+    Each element is evaluated in its own range only (the elements of the first range, then
+    of the others, gathered into scratch and scattered back). `exact`: exp(-z^2) of 1 + erf
+    to a few float64 ulp where z^2 is large; without, its relative error is about z^2 2^-53
+    (below 1e-14 where 1 + erf(z) is a normal float32), far under a float32 ulp."""
     y, a, b, nd = scratch[0], scratch[1], scratch[2], scratch[3:5]
     np.abs(z, out=y)
-    # a = erfc(m), m = |z| clipped into the middle range
-    m = np.clip(y, _ERF_SMALL, 4.0, out=out)
-    _rational(m, _ERFC_MID_H, nd, a)
-    _exp_neg_square(m, b, nd[0], one_plus and exact)
-    a *= b
-    far = np.flatnonzero(y > 4.0)
-    if far.size:
-        a[far] = _erfc_large(y[far], one_plus and exact)
-    # b = erf(s), s = |z| clipped into the first range
-    s = np.minimum(y, _ERF_SMALL, out=out)
-    np.multiply(s, s, out=b)
-    _rational(b, _ERF_SMALL_H, nd, b)
-    b *= s
-    np.copysign(b, z, out=b)
-    # y = 1 where |z| is in the first range, else 0 (NaN: 0, its value comes from both)
-    np.less_equal(y, _ERF_SMALL, out=y)
-    if one_plus:
-        b += 1.0
-        # middle and third ranges: erfc(|z|) for z < 0, 2 - erfc(|z|) for z > 0
-        w = nd[0]
-        np.greater(z, 0.0, out=w)
-        np.multiply(a, -2.0, out=out)
-        out += 2.0
-        out *= w
-        a += out
-    else:
-        np.subtract(1.0, a, out=a)
-        np.copysign(a, z, out=a)
-    b *= y
-    np.subtract(1.0, y, out=y)
-    a *= y
-    np.add(b, a, out=out)
+    first = y <= _ERF_SMALL  # NaN: the other ranges, which give NaN
+    si, mi = np.flatnonzero(first), np.flatnonzero(~first)
+    ns, nm = si.size, mi.size
+    if ns:
+        # erf(s) = s R(s^2) (odd: the sign and -0 follow s)
+        sv = np.take(z, si, out=a[:ns])
+        t = np.multiply(sv, sv, out=b[:ns])
+        _rational(t, _ERF_SMALL_H, nd[:, :ns], t)
+        t *= sv
+        if one_plus:
+            t += 1.0
+        out[si] = t
+    if nm:
+        # r = erfc(|z|): the middle range's rational function, the third range's beyond 4
+        m = np.take(y, mi, out=a[:nm])
+        far = np.flatnonzero(m > 4.0)
+        big = m[far] if far.size else None
+        np.minimum(m, 4.0, out=m)
+        r = y[:nm]  # |z| is in m now
+        _rational(m, _ERFC_MID_H, nd[:, :nm], r)
+        e = b[:nm]
+        _exp_neg_square(m, e, nd[0, :nm], one_plus and exact)
+        r *= e
+        if big is not None:
+            r[far] = _erfc_large(big, one_plus and exact)
+        zm = np.take(z, mi, out=b[:nm])
+        if one_plus:
+            # erfc(|z|) for z < 0, 2 - erfc(|z|) for z > 0
+            np.subtract(2.0, r, out=r, where=zm > 0.0)
+        else:
+            np.subtract(1.0, r, out=r)
+            np.copysign(r, zm, out=r)
+        out[mi] = r
 
 
 def in_blocks(
