@@ -100,6 +100,11 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return RtReuseBuffersPass
 
+    def get_rt_broadcast_operands() -> type[ModulePass]:
+        from xl.passes.rt_broadcast_operands import RtBroadcastOperandsPass
+
+        return RtBroadcastOperandsPass
+
     def get_rt_optimize() -> type[ModulePass]:
         from xl.passes.rt_optimize import RtOptimizePass
 
@@ -121,5 +126,6 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "rt-trivial-collectives": get_rt_trivial_collectives,
         "rt-views": get_rt_views,
         "rt-reuse-buffers": get_rt_reuse_buffers,
+        "rt-broadcast-operands": get_rt_broadcast_operands,
         "rt-optimize": get_rt_optimize,
     }

@@ -3,6 +3,7 @@
 Runs, in order: `rt-trivial-collectives` (replica collectives that are the identity
 removed), `rt-fold-all-reduce` (an SGD update of a replica-averaged gradient as one
 collective), `rt-fold-update` (SGD update folded into the weight-gradient gemm),
+`rt-broadcast-operands` (elementwise kernels read broadcast operands, not expanded copies),
 `rt-fuse-elementwise` (single-use elementwise chains become one kernel), `rt-views`
 (reshape/transpose as views) and `rt-reuse-buffers` (liveness-based storage sharing
 and in-place elementwise kernels). Each step is also a pass of its own.
@@ -22,6 +23,7 @@ from xdsl.passes import ModulePass
 
 from xl.dialects import rt
 from xl.passes.rt_analysis import programs
+from xl.passes.rt_broadcast_operands import broadcast_operands
 from xl.passes.rt_fold_all_reduce import fold_all_reduce_updates
 from xl.passes.rt_fold_update import fold_bias_adds, fold_updates
 from xl.passes.rt_fuse_elementwise import fuse_elementwise
@@ -36,6 +38,7 @@ def optimize_program(program: rt.ProgramOp) -> None:
     fold_all_reduce_updates(program)
     fold_updates(program)
     fold_bias_adds(program)
+    broadcast_operands(program)
     fuse_elementwise(program)
     mark_views(program)
     reuse_buffers(program)

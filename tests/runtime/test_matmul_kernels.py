@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from xl.dialects import rt
 from xl.dialects.popxl import MatmulOp
@@ -26,16 +26,18 @@ from xl.runtime.streams import StreamIn, StreamOut
 UNIT = {np.float16: 2.0**-24, np.float32: 2.0**-24, np.float64: 2.0**-53}  # float16 sums in float32
 
 
-def run_kernel(name: str, ins: list[np.ndarray], outs: list[np.ndarray], optimize: bool) -> None:
-    """One `rt.kernel` `name` bound to these arrays (views allowed), built in the optimised
-    or the straightforward plan and run once."""
+def run_kernel(
+    name: str, ins: list[np.ndarray], outs: list[np.ndarray], optimize: bool, attrs: dict[str, Attribute] | None = None
+) -> None:
+    """One `rt.kernel` `name` (with `attrs`) bound to these arrays (views allowed), built in
+    the optimised or the straightforward plan and run once."""
     block = Block()
     vals: list[SSAValue] = []
     for x in (*ins, *outs):
         alloc = rt.AllocOp(memref_type(x.shape, x.dtype))
         block.add_op(alloc)
         vals.append(alloc.result)
-    block.add_op(rt.KernelOp(name, vals[: len(ins)], vals[len(ins) :], {}))
+    block.add_op(rt.KernelOp(name, vals[: len(ins)], vals[len(ins) :], dict(attrs or {})))
     rt.ProgramOp(Region(block), rt.ProgramOp.program_attributes(1, 1))
     preset = dict(zip(vals, (*ins, *outs)))
 
