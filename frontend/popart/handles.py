@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import warnings
 import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from popart.session_options import SessionOptions, SessionOptionWarning
@@ -48,14 +49,23 @@ class _Handle:
 
 
 class PbGraph(_Handle):
-    """A graph of `ir._pb_ir.getAllGraphs()`: its `id` (the graph's name). PopART's op
-    objects (`getOps()`) are not provided."""
+    """A graph of `ir._pb_ir.getAllGraphs()`: its `id` (the graph's name) and, for the main
+    graph (`getMainGraph()`), `tensor_id in graph`. PopART's op objects (`getOps()`) are
+    not provided."""
 
     _what = "Graph"
-    _has = ("id",)
+    _has = ("id", "tensor_id in graph (main graph)")
 
-    def __init__(self, graph_id: str) -> None:
+    def __init__(self, graph_id: str, tensor_ids: Callable[[], Iterable[str]] | None = None) -> None:
         self.id = graph_id
+        self._tensor_ids = tensor_ids
+
+    def __contains__(self, tensor_id: object) -> bool:
+        """Whether the main graph has a tensor of id `tensor_id`: one of its tensors, or a host
+        stream of the Ir (PopART's streams are tensors of the main graph)."""
+        if self._tensor_ids is None:
+            raise TypeError(f"xl's stand-in for PopART's graph {self.id!r} lists tensors of the main graph only")
+        return tensor_id in set(self._tensor_ids())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PbGraph) and other.id == self.id
@@ -89,7 +99,15 @@ class PbIr(_Handle):
         return opts
 
     def getMainGraph(self) -> PbGraph:
-        return PbGraph(self._the_ir().main_graph.id)
+        ref = self._ir_ref
+
+        def tensor_ids() -> Iterable[str]:
+            ir = ref()
+            if ir is None:
+                raise RuntimeError("ir._pb_ir: its popxl.Ir no longer exists")
+            return [*(t.id for t in ir.main_graph.tensors), *ir._h2d, *ir._d2h]  # every stream created
+
+        return PbGraph(self._the_ir().main_graph.id, tensor_ids)
 
     def getAllGraphs(self) -> list[PbGraph]:
         """The main graph and every subgraph of the Ir (as PopART's, which programs count)."""

@@ -150,6 +150,15 @@ class RemoteBuffer:
         """The dtype of the tensors stored in the buffer."""
         return _dtype._from_element_type(self._op.type.get_element_type())
 
+    # Read-only, refused in PopXL's words (Python 3.10's for a property without a setter).
+    @tensor_shape.setter
+    def tensor_shape(self, _: Any) -> None:
+        raise AttributeError("can't set attribute 'tensor_shape'")
+
+    @tensor_dtype.setter
+    def tensor_dtype(self, _: Any) -> None:
+        raise AttributeError("can't set attribute 'tensor_dtype'")
+
     @property
     def entries(self) -> int:
         """The number of entries (settable; > 0)."""

@@ -1507,8 +1507,8 @@ def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor
     """The next transfer of `h2d_stream` as a tensor of the stream's shape and dtype.
 
     Usable in any graph; each executed `host_load` consumes one of the
-    `ir.num_host_transfers` entries of the stream's data. Named `name` (default: the
-    stream's name).
+    `ir.num_host_transfers` entries of the stream's data. Named `<name>_hostload` as in
+    PopXL (`name` default: the stream's name without its name scope).
     """
     from xl.dialects.graph import HostLoadOp
 
@@ -1519,7 +1519,8 @@ def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor
         raise ValueError(f"ops.host_load: stream {h2d_stream.tensor_id!r} belongs to another Ir")
     op = HostLoadOp(h2d_stream.tensor_id, tensor_type(h2d_stream.shape, h2d_stream.dtype._compute_np()))
     insert(g, op, verify=False)
-    return g._tensor(op.result, g._unique_name(name if name is not None else h2d_stream.tensor_id, scoped=True))
+    base = name if name is not None else h2d_stream.tensor_id.rsplit("/", 1)[-1]
+    return g._tensor(op.result, g._unique_name(f"{base}_hostload", scoped=True))
 
 
 def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:

@@ -607,7 +607,7 @@ def test_streams():
     assert (s1.tensor_id, s2.tensor_id, s3.tensor_id) == ("x", "x__t0", "h2d_stream")
     assert str(s1) == "HostToDeviceStream x"
     assert s1.shape == (2,) and s1.dtype == popxl.float32 and s1.spec == t.spec
-    assert t.name == "x" and t2.name == "named"
+    assert t.name == "x_hostload" and t2.name == "named_hostload"  # PopXL's names
     assert ir.get_all_h2d_streams() == {s1, s2, s3}
     assert ir.get_all_d2h_streams() == {o}
     _text, module = reparse(ir)
