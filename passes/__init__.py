@@ -85,6 +85,11 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return RtFoldAllReducePass
 
+    def get_clamp_log2_scale() -> type[ModulePass]:
+        from xl.passes.clamp_log2_scale import ClampLog2ScalePass
+
+        return ClampLog2ScalePass
+
     def get_rt_trivial_collectives() -> type[ModulePass]:
         from xl.passes.rt_trivial_collectives import RtTrivialCollectivesPass
 
@@ -123,6 +128,7 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "rt-fold-all-reduce": get_rt_fold_all_reduce,
         "rt-fold-update": get_rt_fold_update,
         "rt-fuse-elementwise": get_rt_fuse_elementwise,
+        "clamp-log2-scale": get_clamp_log2_scale,
         "rt-trivial-collectives": get_rt_trivial_collectives,
         "rt-views": get_rt_views,
         "rt-reuse-buffers": get_rt_reuse_buffers,

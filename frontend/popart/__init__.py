@@ -24,7 +24,14 @@ from __future__ import annotations
 
 from popart import enums, session_options
 from popart.enums import *  # noqa: F403  (PopART's enums at top level, as its module has them)
-from popart.errors import OutOfMemoryException, popart_exception, popart_internal_exception, poplar_exception
+from popart.errors import (
+    OutOfMemoryException,
+    popart_exception,
+    popart_internal_exception,
+    poplar_application_runtime_error,
+    poplar_exception,
+    poplar_runtime_error,
+)
 from popart.session_options import (
     AccumulateOuterFragmentSettings,
     AutodiffSettings,
@@ -94,6 +101,8 @@ __all__ = [
     "popart_exception",
     "popart_internal_exception",
     "poplar_exception",
+    "poplar_runtime_error",
+    "poplar_application_runtime_error",
     "OutOfMemoryException",
 ]
 __all__ += enums.__all__

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from popxl.errors import PopartException
+from popxl.errors import PopartException, PoplarApplicationRuntimeError, PoplarException, PoplarRuntimeError
 
-__all__ = ["popart_exception", "popart_internal_exception", "poplar_exception", "OutOfMemoryException"]
+__all__ = [
+    "popart_exception",
+    "popart_internal_exception",
+    "poplar_exception",
+    "poplar_runtime_error",
+    "poplar_application_runtime_error",
+    "OutOfMemoryException",
+]
 
 
 # PopART's error type is popxl's `PopartException`: the checks PopART makes when a graph is
@@ -17,8 +24,11 @@ class popart_internal_exception(popart_exception):  # noqa: N801
     """PopART's internal error type."""
 
 
-class poplar_exception(RuntimeError):  # noqa: N801
-    """Poplar's error type."""
+# Poplar's error types: `popxl.Session.run` raises `poplar_application_runtime_error` (as
+# `popxl.errors.RunDataError`) for a value out of its op's range.
+poplar_exception = PoplarException
+poplar_runtime_error = PoplarRuntimeError
+poplar_application_runtime_error = PoplarApplicationRuntimeError
 
 
 class OutOfMemoryException(popart_exception):

@@ -14,7 +14,18 @@ with popxl.Ir().main_graph:
 
 from __future__ import annotations
 
-__all__ = ["GraphBuildError", "GraphTypeError", "PopartException", "UndefinedValue"]
+from xl.runtime.kernels.registry import DataRangeError
+
+__all__ = [
+    "GraphBuildError",
+    "GraphTypeError",
+    "PopartException",
+    "PoplarApplicationRuntimeError",
+    "PoplarException",
+    "PoplarRuntimeError",
+    "RunDataError",
+    "UndefinedValue",
+]
 
 
 class UndefinedValue(Exception):
@@ -37,3 +48,22 @@ class GraphBuildError(ValueError, PopartException):
 class GraphTypeError(GraphBuildError, TypeError):
     """An op whose operands' dtypes must agree but do not: a `TypeError` as in PopXL (and a
     `GraphBuildError`: a ValueError and `popart.popart_exception`)."""
+
+
+class PoplarException(RuntimeError):
+    """Poplar's error type (`popart.poplar_exception`)."""
+
+
+class PoplarRuntimeError(PoplarException):
+    """An error while a program runs (`popart.poplar_runtime_error`)."""
+
+
+class PoplarApplicationRuntimeError(PoplarRuntimeError):
+    """An error of the program itself while it runs, such as a value out of the range an op
+    takes (`popart.poplar_application_runtime_error`)."""
+
+
+class RunDataError(DataRangeError, PoplarApplicationRuntimeError):
+    """What `Session.run` raises for a value read at run time outside the range its op
+    takes (an index, a label, a float8 scale): the runtime's `DataRangeError` (a
+    ValueError), and `popart.poplar_application_runtime_error` as in PopXL."""

@@ -41,6 +41,7 @@ from popxl._checks import check_int
 from popxl._host import downcast_np_dtype
 from popxl._logging import logger
 from popxl._session_remote import SessionRemote
+from popxl.errors import RunDataError
 from popxl.fp8_utils import float8_view, host_float8
 from popxl.ir import Ir
 from popxl.streams import DeviceToHostStream, HostToDeviceStream
@@ -48,6 +49,7 @@ from popxl.tensor import Constant, Tensor, Variable
 from xl.dialects.graph import VariableOp
 from xl.dialects.replica_layout import ReplicaLayout, host_data_shape
 from xl.dialects.utils import dense_to_numpy
+from xl.runtime.kernels.registry import DataRangeError
 
 __all__ = ["Session"]
 
@@ -133,7 +135,7 @@ class Session:
         with _source_names(ir, self._tensor_names):
             self._exe = compile_module(
                 module,
-                extra_passes=tuple(passes),
+                extra_passes=(*passes, *_option_passes(ir)),
                 comm=comm,
                 profile=profile is not False,
                 concurrent=concurrent,
@@ -465,7 +467,10 @@ class Session:
         """Run the program once; returns one array per device-to-host stream."""
         self._require_attached("run")
         arrays = self._prepare_inputs(inputs, downcast_inputs)
-        outs = self._exe.run(arrays)
+        try:
+            outs = self._exe.run(arrays)
+        except DataRangeError as e:  # popart.poplar_application_runtime_error too, as in PopXL
+            raise RunDataError(str(e)) from None
         self._device_dirty = True
         # float8 results in the host format (PopXL's structured uint8 dtype)
         return {self._d2h_by_name[n]: host_float8(a) for n, a in outs.items() if n in self._d2h_by_name}
@@ -702,6 +707,20 @@ def _source_names(ir: Ir, tensor_names: dict[tuple[str | None, str], list[str]] 
         for op in marked:
             op.attributes.pop(SOURCE_ATTR, None)
             op.attributes.pop(GRAPH_ATTR, None)
+
+
+def _option_passes(ir: Ir) -> list[Any]:
+    """The passes PopART's session options of `ir` ask for: `clamp-log2-scale` when
+    `throwIfLog2ScaleTensorNotInRange` is False (float8 scales out of range are clamped
+    instead of failing the run; on an IPU the result is undefined)."""
+    from popart.handles import session_options_of
+
+    opts = session_options_of(ir, create=False)
+    if opts is None or opts.throwIfLog2ScaleTensorNotInRange:
+        return []
+    from xl.passes.clamp_log2_scale import ClampLog2ScalePass
+
+    return [ClampLog2ScalePass()]
 
 
 def _one_element_per_transfer(shape: tuple[int, ...], full: tuple[int, ...], rank: int) -> bool:
