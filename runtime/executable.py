@@ -66,7 +66,7 @@ from xl.runtime.concurrent import build_concurrent_replica, serial_forced
 from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.kernels import kernel_factory
 from xl.runtime.kernels.collectives import Site, bind_site, collective_factory
-from xl.runtime.parallel_kernels import ParallelStep, split_parts
+from xl.runtime.parallel_kernels import ParallelStep, split_parts, uses_threads
 from xl.runtime.placement import op_placement
 from xl.runtime.plan import build_replica
 from xl.runtime.profile import KernelInfo, Recorder, failure_message, kernel_info, renamed
@@ -639,6 +639,9 @@ def _compile_program(
             walks.append(cb)
         elif optimize:
             b, marks = build_replica(program, StreamIn, StreamOut, r, shared, ev, parts)
+            if parts > 1 and not uses_threads(b.parallel_gain, b.blas_gain):
+                parts = 1  # OpenBLAS's own threads do better: the serial plan
+                b, marks = build_replica(program, StreamIn, StreamOut, r, shared, ev, parts)
             fn, src = b.finish(marks)
             if b.split_kernels or b.lane_functions:  # kernels run on `parts` threads
                 fn = ParallelStep(fn, b.g.ns["_par"], parts)

@@ -42,9 +42,18 @@ Only the plan's own code goes in a lane (templates: a kernel closure may keep st
 own), and only when each lane has enough work to pay for the fork and the join
 (`LANE_MIN_COST`); otherwise the kernels stay in program order.
 
+Which plan. OpenBLAS can use the threads too, inside each product, but a product on several
+BLAS threads does not give the bits of one thread. So a step either runs its blocks and
+lanes (OpenBLAS on one thread per kernel) or is the serial plan with OpenBLAS on the
+caller's threads, whichever saves more by the builder's estimate (`uses_threads`: the
+blocks' and lanes' work against that of the products large enough for BLAS threads,
+`blas_threads_gain`): the GPT example's step (products of 8 to 34 MFLOP that pair up, large
+elementwise kernels) takes the blocks and lanes; the seed MLP (large products in a chain)
+and a BERT-sized layer keep the serial plan and BLAS threads, as before.
+
 Either way every kernel computes exactly what it computes in the serial plan, and while such
-a step runs OpenBLAS runs one thread per kernel (`xl.runtime.blas_threads`): a step on N
-threads gives the bits of the step on 1 (`tests/runtime/test_parallel_kernels.py` checks
+a step runs OpenBLAS runs one thread per kernel (`xl.runtime.blas_threads`): a step with
+blocks and lanes on N threads gives the bits of the step on 1 (`tests/runtime/test_parallel_kernels.py` checks
 every splittable kernel of the registry and the GPT example's training step). A failure
 on a worker is raised by the step, named after its kernel.
 """
@@ -240,6 +249,38 @@ def kernel_cost(
     return float(sum(a.size for a in (*ins, *outs)))
 
 
+# The blocks and lanes are used when they save at least this fraction of what OpenBLAS's own
+# threads would save in the serial plan (they win where products are small or pair up: the
+# GPT step; products that run alone and large, an MLP's or BERT's, go faster on BLAS threads)
+PARALLEL_OVER_BLAS = 0.5
+
+
+def uses_threads(parallel_gain: float, blas_gain: float) -> bool:
+    """Whether a plan whose blocks and lanes save `parallel_gain` runs them (else: the
+    serial plan, with OpenBLAS at the caller's thread count)."""
+    return parallel_gain > 0 and parallel_gain >= PARALLEL_OVER_BLAS * blas_gain
+
+
+BLAS_THREADS_MIN_FLOPS = 4_000_000  # OpenBLAS's threads pay on products of this size up
+
+
+def blas_threads_gain(
+    cls: KernelClass | None, props: dict[str, Any], ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], parts: int
+) -> float:
+    """What OpenBLAS's own `parts` threads would save on this kernel in a serial plan
+    (`kernel_cost` units): a product of at least `BLAS_THREADS_MIN_FLOPS` FLOPs runs about
+    `parts` times faster; anything else, nothing."""
+    if cls is None or not outs:
+        return 0.0
+    try:
+        flops = flop_count(cls, [a.shape for a in ins], [a.shape for a in outs], props)
+    except Exception:
+        return 0.0
+    if not flops or flops < BLAS_THREADS_MIN_FLOPS:
+        return 0.0
+    return flops / FLOPS_PER_ELEMENT * (1 - 1 / parts)
+
+
 def _conflict(x: list[tuple[Region, bool]], lane: list[tuple[Region, bool]]) -> bool:
     for (kx, lo, hi), wx in x:
         for (ky, lo2, hi2), wy in lane:
@@ -260,14 +301,17 @@ class Lanes:
         self.cost = [0.0, 0.0]
 
     def lane_for(self, acc: list[tuple[Region, bool]], cost: float) -> int | None:
-        """The lane a kernel with these accesses may join; None when it depends on both
-        lanes, or on the only lane used so far (a chain: the kernels after it may then
-        run beside it in new lanes)."""
+        """The lane a kernel with these accesses joins: the less loaded one when it depends
+        on neither; the one it depends on while that lane is the shorter. None (start new
+        lanes with it) when it depends on both, or on the longer lane: there it would only
+        lengthen the step while the other lane idles, and the kernels after it may run
+        beside it in new lanes."""
         c0, c1 = _conflict(acc, self.acc[0]), _conflict(acc, self.acc[1])
-        if (c0 and c1) or (c0 and not self.entries[1]) or (c1 and not self.entries[0]):
+        if c0 and c1:
             return None
         if c0 or c1:
-            return 0 if c0 else 1
+            lane = 0 if c0 else 1
+            return lane if self.cost[lane] < self.cost[1 - lane] else None
         return 0 if self.cost[0] <= self.cost[1] else 1
 
     def add(self, lane: int, acc: list[tuple[Region, bool]], cost: float, entry: Any) -> None:

@@ -65,7 +65,15 @@ from xl.runtime.codegen import TEMPLATES, Gen, K
 from xl.runtime.errors import PlanError, diagnostic_props
 from xl.runtime.functions import emit_call, function_source
 from xl.runtime.kernels import KERNELS
-from xl.runtime.parallel_kernels import ForkJoin, Lanes, RowBlock, accesses, kernel_cost, row_blocks
+from xl.runtime.parallel_kernels import (
+    ForkJoin,
+    Lanes,
+    RowBlock,
+    accesses,
+    blas_threads_gain,
+    kernel_cost,
+    row_blocks,
+)
 from xl.runtime.profile import KernelInfo, kernel_info
 from xl.runtime.walk import ProgramWalk
 
@@ -104,6 +112,10 @@ class PlanBuilder(ProgramWalk[int]):
         # kernels run in this many blocks of rows at once (`xl.runtime.parallel_kernels`)
         self.parts = 1
         self.split_kernels: list[str] = []  # the kernels that do
+        # what running on `parts` threads saves (in `kernel_cost` units): through the blocks
+        # and lanes (`parallel_gain`), or through BLAS's own threads in the serial plan
+        self.parallel_gain = 0.0
+        self.blas_gain = 0.0
         self._in_function = 0  # > 0 while an `rt.func` body is generated
         self._lanes: Lanes | None = None  # independent kernels not emitted yet
         self.lane_functions: list[tuple[str, list[tuple[int, list[str]]]]] = []  # lane 1 of each fork
@@ -146,6 +158,7 @@ class PlanBuilder(ProgramWalk[int]):
             return
         self._lanes = None
         if lanes.pays():
+            self.parallel_gain += min(lanes.cost)
             fname = f"_lane{len(self.lane_functions)}"
             self.lane_functions.append((fname, lanes.entries[1]))
             self.g.lines.append(f"_fork({fname})")
@@ -228,6 +241,7 @@ class PlanBuilder(ProgramWalk[int]):
             if blocks is not None:
                 self.emit_kernel(rop, [self._blocks_line(op, props, blocks)], depth, name)
                 return
+            self.blas_gain += blas_threads_gain(cls, props, ins, outs, self.parts)
             if depth == 0:
                 self._lane_kernel(rop, op, props, ins, outs)
                 return
@@ -298,6 +312,8 @@ class PlanBuilder(ProgramWalk[int]):
         finally:
             g.stream = saved
         self.split_kernels.append(op.name)
+        ins, outs = [g.arr(v) for v in op.ins], [g.arr(v) for v in op.outs]
+        self.parallel_gain += kernel_cost(op.cls, props, ins, outs) * (1 - 1 / len(blocks))
         return f"_par({', '.join(calls)})  # {op.name}" if calls else f"pass  # {op.name}"
 
     def _roles(self, ins: list[str], outs: list[str]) -> dict[str, str]:

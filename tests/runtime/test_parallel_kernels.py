@@ -211,6 +211,20 @@ def test_failure_in_a_lane_on_a_worker_names_the_kernel(monkeypatch: pytest.Monk
     np.testing.assert_array_equal(out[names[1]], b / a)
 
 
+def test_large_products_in_a_chain_keep_blas_threads() -> None:
+    """A large product then an elementwise kernel of its result: the product would gain far
+    more from OpenBLAS's threads than the block split of the kernel saves, so the plan is
+    the serial one (no blocks, no lanes), which runs OpenBLAS at the caller's threads."""
+    x, w = np.ones((256, 512), np.float32), np.ones((512, 512), np.float32)
+    program, _ = _kernels_program([x, w], [("popxl.matmul", [0, 1], (256, 512)), ("popxl.relu", [2], (256, 512))])
+    exe = compile_program(program, optimize=True, workers=2)
+    assert not isinstance(exe.replicas[0].step, ParallelStep) and exe.workers == 1
+    assert "_par(" not in exe.sources[0] and "_fork(" not in exe.sources[0]
+    # without the product, the elementwise kernel splits
+    program, _ = _kernels_program([x], [("popxl.relu", [0], (256, 512))])
+    assert "_par(" in compile_program(program, optimize=True, workers=2).sources[0]
+
+
 def _gpt_executables(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Executable, Executable]:
     sys.path.insert(0, str(EXAMPLES))
     import gpt_char
