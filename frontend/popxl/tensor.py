@@ -638,12 +638,10 @@ def _remote_variable(
     if vdt != rb.tensor_dtype:
         raise ValueError(f"{what}: dtype {vdt.name} does not match {rb!r} (dtype {rb.tensor_dtype.name})")
     # the entry holds the value in row-major order: another shape of as many elements is
-    # accepted (as upstream, which stores the bytes); `remote_load` gives the buffer's shape
-    if shard_over is None and math.prod(shape) != math.prod(rb.tensor_shape):
-        raise ValueError(
-            f"Tensor does not match buffer.\nExisting remote buffer has shape={rb.tensor_shape} "
-            f"and dtype={rb.tensor_dtype.name}.\nThe tensor has shape={shape}, dtype={vdt.name}."
-        )
+    # accepted (as upstream, which stores the bytes); `remote_load` gives the buffer's shape.
+    # A value of another element count is built, as in PopXL, and the program refused when a
+    # Session compiles it (the op's verifier: "... does not match remote buffer ...").
+    fits = shard_over is not None or math.prod(shape) == math.prod(rb.tensor_shape)
     for op in g._block.ops:
         if isinstance(op, RemoteVariableOp) and op.buffer_name == rb._name and op.entry == offset:
             raise ValueError(f"{what}: entry {offset} of {rb!r} already holds remote variable {op.var_name.data!r}")
@@ -653,7 +651,7 @@ def _remote_variable(
         vname, rb._name, offset, tensor_type(shape, arr.dtype), init,
         grouping=attr, retrieval_mode=mode if attr is not None else None, shard_over=shard_over,
     )  # fmt: skip
-    g._insert(op, verify_as=op.name)  # its verifier looks the buffer up in the module
+    g._insert(op, verify_as=op.name if fits else None)  # its verifier looks the buffer up in the module
     rts = ReplicatedTensorSharding.On if shard_over is not None else ReplicatedTensorSharding.Off
     info = TensorLocationInfo(TensorLocation(TensorStorage.OffChip, rts), rb, offset)
     return _register(g, op.result, vname, replica_grouping, mode, arr, groups, info)

@@ -15,6 +15,7 @@ import pytest
 
 import popxl
 import popxl.ops as ops
+from tests.helpers.deferred import refused_by_session
 from xl.compiler import compile_module
 from xl.runtime.kernels import DataRangeError
 
@@ -395,6 +396,12 @@ def test_memory_report_counts_remote_bytes_apart() -> None:
 
 
 def test_errors() -> None:
+    # a value of another element count than the buffer's entries: built, as in PopXL, and
+    # refused when the program is compiled
+    refused_by_session(
+        lambda: popxl.remote_variable(np.ones(3, np.float32), popxl.remote_buffer((2,), popxl.float32, 2), 0),
+        r"ipu.remote_variable .*\(3,\) float32 does not match remote buffer .*the element counts differ",
+    )
     ir = popxl.Ir()
     with ir.main_graph:
         with pytest.raises(ValueError, match="Entries must be a non-zero, positive integer. Got 0"):
@@ -417,8 +424,6 @@ def test_errors() -> None:
         wrong = popxl.constant(np.ones(3, np.float32), name="wrong")
         with pytest.raises(ValueError, match=f"^Tensor {wrong.id} does not match buffer"):  # named, as upstream
             ops.remote_store(rb, 0, wrong)
-        with pytest.raises(ValueError, match="Tensor does not match buffer"):
-            popxl.remote_variable(np.ones(3, np.float32), rb, 0)
         with pytest.raises(ValueError, match="dtype int32 does not match"):
             popxl.remote_variable(np.ones(2, np.int32), rb, 0)
         popxl.remote_variable(np.ones(2, np.float32), rb, 0, name="first")
