@@ -1064,7 +1064,9 @@ class MatmulOp(PopxlOp):
     @classmethod
     def infer(cls, types, props):
         arity(cls, types, 2)
-        dt = same_dtype(cls, types)
+        dt = dtype_of(types[0])
+        if dtype_of(types[1]) != dt:  # PopXL builds it (result of lhs's dtype), refused when compiled
+            _dtype_error(cls, f"operand dtypes differ: {_types_str(types)}")
         return [tensor_type(matmul_shape(cls, types[0], types[1]), dt)]
 
 

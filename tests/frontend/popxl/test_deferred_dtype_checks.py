@@ -79,13 +79,24 @@ def test_optimizer_loss_and_random_ops_on_wrong_dtypes() -> None:
             "popxl.dropout: input must be a floating point tensor",
         ),
         (lambda: ops.swish(popxl.variable(3)), "popxl.swish: input must be a floating point tensor"),
+        (
+            lambda: popxl.variable(np.ones((2, 3), np.float32)) @ popxl.variable(np.ones((3, 4), np.float16)),
+            "popxl.matmul: operand dtypes differ: (2, 3) float32, (3, 4) float16",
+        ),
     ):
         ir = popxl.Ir()
         with ir.main_graph:
             out = build()
         cases.append((ir, out, message))
     shapes = [(out.shape, out.dtype) for _, out, _ in cases]
-    assert shapes == [((), popxl.int32), ((), popxl.int32), ((), popxl.float32), ((3,), popxl.int32), ((), popxl.int32)]
+    assert shapes == [
+        ((), popxl.int32),
+        ((), popxl.int32),
+        ((), popxl.float32),
+        ((3,), popxl.int32),
+        ((), popxl.int32),
+        ((2, 4), popxl.float32),  # matmul: lhs's dtype, as PopXL
+    ]
     for ir, _, message in cases:
         _refused(ir, message)
 
