@@ -193,7 +193,7 @@ def _lower_stashes(region: RegionOp, variable_names: set[str]) -> list[VariableO
         assert s is not None
         depth = stash.depth
         hint = stash.input.name_hint or f"t{k}"
-        prefix = f"pipeline.stash{k}.{hint}"
+        prefix = f"{StashOp.name}{k}.{hint}"
         buf = variable(f"{prefix}.buffer", stash.result.type)
         counter = variable(f"{prefix}.stash_counter", counter_type)
         value_type = stash.input.type

@@ -6,9 +6,9 @@ name again, so renaming an op or adding one touches one place. The check walks t
 syntax tree of every source module under dialects/, passes/, runtime/, compiler/ and
 frontend/ and looks for string constants equal to the name of a registered op (every op of
 every dialect in `get_all_dialects()` plus the kernels only `rt` passes make,
-`RT_KERNEL_OPS`): such a constant may appear in the module defining the op's class only.
-Text inside an f-string, a docstring or a longer message is not a constant equal to a name
-and is not counted.
+`RT_KERNEL_OPS`): such a constant, or a piece of an f-string equal to one, may appear in
+the module defining the op's class only. A docstring or a longer message is not a constant
+equal to a name and is not counted.
 """
 
 from __future__ import annotations
@@ -46,15 +46,13 @@ def defining_file(cls: type[Operation]) -> Path:
 
 
 def name_constants(path: Path, names: set[str]) -> list[tuple[str, int]]:
-    """(op name, line) of every string constant of `path` equal to one of `names`, f-string
-    pieces left out."""
+    """(op name, line) of every string constant of `path` (f-string pieces included) equal
+    to one of `names`."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    in_fstring = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
     return [
         (node.value, node.lineno)
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
-        if id(node) not in in_fstring
     ]
 
 
