@@ -26,6 +26,7 @@ import xl.dialects.popxl as P
 from tests.helpers.op_runner import run_op
 from xl.dialects.utils import DTYPES, shape_of, tensor_type
 from xl.runtime.kernels import KERNELS
+from xl.runtime.kernels.core import ERF_BLOCK
 
 _ERF = np.frompyfunc(math.erf, 1, 1)
 _ERFC = np.frompyfunc(math.erfc, 1, 1)
@@ -257,7 +258,7 @@ def test_erf_derivative_matches_finite_differences():
     np.testing.assert_allclose(fd, 2 / math.sqrt(math.pi) * np.exp(-x * x), rtol=1e-6, atol=1e-10)
 
 
-@pytest.mark.parametrize("shape", [(), (1,), (3, 5), (8193,), (2, 9000)])
+@pytest.mark.parametrize("shape", [(), (1,), (3, 5), (8193,), (2, 9000), (2, ERF_BLOCK // 2 + 9)])
 def test_shapes_blocks_and_in_place(shape):
     """Scalars, sizes across the kernels' block size, strided views and an output that is
     the input (the in-place ops)."""
