@@ -185,7 +185,8 @@ def test_stash_and_restore_tensor_delays_by_the_stage_distance() -> None:
                 ops.host_store(out_stream, b + restored)
     ir.num_host_transfers = steps
     text = ir.to_mlir()
-    assert 'graph.variable "pipeline.stash0.x.buffer" = dense<0.000000e+00> : tensor<3x2xf32>' in text
+    # the stash is named after the stashed tensor, x_hostload (host_load names, as PopXL)
+    assert 'graph.variable "pipeline.stash0.x_hostload.buffer" = dense<0.000000e+00> : tensor<3x2xf32>' in text
     inputs = np.random.default_rng(1).normal(size=(steps, 2)).astype(np.float32)
     with popxl.Session(ir, "ipu_hw") as session:
         for _ in range(2):
