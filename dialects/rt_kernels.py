@@ -10,6 +10,7 @@ any other op class (they name kernels; no operation of theirs is ever built):
 
 - `xl.gemm_acc` (`GemmAccOp`, made by `rt-fold-update`);
 - `xl.fused` (`FusedOp`, made by `rt-fuse-elementwise`);
+- `xl.softmax` / `xl.softmax_grad` (`SoftmaxFusedOp`, `SoftmaxGradFusedOp`, made by `rt-fuse-softmax`);
 - `xl.all_reduce_update` (`AllReduceUpdateOp`, made by `rt-fold-all-reduce`).
 
 ```python
@@ -88,6 +89,46 @@ class FusedOp(IRDLOperation):
 
 
 @irdl_op_definition
+class SoftmaxFusedOp(IRDLOperation):
+    """`softmax(prologue(inputs))` along `axis` (`rt-fuse-softmax`): the elementwise kernels
+    of `steps` (as `xl.fused`'s: each writes the output, `-1` its previous value) compute the
+    scores in the output buffer, the softmax normalises them in place. An attention's
+    `matmul -> mul(scale) -> add(mask) -> softmax` without the scores' own buffer. Rows whose
+    shift must be recomputed run the prologue again, so an input may not share storage with
+    the output (`RereadsInputs`).
+
+    ```mlir
+    rt.kernel "xl.softmax"(%qk, %scale, %mask) -> (%p)
+        {axis = -1 : i64, steps = [{kernel = "popxl.mul", args = array<i64: 0, 1>},
+                                   {kernel = "popxl.add", args = array<i64: -1, 2>}]}
+        : (memref<2x4x8x8xf32>, memref<f32>, memref<8x8xf32>) -> memref<2x4x8x8xf32>
+    ```
+    """
+
+    name = "xl.softmax"
+    traits = traits_def(RereadsInputs(), AcceptsViews())
+
+
+@irdl_op_definition
+class SoftmaxGradFusedOp(IRDLOperation):
+    """`epilogue(softmax_grad(dy, y))` along `axis` (`rt-fuse-softmax`): inputs `(dy, y,
+    *others)`; the softmax gradient is written to the output, then the elementwise kernels
+    of `steps` update it in place (`-1` the output, `k >= 0` input k), e.g. the scale of
+    an attention's scores. Later steps read inputs after the output is written
+    (`RereadsInputs`).
+
+    ```mlir
+    rt.kernel "xl.softmax_grad"(%dy, %y, %scale) -> (%dx)
+        {axis = -1 : i64, steps = [{kernel = "popxl.mul", args = array<i64: -1, 2>}]}
+        : (memref<2x4x8x8xf32>, memref<2x4x8x8xf32>, memref<f32>) -> memref<2x4x8x8xf32>
+    ```
+    """
+
+    name = "xl.softmax_grad"
+    traits = traits_def(RereadsInputs(), AcceptsViews())
+
+
+@irdl_op_definition
 class AllReduceUpdateOp(IRDLOperation):
     """`w += scale * reduce(g over the group)` on every replica, a replica collective made
     by `rt-fold-all-reduce` from an all-reduce of a gradient and the SGD update it feeds
@@ -104,7 +145,7 @@ class AllReduceUpdateOp(IRDLOperation):
     traits = traits_def(WritesOperands((0, 1)), CrossReplica(), AcceptsViews())
 
 
-RT_KERNEL_OPS: tuple[KernelClass, ...] = (GemmAccOp, FusedOp, AllReduceUpdateOp)
+RT_KERNEL_OPS: tuple[KernelClass, ...] = (GemmAccOp, FusedOp, AllReduceUpdateOp, SoftmaxFusedOp, SoftmaxGradFusedOp)
 
 _BY_NAME: dict[str, KernelClass] | None = None
 

@@ -80,6 +80,11 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return RtFuseElementwisePass
 
+    def get_rt_fuse_softmax() -> type[ModulePass]:
+        from xl.passes.rt_fuse_softmax import RtFuseSoftmaxPass
+
+        return RtFuseSoftmaxPass
+
     def get_rt_fold_all_reduce() -> type[ModulePass]:
         from xl.passes.rt_fold_all_reduce import RtFoldAllReducePass
 
@@ -128,6 +133,7 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "rt-fold-all-reduce": get_rt_fold_all_reduce,
         "rt-fold-update": get_rt_fold_update,
         "rt-fuse-elementwise": get_rt_fuse_elementwise,
+        "rt-fuse-softmax": get_rt_fuse_softmax,
         "clamp-log2-scale": get_clamp_log2_scale,
         "rt-trivial-collectives": get_rt_trivial_collectives,
         "rt-views": get_rt_views,

@@ -4,7 +4,8 @@ Runs, in order: `rt-trivial-collectives` (replica collectives that are the ident
 removed), `rt-fold-all-reduce` (an SGD update of a replica-averaged gradient as one
 collective), `rt-fold-update` (SGD update folded into the weight-gradient gemm),
 `rt-broadcast-operands` (elementwise kernels read broadcast operands, not expanded copies),
-`rt-fuse-elementwise` (single-use elementwise chains become one kernel), `rt-views`
+`rt-fuse-elementwise` (single-use elementwise chains become one kernel), `rt-fuse-softmax`
+(a softmax with the chain computing its input, its gradient with the kernel scaling it), `rt-views`
 (reshape/transpose as views) and `rt-reuse-buffers` (liveness-based storage sharing
 and in-place elementwise kernels). Each step is also a pass of its own.
 
@@ -27,6 +28,7 @@ from xl.passes.rt_broadcast_operands import broadcast_operands
 from xl.passes.rt_fold_all_reduce import fold_all_reduce_updates
 from xl.passes.rt_fold_update import fold_bias_adds, fold_updates
 from xl.passes.rt_fuse_elementwise import fuse_elementwise
+from xl.passes.rt_fuse_softmax import fuse_softmax
 from xl.passes.rt_reuse_buffers import reuse_buffers
 from xl.passes.rt_trivial_collectives import drop_trivial_collectives
 from xl.passes.rt_views import mark_views
@@ -40,6 +42,7 @@ def optimize_program(program: rt.ProgramOp) -> None:
     fold_bias_adds(program)
     broadcast_operands(program)
     fuse_elementwise(program)
+    fuse_softmax(program)
     mark_views(program)
     reuse_buffers(program)
 

@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
 
 from xl.dialects.popxl import GeluGradOp, GeluOp, SoftmaxGradOp, SoftmaxOp
+from xl.dialects.rt_kernels import FusedOp, SoftmaxFusedOp, SoftmaxGradFusedOp
 from xl.runtime.codegen import Gen, K, template
-from xl.runtime.kernels.registry import Kernel, kernel
+from xl.runtime.kernels.registry import KERNELS, Kernel, kernel
 
 Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 
@@ -106,17 +107,22 @@ def softmax_rows(
     s: np.ndarray,
     s2: np.ndarray,
     ones: np.ndarray,
+    *,
+    redo: Callable[[], None] | None = None,
 ) -> None:
     """out = exp(x - shift) / sum per row of `x` `(N, C)`; `xb` / `ob` are `x` / `out` as blocks
     of rows `(B, R C)`, `bmax` `(B, 1)` scratch, `s` `(N,)` scratch and `s2` its `(N, 1)` view,
     `ones` `(C,)`. With one row per block (`B == N`) the shift is each row's maximum; `x` may
-    then be `out`."""
+    then be `out`. With blocks, `x` may be `out` when `redo` writes the scores into it again
+    (a fused prologue, `xl.softmax`)."""
     np.maximum.reduce(xb, axis=1, out=bmax, keepdims=True)
     np.subtract(xb, bmax, ob)
     np.exp(ob, ob)
     np.matmul(out, ones, s)
     if bmax.shape[0] != s.shape[0] and not s.min() >= _TINY_SUM:
         # a row far below its block's maximum (or NaN): every row with its own maximum
+        if redo is not None:
+            redo()
         np.maximum.reduce(x, axis=1, out=s2, keepdims=True)
         np.subtract(x, s2, out)
         np.exp(out, out)
@@ -125,20 +131,24 @@ def softmax_rows(
     np.multiply(out, s2, out)
 
 
-def _softmax_operands(x: np.ndarray, out: np.ndarray, axis: int, alloc: Alloc) -> list[np.ndarray] | None:
+def _softmax_operands(
+    x: np.ndarray, out: np.ndarray, axis: int, alloc: Alloc, redo: bool = False
+) -> list[np.ndarray] | None:
     """The arguments of `softmax_rows` for these buffers, or None (not rows of a float32 /
-    float64 softmax over the last axis)."""
+    float64 softmax over the last axis); `redo`: a prologue can write x again."""
     x2, o2 = _rows(x, axis), _rows(out, axis)
     if x2 is None or o2 is None or x.dtype != out.dtype or x.dtype not in _FAST or x.shape != out.shape:
         return None
     n, c = x2.shape
-    r = 1 if np.may_share_memory(x, out) else _block_rows(n, c)
+    r = 1 if np.may_share_memory(x, out) and not redo else _block_rows(n, c)
     s = alloc((n,), x.dtype)
     return [x2, o2, x2.reshape(n // r, r * c), o2.reshape(n // r, r * c), alloc((n // r, 1), x.dtype), s]
 
 
-def _softmax_args(x: np.ndarray, out: np.ndarray, axis: int, alloc: Alloc) -> list[np.ndarray] | None:
-    ops = _softmax_operands(x, out, axis, alloc)
+def _softmax_args(
+    x: np.ndarray, out: np.ndarray, axis: int, alloc: Alloc, redo: bool = False
+) -> list[np.ndarray] | None:
+    ops = _softmax_operands(x, out, axis, alloc, redo)
     if ops is None:
         return None
     s = ops[-1]
@@ -253,6 +263,71 @@ def _t_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]
         return _call(g, softmax_grad_rows, a)
     run = _moved(softmax_grad_rows, _softmax_grad_args, [dy, y], out, axis, _scratch(g))
     return [] if run is None else [f"{g.bind(run, 'softmax_grad')}()"]
+
+
+# ------------------------------------------------------------------------------------
+# xl.softmax / xl.softmax_grad: softmax with an elementwise prologue, its gradient with an
+# elementwise epilogue (`rt-fuse-softmax`); the steps run as `xl.fused`'s kernel does
+# ------------------------------------------------------------------------------------
+
+
+def _steps_kernel(p: dict[str, Any]) -> Kernel:
+    """The kernel running the elementwise `steps` of `p` (`xl.fused`'s), each writing the output."""
+    return KERNELS[FusedOp](p)
+
+
+@kernel(SoftmaxFusedOp)
+def _softmax_fused(p: dict[str, Any]) -> Kernel:
+    """The prologue's scores in the output, then their softmax along `axis` in place."""
+    axis, steps = int(p["axis"]), _steps_kernel(p)
+
+    def k(*a: np.ndarray) -> None:
+        ins, out = a[:-1], a[-1]
+        redo = partial(steps, *ins, out)
+        redo()
+        args = _softmax_args(out, out, axis, _empty, redo=True)
+        if args is not None:
+            softmax_rows(*args, redo=redo)
+        elif (run := _moved(softmax_rows, _softmax_args, [out], out, axis, _empty)) is not None:
+            run()
+
+    return k
+
+
+@template(SoftmaxFusedOp)
+def _t_softmax_fused(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    if len(op.outs) != 1:
+        return None
+    out = g.arr(op.outs[0])
+    args = _softmax_args(out, out, int(p["axis"]), _scratch(g), redo=True)
+    if args is None:
+        return None
+    redo = g.bind(partial(_steps_kernel(p), *(g.arr(v) for v in op.ins), out), "prologue")
+    return [f"{redo}()", f"{g.fn(softmax_rows)}({', '.join(g.view(v) for v in args)}, redo={redo})"]
+
+
+@kernel(SoftmaxGradFusedOp)
+def _softmax_grad_fused(p: dict[str, Any]) -> Kernel:
+    """Inputs `(dy, y, *others)`: the softmax gradient along `axis` in the output, then the
+    epilogue's steps on it."""
+    grad, steps = _softmax_grad(p), _steps_kernel(p)
+
+    def k(*a: np.ndarray) -> None:
+        grad(a[0], a[1], a[-1])
+        steps(*a)
+
+    return k
+
+
+@template(SoftmaxGradFusedOp)
+def _t_softmax_grad_fused(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    if len(op.outs) != 1 or len(op.ins) < 2:
+        return None
+    grad = _t_softmax_grad(g, K(SoftmaxGradOp.name, SoftmaxGradOp, op.ins[:2], op.outs), i[:2], o, p)
+    if grad is None:
+        return None
+    epilogue = g.bind(partial(_steps_kernel(p), *(g.arr(v) for v in (*op.ins, *op.outs))), "epilogue")
+    return [*grad, f"{epilogue}()"]
 
 
 # ------------------------------------------------------------------------------------

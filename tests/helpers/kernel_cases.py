@@ -42,7 +42,14 @@ from xl.dialects.attrs import to_attr
 from xl.dialects.custom_ops import CustomOpDefinition, register_custom_op
 from xl.dialects.effects import written_operands
 from xl.dialects.popxl import op_props
-from xl.dialects.rt_kernels import AllReduceUpdateOp, FusedOp, GemmAccOp, KernelClass
+from xl.dialects.rt_kernels import (
+    AllReduceUpdateOp,
+    FusedOp,
+    GemmAccOp,
+    KernelClass,
+    SoftmaxFusedOp,
+    SoftmaxGradFusedOp,
+)
 from xl.dialects.utils import dtype_of, shape_of, tensor_type
 from xl.passes.rt_fuse_elementwise import _steps_attr
 from xl.runtime.kernels import KERNELS
@@ -412,6 +419,26 @@ case(
     ),
     rtol=1e-6,
     atol=1e-3,
+)
+
+# softmax with the scores' scale and causal mask as its prologue, its gradient with the scale
+_MASK = np.triu(np.full((3, 4), -1e9, np.float32), k=1)
+_SCALE_MASK = [("popxl.mul", [0, 1], {}), ("popxl.add", [-1, 2], {})]
+case(
+    SoftmaxFusedOp,
+    lambda r: [adv(r, (2, 3, 4), big=1e2), scalar(0.5), _MASK],
+    lambda x, s, m: [as32(softmax64(f64(x) * 0.5 + f64(m), -1))],
+    rt=lambda ins: RtForm({"axis": -1, "steps": _steps_attr(_SCALE_MASK)}, [((2, 3, 4), np.float32)]),
+    rtol=1e-5,
+    atol=1e-7,
+)
+case(
+    SoftmaxGradFusedOp,
+    lambda r: [adv(r, (2, 3, 4)), as32(softmax64(r.standard_normal((2, 3, 4)), -1)), scalar(0.25)],
+    lambda dy, y, s: [as32(f64(y) * (f64(dy) - (f64(dy) * f64(y)).sum(-1, keepdims=True)) * 0.25)],
+    rt=lambda ins: RtForm({"axis": -1, "steps": _steps_attr([("popxl.mul", [-1, 2], {})])}, [((2, 3, 4), np.float32)]),
+    rtol=1e-5,
+    atol=1e-5,
 )
 
 # softmax, reductions

@@ -18,11 +18,12 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from tests.helpers.kernel_cases import gelu64, gelu_grad64, softmax64
+from tests.helpers.kernel_cases import RtForm, gelu64, gelu_grad64, softmax64
 from tests.helpers.one_kernel import run_kernel as run_one
 from tests.runtime.test_erf_kernels import assert_within, float32_grid, ref_erf, ref_geluerf, ref_geluerf_grad
 from xl.dialects.popxl import ErfOp, GeluErfGradOp, GeluErfOp, GeluGradOp, GeluOp, SoftmaxGradOp, SoftmaxOp
-from xl.dialects.rt_kernels import KernelClass
+from xl.dialects.rt_kernels import KernelClass, SoftmaxFusedOp, SoftmaxGradFusedOp
+from xl.passes.rt_fuse_elementwise import _steps_attr
 
 PLANS = pytest.mark.parametrize("optimize", [False, True], ids=["straightforward", "optimised"])
 
@@ -31,6 +32,12 @@ def run_kernel(
     cls: KernelClass, ins: list[np.ndarray], props: dict, optimize: bool, inplace: int | None = None
 ) -> np.ndarray:
     return run_one(cls, ins, props, optimize, inplace)[0]
+
+
+def run_fused(cls: KernelClass, ins: list[np.ndarray], steps: list, axis: int, optimize: bool) -> np.ndarray:
+    """`xl.softmax` / `xl.softmax_grad` with these steps, its result shaped as `ins[0]`."""
+    form = RtForm({"axis": axis, "steps": _steps_attr(steps)}, [(ins[0].shape, ins[0].dtype)])
+    return run_one(cls, ins, {}, optimize, rt=form)[0]
 
 
 def softmax_grad64(dy: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
@@ -109,6 +116,45 @@ def test_softmax_grad_of_attention_rows(optimize: bool) -> None:
     dy = rng.standard_normal(y.shape).astype(np.float32)
     got = run_kernel(SoftmaxGradOp, [dy, y], {"axis": -1}, optimize)
     _close(got, softmax_grad64(dy, y, -1), rtol=1e-5, atol=1e-6)
+
+
+SCALE_MASK = [("popxl.mul", [0, 1], {}), ("popxl.add", [-1, 2], {})]
+
+
+@PLANS
+@pytest.mark.parametrize("name", ["attention", "rows-far-below-their-block", "nan-row"])
+def test_softmax_with_scale_and_mask_prologue(name: str, optimize: bool) -> None:
+    """`xl.softmax`: the scores computed in the output, normalised in place; a row far below
+    its block's maximum makes the kernel compute the scores again (the prologue) and use
+    per-row maxima."""
+    x = SOFTMAX_INPUTS[name](np.random.default_rng(5)).astype(np.float32)
+    t = x.shape[-1]
+    mask = np.triu(np.full((t, t) if x.ndim > 2 else (x.shape[-2], t), -1e9, np.float32), k=1)
+    scale = np.array(0.5, np.float32)
+    got = run_fused(SoftmaxFusedOp, [x, scale, mask], SCALE_MASK, -1, optimize)
+    with np.errstate(invalid="ignore"):
+        want = softmax64(np.float64(x) * 0.5 + mask, -1)
+    _close(got, want)
+
+
+@PLANS
+def test_softmax_grad_with_scale_epilogue(optimize: bool) -> None:
+    """`xl.softmax_grad`: the softmax gradient, then times the scale, against float64 NumPy
+    and central differences of sum(dy * softmax(0.25 x)) in x."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 3, 8, 8)) * 2
+    dy = rng.standard_normal(x.shape)
+    y = softmax64(0.25 * x, -1)
+    ins = [dy.astype(np.float32), y.astype(np.float32), np.array(0.25, np.float32)]
+    got = run_fused(SoftmaxGradFusedOp, ins, [("popxl.mul", [-1, 2], {})], -1, optimize)
+    _close(got, 0.25 * softmax_grad64(dy, y, -1), rtol=1e-5, atol=1e-6)
+    eps = 1e-6
+    fd = np.empty_like(x)
+    for i in np.ndindex(*x.shape):
+        e = np.zeros_like(x)
+        e[i] = eps
+        fd[i] = ((dy * softmax64(0.25 * (x + e), -1)).sum() - (dy * softmax64(0.25 * (x - e), -1)).sum()) / (2 * eps)
+    _close(got, fd, rtol=1e-4, atol=1e-5)
 
 
 GELU_X = np.concatenate([np.linspace(-12, 12, 97), [0.0, -0.0, 1e-6, -1e-6, 30.0, -30.0, np.inf, -np.inf, np.nan]])
