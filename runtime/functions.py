@@ -46,7 +46,10 @@ object holding no argument memory (a stream, a kernel closure, a view of the fun
 own buffers: shared). Another site with that signature then costs O(parameters): it
 derives its parameters and emits its call line. A parameter that cannot be derived (an
 object holding argument memory with no `xl_bound`) makes every site of that signature
-generate its body, as above.
+generate its body, as above. A `functools.partial` of a function holding no argument
+memory is bound again like an `xl_bound` callable: the same function and keywords over the
+derived arguments (the templates bind kernels to arrays that way, e.g. `xl.softmax`'s
+prologue).
 
 Errors: the function's lines map to the kernels of its first site (the same `rt` ops), so
 a failing kernel inside a function is named as usual, whichever site called it.
@@ -388,6 +391,12 @@ def _derive(obj: Any, arrays: list[np.ndarray], roots: set[int]) -> tuple[Any, .
                 return ("view", i, off, obj.shape, obj.strides, obj.dtype, obj.flags.writeable)
         return None
     bound = getattr(obj, "xl_bound", None)
+    if bound is None and type(obj) is partial and not vars(obj) and not _holds(obj.func, roots, 0, set()):
+        # a kernel bound to arrays by `functools.partial` (e.g. the prologue of `xl.softmax`):
+        # the same function and keywords over the other site's arrays
+        if _holds(obj.keywords, roots, 0, set()):
+            return None
+        bound = (partial(partial, obj.func, **obj.keywords), obj.args)
     if bound is not None:
         factory, args = bound
         derived = []
