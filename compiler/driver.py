@@ -17,14 +17,15 @@ is compiled exactly as without outlining):
 - `inline{keep-shared=true}` expands the graphs called from one place (the forward and
   gradient graphs of a training step: their ops are moved, not copied) and keeps the
   calls of graphs called from several places (a layer the user calls twice);
-- `dce`: a call keeps its whole body alive, so dead code must be gone before outlining;
 - `hoist-updates` moves each in-place update of a variable (the optimiser step) right after
   its gradient, so that outlining keeps a layer's backward and its update in one graph:
   the weight gradient stays inside the graph (where `rt-fold-update` folds the step into
   the gemm) instead of becoming an output of every call, alive until the end of the step;
-- `outline{min-ops=6}` turns repeated code (identical layers, their gradients and
-  updates) into one graph called at each repeat; runs are at least `OUTLINE_MIN_OPS` ops
-  (a call costs about a microsecond, so shorter runs of small ops would slow the step);
+- `outline{min-ops=6}` removes dead code first (a call keeps its whole body alive; the
+  same liveness as `dce`, in about one sweep: `xl.passes.outline_dce`), then turns
+  repeated code (identical layers, their gradients and updates) into one graph called at
+  each repeat; runs are at least `OUTLINE_MIN_OPS` ops (a call costs about a
+  microsecond, so shorter runs of small ops would slow the step);
 - then `canonicalize,cse,dce,lower-to-rt` as in `DEFAULT_PIPELINE`; `lower-to-rt` keeps
   each graph called from several places as one `rt.func`, so the rt optimisations and the
   generated plan work on one copy of each.
@@ -64,7 +65,7 @@ OUTLINE_MIN_OPS = 6
 # `DEFAULT_PIPELINE` with automatic outlining (see the module docstring): what
 # `compile_module` runs by default on programs of `OUTLINE_MIN_PROGRAM_OPS` ops or more.
 OUTLINE_PIPELINE = (
-    f"pipeline,inline{{keep-shared=true}},dce,hoist-updates,outline{{min-ops={OUTLINE_MIN_OPS}}},"
+    f"pipeline,inline{{keep-shared=true}},hoist-updates,outline{{min-ops={OUTLINE_MIN_OPS}}},"
     "canonicalize,cse,dce,lower-to-rt"
 )
 

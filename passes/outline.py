@@ -102,7 +102,7 @@ are not searched again. A round:
 Complexity: O(n log^2 n) per round plus the examined intervals' O(|P| * L): in the worst
 case O(n^2), in practice few intervals are examined (a chain of 10,000 identical ops: one
 round, 100 calls of a 100-op graph). Measured (CPU time, shared 2-core machine): on the
-default compile's input (after `pipeline,inline{keep-shared=true},dce,hoist-updates`,
+default compile's input (after `pipeline,inline{keep-shared=true},hoist-updates`,
 `min-ops=6`) mlp-48 (~550 ops in the sequence) ~8 ms, transformer-12 (~1,560) ~15 ms, one
 round each; frontend programs of benchmarks/outline.py (`min-ops=3`): mlp-48 ~10 ms,
 transformer-12 ~19 ms, 1,000-op graphs 20-40 ms, 10,000-op graphs 0.2-0.6 s.
@@ -127,6 +127,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xl.dialects.call import CallOp
 from xl.dialects.graph import ConstantOp, GraphOp, MainGraphOp, OutputOp, VariableOp
 from xl.dialects.popxl import written_operands
+from xl.passes.outline_dce import remove_dead_ops
 
 
 class OutlineError(ValueError):
@@ -785,9 +786,10 @@ def outline_group(
     return calls
 
 
-def outline(module: ModuleOp, min_ops: int = 3, graph: str | None = None) -> list[str]:
+def outline(module: ModuleOp, min_ops: int = 3, graph: str | None = None, dce: bool = False) -> list[str]:
     """Outline repeated runs of `module` (see the module docstring); returns the names of
-    the new graphs."""
+    the new graphs. `dce`: first remove the dead ops of the blocks searched
+    (`xl.passes.outline_dce`; the pass does, its option `dce`)."""
     if min_ops < 1:
         raise OutlineError(f"outline: min-ops must be >= 1, got {min_ops}")
     holders: list[Operation]
@@ -801,6 +803,8 @@ def outline(module: ModuleOp, min_ops: int = 3, graph: str | None = None) -> lis
         holders = [g]
     else:
         holders = [op for op in module.body.block.ops if isinstance(op, GraphOp | MainGraphOp)]
+    if dce:  # a call would keep them alive
+        remove_dead_ops(h.regions[0] for h in holders)
     barriers: set[int] = set()  # ids of the calls created (alive: they stay in the IR)
     signatures = _Signatures()
     created: list[str] = []
@@ -853,19 +857,23 @@ def count_ops(module: ModuleOp) -> int:
 
 @dataclass(frozen=True)
 class OutlinePass(ModulePass):
-    """`outline{min-ops=3 graph=G min-program-ops=0}`: repeated op runs of at least
-    `min-ops` ops become one graph and calls (every graph and `graph.main`, or only graph
-    @G). With `min-program-ops=N` the pass does nothing to a module whose graphs hold
-    fewer than N ops once inlined (`count_ops`): the size threshold of the default pipeline."""
+    """`outline{min-ops=3 graph=G min-program-ops=0 dce=true}`: repeated op runs of at
+    least `min-ops` ops become one graph and calls (every graph and `graph.main`, or only
+    graph @G). With `min-program-ops=N` the pass does nothing to a module whose graphs hold
+    fewer than N ops once inlined (`count_ops`): the size threshold of the default pipeline.
+    With `dce` (default) the dead ops of the blocks searched are removed first, as `dce`
+    would (a call keeps its whole body alive; `xl.passes.outline_dce`); `dce=false`
+    outlines them with the rest."""
 
     name = "outline"
     min_ops: int = 3
     graph: str | None = None
     min_program_ops: int = 0
+    dce: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.min_program_ops > 0 and count_ops(op) < self.min_program_ops:
             if self.min_ops < 1:
                 raise OutlineError(f"outline: min-ops must be >= 1, got {self.min_ops}")
             return
-        outline(op, self.min_ops, self.graph)
+        outline(op, self.min_ops, self.graph, self.dce)
