@@ -25,8 +25,8 @@ from xl.runtime.kernels.activation import softmax_rows
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from functools import cache, partial
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -34,45 +34,8 @@ import numpy as np
 from xl.dialects.popxl import GeluGradOp, GeluOp, SoftmaxGradOp, SoftmaxOp
 from xl.dialects.rt_kernels import FusedOp, SoftmaxFusedOp, SoftmaxGradFusedOp
 from xl.runtime.codegen import Gen, K, template
+from xl.runtime.kernels.buffers import FAST_FLOATS, Alloc, call, consts, empty, ones, scratch
 from xl.runtime.kernels.registry import KERNELS, Kernel, kernel
-
-Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
-
-_FAST = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    return np.empty(shape, dtype)
-
-
-def _scratch(g: Gen) -> Alloc:
-    """`Alloc` through the generated plan's shared scratch buffers."""
-    return lambda shape, dtype: g.scratch(shape, dtype)[0]
-
-
-def _call(g: Gen, fn: Callable[..., None], args: Sequence[np.ndarray | str]) -> list[str]:
-    """The one line calling `fn` with `args`: names as given, arrays bound now."""
-    return [f"{g.fn(fn)}({', '.join(a if isinstance(a, str) else g.view(a) for a in args)})"]
-
-
-@cache
-def _consts(dtype: np.dtype, *values: float) -> tuple[np.ndarray, ...]:
-    """0-d read-only arrays of `dtype`: a ufunc takes them without converting a Python float
-    on every call."""
-    out = []
-    for v in values:
-        a = np.array(v, dtype)
-        a.flags.writeable = False
-        out.append(a)
-    return tuple(out)
-
-
-@cache
-def _ones(n: int, dtype: np.dtype) -> np.ndarray:
-    a = np.ones(n, dtype)
-    a.flags.writeable = False
-    return a
-
 
 # ------------------------------------------------------------------------------------
 # Softmax
@@ -137,7 +100,7 @@ def _softmax_operands(
     """The arguments of `softmax_rows` for these buffers, or None (not rows of a float32 /
     float64 softmax over the last axis); `redo`: a prologue can write x again."""
     x2, o2 = _rows(x, axis), _rows(out, axis)
-    if x2 is None or o2 is None or x.dtype != out.dtype or x.dtype not in _FAST or x.shape != out.shape:
+    if x2 is None or o2 is None or x.dtype != out.dtype or x.dtype not in FAST_FLOATS or x.shape != out.shape:
         return None
     n, c = x2.shape
     r = 1 if np.may_share_memory(x, out) and not redo else _block_rows(n, c)
@@ -152,7 +115,7 @@ def _softmax_args(
     if ops is None:
         return None
     s = ops[-1]
-    return [*ops, s.reshape(-1, 1), _ones(x.shape[-1] if x.ndim else 1, x.dtype)]
+    return [*ops, s.reshape(-1, 1), ones(x.shape[-1] if x.ndim else 1, x.dtype)]
 
 
 def _moved(
@@ -167,7 +130,7 @@ def _moved(
     contiguous scratch with the axis last, the result copied back into `out` (None: empty)."""
     if out.size == 0:
         return None
-    wide = out.dtype if out.dtype in _FAST else np.dtype(np.float32)
+    wide = out.dtype if out.dtype in FAST_FLOATS else np.dtype(np.float32)
     ax = axis % max(out.ndim, 1)
 
     def moved(a: np.ndarray) -> np.ndarray:
@@ -193,10 +156,10 @@ def _softmax(p: dict[str, Any]) -> Kernel:
     axis = int(p["axis"])
 
     def k(x: np.ndarray, out: np.ndarray) -> None:
-        a = _softmax_args(x, out, axis, _empty)
+        a = _softmax_args(x, out, axis, empty)
         if a is not None:
             softmax_rows(*a)
-        elif (run := _moved(softmax_rows, _softmax_args, [x], out, axis, _empty)) is not None:
+        elif (run := _moved(softmax_rows, _softmax_args, [x], out, axis, empty)) is not None:
             run()
 
     return k
@@ -207,10 +170,10 @@ def _t_softmax(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if len(op.ins) != 1 or len(op.outs) != 1:
         return None
     x, out, axis = g.arr(op.ins[0]), g.arr(op.outs[0]), int(p["axis"])
-    a = _softmax_args(x, out, axis, _scratch(g))
+    a = _softmax_args(x, out, axis, scratch(g))
     if a is not None:
-        return _call(g, softmax_rows, a)
-    run = _moved(softmax_rows, _softmax_args, [x], out, axis, _scratch(g))
+        return call(g, softmax_rows, a)
+    run = _moved(softmax_rows, _softmax_args, [x], out, axis, scratch(g))
     return [] if run is None else [f"{g.bind(run, 'softmax')}()"]
 
 
@@ -228,7 +191,7 @@ def _softmax_grad_args(
     dy: np.ndarray, y: np.ndarray, out: np.ndarray, axis: int, alloc: Alloc
 ) -> list[np.ndarray] | None:
     d2, y2, o2 = _rows(dy, axis), _rows(y, axis), _rows(out, axis)
-    if d2 is None or y2 is None or o2 is None or not (dy.dtype == y.dtype == out.dtype) or out.dtype not in _FAST:
+    if d2 is None or y2 is None or o2 is None or not (dy.dtype == y.dtype == out.dtype) or out.dtype not in FAST_FLOATS:
         return None
     if not (dy.shape == y.shape == out.shape):
         return None
@@ -243,10 +206,10 @@ def _softmax_grad(p: dict[str, Any]) -> Kernel:
     axis = int(p["axis"])
 
     def k(dy: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
-        a = _softmax_grad_args(dy, y, out, axis, _empty)
+        a = _softmax_grad_args(dy, y, out, axis, empty)
         if a is not None:
             softmax_grad_rows(*a)
-        elif (run := _moved(softmax_grad_rows, _softmax_grad_args, [dy, y], out, axis, _empty)) is not None:
+        elif (run := _moved(softmax_grad_rows, _softmax_grad_args, [dy, y], out, axis, empty)) is not None:
             run()
 
     return k
@@ -258,10 +221,10 @@ def _t_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]
         return None
     dy, y, out = (g.arr(v) for v in (*op.ins, *op.outs))
     axis = int(p["axis"])
-    a = _softmax_grad_args(dy, y, out, axis, _scratch(g))
+    a = _softmax_grad_args(dy, y, out, axis, scratch(g))
     if a is not None:
-        return _call(g, softmax_grad_rows, a)
-    run = _moved(softmax_grad_rows, _softmax_grad_args, [dy, y], out, axis, _scratch(g))
+        return call(g, softmax_grad_rows, a)
+    run = _moved(softmax_grad_rows, _softmax_grad_args, [dy, y], out, axis, scratch(g))
     return [] if run is None else [f"{g.bind(run, 'softmax_grad')}()"]
 
 
@@ -285,10 +248,10 @@ def _softmax_fused(p: dict[str, Any]) -> Kernel:
         ins, out = a[:-1], a[-1]
         redo = partial(steps, *ins, out)
         redo()
-        args = _softmax_args(out, out, axis, _empty, redo=True)
+        args = _softmax_args(out, out, axis, empty, redo=True)
         if args is not None:
             softmax_rows(*args, redo=redo)
-        elif (run := _moved(softmax_rows, _softmax_args, [out], out, axis, _empty)) is not None:
+        elif (run := _moved(softmax_rows, _softmax_args, [out], out, axis, empty)) is not None:
             run()
 
     return k
@@ -299,7 +262,7 @@ def _t_softmax_fused(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any
     if len(op.outs) != 1:
         return None
     out = g.arr(op.outs[0])
-    args = _softmax_args(out, out, int(p["axis"]), _scratch(g), redo=True)
+    args = _softmax_args(out, out, int(p["axis"]), scratch(g), redo=True)
     if args is None:
         return None
     redo = g.bind(partial(_steps_kernel(p), *(g.arr(v) for v in op.ins), out), "prologue")
@@ -340,7 +303,7 @@ _GELU_A = 0.044715
 
 def _gelu_consts(dtype: np.dtype) -> tuple[np.ndarray, ...]:
     """sqrt(2/pi) a, sqrt(2/pi), 3 sqrt(2/pi) a, 0.5, 1 in `dtype`."""
-    return _consts(dtype, _SQRT_2_OVER_PI * _GELU_A, _SQRT_2_OVER_PI, 3 * _SQRT_2_OVER_PI * _GELU_A, 0.5, 1.0)
+    return consts(dtype, _SQRT_2_OVER_PI * _GELU_A, _SQRT_2_OVER_PI, 3 * _SQRT_2_OVER_PI * _GELU_A, 0.5, 1.0)
 
 
 def gelu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
@@ -366,7 +329,7 @@ def _gelu(p: dict[str, Any]) -> Kernel:
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
 
     def k(x: np.ndarray, out: np.ndarray) -> None:
-        gelu_into(x, out, _float_scratch(out, _empty))
+        gelu_into(x, out, _float_scratch(out, empty))
 
     return k
 
@@ -375,7 +338,7 @@ def _gelu(p: dict[str, Any]) -> Kernel:
 def _t_gelu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if len(op.ins) != 1 or len(op.outs) != 1 or g.arr(op.outs[0]).dtype.kind != "f":
         return None
-    return _call(g, gelu_into, [i[0], o[0], _float_scratch(g.arr(op.outs[0]), _scratch(g))])
+    return call(g, gelu_into, [i[0], o[0], _float_scratch(g.arr(op.outs[0]), scratch(g))])
 
 
 def gelu_grad_into(dy: np.ndarray, x: np.ndarray, out: np.ndarray, v: np.ndarray, t: np.ndarray, w: np.ndarray) -> None:
@@ -408,7 +371,7 @@ def _gelu_grad(p: dict[str, Any]) -> Kernel:
     """dy (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u')."""
 
     def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
-        gelu_grad_into(dy, x, out, *_gelu_grad_scratch(out, _empty))
+        gelu_grad_into(dy, x, out, *_gelu_grad_scratch(out, empty))
 
     return k
 
@@ -418,4 +381,4 @@ def _t_gelu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     out = g.arr(op.outs[0]) if len(op.outs) == 1 else None
     if len(op.ins) != 2 or out is None or out.dtype.kind != "f":
         return None
-    return _call(g, gelu_grad_into, [*i, o[0], *_gelu_grad_scratch(out, _scratch(g))])
+    return call(g, gelu_grad_into, [*i, o[0], *_gelu_grad_scratch(out, scratch(g))])

@@ -108,6 +108,7 @@ from xl.dialects.rt_kernels import KernelClass
 from xl.runtime.codegen import Gen, K, template
 from xl.runtime.float8 import to_float8
 from xl.runtime.float16 import HalfInPlace
+from xl.runtime.kernels.buffers import const, scratch
 from xl.runtime.kernels.registry import (
     DataRangeError,
     Kernel,
@@ -789,11 +790,7 @@ def _relu_grad(p: dict[str, Any]) -> Kernel:
 
 def _k(value: float, dtype: np.dtype) -> np.ndarray | float:
     """`value` as a 0-d array of a float `dtype` (no conversion per call), else as is."""
-    if dtype.kind != "f":
-        return float(value)
-    a = np.array(value, dtype)
-    a.flags.writeable = False
-    return a
+    return const(value, dtype) if dtype.kind == "f" else float(value)
 
 
 def _product(a: np.ndarray, f: np.ndarray | float) -> np.dtype:
@@ -841,7 +838,7 @@ def _scaled_add(p: dict[str, Any]) -> Kernel:
 def _t_scaled_add(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 2, 1):
         return None
-    a = _scaled_add_args(g.arr(op.ins[0]), g.arr(op.ins[1]), p, _alloc(g))
+    a = _scaled_add_args(g.arr(op.ins[0]), g.arr(op.ins[1]), p, scratch(g))
     if a is None:
         return [f"{g.fn(np.add)}({i[0]}, {i[1]}, {o[0]})"]
     return [f"{g.fn(scaled_add_into)}({i[0]}, {i[1]}, {o[0]}, {_names(g, a)})"]
@@ -894,13 +891,8 @@ def _t_scaled_add_inplace(g: Gen, op: K, i: list[str], o: list[str], p: dict[str
     if not _arity(op, 2, 1) or op.outs[0] is not op.ins[0]:
         return None
     x, y = g.arr(op.ins[0]), g.arr(op.ins[1])
-    t, *rest = _scaled_add_inplace_args(x, y, p, _alloc(g))
+    t, *rest = _scaled_add_inplace_args(x, y, p, scratch(g))
     return [f"{g.fn(scaled_add_inplace)}({i[0]}, {i[1]}, {i[1] if t is y else g.view(t)}, {_names(g, rest)})"]
-
-
-def _alloc(g: Gen) -> Callable[[tuple[int, ...], np.dtype], np.ndarray]:
-    """Allocation through the generated plan's shared scratch buffers."""
-    return lambda shape, dtype: g.scratch(shape, dtype)[0]
 
 
 def _names(g: Gen, args: Sequence[Any]) -> str:
@@ -1510,7 +1502,7 @@ def _erf_family(cls: KernelClass, doc: str) -> None:
         if len(op.outs) != 1:
             return None
         out = g.arr(op.outs[0])
-        work, res = _erf_scratch(out, [g.arr(v) for v in op.ins], _alloc(g))
+        work, res = _erf_scratch(out, [g.arr(v) for v in op.ins], scratch(g))
         body = g.fn(bodies[out.dtype == np.float64])
         return [f"{g.fn(in_blocks)}({body}, {o[0]}, ({', '.join(i)},), {g.view(work)}, {g.view(res)})"]
 

@@ -19,36 +19,14 @@ from xl.runtime.kernels.norm import group_norm_rows, group_norm_grad_rows
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import cache
 from typing import Any
 
 import numpy as np
 
 from xl.dialects.popxl import GroupNormGradOp, GroupNormOp
 from xl.runtime.codegen import Gen, K, template
+from xl.runtime.kernels.buffers import FAST_FLOATS, Alloc, const, empty, ones
 from xl.runtime.kernels.registry import Kernel, kernel
-
-Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
-
-_FAST = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    return np.empty(shape, dtype)
-
-
-@cache
-def _const(value: float, dtype: np.dtype) -> np.ndarray:
-    a = np.array(value, dtype)
-    a.flags.writeable = False
-    return a
-
-
-@cache
-def _ones(n: int, dtype: np.dtype) -> np.ndarray:
-    a = np.ones(n, dtype)
-    a.flags.writeable = False
-    return a
 
 
 class _Layout:
@@ -69,7 +47,7 @@ def _fast(arrays: Sequence[np.ndarray], shape: tuple[int, ...]) -> bool:
     return (
         len(shape) >= 2
         and all(a.dtype == dt and a.flags.c_contiguous for a in arrays)
-        and dt in _FAST
+        and dt in FAST_FLOATS
         and int(np.prod(shape)) > 0
     )
 
@@ -136,9 +114,9 @@ def _group_norm_args(arrays: Sequence[np.ndarray], p: dict[str, Any], alloc: All
         i,
         m.reshape(-1, 1),
         i.reshape(-1, 1),
-        _ones(lay.rows[1], dt),
-        _const(1.0 / lay.rows[1], dt),
-        _const(float(p["epsilon"]), dt),
+        ones(lay.rows[1], dt),
+        const(1.0 / lay.rows[1], dt),
+        const(float(p["epsilon"]), dt),
     ]
 
 
@@ -155,7 +133,7 @@ def _through_copies(
     if any(a.size == 0 for a in (*ins, *outs)):
         return None
     dt = np.result_type(*ins)
-    wide = dt if dt in _FAST else np.dtype(np.float32)
+    wide = dt if dt in FAST_FLOATS else np.dtype(np.float32)
     cins = [alloc(a.shape, wide) for a in ins]
     couts = [alloc(a.shape, wide) for a in outs]
     a = args([*cins, *couts], p, alloc)
@@ -196,10 +174,10 @@ def _kernel(body: Callable[..., None], args: Callable[..., list[np.ndarray] | No
     allocated per call)."""
 
     def k(*arrays: np.ndarray) -> None:
-        a = args(arrays, p, _empty)
+        a = args(arrays, p, empty)
         if a is not None:
             body(*a)
-        elif (run := _through_copies(body, args, arrays[:n_in], arrays[n_in:], p, _empty)) is not None:
+        elif (run := _through_copies(body, args, arrays[:n_in], arrays[n_in:], p, empty)) is not None:
             run()
 
     return k
@@ -283,9 +261,9 @@ def _group_norm_grad_args(arrays: Sequence[np.ndarray], p: dict[str, Any], alloc
         t.reshape(lay.channels),
         s,
         s.reshape(r, 1),
-        _ones(n_l, dt),
-        _ones(lay.n, dt),
-        _const(1.0 / n_l, dt),
+        ones(n_l, dt),
+        ones(lay.n, dt),
+        const(1.0 / n_l, dt),
     ]
 
 
