@@ -42,18 +42,27 @@ class _Liveness:
         if first is None:
             return
         live, pure = self.live, self.pure
-        for block in PostOrderIterator(first):
-            for op in reversed(block.ops):
-                for r in op.regions:
-                    self.region(r)
+        blocks = [first] if first.next_block is None else PostOrderIterator(first)
+        for block in blocks:
+            op = block.last_op
+            while op is not None:
+                if op.regions:
+                    for r in op.regions:
+                        self.region(r)
                 k = id(op)
-                if k in live:
-                    continue
-                if any(id(use.operation) in live for res in op.results for use in res.uses) or (
-                    k not in pure and not self._pure(op)
-                ):
+                if k not in live and (self._used(op) or (k not in pure and not self._pure(op))):
                     live.add(k)
                     self.changed = True
+                op = op.prev_op
+
+    def _used(self, op: Operation) -> bool:
+        """Whether a live op uses a result of `op`."""
+        live = self.live
+        for res in op.results:
+            for use in res.uses:
+                if id(use.operation) in live:
+                    return True
+        return False
 
     def _pure(self, op: Operation) -> bool:
         if would_be_trivially_dead(op):
