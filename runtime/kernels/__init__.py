@@ -1,6 +1,7 @@
 """NumPy kernels for the `rt.kernel` ops, registered by the op class they implement.
 
-One module per area: `registry` (the registry and the run-time range checks), `core` (the
+One module per area: `registry` (the registry and the run-time range checks), `buffers`
+(the scratch, constants and call line of kernels with a plan template beside them), `core` (the
 popxl tensor ops), `activation` (softmax, gelu and their gradients), `nn`, `norm` (group
 normalisation), `random`, `remote`, `custom` (user ops with NumPy implementations), `rt` (the
 `xl.*` kernels only `rt` passes make) and `collectives` (replica collectives, which receive
