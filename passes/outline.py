@@ -835,21 +835,25 @@ def count_ops(module: ModuleOp) -> int:
         return sum(1 for g in graphs.values() for _ in g.walk()) - len(graphs)
     sizes: dict[str, int] = {}
 
-    def size(holder: Operation) -> int:
+    def size(holder: Operation) -> int:  # the ops nested in `holder` (block by block: no walk)
         n = 0
-        for op in holder.walk():
-            if isinstance(op, CallOp):
-                name = op.callee.root_reference.data
-                g = graphs.get(name)
-                if g is None:
-                    n += 1
-                    continue
-                if name not in sizes:
-                    sizes[name] = 0  # a recursive call counts 0 (the verifier reports it)
-                    sizes[name] = size(g) - 1  # its graph.output is not inlined
-                n += sizes[name]
-            elif op is not holder:
-                n += 1
+        for region in holder.regions:
+            for block in region.blocks:
+                for op in block.ops:
+                    if isinstance(op, CallOp):
+                        name = op.callee.root_reference.data
+                        g = graphs.get(name)
+                        if g is None:
+                            n += 1
+                            continue
+                        if name not in sizes:
+                            sizes[name] = 0  # a recursive call counts 0 (the verifier reports it)
+                            sizes[name] = size(g) - 1  # its graph.output is not inlined
+                        n += sizes[name]
+                    else:
+                        n += 1
+                    if op.regions:
+                        n += size(op)
         return n
 
     return size(main)
