@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from xdsl.ir import Operation, Region
+from xdsl.ir import Block, Operation, Region
 from xdsl.ir.post_order import PostOrderIterator
 from xdsl.transforms.dead_code_elimination import would_be_trivially_dead
 
@@ -35,6 +35,8 @@ class _Liveness:
     def __init__(self) -> None:
         self.live: set[int] = set()  # ids of live ops
         self.pure: set[int] = set()  # ids of ops that would be trivially dead (asked once)
+        self.candidates: list[Operation] = []  # those ops, nested ones before their parent
+        self.blocks = False  # some region has several blocks
         self.changed = True
 
     def region(self, region: Region) -> None:
@@ -42,7 +44,10 @@ class _Liveness:
         if first is None:
             return
         live, pure = self.live, self.pure
-        blocks = [first] if first.next_block is None else PostOrderIterator(first)
+        blocks: Iterable[Block] = [first]
+        if first.next_block is not None:
+            blocks = PostOrderIterator(first)
+            self.blocks = True
         for block in blocks:
             op = block.last_op
             while op is not None:
@@ -59,14 +64,17 @@ class _Liveness:
         """Whether a live op uses a result of `op`."""
         live = self.live
         for res in op.results:
-            for use in res.uses:
-                if id(use.operation) in live:
-                    return True
+            first = res.first_use  # usually enough: one use, by a live op
+            if first is not None and (
+                id(first.operation) in live or any(id(use.operation) in live for use in res.uses)
+            ):
+                return True
         return False
 
     def _pure(self, op: Operation) -> bool:
         if would_be_trivially_dead(op):
             self.pure.add(id(op))
+            self.candidates.append(op)
             return True
         return False
 
@@ -101,4 +109,14 @@ def remove_dead_ops(regions: Iterable[Region]) -> int:
         state.changed = False
         for region in regions:
             state.region(region)
-    return sum(state.erase_dead(region) for region in regions)
+    if state.blocks:  # blocks without live ops go too, as in xDSL
+        return sum(state.erase_dead(region) for region in regions)
+    # every op that is not live is a candidate (its effects were asked), children first
+    n = 0
+    for op in state.candidates:
+        if id(op) not in state.live:
+            block = op.parent
+            assert block is not None
+            block.erase_op(op, safe_erase=False)
+            n += 1
+    return n

@@ -163,3 +163,48 @@ def test_default_pipeline_same_ir_as_with_a_separate_dce(name):
         now = OUTLINE_PIPELINE.replace(spec, f"outline{{min-ops={min_ops}}}")
         old = before.replace(f"min-ops={OUTLINE_MIN_OPS} ", f"min-ops={min_ops} ")
         assert str(lower(module, now)) == str(lower(module, old))
+
+
+def test_regions_of_several_blocks_as_xdsl():
+    """A region of several blocks (no xl dialect makes one; built by hand, unverified):
+    blocks without live ops go, as in xDSL, whose liveness visits the blocks reachable
+    from the entry block only (here none: the second and third blocks go whole)."""
+    from xdsl.ir import Block
+
+    from xl.dialects.graph import MainGraphOp
+
+    def build() -> ModuleOp:
+        module = _parse(f"""
+graph.h2d_stream @x : {T}
+graph.d2h_stream @y : {T}
+graph.main {{
+  %x = graph.host_load @x : {T}
+  %a = popxl.gelu %x : ({T}) -> {T}
+  %b = popxl.tanh %x : ({T}) -> {T}
+  %c = popxl.relu %x : ({T}) -> {T}
+  graph.host_store @y, %c : {T}
+}}""")
+        main = next(op for op in module.body.block.ops if isinstance(op, MainGraphOp))
+        first = main.regions[0].block
+        ops = list(first.ops)
+        dead, live = Block(), Block()
+        main.regions[0].add_block(dead)
+        main.regions[0].add_block(live)
+        for op in ops[1:3]:  # gelu, tanh: a block of dead ops
+            op.detach()
+            dead.add_op(op)
+        for op in ops[3:]:  # relu, host_store: unreachable
+            op.detach()
+            live.add_op(op)
+        return module
+
+    ours, xdsl, n = _both_unverified(build())
+    assert ours == xdsl and n == 4
+    assert "graph.host_load" in ours and "popxl.relu" not in ours
+
+
+def _both_unverified(module: ModuleOp) -> tuple[str, str, int]:
+    ours, xdsl = module.clone(), module.clone()
+    n = remove_dead_ops([ours.body])
+    region_dce(xdsl.body)
+    return str(ours), str(xdsl), n
