@@ -641,7 +641,8 @@ def _remote_variable(
     # accepted (as upstream, which stores the bytes); `remote_load` gives the buffer's shape.
     # A value of another element count is built, as in PopXL, and the program refused when a
     # Session compiles it (the op's verifier: "... does not match remote buffer ...").
-    fits = shard_over is not None or math.prod(shape) == math.prod(rb.tensor_shape)
+    stored = (shard_size(math.prod(shape), shard_over),) if shard_over is not None and shard_over > 1 else shape
+    fits = math.prod(stored) == math.prod(rb.tensor_shape)
     for op in g._block.ops:
         if isinstance(op, RemoteVariableOp) and op.buffer_name == rb._name and op.entry == offset:
             raise ValueError(f"{what}: entry {offset} of {rb!r} already holds remote variable {op.var_name.data!r}")
@@ -683,7 +684,9 @@ def remote_replica_sharded_variable(
     variable's shape. The number of shards is the buffer's (`replica_sharded_buffer`); a
     buffer of the variable's full shape is made to hold its shards over the replica group
     (as upstream); otherwise the largest divisor of the replica group size whose shards fit
-    the entry. Needs replication_factor > 1."""
+    the entry. Entries that fit no shard of the value do not stop the variable's creation
+    (as in PopXL): it is sharded over the replica group and a Session refuses the program,
+    naming the variable and the buffer. Needs replication_factor > 1."""
     what = _what("popxl.remote_replica_sharded_variable", name)
     g = _main_graph(what)
     _require_replication(g)
@@ -714,12 +717,9 @@ def remote_replica_sharded_variable(
         rb.set_remote_buffer_info(rb.tensor_dtype, (shard_size(n, s),), rb.entries)
     elif s is None:
         fits = [d for d in range(size, 0, -1) if size % d == 0 and shard_size(n, d) == per]
-        if not fits:
-            raise ValueError(
-                f"{what}: entries of {rb!r} ({per} elements) cannot hold the shards of {shape} "
-                f"({n} elements) over any divisor of the replica group size {size}"
-            )
-        s = fits[0]
+        # entries that hold no shard of the value: built over the replica group, as in PopXL,
+        # and refused when a Session compiles the program (the op's verifier)
+        s = fits[0] if fits else size
     elif shard_size(n, s) != per:
         raise ValueError(
             f"{what}: shards of {shape} over {s} replicas have {shard_size(n, s)} elements, "
