@@ -45,11 +45,12 @@ own), and only when each lane has enough work to pay for the fork and the join
 Which plan. OpenBLAS can use the threads too, inside each product, but a product on several
 BLAS threads does not give the bits of one thread. So a step either runs its blocks and
 lanes (OpenBLAS on one thread per kernel) or is the serial plan with OpenBLAS on the
-caller's threads, whichever saves more by the builder's estimate (`uses_threads`: the
-blocks' and lanes' work against that of the products large enough for BLAS threads,
-`blas_threads_gain`): the GPT example's step (products of 8 to 34 MFLOP that pair up, large
-elementwise kernels) takes the blocks and lanes; the seed MLP (large products in a chain)
-and a BERT-sized layer keep the serial plan and BLAS threads, as before.
+caller's threads, by the builder's estimate (`uses_threads`: the blocks' and lanes' work
+against that of the products large enough for BLAS threads, `blas_threads_gain`, weighted by
+`PARALLEL_OVER_BLAS`, from measurements): programs whose products are large enough for BLAS
+threads (the GPT example, the seed MLP, a BERT-sized layer) keep the serial plan and BLAS
+threads, as before; blocks and lanes run where products are small and elementwise work is
+large.
 
 Either way every kernel computes exactly what it computes in the serial plan, and while such
 a step runs OpenBLAS runs one thread per kernel (`xl.runtime.blas_threads`): a step with
@@ -61,7 +62,7 @@ on a worker is raised by the step, named after its kernel.
 from __future__ import annotations
 
 import os
-import queue
+import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -249,10 +250,12 @@ def kernel_cost(
     return float(sum(a.size for a in (*ins, *outs)))
 
 
-# The blocks and lanes are used when they save at least this fraction of what OpenBLAS's own
-# threads would save in the serial plan (they win where products are small or pair up: the
-# GPT step; products that run alone and large, an MLP's or BERT's, go faster on BLAS threads)
-PARALLEL_OVER_BLAS = 0.5
+# The blocks and lanes are used when they save at least this multiple of what OpenBLAS's own
+# threads would save in the serial plan. Measured (2-core VM, quiet minutes, alternating
+# chunks): the GPT example's step at 2 threads, serial plan + 2 BLAS threads 1.26x the
+# 1-thread step, blocks and lanes 0.99x (they run on the worker, but gain nothing there), so
+# the serial plan wins wherever products are large enough for BLAS threads at all.
+PARALLEL_OVER_BLAS = 2.0
 
 
 def uses_threads(parallel_gain: float, blas_gain: float) -> bool:
@@ -329,58 +332,97 @@ class Lanes:
 # ------------------------------------------------------------------------------------
 
 
+class _Task:
+    """A block or lane handed to a worker, which the caller runs itself if the worker has not
+    started it by the time the caller needs it (a busy machine may not schedule the worker
+    at once): whoever claims it first runs it, so a join never waits for a thread that has
+    not begun."""
+
+    __slots__ = ("claim", "error", "finished", "fn")
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+        self.claim = threading.Lock()
+        self.finished = threading.Lock()
+        self.finished.acquire()
+        self.error: BaseException | None = None
+
+    def on_worker(self) -> None:
+        if self.claim.acquire(blocking=False):
+            try:
+                self.fn()
+            except BaseException as e:  # re-raised by `join`, on the caller's thread
+                self.error = e
+            finally:
+                self.finished.release()
+
+    def join(self) -> None:
+        """On the caller: run it here if unclaimed, else wait for the worker; re-raise its
+        failure."""
+        if self.claim.acquire(blocking=False):
+            self.fn()
+            return
+        self.finished.acquire()
+        if self.error is not None:
+            raise self.error
+
+
 class ForkJoin:
-    """`_par` of a step: runs `f0(*a0)` here and `f1(*a1)`, ... on the step's workers, and
-    returns once all have; re-raises the first failure (after every block has ended)."""
+    """The step's `_par` (row blocks: `f0(*a0)` here, `f1(*a1)`, ... on workers, returning
+    once all have run) and `_fork` / `_join` (a lane on a worker while the caller runs the
+    other). The first failure is re-raised once every block has ended."""
 
     def __init__(self) -> None:
         self.workers: list[Worker] = []
         self.errstate: Any = {}  # the caller's np.geterr(), for the workers
-        self.pending = 0  # lanes forked and not joined
-        self._done: queue.SimpleQueue[tuple[int, BaseException | None]] = queue.SimpleQueue()
+        self.pending: _Task | None = None  # the lane forked and not joined
 
     def __call__(self, *fa: Any) -> None:
-        workers, done = self.workers, self._done
+        workers = self.workers
         n = len(fa) // 2
         if len(workers) < n - 1:  # run outside a ParallelStep (no workers): in order, here
             for i in range(n):
                 fa[2 * i](*fa[2 * i + 1])
             return
+        tasks = []
         for i in range(1, n):
-            workers[i - 1].jobs.put((partial(fa[2 * i], *fa[2 * i + 1]), i, done, self.errstate))
+            t = _Task(partial(fa[2 * i], *fa[2 * i + 1]))
+            workers[i - 1].jobs.put((t.on_worker, i, None, self.errstate))
+            tasks.append(t)
         error: BaseException | None = None
         try:
             fa[0](*fa[1])
         except BaseException as e:
             error = e
-        for _ in range(n - 1):
-            _, e = done.get()
-            if e is not None and error is None:
-                error = e
+        for t in tasks:
+            try:
+                t.join()
+            except BaseException as e:
+                if error is None:
+                    error = e
         if error is not None:
             raise error
 
     def fork(self, fn: Callable[[], None]) -> None:
-        """`_fork`: start `fn` (a lane) on the first worker; `join` waits for it."""
+        """`_fork`: hand `fn` (a lane) to the first worker; `join` waits for it."""
         if not self.workers:
             fn()  # run outside a ParallelStep: in order, here
             return
-        self.pending += 1
-        self.workers[0].jobs.put((fn, 1, self._done, self.errstate))
+        t = self.pending = _Task(fn)
+        self.workers[0].jobs.put((t.on_worker, 1, None, self.errstate))
 
     def join(self) -> None:
-        """`_join`: wait for the lane started by `fork`; re-raise its failure."""
-        if self.pending:
-            self.pending -= 1
-            _, e = self._done.get()
-            if e is not None:
-                raise e
+        """`_join`: the lane started by `fork` has run (here, if the worker had not begun
+        it); re-raise its failure."""
+        t, self.pending = self.pending, None
+        if t is not None:
+            t.join()
 
     def drain(self) -> None:
-        """Wait for a lane still running (the step failed between `fork` and `join`)."""
-        while self.pending:
-            self.pending -= 1
-            self._done.get()
+        """Let a lane still running end (the step failed between `fork` and `join`)."""
+        t, self.pending = self.pending, None
+        if t is not None and not t.claim.acquire(blocking=False):
+            t.finished.acquire()
 
 
 class ParallelStep:

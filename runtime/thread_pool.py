@@ -3,7 +3,8 @@
 Workers are daemon threads started on first use and kept: `take_workers(n)` hands `n` idle
 ones to a step, `give_back` returns them, so every executable reuses them (never a thread
 per step or per executable). A job is `(fn, index, done, errstate)`: the worker runs `fn`
-under the caller's NumPy error handling and puts `(index, exception or None)` on `done`.
+under the caller's NumPy error handling and puts `(index, exception or None)` on `done`
+(unless `done` is None).
 
 ```python
 workers = take_workers(1)
@@ -36,8 +37,9 @@ class Worker:
         self.thread.start()
 
 
-# a stream function, its index, where its result goes, the caller's NumPy error handling
-Job = tuple[Callable[[], None], int, "queue.SimpleQueue[Any]", Any]
+# a stream function, its index, where its result goes (None: the function reports it
+# itself), the caller's NumPy error handling
+Job = tuple[Callable[[], None], int, "queue.SimpleQueue[Any] | None", Any]
 
 
 def _serve(jobs: queue.SimpleQueue[Job]) -> None:
@@ -47,9 +49,11 @@ def _serve(jobs: queue.SimpleQueue[Job]) -> None:
             with np.errstate(**errstate):  # (per thread: np.seterr of the caller applies)
                 fn()
         except BaseException as e:  # handed to the caller's thread
-            done.put((s, e))
+            if done is not None:
+                done.put((s, e))
         else:
-            done.put((s, None))
+            if done is not None:
+                done.put((s, None))
 
 
 _IDLE: list[Worker] = []  # the pool's workers no step is using

@@ -169,8 +169,10 @@ def _kernels_program(
 
 def test_independent_kernels_run_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two products of one input run in two lanes (one on a worker) and give the single-thread
-    bits; the division that reads the second waits for both."""
+    bits; the division that reads the second waits for both. (Blocks and lanes forced: BLAS
+    threads would be preferred for products this large.)"""
     monkeypatch.setattr(parallel_kernels, "SPLIT_MIN_ELEMENTS", 1 << 30)
+    monkeypatch.setattr(parallel_kernels, "PARALLEL_OVER_BLAS", 0.0)
     rng = np.random.default_rng(0)
     x, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((128, 256), (256, 192), (256, 192)))
     d = np.full((128, 192), 3.0, np.float32)
@@ -232,6 +234,7 @@ def _gpt_executables(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Executable, 
     # a small model with its large kernels (attention scores, MLP) above the threshold
     monkeypatch.setattr(parallel_kernels, "SPLIT_MIN_ELEMENTS", 1024)
     monkeypatch.setattr(parallel_kernels, "LANE_MIN_COST", 2000)
+    monkeypatch.setattr(parallel_kernels, "PARALLEL_OVER_BLAS", 0.0)
     cfg = gpt_char.Config(vocab_size=40, seq_len=16, hidden=32, heads=2, layers=2, batch=8, dropout=0.1, seed=3)
     session = gpt_char.train_program(cfg)[0]
     program = session._exe.program
