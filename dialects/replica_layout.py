@@ -18,8 +18,9 @@ question about that layout, for the dialects (`rt.state`, `ipu.remote_variable`,
 >>> [v.tolist() for v in lay.replica_values(np.array([[1, 2, 3], [4, 5, 6]]))]
 [[1, 2], [4, 5], [3, 0], [6, 0]]
 
-Host stream data is laid out `[num_host_transfers, replicas, *shape]` with size-1 leading
-dims dropped (`host_data_shape`).
+A variable's host shape from its group count alone is `group_host_shape`. Host stream data
+is laid out `[num_host_transfers, replicas, *shape]` with size-1 leading dims dropped
+(`host_data_shape`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,17 @@ import numpy as np
 
 from xl.dialects.replica import ReplicaGroupingAttr, shard_size
 
-__all__ = ["ReplicaLayout", "host_data_shape"]
+__all__ = ["ReplicaLayout", "group_host_shape", "host_data_shape"]
+
+
+def group_host_shape(shape: Sequence[int], num_groups: int) -> tuple[int, ...]:
+    """The host shape of a variable of `shape` with one value per replica group:
+    `(num_groups, *shape)` with several groups, else `shape`.
+
+    >>> group_host_shape((2, 3), 4), group_host_shape((2, 3), 1)
+    ((4, 2, 3), (2, 3))
+    """
+    return (num_groups, *shape) if num_groups > 1 else tuple(shape)
 
 
 def host_data_shape(shape: Sequence[int], num_host_transfers: int, replicas: int) -> tuple[int, ...]:
@@ -134,7 +145,7 @@ class ReplicaLayout:
     def host_shape(self) -> tuple[int, ...]:
         """The shape of the variable's values, one per group: `(num_groups, *shape)` with
         several groups, else `shape` (its initial value, its host copy)."""
-        return (self.num_groups, *self.shape) if self.num_groups > 1 else self.shape
+        return group_host_shape(self.shape, self.num_groups)
 
     def group_value(self, values: np.ndarray, replica: int) -> np.ndarray:
         """The full value of `replica` from the per-group `values` (of `host_shape`)."""

@@ -423,7 +423,7 @@ class Ir:
             if (
                 name not in current
                 or v.retrieval_mode != "all_replicas"
-                and (groups == 1 or np.shape(current[name]) == (groups, *v.shape))
+                and (groups == 1 or np.shape(current[name]) == v.shape_on_host)
             ):
                 continue
             data = np.asarray(session.get_tensor_data(v))

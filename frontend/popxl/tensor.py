@@ -39,6 +39,7 @@ from popxl.utils import to_numpy
 from xl.dialects.graph import ConstantOp, VariableOp
 from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR, CopyOp, RemoteVariableOp, ReplicaShardedVariableOp
 from xl.dialects.replica import shard_size
+from xl.dialects.replica_layout import group_host_shape
 from xl.dialects.utils import dense_attr, dense_to_numpy, tensor_type
 
 if TYPE_CHECKING:
@@ -398,8 +399,7 @@ class Variable(Tensor):
     @property
     def shape_on_host(self) -> tuple[int, ...]:
         """The shape of the host data: `(num_groups, *shape)` with more than one group."""
-        n = self._num_groups
-        return (n, *self.shape) if n > 1 else self.shape
+        return group_host_shape(self.shape, self._num_groups)
 
     @property
     def _var_name(self) -> str:

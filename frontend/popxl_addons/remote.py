@@ -33,6 +33,7 @@ import popxl.ops as ops
 from popxl_addons.dot_tree import DotTree
 from popxl_addons.graph import GraphWithNamedArgs
 from popxl_addons.named_tensors import NamedTensors
+from xl.dialects.replica_layout import group_host_shape
 
 __all__ = [
     "NamedRemoteBuffers",
@@ -116,8 +117,7 @@ def create_remote_buffer(
         nelms = int(np.prod(shape))
         if nelms % shard:
             raise ValueError(f"{what}: cannot shard a tensor of {nelms} elements {shape} over {shard} replicas")
-        groups = replica_group.num_groups
-        full = (groups, *shape) if groups > 1 else shape
+        full = group_host_shape(shape, replica_group.num_groups)
         return popxl.replica_sharded_buffer(full, dtype, replica_group, shard, entries)
     return popxl.remote_buffer(shape, dtype, entries)
 

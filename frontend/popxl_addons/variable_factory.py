@@ -31,6 +31,7 @@ from popxl.utils import downcast_np_dtypes, to_numpy
 from popxl_addons.dot_tree import DotTree
 from popxl_addons.named_replica_grouping import NamedReplicaGrouping
 from popxl_addons.named_tensors import NamedTensors
+from xl.dialects.replica_layout import group_host_shape
 
 __all__ = [
     "VariableFactory",
@@ -200,8 +201,7 @@ class VariableFactory:
         np_dtype = self.dtype.as_numpy()
         n = _num_groups(self.replica_grouping)
         if empty:
-            shape = self.full_shape if n == 1 else (n, *self.full_shape)
-            return np.empty(shape, dtype=np_dtype)
+            return np.empty(group_host_shape(self.full_shape, n), dtype=np_dtype)
         if n == 1:
             return self._host(self._draw())
         return np.stack([self._host(self._draw()) for _ in range(n)])
@@ -232,8 +232,7 @@ class VariableFactory:
         if first:
             os.makedirs(memmap_dir, exist_ok=True)
         path = os.path.join(memmap_dir, f"{name}.npy")
-        n = _num_groups(self.replica_grouping)
-        shape = self.full_shape if n == 1 else (n, *self.full_shape)
+        shape = group_host_shape(self.full_shape, _num_groups(self.replica_grouping))
         np_dtype = np.dtype(self.dtype.as_numpy())
         if first and not os.path.exists(path):
             logger.debug("creating memory-mapped variable file (w+): %s", path)
