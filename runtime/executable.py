@@ -23,9 +23,9 @@ branch whose condition differs between replicas), runs the site's kernel once ov
 replicas' buffers, and resumes them. A comm (`xl.runtime.comm`) whose `local_replicas` is a
 subset builds and runs only those replicas; collectives see the others through it.
 
-Threads: the optimised plan of a single-IPU program runs its large kernels in row blocks
-and independent kernels side by side on the worker threads (`xl.runtime.parallel_kernels`),
-with the bits of its single-thread plan.
+Threads: the optimised plan of a single-IPU program may run its large kernels in row blocks
+and independent kernels side by side on the worker threads, with the bits of its
+single-thread plan, where that beats OpenBLAS's own threads (`xl.runtime.parallel_kernels`).
 
 Virtual IPUs (`xl.runtime.concurrent`): the optimised plan of a program placed on two or
 more virtual IPUs (without replica collectives) runs one stream of generated code per IPU,
@@ -584,8 +584,9 @@ def compile_program(
     min(IPUs, cores)), bit-identical to the serial plan (`xl.runtime.concurrent`); an
     optimised plan on one virtual IPU uses `workers` threads (default: the threads NumPy's
     BLAS may use now, at most the cores) for large kernels in row blocks and independent
-    kernels side by side, bit-identical to its single-thread plan
-    (`xl.runtime.parallel_kernels`); `concurrent=False` or `XL_SERIAL=1` in the
+    kernels side by side, bit-identical to its single-thread plan, when the builder
+    estimates that this beats OpenBLAS's own threads (else the serial plan, OpenBLAS at the
+    caller's threads; `xl.runtime.parallel_kernels`); `concurrent=False` or `XL_SERIAL=1` in the
     environment: serially, on one thread.
     """
     with gc_paused():
