@@ -54,6 +54,7 @@ from xl.dialects.replica import (
     ReduceScatterOp,
     ShardedSliceOp,
     SliceOp,
+    shard_size,
 )
 from xl.dialects.rt_kernels import AllReduceUpdateOp
 from xl.dialects.traits import CrossReplica
@@ -333,10 +334,6 @@ def all_gather(site: Site) -> Step:
     return step
 
 
-def _shard_size(n: int, group_size: int) -> int:
-    return -(-n // group_size)
-
-
 def reduce_scatter(site: Site) -> Step:
     """Member i of a group gets shard i of the reduction of the flattened inputs."""
     op = site.reduce_op()
@@ -347,7 +344,7 @@ def reduce_scatter(site: Site) -> Step:
     plans: list[tuple[list[int], np.ndarray, np.ndarray | None, list[tuple[int, np.ndarray]]]] = []
     for members in site.groups():
         gs = len(members)
-        s = _shard_size(n, gs)
+        s = shard_size(n, gs)
         mine = [(i, slot) for i, m in enumerate(members) if (slot := site.slot(m)) is not None]
         if not mine:
             continue
@@ -393,7 +390,7 @@ def replica_sharded_slice(site: Site) -> Step:
             if slot is None:
                 continue
             x, out = site.ins[slot][0], site.outs[slot][0]
-            s = _shard_size(x.size, gs)
+            s = shard_size(x.size, gs)
             if out.shape != (s,):
                 raise PlanError(
                     f"{site.name}: output shape {out.shape} is not the shard shape ({s},) of "
