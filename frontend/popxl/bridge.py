@@ -208,8 +208,7 @@ def number_op(ir: Ir, op: Operation) -> None:
     """Give `op` (built by a pass) the next creation number of `ir`, so `print_schedule`
     shows it in creation order like frontend-built ops."""
     _check(ir, _ir_type(), "number_op", "a popxl.Ir")
-    if op not in ir._op_ids:
-        ir._op_ids[op] = next(ir._op_counter)
+    ir._number_op(op)
 
 
 def op_id(ir: Ir, op: Operation) -> int:

@@ -294,7 +294,7 @@ class Graph:
                 op.erase()
                 raise ValueError(f"{verify_as}: " + str(e).split("\n\n")[0]) from None
         if not isinstance(op, VariableOp | ConstantOp):  # tensors, not ops, in PopART: no op id
-            self._ir._op_ids[op] = next(self._ir._op_counter)
+            self._ir._number_op(op)
         for hook in tuple(self._hooks.values()):
             hook(op)
 

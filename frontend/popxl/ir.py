@@ -12,7 +12,7 @@ import itertools
 import os
 import typing
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -92,7 +92,7 @@ class Ir:
         # ops built by the aliasing `_` view ops (`ops.reshape_`, ...): op -> public op name
         self._views: dict[Any, str] = {}
         # PopART-style op ids: ops numbered from 100 in the order they are created
-        self._op_counter = itertools.count(100)
+        self._next_op_id = 100
         self._op_ids: dict[Any, int] = {}
         # ids `popxl.printing` gives ops built by passes (numbered when first printed)
         self._printed_op_ids: dict[int, tuple[int, Any]] = {}
@@ -102,6 +102,36 @@ class Ir:
     def _op_id(self, op: Any) -> int | None:
         """The creation-order id of an op built through the frontend (None otherwise)."""
         return self._op_ids.get(op)
+
+    def _number_op(self, op: Any) -> None:
+        """Give `op` the next creation-order id (unless it has one)."""
+        if op not in self._op_ids:
+            self._op_ids[op] = self._next_op_id
+            self._next_op_id += 1
+
+    def _number_as_one(self, parts: Sequence[Any]) -> None:
+        """Number the ops `parts` (in order) as the one PopART op they make up (`ops.split`'s
+        slices: PopART's one SplitOp): each takes the first part's id, and the ops numbered
+        after the first part, the other parts aside, move down to follow it, so the ops
+        built next get PopART's ids."""
+        ids = self._op_ids
+        parts = [op for op in parts if op in ids]
+        if len(parts) < 2:
+            return
+        first = ids[parts[0]]
+        if [ids[op] for op in parts] == list(range(first, first + len(parts))) and (
+            self._next_op_id == first + len(parts)
+        ):  # the parts were the last ops numbered
+            for op in parts:
+                ids[op] = first
+            self._next_op_id = first + 1
+            return
+        own = set(parts)
+        later = sorted({i for op, i in ids.items() if i > first and op not in own})
+        new = {old: k for k, old in enumerate(later, start=first + 1)}  # merged ops keep sharing
+        for op, i in ids.items():
+            ids[op] = first if op in own else new.get(i, i)
+        self._next_op_id = first + 1 + len(later)
 
     # -- main graph -------------------------------------------------------------------------
     @property

@@ -127,7 +127,7 @@ class RemoteBuffer:
             block.add_op(self._op)
         else:
             block.insert_op_before(self._op, first)
-        ir._op_ids[self._op] = next(ir._op_counter)
+        ir._number_op(self._op)
         buffers.append(self)
 
     # -- properties -------------------------------------------------------------------------

@@ -321,6 +321,8 @@ def as_one_popart_op(outputs: Sequence[Tensor], type_name: str) -> None:
     n = IntegerAttr(len(ops), i64)
     for k, op in enumerate(ops):
         op.attributes[POPART_OP_ATTR] = ArrayAttr([StringAttr(type_name), IntegerAttr(k, i64), n])
+    if outputs:
+        outputs[0]._graph._ir._number_as_one(ops)  # one op id, as PopART's one op
 
 
 def emit_inplace(cls: type[PopxlOp], inputs: Sequence[Tensor | None], **props: Any) -> Tensor:
