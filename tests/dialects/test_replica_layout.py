@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xl.dialects.replica import ReplicaGroupingAttr
-from xl.dialects.replica_layout import ReplicaLayout, host_data_shape
+from xl.dialects.replica_layout import ReplicaLayout, group_host_shape, host_data_shape
 
 
 @st.composite
@@ -82,3 +82,14 @@ def test_layout_errors_and_host_shape() -> None:
 )
 def test_host_data_shape(transfers: int, replicas: int, want: tuple[int, ...]) -> None:
     assert host_data_shape((4, 2), transfers, replicas) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(layouts())
+def test_group_host_shape_is_the_layouts(case: tuple[ReplicaLayout, np.ndarray]) -> None:
+    """`group_host_shape` from the group count alone gives the shape of the per-group values
+    (the layouts' drawn values are built independently) and `from_host_shape` inverts it."""
+    layout, values = case
+    host = group_host_shape(layout.shape, layout.num_groups)
+    assert host == values.shape == layout.host_shape
+    assert ReplicaLayout.from_host_shape(host, layout.replication_factor, layout.grouping).shape == layout.shape
