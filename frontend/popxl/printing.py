@@ -2,7 +2,7 @@
 
 `Ir.to_mlir()` prints the whole program as IR text; `schedule_str(graph)` prints one
 graph the way PopART's `Graph::printSchedule` does (what `popxl_addons`'
-`GraphWithNamedArgs.print_schedule()` shows):
+`GraphWithNamedArgs.print_schedule()` shows; the slices of `ops.split` are one `Split` line):
 
 ```
 Graph : Linear_subgraph(0)
@@ -27,7 +27,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from xl.dialects.call import called_graph_names
 from xl.dialects.graph import ConstantOp, OutputOp, VariableOp
-from xl.dialects.traits import popart_type
+from xl.dialects.traits import popart_op_part, popart_type
 from xl.dialects.utils import dtype_of, shape_of
 
 if TYPE_CHECKING:
@@ -87,6 +87,20 @@ def tensor_numbers(block: Block) -> dict[SSAValue, int]:
     return ids
 
 
+def _parts_of_one_op(ops: list[Operation], i: int) -> list[Operation]:
+    """`ops[i]` and the ops after it that are the other parts of the one PopART op it is part
+    0 of (`POPART_OP_ATTR`: the slices of `ops.split` are one `Split`), else `[ops[i]]`."""
+    first = popart_op_part(ops[i])
+    if first is None or first[1] != 0:
+        return [ops[i]]
+    kind, _, n = first
+    group = ops[i : i + n]
+    same = all(
+        popart_op_part(p) == (kind, k, n) and list(p.operands) == list(ops[i].operands) for k, p in enumerate(group)
+    )
+    return group if len(group) == n and same else [ops[i]]
+
+
 def schedule_str(graph: Graph, input_names: Mapping[Tensor, str] | None = None) -> str:
     """The ops of `graph` in schedule (program) order, PopART style (see the module doc).
 
@@ -107,16 +121,22 @@ def schedule_str(graph: Graph, input_names: Mapping[Tensor, str] | None = None) 
     in_strs = [f"{names[a]}={tid(a)}" if a in names else tid(a) for a in block.args]
     lines = []
     outputs: list[SSAValue] = []
+    scheduled = [o for o in block.ops if not isinstance(o, _NOT_SCHEDULED)]
     for o in block.ops:
         if isinstance(o, OutputOp):
             outputs = list(o.operands)
-        if isinstance(o, _NOT_SCHEDULED):
-            continue
+    i = 0
+    while i < len(scheduled):
+        o = scheduled[i]
+        parts = _parts_of_one_op(scheduled, i)
         called = called_graph_names(o)
         called_str = f"({', '.join(called)})" if called else ""
         ins = ", ".join(operand(v) for v in o.operands)
-        outs = ", ".join(operand(v) for v in o.results)
-        lines.append(f"    {op_type_name(o)}.{_op_id(ir, o)}{called_str} ({ins}) -> ({outs})")
+        outs = ", ".join(operand(v) for p in parts for v in p.results)
+        part = popart_op_part(o) if len(parts) > 1 else None
+        kind = part[0] if part is not None else op_type_name(o)
+        lines.append(f"    {kind}.{_op_id(ir, o)}{called_str} ({ins}) -> ({outs})")
+        i += len(parts)
     out_strs = [tid(v) for v in outputs]
     header = f"Graph : {graph.name}\n  ({', '.join(in_strs)}) -> ({', '.join(out_strs)}) {{"
     return "\n".join([header, *lines, "  }"])
