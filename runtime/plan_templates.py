@@ -16,17 +16,16 @@ views (`g.view`) and scratch buffers shared by all kernels of a replica (`g.scra
 one stream when virtual IPUs run concurrently, `xl.runtime.concurrent`).
 Where a kernel's maths is more than a ufunc or two, its template lives next to the kernel and
 calls the kernel's own function with precomputed views and scratch (softmax and gelu in
-`kernels/activation.py`, group norm in `kernels/norm.py`, scaled adds and accumulators in
-`kernels/core.py`): the maths exists once. Here, `pow` by a constant 2 or 3 is
-multiplies, reductions `ufunc.reduce(..., out=)`, the NLL gradient goes through a
-precomputed flat index, `xl.gemm_acc` is one BLAS call, `dy @ W.T` with few rows the
+`kernels/activation.py`, group norm in `kernels/norm.py`, scaled adds, accumulators and the
+NLL loss with its softmax gradient in `kernels/core.py`): the maths exists once. Here, `pow`
+by a constant 2 or 3 is multiplies, reductions `ufunc.reduce(..., out=)`,
+`xl.gemm_acc` is one BLAS call, `dy @ W.T` with few rows the
 (faster) transposed product.
 """
 
 from __future__ import annotations
 
 import math
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -39,7 +38,6 @@ from xl.dialects.popxl import (
     ExpandOp,
     IdentityOp,
     MatmulOp,
-    NllLossWithSoftmaxGradOp,
     PowOp,
     ReduceMaxOp,
     ReduceMinOp,
@@ -55,7 +53,7 @@ from xl.dialects.rt_kernels import FusedOp, GemmAccOp, kernel_class, view_array
 from xl.runtime import blas
 from xl.runtime.codegen import TEMPLATES, Gen, K, Template, as_view, template
 from xl.runtime.errors import PlanError
-from xl.runtime.kernels import KERNELS, check_range
+from xl.runtime.kernels import KERNELS
 from xl.runtime.kernels.core import BINARY_UFUNCS, UNARY_UFUNCS
 from xl.runtime.kernels.rt import parse_steps
 from xl.runtime.plan_matmul import matmul_lines, row_sum_lines
@@ -249,80 +247,6 @@ def _t_reduce_to_shape(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, A
         if lines is not None:
             return lines
     return _reduce_into(g, np.add, i[0], x, out, axes)
-
-
-@template(NllLossWithSoftmaxGradOp)
-def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    """Without ignore_index / loss_grad tensor: gathers through a precomputed flat index."""
-    segs = p.get("operand_segments", p.get("operandSegmentSizes"))
-    if not _arity(op, 2, 2) or p.get("ignore_index") is not None or (segs is not None and sum(segs) != 2):
-        return None
-    probs, labels = g.arr(op.ins[0]), g.arr(op.ins[1])
-    loss, dx = g.arr(op.outs[0]), g.arr(op.outs[1])
-    red = p.get("reduction", "mean")
-    if (
-        probs.dtype.kind != "f"
-        or dx.dtype != probs.dtype
-        or loss.dtype != probs.dtype
-        or probs.ndim == 0
-        or not (probs.flags.c_contiguous and dx.flags.c_contiguous and labels.flags.c_contiguous)
-        or red not in ("mean", "sum", "none")
-        or (red == "none" and loss.size != labels.size)
-        or (red != "none" and loss.size != 1)
-        or labels.dtype.kind not in "iu"
-    ):
-        return None
-    c = probs.shape[-1]
-    n = probs.size // max(c, 1)
-    if labels.size != n or n == 0:
-        return None
-    lg = float(p.get("loss_grad", 1.0))
-    rows_c = np.arange(n, dtype=np.int64) * c
-    _, idx = g.scratch((n,), np.int64)
-    _, pk = g.scratch((n,), probs.dtype)
-    pflat, dflat, lab = as_view(probs, (-1,)), as_view(dx, (-1,)), as_view(labels, (-1,))
-    loss_n, loss_0 = as_view(loss, (n,)) if red == "none" else None, as_view(loss, ())
-    if pflat is None or dflat is None or lab is None or loss_0 is None and red != "none":
-        return None
-    if red == "none" and loss_n is None:
-        return None
-    take, copyto = g.fn(np.take), g.fn(np.copyto)
-    pf, df = g.view(pflat), g.view(dflat)
-    lv_ = g.view(lab)
-    # A label outside [0, C) would read another row. Seen as unsigned, a negative label
-    # is huge: one max() over the labels per step, the full check only when it fails.
-    uv = g.view(lab.view(np.dtype(f"u{lab.dtype.itemsize}")))
-    chk = g.bind(partial(check_range, lo=0, hi=c, p=p, i=1, op=op.name, what="label", note=f"{c} classes"), "chk")
-    lines = [
-        f"if {uv}.max() >= {c}: {chk}({lv_})",
-        f"{g.fn(np.add)}({g.view(rows_c)}, {lv_}, {idx})",
-        f"{take}({pf}, {idx}, None, {pk})",
-        f"{g.fn(np.log)}({pk}, {pk})",
-        f"{g.fn(np.negative)}({pk}, {pk})",
-    ]
-    if red == "none":
-        assert loss_n is not None  # checked above
-        lines.append(f"{copyto}({g.view(loss_n)}, {pk})")
-        scale = lg
-    elif red == "sum":
-        assert loss_0 is not None  # checked above
-        lines.append(f"{g.fn(np.add.reduce)}({pk}, 0, None, {g.view(loss_0)})")
-        scale = lg
-    else:
-        assert loss_0 is not None  # checked above
-        lv = g.view(loss_0)
-        lines.append(f"{g.fn(np.add.reduce)}({pk}, 0, None, {lv})")
-        lines.append(f"{g.fn(np.divide)}({lv}, {g.const(n, probs.dtype)}, {lv})")
-        scale = lg / n
-    lines += [
-        f"{copyto}({df}, {pf})",
-        f"{take}({df}, {idx}, None, {pk})",
-        f"{g.fn(np.subtract)}({pk}, {g.const(1, probs.dtype)}, {pk})",
-        f"{g.fn(np.put)}({df}, {idx}, {pk})",
-    ]
-    if scale != 1.0:
-        lines.append(f"{g.fn(np.multiply)}({o[1]}, {g.const(scale, probs.dtype)}, {o[1]})")
-    return lines
 
 
 @template(GemmAccOp)

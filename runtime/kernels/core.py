@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -105,7 +106,7 @@ from xl.dialects.popxl import (
 )
 from xl.dialects.popxl_operands import greedy_segments, operand_names, operand_positions
 from xl.dialects.rt_kernels import KernelClass
-from xl.runtime.codegen import Gen, K, template
+from xl.runtime.codegen import Gen, K, as_view, template
 from xl.runtime.float8 import to_float8
 from xl.runtime.float16 import HalfInPlace
 from xl.runtime.kernels.buffers import const, scratch
@@ -731,6 +732,60 @@ def _nll_loss_grad(p: dict[str, Any]) -> Kernel:
     return k
 
 
+def nll_softmax_grad_(
+    probs: np.ndarray,
+    labels: np.ndarray,
+    rows_c: np.ndarray,
+    keep: np.ndarray | None,
+    loss: np.ndarray,
+    dx: np.ndarray,
+    idx: np.ndarray,
+    pk: np.ndarray,
+    red: str,
+    one: np.ndarray,
+    count: np.ndarray | None,
+    scale: np.ndarray | None,
+) -> None:
+    """loss = -log(probs[label]) per row (summed for "sum", over `count` rows for "mean"), and
+    dx = (probs - onehot(labels)) `scale`, of C-contiguous flat `probs` / `dx` of N rows of C
+    classes; `labels` (N,) in [0, C), `rows_c` = arange(N) C; rows outside `keep` get 0;
+    `idx` (N,) int64 and `pk` (N,) of probs' dtype are scratch; `one`, `count`, `scale`
+    0-d arrays of that dtype (`_nll_softmax_consts`; `scale` None for 1)."""
+    np.add(rows_c, labels, idx)
+    np.take(probs, idx, None, pk)
+    np.log(pk, pk)
+    np.negative(pk, pk)
+    if keep is not None:
+        pk[~keep] = 0
+    if red == "none":
+        np.copyto(loss, pk.reshape(loss.shape))
+    else:
+        np.add.reduce(pk, axis=0, out=loss)
+        if count is not None:
+            np.divide(loss, count, loss)
+    np.copyto(dx, probs)
+    np.take(dx, idx, None, pk)
+    np.subtract(pk, one, pk)
+    np.put(dx, idx, pk)
+    if keep is not None:
+        dx.reshape(keep.size, -1)[~keep] = 0
+    if scale is not None:
+        np.multiply(dx, scale, dx)
+
+
+def _nll_softmax_consts(
+    dtype: np.dtype, red: str, n: int, lg: float
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """`one`, `count`, `scale` of `nll_softmax_grad_` for `n` kept rows and loss_grad `lg`."""
+    n = max(n, 1)
+    scale = lg / n if red == "mean" else lg
+    return (
+        const(1, dtype),
+        const(n, dtype) if red == "mean" else None,
+        None if scale == 1.0 else const(scale, dtype),
+    )
+
+
 @kernel(NllLossWithSoftmaxGradOp)
 def _nll_loss_with_softmax_grad(p: dict[str, Any]) -> Kernel:
     """(loss, dx): dx = (probs - onehot) * loss_grad [/ N for mean]; ignored rows 0."""
@@ -745,31 +800,74 @@ def _nll_loss_with_softmax_grad(p: dict[str, Any]) -> Kernel:
             probs, labels, loss_out, dx = a[0], a[1], a[-2], a[-1]
             if r.rows is None:
                 r.setup(probs)
+            assert r.rows is not None
             lg = a[lg_i].item() if lg_i >= 0 else lg_c
             lab, keep, n = _labels(labels, ignore, r.c, p, NllLossWithSoftmaxGradOp.name)
-            p2 = probs.reshape(-1, r.c)
-            loss = -np.log(p2[r.rows, lab])
-            d2 = dx.reshape(-1, r.c)
-            np.copyto(d2, p2)
-            d2[r.rows, lab] -= 1
-            if keep is not None:
-                loss[~keep] = 0
-                d2[~keep] = 0
-            if red == "none":
-                np.copyto(loss_out, loss.reshape(loss_out.shape))
-                scale = lg
-            elif red == "sum":
-                np.sum(loss, out=loss_out)
-                scale = lg
-            else:
-                np.copyto(loss_out, np.sum(loss) / max(n, 1))
-                scale = lg / max(n, 1)
-            if scale != 1.0:
-                dx *= scale
+            rows = r.rows.size
+            flat = dx.flags.c_contiguous  # else through a contiguous copy
+            d = dx.reshape(-1) if flat else np.empty(dx.size, dx.dtype)
+            nll_softmax_grad_(
+                np.ascontiguousarray(probs).reshape(-1),
+                lab,
+                r.rows * r.c,
+                keep,
+                loss_out,
+                d,
+                np.empty(rows, np.int64),
+                np.empty(rows, probs.dtype),
+                red,
+                *_nll_softmax_consts(probs.dtype, red, n, lg),
+            )
+            if not flat:
+                np.copyto(dx, d.reshape(dx.shape))
 
         return k
 
     return _optional_kernel(p, NllLossWithSoftmaxGradOp, lambda pos: 2, build)
+
+
+@template(NllLossWithSoftmaxGradOp)
+def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    """Without ignore_index / loss_grad tensor, C-contiguous float arrays: the kernel's
+    function with a precomputed row offset vector and scratch."""
+    segs = p.get("operand_segments", p.get("operandSegmentSizes"))
+    if not _arity(op, 2, 2) or p.get("ignore_index") is not None or (segs is not None and sum(segs) != 2):
+        return None
+    probs, labels = g.arr(op.ins[0]), g.arr(op.ins[1])
+    loss, dx = g.arr(op.outs[0]), g.arr(op.outs[1])
+    red = p.get("reduction", "mean")
+    if (
+        probs.dtype.kind != "f"
+        or dx.dtype != probs.dtype
+        or loss.dtype != probs.dtype
+        or probs.ndim == 0
+        or not (probs.flags.c_contiguous and dx.flags.c_contiguous and labels.flags.c_contiguous)
+        or red not in ("mean", "sum", "none")
+        or (red == "none" and loss.size != labels.size)
+        or (red != "none" and loss.size != 1)
+        or labels.dtype.kind not in "iu"
+    ):
+        return None
+    c = probs.shape[-1]
+    n = probs.size // max(c, 1)
+    if labels.size != n or n == 0:
+        return None
+    pflat, dflat, lab = as_view(probs, (-1,)), as_view(dx, (-1,)), as_view(labels, (-1,))
+    loss_v = as_view(loss, (n,) if red == "none" else ())
+    if pflat is None or dflat is None or lab is None or loss_v is None:
+        return None
+    idx, _ = g.scratch((n,), np.int64)
+    pk, _ = g.scratch((n,), probs.dtype)
+    args = [pflat, lab, np.arange(n, dtype=np.int64) * c, None, loss_v, dflat, idx, pk, red]
+    args += [*_nll_softmax_consts(probs.dtype, red, n, float(p.get("loss_grad", 1.0)))]
+    # A label outside [0, C) would read another row. Seen as unsigned, a negative label
+    # is huge: one max() over the labels per step, the full check only when it fails.
+    uv = g.view(lab.view(np.dtype(f"u{lab.dtype.itemsize}")))
+    chk = g.bind(partial(check_range, lo=0, hi=c, p=p, i=1, op=op.name, what="label", note=f"{c} classes"), "chk")
+    return [
+        f"if {uv}.max() >= {c}: {chk}({g.view(lab)})",
+        f"{g.fn(nll_softmax_grad_)}({_names(g, args)})",
+    ]
 
 
 @kernel(ReluGradOp)
