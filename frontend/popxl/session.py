@@ -81,9 +81,12 @@ class Session:
         runs each IPU's kernels on its own worker thread, synchronised where the IPUs share
         data, with results bit-identical to serial execution at the same number of BLAS
         threads (1 per worker on 2 cores; `xl.runtime.concurrent`; programs with replica
-        collectives run serially). `concurrent=False`, or `XL_SERIAL=1`
-        in the environment, runs the IPUs one after another on the calling thread (for
-        debugging and comparison).
+        collectives run serially). A program on one virtual IPU may split large elementwise
+        kernels into row blocks and run independent kernels side by side on those threads,
+        where that is estimated to beat BLAS's own threads (`xl.runtime.parallel_kernels`,
+        bit-identical too). `concurrent=False`, or `XL_SERIAL=1` in the environment, runs
+        everything one kernel after another on the calling thread (for debugging and
+        comparison).
 
         `outline=False`: no automatic outlining of repeated code (`xl.compiler.driver`;
         on by default for programs of 400+ ops)."""
