@@ -5,9 +5,9 @@ returns the source lines of one kernel instance, or None to fall back to the ker
 factory of `xl.runtime.kernels` (the one the straightforward plan calls):
 
 ```python
-@template(ReluOp)
-def _t_relu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    return [f"{g.fn(np.maximum)}({i[0]}, {g.const(0, g.arr(op.outs[0]).dtype)}, out={o[0]})"]
+@template(IdentityOp, DetachOp)
+def _t_identity(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    return [f"{g.fn(np.copyto)}({o[0]}, {i[0]})"]
 ```
 
 `i` / `o` are the global names of the bound in / out arrays, `p` the kernel's parameters;
@@ -16,9 +16,11 @@ views (`g.view`) and scratch buffers shared by all kernels of a replica (`g.scra
 one stream when virtual IPUs run concurrently, `xl.runtime.concurrent`).
 Where a kernel's maths is more than a ufunc or two, its template lives next to the kernel and
 calls the kernel's own function with precomputed views and scratch (softmax and gelu in
-`kernels/activation.py`, group norm in `kernels/norm.py`, scaled adds, accumulators and the
-NLL loss with its softmax gradient in `kernels/core.py`): the maths exists once. Here, `pow`
-by a constant 2 or 3 is multiplies, reductions `ufunc.reduce(..., out=)`,
+`kernels/activation.py`, group norm in `kernels/norm.py`, relu and its gradient, scaled adds,
+accumulators and the NLL loss with its softmax gradient in `kernels/core.py`): the maths
+exists once. The ufunc templates here read the kernels' tables (`BINARY_UFUNCS`,
+`UNARY_UFUNCS`, `REDUCE_UFUNCS`). Here, `pow` by a constant 2 or 3 is multiplies,
+reductions `ufunc.reduce(..., out=)` into a keepdims view,
 `xl.gemm_acc` is one BLAS call, `dy @ W.T` with few rows the
 (faster) transposed product.
 """
@@ -39,12 +41,7 @@ from xl.dialects.popxl import (
     IdentityOp,
     MatmulOp,
     PowOp,
-    ReduceMaxOp,
-    ReduceMinOp,
-    ReduceSumOp,
     ReduceToShapeOp,
-    ReluGradOp,
-    ReluOp,
     ReshapeOp,
     SqueezeOp,
     TransposeOp,
@@ -54,7 +51,7 @@ from xl.runtime import blas
 from xl.runtime.codegen import TEMPLATES, Gen, K, Template, as_view, template
 from xl.runtime.errors import PlanError
 from xl.runtime.kernels import KERNELS
-from xl.runtime.kernels.core import BINARY_UFUNCS, UNARY_UFUNCS
+from xl.runtime.kernels.core import BINARY_UFUNCS, REDUCE_UFUNCS, UNARY_UFUNCS
 from xl.runtime.kernels.rt import parse_steps
 from xl.runtime.plan_matmul import matmul_lines, row_sum_lines
 
@@ -91,13 +88,6 @@ def _t_unary(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if not _arity(op, 1, 1) or op.cls not in _UNARY:
         return None
     return [f"{g.fn(_UNARY[op.cls])}({i[0]}, {o[0]})"]
-
-
-@template(ReluOp)
-def _t_relu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    if not _arity(op, 1, 1):
-        return None
-    return [f"{g.fn(np.maximum)}({i[0]}, {g.const(0, g.arr(op.outs[0]).dtype)}, out={o[0]})"]
 
 
 @template(PowOp)
@@ -179,18 +169,6 @@ def _t_layout(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     return [f"{g.fn(np.copyto)}({g.view(dst)}, {i[0]})"]
 
 
-@template(ReluGradOp)
-def _t_relu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    if not _arity(op, 2, 1):
-        return None
-    x = g.arr(op.ins[1])
-    _, m = g.scratch(x.shape, np.bool_)
-    return [
-        f"{g.fn(np.greater)}({i[1]}, {g.const(0, x.dtype)}, {m})",
-        f"{g.fn(np.multiply)}({i[0]}, {m}, {o[0]})",
-    ]
-
-
 def _kept_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
     """`shape` with the reduced `axes` kept as 1 (the shape of a keepdims reduction)."""
     return tuple(1 if d in axes else n for d, n in enumerate(shape))
@@ -225,9 +203,8 @@ def _reduce_template(ufunc: np.ufunc) -> Template:
     return t
 
 
-template(ReduceSumOp)(_reduce_template(np.add))
-template(ReduceMaxOp)(_reduce_template(np.maximum))
-template(ReduceMinOp)(_reduce_template(np.minimum))
+for _cls, _ufunc in REDUCE_UFUNCS.items():
+    template(_cls)(_reduce_template(_ufunc))
 
 
 @template(ReduceToShapeOp)

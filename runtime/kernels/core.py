@@ -278,12 +278,24 @@ def _div(p: dict[str, Any]) -> Kernel:
     return k
 
 
+def relu_(x: np.ndarray, zero: np.ndarray, out: np.ndarray) -> None:
+    """out = max(x, 0); `zero` a 0-d 0 of out's dtype."""
+    np.maximum(x, zero, out=out)
+
+
 @kernel(ReluOp)
 def _relu(p: dict[str, Any]) -> Kernel:
     def k(x: np.ndarray, out: np.ndarray) -> None:
-        np.maximum(x, 0, out=out)
+        relu_(x, const(0, out.dtype), out)
 
     return k
+
+
+@template(ReluOp)
+def _t_relu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 1, 1):
+        return None
+    return [f"{g.fn(relu_)}({i[0]}, {g.view(const(0, g.arr(op.outs[0]).dtype))}, {o[0]})"]
 
 
 def _sigmoid_into(x: np.ndarray, out: np.ndarray) -> None:
@@ -628,10 +640,16 @@ def _reduce(fn: Callable[..., Any]) -> KernelFactory:
     return factory
 
 
-kernel(ReduceSumOp)(_reduce(np.sum))
+REDUCE_UFUNCS: dict[KernelClass, np.ufunc] = {
+    ReduceSumOp: np.add,
+    ReduceMaxOp: np.maximum,
+    ReduceMinOp: np.minimum,
+}
+"""The reductions that are one ufunc's `reduce`; the plan templates read this table too."""
+
+for _n, _u in REDUCE_UFUNCS.items():
+    kernel(_n)(_reduce(_u.reduce))
 kernel(ReduceMeanOp)(_reduce(np.mean))
-kernel(ReduceMaxOp)(_reduce(np.max))
-kernel(ReduceMinOp)(_reduce(np.min))
 
 
 @kernel(ReduceMaxGradOp)
@@ -870,12 +888,27 @@ def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, 
     ]
 
 
+def relu_grad_(dy: np.ndarray, x: np.ndarray, zero: np.ndarray, mask: np.ndarray, out: np.ndarray) -> None:
+    """out = dy (x > 0); `zero` a 0-d 0 of x's dtype, `mask` bool scratch of x's shape."""
+    np.greater(x, zero, mask)
+    np.multiply(dy, mask, out)
+
+
 @kernel(ReluGradOp)
 def _relu_grad(p: dict[str, Any]) -> Kernel:
     def k(dy: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
-        np.multiply(dy, x > 0, out=out)
+        relu_grad_(dy, x, const(0, x.dtype), np.empty(x.shape, np.bool_), out)
 
     return k
+
+
+@template(ReluGradOp)
+def _t_relu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    if not _arity(op, 2, 1):
+        return None
+    x = g.arr(op.ins[1])
+    mask, _ = g.scratch(x.shape, np.bool_)
+    return [f"{g.fn(relu_grad_)}({i[0]}, {i[1]}, {_names(g, [const(0, x.dtype), mask])}, {o[0]})"]
 
 
 # ------------------------------------------------------------------------------------
