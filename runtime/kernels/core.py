@@ -769,6 +769,8 @@ def nll_softmax_grad_(
     classes; `labels` (N,) in [0, C), `rows_c` = arange(N) C; rows outside `keep` get 0;
     `idx` (N,) int64 and `pk` (N,) of probs' dtype are scratch; `one`, `count`, `scale`
     0-d arrays of that dtype (`_nll_softmax_consts`; `scale` None for 1)."""
+    if labels.dtype == np.uint64:  # in [0, C): the same int64 (uint64 + int64 is float64)
+        labels = labels.view(np.int64)
     np.add(rows_c, labels, idx)
     np.take(probs, idx, None, pk)
     np.log(pk, pk)

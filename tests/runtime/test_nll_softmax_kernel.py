@@ -148,3 +148,16 @@ def test_label_out_of_range_names_the_op(bad: int, optimize: bool) -> None:
     labels = np.array([0, bad, 1], np.int32)
     with pytest.raises(DataRangeError, match="nll_loss_with_softmax_grad.*label"):
         run_kernel(NllLossWithSoftmaxGradOp, [probs, labels], {"reduction": "sum"}, optimize)
+
+
+@PLANS
+@pytest.mark.parametrize("label_dtype", [np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16])
+def test_other_label_dtypes(label_dtype: type, optimize: bool) -> None:
+    """uint64 labels too (uint64 + int64 row offsets is float64 in NumPy: the gather index is
+    built from their int64 view)."""
+    probs = softmax_rows(np.random.default_rng(2), (6, 5)).astype(np.float32)
+    labels = np.array([0, 4, 2, 1, 3, 4], label_dtype)
+    loss, dx = run_kernel(NllLossWithSoftmaxGradOp, [probs, labels], {"reduction": "sum"}, optimize)
+    want_loss, want_dx = reference(probs, labels, "sum", None, 1.0)
+    np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-6)
+    np.testing.assert_allclose(dx.astype(np.float64), want_dx, rtol=1e-6, atol=1e-7)
