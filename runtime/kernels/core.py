@@ -891,9 +891,12 @@ def _t_nll_softmax_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, 
 
 
 def relu_grad_(dy: np.ndarray, x: np.ndarray, zero: np.ndarray, mask: np.ndarray, out: np.ndarray) -> None:
-    """out = dy (x > 0); `zero` a 0-d 0 of x's dtype, `mask` bool scratch of x's shape."""
+    """out = dy where x > 0, else 0 (also where dy is infinite or NaN: a product with the step
+    function would give NaN there); `zero` a 0-d 0 of x's dtype, `mask` bool scratch of x's shape."""
     np.greater(x, zero, mask)
     np.multiply(dy, mask, out)
+    np.logical_not(mask, mask)
+    np.copyto(out, zero, where=mask)
 
 
 @kernel(ReluGradOp)
