@@ -63,6 +63,16 @@ class GemmAccOp(IRDLOperation):
         {alpha = -5.000000e-02 : f64, beta = 1.000000e+00 : f64, trans_a = true, trans_b = false}
         : (memref<2x4xf32>, memref<2x3xf32>, memref<4x3xf32>) -> memref<4x3xf32>
     ```
+
+    With a fourth input, a one-element step counter `s` read when the kernel runs, there
+    are no `alpha` / `beta` attributes: `alpha = 1 / (s + 1)`, `beta = s / (s + 1)`, the
+    running mean of the products (`popxl.accumulate_mean_` of a matmul's result, folded),
+    rounded as that kernel rounds it (`c * beta` plus the product scaled by `alpha`):
+
+    ```mlir
+    rt.kernel "xl.gemm_acc"(%x, %dy, %acc, %n) -> (%acc) {trans_a = true, trans_b = false}
+        : (memref<2x4xf32>, memref<2x3xf32>, memref<4x3xf32>, memref<f32>) -> memref<4x3xf32>
+    ```
     """
 
     name = "xl.gemm_acc"

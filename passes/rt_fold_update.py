@@ -4,7 +4,12 @@
    used nowhere else becomes one `xl.gemm_acc` kernel (BLAS `gemm` with `beta = a`,
    `alpha = b`), so the weight gradient is never materialised. Transposed operands
    produced by `popxl.transpose` become gemm flags. The fused kernel runs where the
-   update ran; `P` and `Q` must not change in between.
+   update ran; `P` and `Q` must not change in between. A running mean of gradients
+   `popxl.accumulate_mean_(acc, P @ Q, n)` folds the same way, with `alpha = 1/(n+1)`
+   and `beta = n/(n+1)`: constants for a constant step, else taken from the counter `n`
+   (a fourth input of `xl.gemm_acc`) when the gemm runs; the runtime then rounds as the
+   two kernels did (the product scaled by `alpha`, added to `acc * beta`), so the result
+   is the unfused one bit for bit. float16 (no BLAS gemm) is left alone.
 2. A bias add `Z = (P @ Q) + c` whose matmul result is used nowhere else becomes
    `Z = broadcast(c)` (`popxl.expand`) followed by `Z += P @ Q` (`xl.gemm_acc`,
    `beta = 1`): no intermediate, and no broadcasting ufunc (which allocates an
@@ -24,6 +29,7 @@ rt.kernel "xl.gemm_acc"(%x, %dy, %w) -> (%w) {alpha = -0.05 : f64, beta = 1.0 : 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -39,7 +45,15 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from xl.dialects import rt
-from xl.dialects.popxl import AddOp, ExpandOp, MatmulOp, ScaledAddInplaceOp, TransposeOp, from_attr
+from xl.dialects.popxl import (
+    AccumulateMeanOp,
+    AddOp,
+    ExpandOp,
+    MatmulOp,
+    ScaledAddInplaceOp,
+    TransposeOp,
+    from_attr,
+)
 from xl.dialects.rt_kernels import GemmAccOp, fused_source_attrs
 from xl.dialects.utils import dtype_of, shape_of
 from xl.passes.rt_analysis import (
@@ -160,10 +174,34 @@ def _erase_if_dead(op: Operation) -> None:
             alloc.erase()
 
 
+def _update_scales(upd: Operation, ins: tuple[SSAValue, ...]) -> tuple[float, float] | None:
+    """`(alpha, beta)` of an update `w = beta * w + alpha * g` (pattern 1): the SGD step's
+    `(b, a)`; the running mean's `(1 / (s + 1), s / (s + 1))` for a constant `step` `s`, or
+    `(nan, nan)` for a step counter (its third input, read when the gemm runs). None: not
+    a foldable update."""
+    if kernel_class_of(upd) is ScaledAddInplaceOp:
+        if len(ins) != 2:
+            return None
+        a = float(from_attr(upd.attributes["a"])) if "a" in upd.attributes else 1.0
+        b = float(from_attr(upd.attributes["b"])) if "b" in upd.attributes else 1.0
+        return b, a
+    segs = upd.attributes.get("operand_segments")
+    if segs is None or tuple(from_attr(segs)) not in ((1, 1, 1), (1, 1, 0)) or len(ins) != sum(from_attr(segs)):
+        return None
+    if len(ins) == 3:
+        return (math.nan, math.nan) if math.prod(shape_of(ins[2].type)) == 1 else None
+    if "step" not in upd.attributes:
+        return None
+    s = float(from_attr(upd.attributes["step"]))
+    return 1.0 / (s + 1.0), s / (s + 1.0)
+
+
 def fold_updates(program: rt.ProgramOp) -> int:
     """Apply the folding to every match in `program`; returns the number of folds."""
     ops = walk_ops(program)
-    candidates = [op for op in ops if type(op) is rt.KernelOp and kernel_class_of(op) is ScaledAddInplaceOp]
+    candidates = [
+        op for op in ops if type(op) is rt.KernelOp and kernel_class_of(op) in (ScaledAddInplaceOp, AccumulateMeanOp)
+    ]
     if not candidates:
         return 0
     mem = Memory(program, ops)
@@ -171,9 +209,13 @@ def fold_updates(program: rt.ProgramOp) -> int:
     pos_cache: dict[Block, dict[Operation, int]] = {}
     for upd in candidates:
         upd_ins, upd_outs = kernel_io(upd)
-        if len(upd_ins) != 2 or len(upd_outs) != 1 or upd_outs[0] is not upd_ins[0]:
+        scales = _update_scales(upd, upd_ins)
+        if scales is None or len(upd_outs) != 1 or upd_outs[0] is not upd_ins[0]:
             continue
-        w, g = upd_ins
+        w, g = upd_ins[0], upd_ins[1]
+        step = upd_ins[2] if len(upd_ins) == 3 else None
+        if step is not None and mem.root(step) is mem.root(w):
+            continue
         found = _sole_matmul(mem, g, upd)
         if found is None:
             continue
@@ -206,20 +248,16 @@ def fold_updates(program: rt.ProgramOp) -> int:
                 for v, _, _ in operands
             ):
                 continue
-        a = float(from_attr(upd.attributes["a"])) if "a" in upd.attributes else 1.0
-        b = float(from_attr(upd.attributes["b"])) if "b" in upd.attributes else 1.0
         (pa, ta, ra), (pb, tb, rb) = operands
-        attrs: dict[str, Attribute] = {
-            "alpha": _f64(b),
-            "beta": _f64(a),
-            "trans_a": _bool(ta),
-            "trans_b": _bool(tb),
-        }
+        attrs: dict[str, Attribute] = {}
+        if step is None:
+            attrs["alpha"], attrs["beta"] = _f64(scales[0]), _f64(scales[1])
+        attrs["trans_a"], attrs["trans_b"] = _bool(ta), _bool(tb)
         for k, v in upd.attributes.items():
             if k.startswith("ipu."):
                 attrs[k] = v
         attrs.update(fused_source_attrs(mm, upd))  # names for profiles and errors
-        fused = rt.KernelOp(GEMM_ACC, [pa, pb, w], [w], attrs)
+        fused = rt.KernelOp(GEMM_ACC, [pa, pb, w] if step is None else [pa, pb, w, step], [w], attrs)
         block.insert_op_before(fused, upd)
         # Keep the position map valid for later matches in this block.
         pos[fused] = pos[upd]
@@ -311,7 +349,8 @@ def fold_bias_adds(program: rt.ProgramOp) -> int:
 
 @dataclass(frozen=True)
 class RtFoldUpdatePass(ModulePass):
-    """Fold `scaled_add_(W, P @ Q)` into an accumulating gemm (`xl.gemm_acc`)."""
+    """Fold `scaled_add_(W, P @ Q)` / `accumulate_mean_(W, P @ Q, n)` into an accumulating
+    gemm (`xl.gemm_acc`)."""
 
     name = "rt-fold-update"
 

@@ -134,8 +134,53 @@ def _gemm_acc(
             fn(*args)
 
         call.__dict__["keep"] = keep
+        call.__dict__["xl_args"] = args  # `gemm_acc_mean` passes its own alpha
+        call.__dict__["fn"] = fn
         return call
     return _numpy_gemm_acc(opa, opb, c, alpha, beta)
+
+
+def gemm_acc_mean(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, step: np.ndarray, trans_a: bool = False, trans_b: bool = False
+) -> Callable[[], None]:
+    """A no-argument callable doing ``c[...] = c * (s / (s + 1)) + op(a) @ op(b) * (1 / (s + 1))``,
+    `s` the value of the one-element array `step` when called: the running mean of the
+    products after `s` steps (`popxl.accumulate_mean_` of a matmul, folded), bit for bit
+    as the two kernels compute it. The gemm scales its product (`alpha`) into a scratch
+    buffer; `c` is then scaled and added in two passes. One gemm with `beta = s / (s + 1)`
+    would save those passes but round differently (a fused multiply-add), and an optimiser
+    such as Adam, normalising nearly cancelled gradients, magnifies that into weight
+    differences far above `tests/helpers/plan_tolerance.py`'s. `xl_bound` as `gemm_acc`'s.
+    """
+    if step.size != 1:
+        raise ValueError(f"gemm_acc: the step counter must have one element, not shape {step.shape}")
+    tmp = np.empty(c.shape, c.dtype)
+    inner = _gemm_acc(a, b, tmp, 1.0, 0.0, trans_a, trans_b)
+    args = getattr(inner, "xl_args", None)
+    item, mul, add = step.item, np.multiply, np.add
+    if args is not None:
+        fn = inner.__dict__["fn"]
+        head, tail = args[:6], args[7:]
+
+        def call() -> None:
+            s = float(item())
+            fn(*head, 1.0 / (s + 1.0), *tail)
+            mul(c, s / (s + 1.0), out=c)
+            add(c, tmp, out=c)
+
+    else:
+        opa, opb, mm = (a.T if trans_a else a), (b.T if trans_b else b), np.matmul
+
+        def call() -> None:
+            s = float(item())
+            mm(opa, opb, out=tmp)
+            mul(tmp, 1.0 / (s + 1.0), out=tmp)
+            mul(c, s / (s + 1.0), out=c)
+            add(c, tmp, out=c)
+
+    call.__dict__["keep"] = (a, b, c, step, tmp)
+    call.__dict__["xl_bound"] = (gemm_acc_mean, (a, b, c, step, trans_a, trans_b))
+    return call
 
 
 def _numpy_gemm_acc(opa: np.ndarray, opb: np.ndarray, c: np.ndarray, alpha: float, beta: float) -> Callable[[], None]:

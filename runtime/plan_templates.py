@@ -228,12 +228,16 @@ def _t_reduce_to_shape(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, A
 
 @template(GemmAccOp)
 def _t_gemm_acc(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
-    if not _arity(op, 3, 1) or op.outs[0] is not op.ins[2]:
+    if len(op.ins) not in (3, 4) or len(op.outs) != 1 or op.outs[0] is not op.ins[2]:
         return None
-    a, b, c = (g.arr(v) for v in op.ins)
+    a, b, c, *step = (g.arr(v) for v in op.ins)
     if np.may_share_memory(a, c) or np.may_share_memory(b, c):
         return None  # BLAS must not write an operand it reads (the kernel copies)
-    call = blas.gemm_acc(a, b, c, float(p["alpha"]), float(p["beta"]), bool(p["trans_a"]), bool(p["trans_b"]))
+    ta, tb = bool(p["trans_a"]), bool(p["trans_b"])
+    if step:  # the running mean: scales from the counter when called
+        call = blas.gemm_acc_mean(a, b, c, step[0], ta, tb)
+    else:
+        call = blas.gemm_acc(a, b, c, float(p["alpha"]), float(p["beta"]), ta, tb)
     return [f"{g.bind(call, 'gemm')}()"]
 
 

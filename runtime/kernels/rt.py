@@ -17,11 +17,16 @@ from xl.runtime.kernels.registry import Kernel, kernel, kernel_factory
 
 @kernel(GemmAccOp)
 def _gemm_acc(p: dict[str, Any]) -> Kernel:
-    """`c = alpha * op(a) @ op(b) + beta * c` (`op` transposes when `trans_a`/`trans_b`)."""
-    alpha, beta = float(p["alpha"]), float(p["beta"])
+    """`c = alpha * op(a) @ op(b) + beta * c` (`op` transposes when `trans_a`/`trans_b`); with
+    a fourth input, the step counter `s`, `alpha = 1 / (s + 1)` and `beta = s / (s + 1)`."""
     ta, tb = bool(p.get("trans_a", False)), bool(p.get("trans_b", False))
 
-    def k(a: np.ndarray, b: np.ndarray, c: np.ndarray, c_out: np.ndarray) -> None:
+    def k(a: np.ndarray, b: np.ndarray, c: np.ndarray, *rest: np.ndarray) -> None:
+        if len(rest) == 2:
+            s = float(rest[0].item())
+            alpha, beta = 1.0 / (s + 1.0), s / (s + 1.0)
+        else:
+            alpha, beta = float(p["alpha"]), float(p["beta"])
         prod = np.matmul(a.T if ta else a, b.T if tb else b)
         prod *= alpha
         if beta != 1.0:

@@ -410,6 +410,16 @@ case(
     label="plain",
 )
 case(
+    GemmAccOp,
+    lambda r: [adv(r, (4, 5)), adv(r, (3, 4)), adv(r, (5, 3)), np.array(3.0, np.float32)],
+    # the running mean after 3 steps: scales 1/4 and 3/4 from the counter (4th input)
+    lambda a, b, c, n: [as32((f64(a).T @ f64(b).T + 3.0 * f64(c)) / 4.0)],
+    rt=lambda ins: RtForm({"trans_a": True, "trans_b": True}, [2]),
+    rtol=1e-5,
+    atol=1e-3,
+    label="running_mean",
+)
+case(
     FusedOp,
     lambda r: [adv(r, (5, 3)), adv(r, (5, 3)), adv(r, (3,))],
     lambda a, b, c: [as32(np.maximum(f64(a) * f64(b) + f64(c), 0.0))],
