@@ -63,7 +63,7 @@ from pipeline import bench_balanced, bench_pipeline
 from pipeline import report_lines as pipeline_report
 from references import NumpyMLP, jax_mlp, torch_mlp
 from replicas import NumpyDataParallel, dp_train_ir
-from timing import alternate
+from timing import alternate, pin_jax_threads
 
 import popxl
 
@@ -396,7 +396,7 @@ def report(results: dict) -> str:
         f"machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}, NumPy {m['numpy']}"
         + (f", xDSL {m['xdsl']}" if "xdsl" in m else "")
         + (f", torch {m['torch']}" if "torch" in m else "")
-        + (f"; BLAS threads: {results['threads']}" if results.get("threads") else "; BLAS threads: default")
+        + (f"; threads (BLAS, torch, JAX): {results['threads']}" if results.get("threads") else "; threads: defaults")
     )
     rt_cases = [k for k in ("train_b8", "train_b128", "infer_b80") if k in results]
     if rt_cases:
@@ -474,10 +474,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--only", help="comma-separated cases")
     ap.add_argument("--json", default=str(HERE / "results.json"), help="where to write results")
-    ap.add_argument("--threads", type=int, help="BLAS / torch threads (default: library default)")
+    ap.add_argument("--threads", type=int, help="BLAS, torch and JAX threads (default: each library's default)")
     args = ap.parse_args(argv)
     if args.threads:
         set_blas_threads(args.threads)
+        pin_jax_threads(args.threads)  # before jax is imported: XLA sizes its thread pool once
     cases = [
         "train_b8",
         "train_b128",

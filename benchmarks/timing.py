@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
@@ -52,3 +54,14 @@ def alternate(impls: dict[str, Callable[[], object]], rounds: int, target_s: flo
         }
         for n, s in samples.items()
     }
+
+
+def pin_jax_threads(n: int) -> None:
+    """Environment for XLA's CPU client to use `n` threads; must run before jax is imported."""
+    if "jax" in sys.modules:
+        raise RuntimeError("pin_jax_threads: jax is already imported; its thread pool is sized")
+    os.environ["NPROC"] = str(n)
+    flags = os.environ.get("XLA_FLAGS", "").replace("--xla_cpu_multi_thread_eigen=false", "").split()
+    if n == 1:
+        flags.append("--xla_cpu_multi_thread_eigen=false")
+    os.environ["XLA_FLAGS"] = " ".join(flags)

@@ -52,17 +52,6 @@ COLUMNS = ("xl", "eager", "compile", "jax")
 COLUMN_TITLES = {"xl": "xl", "eager": "PyTorch eager", "compile": "torch.compile", "jax": "JAX jit"}
 
 
-def pin_jax_threads(n: int) -> None:
-    """Environment for XLA's CPU client to use `n` threads; must run before jax is imported."""
-    if "jax" in sys.modules:
-        raise RuntimeError("pin_jax_threads: jax is already imported; its thread pool is sized")
-    os.environ["NPROC"] = str(n)
-    flags = os.environ.get("XLA_FLAGS", "").replace("--xla_cpu_multi_thread_eigen=false", "").split()
-    if n == 1:
-        flags.append("--xla_cpu_multi_thread_eigen=false")
-    os.environ["XLA_FLAGS"] = " ".join(flags)
-
-
 # -- rows -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Row:
@@ -231,6 +220,8 @@ def profile_gpt(dropout: float, steps: int) -> dict:
 
 def run_here(threads: int, names: list[str], quick: bool, profile: bool) -> dict:
     """Every row in this process at `threads` threads (jax not imported yet)."""
+    from timing import pin_jax_threads
+
     pin_jax_threads(threads)
     from run import machine, set_blas_threads
 
