@@ -29,14 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from xl.dialects import rt
+from xl.runtime.parallel_kernels import region  # the memory an array spans
 from xl.runtime.plan import PlanBuilder
 from xl.runtime.profile import kernel_info
 
-Region = tuple[Any, int, int]  # (base key, first byte, end byte)
+Region = tuple[Any, int, int]  # (base key, first byte, end byte): an array's `region`, or a host stream's
 
 
 @dataclass(eq=False)
@@ -81,23 +81,6 @@ class IfNode:
 
 
 Node = OpNode | LoopNode | IfNode
-
-
-def region(a: np.ndarray) -> Region | None:
-    """The memory `a` spans: its base array (by id) and the byte range within it."""
-    if a.size == 0:
-        return None
-    b = a
-    while isinstance(b.base, np.ndarray):
-        b = b.base
-    off = a.__array_interface__["data"][0] - b.__array_interface__["data"][0]
-    lo = hi = off
-    for n, s in zip(a.shape, a.strides):
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
-    return id(b), lo, hi + a.itemsize
 
 
 def streams_in(nodes: list[Any]) -> set[int]:
