@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from xl.runtime.kernels.core import running_mean_factors
+
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
 
@@ -157,25 +159,25 @@ def gemm_acc_mean(
     tmp = np.empty(c.shape, c.dtype)
     inner = _gemm_acc(a, b, tmp, 1.0, 0.0, trans_a, trans_b)
     args = getattr(inner, "xl_args", None)
-    item, mul, add = step.item, np.multiply, np.add
+    item, mul, add, factors = step.item, np.multiply, np.add, running_mean_factors  # the maths, written once
     if args is not None:
         fn = inner.__dict__["fn"]
         head, tail = args[:6], args[7:]
 
         def call() -> None:
-            s = float(item())
-            fn(*head, 1.0 / (s + 1.0), *tail)
-            mul(c, s / (s + 1.0), out=c)
+            new, old = factors(float(item()))
+            fn(*head, new, *tail)
+            mul(c, old, out=c)
             add(c, tmp, out=c)
 
     else:
         opa, opb, mm = (a.T if trans_a else a), (b.T if trans_b else b), np.matmul
 
         def call() -> None:
-            s = float(item())
+            new, old = factors(float(item()))
             mm(opa, opb, out=tmp)
-            mul(tmp, 1.0 / (s + 1.0), out=tmp)
-            mul(c, s / (s + 1.0), out=c)
+            mul(tmp, new, out=tmp)
+            mul(c, old, out=c)
             add(c, tmp, out=c)
 
     call.__dict__["keep"] = (a, b, c, step, tmp)

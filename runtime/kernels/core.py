@@ -1056,10 +1056,17 @@ def accumulate_square_(t: np.ndarray, x: np.ndarray, tmp: np.ndarray, f: float) 
     np.add(t, tmp, t, casting="unsafe")
 
 
+def running_mean_factors(s: float) -> tuple[float, float]:
+    """(1 / (s + 1), s / (s + 1)): the weights of a new value and of the mean of `s` values
+    in the running mean after `s` steps (`accumulate_mean_`, and the gemm it folds into)."""
+    return 1.0 / (s + 1.0), s / (s + 1.0)
+
+
 def accumulate_mean_(t: np.ndarray, x: np.ndarray, tmp: np.ndarray, s: float) -> None:
     """t = t (s / (s + 1)) + x (1 / (s + 1)): the running mean after s steps."""
-    np.multiply(x, 1.0 / (s + 1.0), tmp)
-    np.multiply(t, s / (s + 1.0), t)
+    new, old = running_mean_factors(s)
+    np.multiply(x, new, tmp)
+    np.multiply(t, old, t)
     np.add(t, tmp, t, casting="unsafe")
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from xl.dialects.rt_kernels import FusedOp, GemmAccOp
 from xl.runtime.errors import PlanError
+from xl.runtime.kernels.core import running_mean_factors
 from xl.runtime.kernels.registry import Kernel, kernel, kernel_factory
 
 
@@ -23,8 +24,7 @@ def _gemm_acc(p: dict[str, Any]) -> Kernel:
 
     def k(a: np.ndarray, b: np.ndarray, c: np.ndarray, *rest: np.ndarray) -> None:
         if len(rest) == 2:
-            s = float(rest[0].item())
-            alpha, beta = 1.0 / (s + 1.0), s / (s + 1.0)
+            alpha, beta = running_mean_factors(float(rest[0].item()))
         else:
             alpha, beta = float(p["alpha"]), float(p["beta"])
         prod = np.matmul(a.T if ta else a, b.T if tb else b)
