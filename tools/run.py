@@ -56,6 +56,7 @@ from xdsl.utils.exceptions import (
     VerifyException,
 )
 
+from popxl.fp8_utils import float8_view
 from xl.compiler import DEFAULT_PIPELINE, compile_module
 from xl.compiler.weights import EXTERNAL_ATTR, load_arrays, missing_external_variables, save_arrays
 from xl.passes.plugins import load_pass_plugin
@@ -121,13 +122,19 @@ def gather_inputs(exe: Executable, specs: Sequence[str]) -> dict[str, np.ndarray
 
 
 def _typed(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """`arr` as `dtype` when it holds that dtype's bits untyped: NumPy's .npy/.npz writers keep a
-    float8 (ml_dtypes) array's bytes but not its type (it reads back as `|V1`), and PopXL's host
-    format for float8 is a one-field structured dtype of the bits (`[('float8_143', 'u1')]`)."""
-    if dtype.kind != "V" or arr.dtype.kind != "V" or arr.dtype.itemsize != dtype.itemsize:
-        return arr
-    fields = arr.dtype.fields
-    if fields is None or (len(fields) == 1 and next(iter(fields.values()))[0] == np.dtype(np.uint8)):
+    """`arr` as the float8 `dtype` xl computes with when it holds float8 data in popxl's host
+    format (`popxl.fp8_utils.float8_view`: a structured dtype naming the format), or the bits
+    untyped: NumPy's .npy/.npz writers keep an ml_dtypes float8 array's bytes but not its type
+    (it reads back as `|V1`). Anything else is returned as it is (and checked by the caller)."""
+    view = float8_view(arr)
+    if view is not None:
+        return view  # a float8 of the other format stays that format: refused with both names
+    if (
+        dtype.kind == "V"
+        and arr.dtype.kind == "V"
+        and arr.dtype.fields is None
+        and arr.dtype.itemsize == dtype.itemsize
+    ):
         return arr.view(dtype)
     return arr
 

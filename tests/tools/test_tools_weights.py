@@ -190,6 +190,10 @@ def test_xl_run_reads_float8_npy_saved_untyped(tmp_path: Path, dtype: popxl.dtyp
     code, _, err = _xl_run(str(prog), str(tmp_path / "host.npy"), "-o", str(out))
     assert code == 0, err
     np.testing.assert_array_equal(np.load(out)["y"], x.astype(np.float32))
+    other = "float8_152" if dtype.name == "float8_143" else "float8_143"  # the other format's bits: refused
+    np.save(tmp_path / "other.npy", x.view(np.uint8).view([(other, "u1")]))
+    code, _, err = _xl_run(str(prog), str(tmp_path / "other.npy"))
+    assert code == 1 and f'stream "x": expected dtype {np_type}, got float8_' in err, err
     np.save(tmp_path / "v2.npy", np.zeros(5, "V2"))
     code, _, err = _xl_run(str(prog), str(tmp_path / "v2.npy"))
     assert code == 1 and f'stream "x": expected dtype {np_type}, got |V2' in err, err
