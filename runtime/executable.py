@@ -625,6 +625,7 @@ def _compile_program(
     events: list[list[tuple[int, int, int]]] = []
     placement = op_placement(program) if optimize and concurrent and workers != 1 else None
     parts = split_parts(program, workers) if optimize and concurrent and placement is None else 1
+    threads = False  # whether the one-IPU plans run blocks and lanes on `parts` threads
     for r in local:
         ev: list[tuple[int, int, int]] | None = [] if profile else None
         if ev is not None:
@@ -639,10 +640,15 @@ def _compile_program(
             )
             walks.append(cb)
         elif optimize:
-            b, marks = build_replica(program, StreamIn, StreamOut, r, shared, ev, parts)
-            if parts > 1 and not uses_threads(b.parallel_gain, b.blas_gain):
-                parts = 1  # OpenBLAS's own threads do better: the serial plan
-                b, marks = build_replica(program, StreamIn, StreamOut, r, shared, ev, parts)
+            # the first replica's serial plan, with what blocks and lanes would save: kept
+            # unless they beat OpenBLAS's own threads (then the plan for `parts` is built)
+            b, marks = build_replica(program, StreamIn, StreamOut, r, shared, ev, parts, serial=not threads)
+            if parts > 1 and not threads:
+                if uses_threads(b.parallel_gain, b.blas_gain):
+                    threads = True
+                    b, marks = build_replica(program, StreamIn, StreamOut, r, shared, ev, parts)
+                else:
+                    parts = 1
             fn, src = b.finish(marks)
             if b.split_kernels or b.lane_functions:  # kernels run on `parts` threads
                 fn = ParallelStep(fn, b.g.ns["_par"], parts)

@@ -111,6 +111,9 @@ class PlanBuilder(ProgramWalk[int]):
         self.helpers: dict[str, str] = {}  # outlined kernel body -> helper name
         # kernels run in this many blocks of rows at once (`xl.runtime.parallel_kernels`)
         self.parts = 1
+        # the serial plan is generated, and `parallel_gain` / `blas_gain` are what the plan
+        # for `parts` threads would save (the figures its build gives): `build_replica(serial=True)`
+        self.estimate_only = False
         self.split_kernels: list[str] = []  # the kernels that do
         # what running on `parts` threads saves (in `kernel_cost` units): through the blocks
         # and lanes (`parallel_gain`), or through BLAS's own threads in the serial plan
@@ -157,6 +160,10 @@ class PlanBuilder(ProgramWalk[int]):
         if lanes is None or self._in_function:
             return
         self._lanes = None
+        if self.estimate_only:  # the lines are emitted already, in program order
+            if lanes.pays():
+                self.parallel_gain += min(lanes.cost)
+            return
         if lanes.pays():
             self.parallel_gain += min(lanes.cost)
             fname = f"_lane{len(self.lane_functions)}"
@@ -238,13 +245,16 @@ class PlanBuilder(ProgramWalk[int]):
         if self.parts > 1 and not self._in_function:
             ins, outs = [g.arr(v) for v in op.ins], [g.arr(v) for v in op.outs]
             blocks = row_blocks(cls, props, ins, outs, self.parts)
-            if blocks is not None:
+            if blocks is not None and not self.estimate_only:
                 self.emit_kernel(rop, [self._blocks_line(op, props, blocks)], depth, name)
                 return
-            self.blas_gain += blas_threads_gain(cls, props, ins, outs, self.parts)
-            if depth == 0:
-                self._lane_kernel(rop, op, props, ins, outs)
-                return
+            if blocks is not None:  # what `_blocks_line` counts; the serial lines below
+                self.parallel_gain += kernel_cost(op.cls, props, ins, outs) * (1 - 1 / len(blocks))
+            else:
+                self.blas_gain += blas_threads_gain(cls, props, ins, outs, self.parts)
+                if depth == 0:
+                    self._lane_kernel(rop, op, props, ins, outs)
+                    return
         self.emit_kernel(rop, self._lines_with_roles(op, props), depth, name)
 
     def _lane_kernel(
@@ -263,7 +273,8 @@ class PlanBuilder(ProgramWalk[int]):
             lanes, lane = Lanes(), 0
         g = self.g
         fallbacks = len(self.fallbacks)
-        saved, g.stream = g.stream, lane  # a lane's scratch buffers are its own
+        # a lane's scratch buffers are its own (the serial plan's when only estimating)
+        saved, g.stream = g.stream, g.stream if self.estimate_only else lane
         try:
             lines = self._lines_with_roles(op, props)
         finally:
@@ -273,6 +284,9 @@ class PlanBuilder(ProgramWalk[int]):
             return
         self._lanes = lanes
         k, lines = self._timed(rop, lines, op.name)
+        if self.estimate_only:  # emitted here, where the serial plan has it
+            self._append(k, lines, 0)
+            lines = []
         lanes.add(lane, acc, cost, (k, lines))
 
     def _lines_with_roles(self, op: K, props: dict[str, Any]) -> list[str]:
@@ -534,6 +548,7 @@ def build_replica(
     shared_state: dict[str, np.ndarray] | None = None,
     profile: list[tuple[int, int, int]] | None = None,
     parts: int = 1,
+    serial: bool = False,
 ) -> tuple[PlanBuilder, list[int]]:
     """The builder of one replica (step source generated) and its top-level op boundaries.
     With collective sites (`b.sites`), the step function is a generator yielding the
@@ -541,9 +556,14 @@ def build_replica(
     (None: not profiled). `parts > 1`: large kernels whose rows are independent run in
     that many blocks at once (`xl.runtime.parallel_kernels`; the step, once finished, must
     run as a `ParallelStep` when `b.split_kernels` or `b.lane_functions` is not empty), and
-    consecutive independent kernels run side by side."""
+    consecutive independent kernels run side by side. `serial=True` with `parts > 1`: the
+    serial plan (the lines of `parts=1`), with `b.parallel_gain` and `b.blas_gain` those of
+    the plan for `parts` (`xl.runtime.parallel_kernels.uses_threads` decides from them
+    whether that plan is worth building)."""
     b = PlanBuilder(stream_in, stream_out, replica, program.replication_factor, shared_state, profile)
-    if parts > 1:
+    if parts > 1 and serial:
+        b.parts, b.estimate_only = parts, True
+    elif parts > 1:
         b.parts = parts
         fj = b.g.ns["_par"] = ForkJoin()
         b.g.ns["_fork"], b.g.ns["_join"] = fj.fork, fj.join
