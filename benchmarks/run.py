@@ -128,7 +128,29 @@ def machine() -> dict:
         info["loadavg"] = os.getloadavg()
     except OSError:
         pass
+    info["blas"] = numpy_blas()
     return info
+
+
+def numpy_blas() -> str:
+    """NumPy's BLAS and the kernels it runs, e.g. "openblas 0.3.31 SkylakeX kernels".
+
+    OpenBLAS picks its kernels for the CPU when it loads unless OPENBLAS_CORETYPE names a
+    core; a machine that sets it (some do, for older OpenBLAS builds) runs every NumPy product
+    on those kernels, so the variable is reported with the figures.
+    """
+    try:
+        from threadpoolctl import threadpool_info
+
+        libs = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    except Exception:
+        return "unknown"
+    if not libs:
+        return "unknown"
+    lib = libs[0]
+    text = f"{lib.get('internal_api')} {lib.get('version') or ''} {lib.get('architecture') or ''} kernels"
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    return " ".join(text.split()) + (f" (OPENBLAS_CORETYPE={forced})" if forced else "")
 
 
 def mnist_batches(batch: int, count: int = 64) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -396,6 +418,7 @@ def report(results: dict) -> str:
         f"machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}, NumPy {m['numpy']}"
         + (f", xDSL {m['xdsl']}" if "xdsl" in m else "")
         + (f", torch {m['torch']}" if "torch" in m else "")
+        + (f"; NumPy's BLAS: {m['blas']}" if "blas" in m else "")
         + (f"; threads (BLAS, torch, JAX): {results['threads']}" if results.get("threads") else "; threads: defaults")
     )
     rt_cases = [k for k in ("train_b8", "train_b128", "infer_b80") if k in results]

@@ -257,6 +257,7 @@ def report(runs: list[dict]) -> str:
     lines.append(
         f"machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}, NumPy {m['numpy']}"
         + "".join(f", {k} {m[k]}" for k in ("xdsl", "torch", "jax") if k in m)
+        + (f"; NumPy's BLAS: {m['blas']}" if "blas" in m else "")
     )
     for run in runs:
         lines.append(
