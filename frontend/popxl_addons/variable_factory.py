@@ -25,6 +25,7 @@ import numpy as np
 import popdist
 import popxl
 import popxl.ops as ops
+from popxl._host import is_torch
 from popxl.bridge import check_int
 from popxl.context import NoGraphSelectedError
 from popxl.utils import downcast_np_dtypes, to_numpy
@@ -51,6 +52,11 @@ def _as_popxl_dtype(dtype: Any) -> Any:
     np_dtype = np.dtype(popxl.dtypes.checked_dtype(dtype, "VariableFactory").as_numpy())
     np_dtype = downcast_np_dtypes.get(np_dtype, np_dtype)  # popxl's host downcast rules
     return popxl.dtype.as_dtype(np_dtype)
+
+
+def _host_value(value: Any) -> np.ndarray:
+    """A value `data_iter` produced as a NumPy array (torch tensors detached, as upstream)."""
+    return to_numpy(value, downcast=False, copy=False) if is_torch(value) else np.asarray(value)
 
 
 def _infer_dtype(data: np.ndarray) -> Any:
@@ -129,7 +135,7 @@ class VariableFactory:
             )
         self.data_iter = fn
         try:
-            first = np.asarray(fn())
+            first = _host_value(fn())
         except StopIteration:
             raise ValueError("VariableFactory: data_iter yielded no data") from None
         except Exception as e:  # upstream: a ValueError
@@ -186,7 +192,7 @@ class VariableFactory:
         return self.meta_shape or self.shape
 
     def _draw(self) -> np.ndarray:
-        data = np.asarray(self.data_iter())
+        data = _host_value(self.data_iter())
         if tuple(data.shape) != self.full_shape:
             try:
                 data = np.broadcast_to(data, self.full_shape)

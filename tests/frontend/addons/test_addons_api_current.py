@@ -181,6 +181,21 @@ def test_variable_factory_default_grouping() -> None:
         assert outside.replica_grouping == ir.replica_grouping()
 
 
+def test_variable_factory_takes_torch_tensors_that_require_grad() -> None:
+    """Upstream converts factory data through popxl.utils.to_numpy (detaching torch tensors);
+    layer tests hand factories the weights of a torch module."""
+    torch = pytest.importorskip("torch")
+    weight = torch.nn.Linear(3, 5).weight  # requires grad
+    expected = weight.detach().numpy().copy()
+    ir = popxl.Ir()
+    with ir.main_graph:
+        facts = addons.NamedVariableFactories.from_dict({"w": addons.VariableFactory(lambda: weight, name="w")})
+        variables = facts.init()
+    assert variables.w.dtype == popxl.float32 and variables.w.shape == (5, 3)
+    with popxl.Session(ir, "ipu_model") as session:
+        np.testing.assert_array_equal(session.get_tensor_data(variables.w), expected)
+
+
 class _Scale(addons.Module):
     def build(self, x: popxl.Tensor) -> popxl.Tensor:
         w = self.add_variable_input("w", partial(np.random.normal, 0, 1, (3, 4)), popxl.float32)
