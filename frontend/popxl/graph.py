@@ -25,6 +25,7 @@ from popxl.dtypes import checked_dtype
 from popxl.dtypes import dtype as _dtype
 from popxl.tensor import Constant, Tensor, Variable
 from xl.dialects.call import called_graph_names
+from xl.dialects.effects import InPlaceInterface, WritesOperands
 from xl.dialects.graph import (
     BY_REF_ATTR,
     ConstantOp,
@@ -35,6 +36,7 @@ from xl.dialects.graph import (
     VariableOp,
 )
 from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR, RemoteVariableOp, ReplicaShardedVariableOp
+from xl.dialects.traits import popart_type
 from xl.dialects.utils import tensor_type
 
 if TYPE_CHECKING:
@@ -53,6 +55,7 @@ class Graph:
     _ir: Ir
     _op: GraphOp | MainGraphOp
     _values: dict[SSAValue, Tensor]
+    _updated: dict[Operation, Tensor]
     _used_names: set[str]
     _uniq: itertools.count[int]
     _auto: itertools.count[int]
@@ -75,6 +78,7 @@ class Graph:
         g._ir = ir
         g._op = op
         g._values = {}
+        g._updated = {}
         g._used_names = set()
         g._uniq = itertools.count()
         g._auto = itertools.count()
@@ -205,12 +209,37 @@ class Graph:
             return tuple(self._tensor(v) for v in out.outs)
         return tuple(self._pending_outputs or ())
 
+    def _updated_tensor(self, op: Operation, name: str | None = None) -> Tensor | None:
+        """The tensor an in-place op returns (`ops.add_`, `ops.var_updates.accumulate_`, ...):
+        a new tensor of its own name that stands for the operand `op` updates, as it is after
+        `op`, as PopXL's in-place ops return a new tensor aliasing their input. It views the
+        operand's value (program order is execution order, so later ops that read it see the
+        update). None for an op that returns no updated operand (`_updated_operand`).
+        `name` (scoped by the caller) is used when the tensor is first asked for."""
+        k = _updated_operand(op)
+        if k is None:
+            return None
+        t = self._updated.get(op)
+        if t is None:
+            value = op.operands[k]
+            if name is None:
+                name = self._unique_name(f"{snake_case(popart_type(op))}_out")
+            t = Tensor._create(value, self, name)
+            t._meta_shape = self._tensor(value)._meta_shape
+            self._updated[op] = t
+        return t
+
     @property
     def tensors(self) -> tuple[Tensor, ...]:
-        """Every tensor of the graph: the inputs, then the results of its ops in program order."""
+        """Every tensor of the graph: the inputs, then the tensors of its ops in program order
+        (their results; for an in-place op, the tensor it returns (`_updated_tensor`): the updated
+        operand under a new name, as in PopXL)."""
         ts = list(self.inputs)
         for op in self._block.ops:
             ts.extend(self._tensor(r) for r in op.results)
+            upd = self._updated_tensor(op)
+            if upd is not None:
+                ts.append(upd)
         return tuple(ts)
 
     @property
@@ -416,3 +445,22 @@ class Graph:
     # -- helpers used by ops -------------------------------------------------------------------
     def _host_loads(self) -> list[HostLoadOp]:
         return [op for op in self._block.ops if isinstance(op, HostLoadOp)]
+
+
+def _updated_operand(op: Operation) -> int | None:
+    """The operand whose updated value an in-place op returns: the first operand written by an
+    op that declares `WritesOperands` and has no results of its own (`popxl.add_`,
+    `popxl.accumulate_`, `ipu.remote_load_`, `replica.all_reduce_`, ...). Ops whose writes
+    depend on the instance (calls' by-reference inputs, an updater's time step) return
+    their own results instead: None."""
+    if op.results:
+        return None
+    trait = type(op).get_trait(InPlaceInterface)
+    if not isinstance(trait, WritesOperands) or not trait.indices:
+        return None
+    return trait.indices[0]
+
+
+def snake_case(camel: str) -> str:
+    """`AddLhsInplace` -> `add_lhs_inplace`."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()

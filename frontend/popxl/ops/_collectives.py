@@ -151,7 +151,7 @@ def replicated_all_reduce(t: Tensor, op: str = "add", group: Any = None) -> Tens
 
 
 def replicated_all_reduce_(t: Tensor, op: str = "add", group: Any = None) -> Tensor:
-    """`replicated_all_reduce` in place: `t` holds the reduction; returns `t`."""
+    """`replicated_all_reduce` in place: `t` holds the reduction; returns the updated `t` (a new tensor aliasing it)."""
     t = _tensor(t)
     return emit_inplace(AllReduceInplaceOp, [t], grouping=_grouping(group), op=_check_op(op))
 

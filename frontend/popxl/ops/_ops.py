@@ -225,7 +225,8 @@ def maximum(*ts: Tensor) -> Tensor:
 
 
 def add_(lhs: Tensor, rhs: Any) -> Tensor:
-    """`lhs += rhs` in place (`rhs` broadcast to `lhs`'s shape); returns `lhs`."""
+    """`lhs += rhs` in place (`rhs` broadcast to `lhs`'s shape); returns the updated `lhs`
+    (a new tensor aliasing it)."""
     return scaled_add_(lhs, rhs, 1.0, 1.0)
 
 
@@ -390,27 +391,27 @@ def _assign_(t: Tensor, value: Tensor) -> Tensor:
 
 
 def exp_(t: Tensor) -> Tensor:
-    """`t = exp(t)` in place; returns `t`."""
+    """`t = exp(t)` in place; returns the updated `t` (a new tensor aliasing it)."""
     return _assign_(t, exp(t))
 
 
 def relu_(t: Tensor) -> Tensor:
-    """`t = relu(t)` in place; returns `t`."""
+    """`t = relu(t)` in place; returns the updated `t` (a new tensor aliasing it)."""
     return _assign_(t, relu(t))
 
 
 def gelu_(t: Tensor) -> Tensor:
-    """`t = gelu(t)` in place (tanh approximation); returns `t`."""
+    """`t = gelu(t)` in place (tanh approximation); returns the updated `t` (a new tensor aliasing it)."""
     return _assign_(t, gelu(t))
 
 
 def geluerf_(t: Tensor) -> Tensor:
-    """`t = geluerf(t)` in place (exact GELU); returns `t`."""
+    """`t = geluerf(t)` in place (exact GELU); returns the updated `t` (a new tensor aliasing it)."""
     return _assign_(t, geluerf(t))
 
 
 def swish_(t: Tensor) -> Tensor:
-    """`t = swish(t)` in place; returns `t`."""
+    """`t = swish(t)` in place; returns the updated `t` (a new tensor aliasing it)."""
     return _assign_(t, swish(t))
 
 
@@ -916,7 +917,7 @@ def dynamic_update_(
     no_overlap: bool = False,
 ) -> Tensor:
     """`dynamic_update` in place: writes `t_update` into `t` at the run-time offsets `index`;
-    returns `t`."""
+    returns the updated `t` (a new tensor aliasing it)."""
     return emit_inplace(
         DynamicUpdateInplaceOp,
         [t, to_tensor(index, dtypes.uint32), t_update],
@@ -1441,7 +1442,7 @@ def increment_mod(t: Tensor, increment: float, modulus: float) -> Tensor:
 
 
 def increment_mod_(t: Tensor, increment: float, modulus: float) -> Tensor:
-    """`t = (t + increment) % modulus` in place; returns `t`."""
+    """`t = (t + increment) % modulus` in place; returns the updated `t` (a new tensor aliasing it)."""
     return emit_inplace(
         IncrementModInplaceOp,
         [t],
@@ -1483,7 +1484,8 @@ def scaled_add(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor 
 
 
 def scaled_add_(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor = 1.0) -> Tensor:
-    """`X = a * X + b * Y` in place (`Y` broadcast to `X`'s shape); returns `X`."""
+    """`X = a * X + b * Y` in place (`Y` broadcast to `X`'s shape); returns the updated `X`
+    (a new tensor aliasing it)."""
     Y = _t(Y, X)
     a, b = _scale_args(X, a, b)
     if isinstance(b, Tensor):

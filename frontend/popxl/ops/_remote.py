@@ -16,7 +16,7 @@ from popxl._checks import check_name, describe
 from popxl.context import gcg
 from popxl.graph import Graph
 from popxl.ops._ops import reshape
-from popxl.ops._utils import check_in_graph, insert, wrap_public_ops
+from popxl.ops._utils import check_in_graph, insert, updated_tensor, wrap_public_ops
 from popxl.remote_buffer import RemoteBuffer, checked_buffer
 from popxl.tensor import Tensor
 from xl.dialects.ipu import CODE_LOCATIONS, RemoteCodeLoadOp, RemoteLoadInplaceOp, RemoteLoadOp, RemoteStoreOp
@@ -70,15 +70,16 @@ def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = Non
 
 def remote_load_(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> Tensor:
     """Entry `offset` of `remote_buffer` loaded into `t` in place (`ipu.remote_load_`);
-    returns `t`, which must have the buffer's shape and dtype."""
+    `t` must have the buffer's shape and dtype. Returns the loaded tensor: a new tensor
+    aliasing `t`, as PopXL's in-place ops return."""
     what = "ops.remote_load_"
     rb = checked_buffer(remote_buffer, what)
     check_in_graph(gcg(), [t], what)
     rb.validate_tensor_matches_buffer(t)
     off = _offset_of(rb, offset, what)
-    insert(gcg(), RemoteLoadInplaceOp(rb._name, t._value, off), what, verify_in_place=True)
+    op = insert(gcg(), RemoteLoadInplaceOp(rb._name, t._value, off), what, verify_in_place=True)
     t._meta_shape = rb.meta_shape
-    return t
+    return updated_tensor(op)
 
 
 def remote_store(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> None:

@@ -95,6 +95,13 @@ def _diag(self: Tensor) -> Tensor:
     return _getitem(flatten(self), slice(0, n * (cols + 1), cols + 1))
 
 
+def _iadd(self: Tensor, other: Any) -> Tensor:
+    """`self += other`: `ops.add_(self, other)`; the name stays bound to `self` (a variable
+    stays that variable), as in PopXL, although `ops.add_` returns a new tensor."""
+    add_(self, other)
+    return self
+
+
 _METHODS: dict[str, Any] = {
     # shape
     "reshape": reshape,
@@ -113,7 +120,7 @@ _METHODS: dict[str, Any] = {
     # arithmetic (`__iadd__` is in place, as in PopXL; no other in-place operator is)
     "__add__": _binary(add),
     "__radd__": _binary(add, reflected=True),
-    "__iadd__": add_,
+    "__iadd__": _iadd,
     "__sub__": _binary(sub),
     "__rsub__": _binary(sub, reflected=True),
     "__mul__": _binary(mul),

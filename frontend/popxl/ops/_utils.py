@@ -29,10 +29,10 @@ from popxl._checks import check_int, check_shape, describe
 from popxl._host import host_array
 from popxl.context import gcg
 from popxl.errors import GraphBuildError, GraphTypeError
-from popxl.graph import Graph
+from popxl.graph import Graph, snake_case
 from popxl.tensor import Constant, Tensor, Variable, constant_of
 from xl.dialects.popxl import DtypeMismatch, PopxlOp, deferred_dtype_checks
-from xl.dialects.traits import POPART_OP_ATTR
+from xl.dialects.traits import POPART_OP_ATTR, popart_type
 
 
 def not_implemented(qualname: str) -> NotImplementedError:
@@ -257,9 +257,11 @@ def emit(
     inputs: Sequence[Tensor | None],
     result_types: Sequence[Attribute] | None = None,
     names: Sequence[str | None] | None = None,
+    emitted: list[Operation] | None = None,
     **props: Any,
 ) -> list[Tensor]:
-    """Build an op of class `cls` on `inputs` in the current graph; returns the result tensors.
+    """Build an op of class `cls` on `inputs` in the current graph; returns the result tensors
+    (and appends the op to `emitted` when given).
 
     `inputs` may hold `None` for absent optional operands; a Tensor passed as a
     keyword goes to the optional operand of that name (or `<name>_tensor`). A
@@ -293,6 +295,8 @@ def emit(
             raise GraphBuildError(str(e)) from None
         # Inferred result types were checked by `make`; given ones are verified here.
         insert(g, op, verify=result_types is not None)
+    if emitted is not None:
+        emitted.append(op)
     outs = []
     for i, r in enumerate(op.results):
         name = names[i] if names is not None and i < len(names) else None
@@ -326,10 +330,19 @@ def as_one_popart_op(outputs: Sequence[Tensor], type_name: str) -> None:
 
 
 def emit_inplace(cls: type[PopxlOp], inputs: Sequence[Tensor | None], **props: Any) -> Tensor:
-    """An in-place op (no results): returns the updated first input."""
-    emit(cls, inputs, None, None, **props)
-    t = inputs[0]
-    assert t is not None
+    """An in-place op (no results, updates its first input): returns the tensor of the updated
+    input, a new tensor of the graph (`Graph._updated_tensor`), as PopXL's in-place ops do."""
+    emitted: list[Operation] = []
+    emit(cls, inputs, None, None, emitted, **props)
+    return updated_tensor(emitted[0])
+
+
+def updated_tensor(op: Operation) -> Tensor:
+    """The tensor in-place op `op`, just inserted in the current graph, returns: its updated
+    operand under a new name in the current name scope (`Graph._updated_tensor`)."""
+    g = gcg()
+    t = g._updated_tensor(op, g._unique_name(snake_case(popart_type(op)) + "_out", scoped=True))
+    assert t is not None, f"{op.name} updates no operand in place"
     return t
 
 

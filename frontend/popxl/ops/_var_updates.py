@@ -47,38 +47,39 @@ def _x(t: Tensor, X: Any) -> Tensor:
 
 
 def accumulate_(t: Tensor, X: Tensor, f: Factor | None = None) -> Tensor:
-    """`t += f * X` in place (`f` defaults to 1); returns `t`."""
+    """`t += f * X` in place (`f` defaults to 1); returns the updated `t` (a new tensor aliasing it)."""
     return emit_inplace(AccumulateOp, [t, _x(t, X)], f=factor(f))
 
 
 def accumulate_square_(t: Tensor, X: Tensor, f: Factor = 1.0) -> Tensor:
-    """`t += f * X**2` in place; returns `t`."""
+    """`t += f * X**2` in place; returns the updated `t` (a new tensor aliasing it)."""
     return emit_inplace(AccumulateSquareOp, [t, _x(t, X)], f=factor(f))
 
 
 def accumulate_mean_(t: Tensor, X: Tensor, step: Factor) -> Tensor:
     """Running mean: `t = t * step / (step + 1) + X / (step + 1)` in place, where `step` is
-    the number of values averaged into `t` so far; returns `t`."""
+    the number of values averaged into `t` so far; returns the updated `t` (a new tensor aliasing it)."""
     return emit_inplace(AccumulateMeanOp, [t, _x(t, X)], step=factor(step))
 
 
 def accumulate_moving_average_(t: Tensor, X: Tensor, f: Factor) -> Tensor:
-    """Moving average `t = f * t + (1 - f) * X` in place; returns `t`."""
+    """Moving average `t = f * t + (1 - f) * X` in place; returns the updated `t` (a new tensor aliasing it)."""
     return emit_inplace(AccumulateMovingAverageOp, [t, _x(t, X)], f=factor(f))
 
 
 def accumulate_moving_average_square_(t: Tensor, X: Tensor, f: Factor) -> Tensor:
-    """Moving average of squares `t = f * t + (1 - f) * X**2` in place; returns `t`."""
+    """Moving average of squares `t = f * t + (1 - f) * X**2` in place; returns the updated
+    `t` (a new tensor aliasing it)."""
     return emit_inplace(AccumulateMovingAverageSquareOp, [t, _x(t, X)], f=factor(f))
 
 
 def accumulator_scale_(t: Tensor, f: Factor) -> Tensor:
-    """`t *= f` in place (`f = 0` zeroes `t`); returns `t`."""
+    """`t *= f` in place (`f = 0` zeroes `t`); returns the updated `t` (a new tensor aliasing it)."""
     return emit_inplace(AccumulatorScaleOp, [t], f=factor(f))
 
 
 def accumulator_zero_(t: Tensor) -> Tensor:
-    """`t = 0` in place; returns `t`."""
+    """`t = 0` in place; returns the updated `t` (a new tensor aliasing it)."""
     return emit_inplace(AccumulatorZeroOp, [t])
 
 
@@ -91,8 +92,8 @@ def sparse_accumulate_(
     W: Tensor | None = None,
 ) -> Tensor:
     """`t[indices] += f * X` along `axis` in place (`X` holds one slice per index; repeated
-    indices add up; int32 `indices`); returns `t`. `W` (upstream: a tied weight to gather
-    the update into) is accepted and ignored."""
+    indices add up; int32 `indices`); returns the updated `t` (a new tensor aliasing it).
+    `W` (upstream: a tied weight to gather the update into) is accepted and ignored."""
     from popxl import dtypes
 
     idx = to_tensor(indices, dtypes.int32)
@@ -210,7 +211,7 @@ def adam_var_update(
 ) -> Tensor:
     """LAMB weight update in place: `t -= learning_rate * ratio * x`, with the trust ratio
     `sqrt(r1) / sqrt(r2)` (`r1 = lamb_square(t)`, `r2 = lamb_square(x)`; 1 when either is
-    0), `sqrt(r1)` clipped to `max_weight_norm` when given; returns `t`."""
+    0), `sqrt(r1)` clipped to `max_weight_norm` when given; returns the updated `t` (a new tensor aliasing it)."""
     return emit_inplace(
         AdamVarUpdateOp,
         [t, x, r1, r2],
@@ -220,7 +221,7 @@ def adam_var_update(
 
 
 def copy_var_update_(t: Tensor, X: Tensor) -> Tensor:
-    """`t = X` in place (`X` broadcast to `t`'s shape); returns `t`."""
+    """`t = X` in place (`X` broadcast to `t`'s shape); returns the updated `t` (a new tensor aliasing it)."""
     return emit_inplace(CopyVarUpdateOp, [t, _x(t, X)])
 
 
