@@ -25,7 +25,6 @@ import numpy as np
 import popdist
 import popxl
 import popxl.ops as ops
-from popxl._host import is_torch
 from popxl.bridge import check_int
 from popxl.context import NoGraphSelectedError
 from popxl.utils import downcast_np_dtypes, to_numpy
@@ -56,7 +55,7 @@ def _as_popxl_dtype(dtype: Any) -> Any:
 
 def _host_value(value: Any) -> np.ndarray:
     """A value `data_iter` produced as a NumPy array (torch tensors detached, as upstream)."""
-    return to_numpy(value, downcast=False, copy=False) if is_torch(value) else np.asarray(value)
+    return value if isinstance(value, np.ndarray) else to_numpy(value, downcast=False, copy=False)
 
 
 def _infer_dtype(data: np.ndarray) -> Any:
