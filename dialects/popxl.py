@@ -1441,7 +1441,7 @@ class OnehotOp(PopxlOp):
     """
 
     name = "popxl.onehot"
-    traits = traits_def(AcceptsViews(), NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient(), PopartType("OneHot"))
     indices = operand_def(TensorType)
     values = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1477,7 +1477,7 @@ class SqueezeOp(PopxlOp):
     """
 
     name = "popxl.squeeze"
-    traits = traits_def(AcceptsViews(), ViewLike())
+    traits = traits_def(AcceptsViews(), ViewLike(), PopartType("Reshape"))  # PopXL's squeeze is a reshape
     input = operand_def(TensorType)
     result = result_def(TensorType)
     axes = opt_prop_def(DenseArrayBase)

@@ -134,6 +134,23 @@ op: `["Split", part, parts]` on each of the `popxl.slice` ops of `popxl.ops.spli
 """
 
 
+POPART_INTERNAL_ATTR = "popart.internal"
+"""Discardable unit attribute of a part of a composed PopART op (`POPART_OP_ATTR`) whose
+results are steps inside that op, not among the tensors the frontend call returned (the
+`popxl.abs` and the constant of `popxl.ops.isinf`, which PopART computes in its one `IsInf`
+op): `popxl.Graph.tensors` does not list them, as PopART's graph has no such tensors.
+
+```mlir
+%a = popxl.abs %t {popart.op = ["IsInf", 0 : i64, 3 : i64], popart.internal} : (tensor<2xf32>) -> tensor<2xf32>
+```
+"""
+
+
+def is_popart_internal(op: Operation) -> bool:
+    """Whether `op` is an internal part of a composed PopART op (`POPART_INTERNAL_ATTR`)."""
+    return POPART_INTERNAL_ATTR in op.attributes
+
+
 def popart_op_part(op: Operation) -> tuple[str, int, int] | None:
     """`(type, part, parts)` when `op` is part `part` of a PopART op made of `parts` ops
     (`POPART_OP_ATTR`), else None."""

@@ -36,7 +36,7 @@ from xl.dialects.graph import (
     VariableOp,
 )
 from xl.dialects.ipu import IPU_ATTR, TILE_SET_ATTR, RemoteVariableOp, ReplicaShardedVariableOp
-from xl.dialects.traits import popart_type
+from xl.dialects.traits import is_popart_internal, popart_type
 from xl.dialects.utils import tensor_type
 
 if TYPE_CHECKING:
@@ -233,9 +233,13 @@ class Graph:
     def tensors(self) -> tuple[Tensor, ...]:
         """Every tensor of the graph: the inputs, then the tensors of its ops in program order
         (their results; for an in-place op, the tensor it returns (`_updated_tensor`): the updated
-        operand under a new name, as in PopXL)."""
+        operand under a new name, as in PopXL). The steps inside a public op that xl builds
+        from several ops where PopART has one (`ops.isinf`'s `abs`) are not listed
+        (`xl.dialects.traits.POPART_INTERNAL_ATTR`)."""
         ts = list(self.inputs)
         for op in self._block.ops:
+            if is_popart_internal(op):
+                continue
             ts.extend(self._tensor(r) for r in op.results)
             upd = self._updated_tensor(op)
             if upd is not None:

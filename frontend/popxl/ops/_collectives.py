@@ -14,7 +14,7 @@ from typing import Any
 from popxl import context
 from popxl._checks import check_int, describe
 from popxl.context import gcg
-from popxl.ops._utils import as_int, check_in_graph, current_op, emit1, emit_inplace, wrap_public_ops
+from popxl.ops._utils import as_int, check_in_graph, composed, current_op, emit1, emit_inplace, wrap_public_ops
 from popxl.tensor import Tensor
 from xl.dialects.popxl import MinimumOp
 from xl.dialects.replica import (
@@ -346,10 +346,13 @@ def _all_reduce(ts: list[Tensor], ipus: list[int], op: str, mode: str) -> list[T
                 # detach(r) + (x - detach(x)): the value of r exactly, the gradient of x
                 x = gathered[i]
                 r = ops.detach(r) + (x - ops.detach(x))
+            if r is ts[i]:  # a single input: the output is still a tensor of its own, as in PopXL
+                r = ops.identity(r)
             outs.append(r)
     return outs
 
 
+@composed("AllReduce")
 def all_reduce(ts: list[Tensor], ipus: list[int] | None = None, op: str = "add") -> list[Tensor]:
     """The tensors `ts` (one per IPU of `ipus`, within one replica; default: the IPU of each
     tensor) reduced with `op`; one copy of the result per IPU. Built from `ipu.copy` and
@@ -359,6 +362,7 @@ def all_reduce(ts: list[Tensor], ipus: list[int] | None = None, op: str = "add")
     return _all_reduce(ts, ipus, op, "plain")
 
 
+@composed("AllReduce")
 def all_reduce_identical_inputs(ts: list[Tensor], ipus: list[int] | None = None, op: str = "add") -> list[Tensor]:
     """`all_reduce` whose inputs are known to be identical: each output is its own input (an
     identity), and the gradient of each input is the all-reduce of the output gradients.
@@ -372,6 +376,7 @@ def all_reduce_identical_inputs(ts: list[Tensor], ipus: list[int] | None = None,
     return _all_reduce(ts, ipus, op, "identical_inputs")
 
 
+@composed("AllReduce")
 def all_reduce_identical_grad_inputs(ts: list[Tensor], ipus: list[int] | None = None, op: str = "add") -> list[Tensor]:
     """`all_reduce` whose output gradients are known to be identical: each output is the
     all-reduce, and the gradient of each input is the gradient of its own output (an

@@ -30,6 +30,7 @@ from popxl.ops._utils import (
     as_shape,
     axes_tuple,
     check_in_graph,
+    composed,
     current_op,
     emit,
     emit1,
@@ -224,6 +225,7 @@ def maximum(*ts: Tensor) -> Tensor:
     return out
 
 
+@composed("AddLhsInplace")
 def add_(lhs: Tensor, rhs: Any) -> Tensor:
     """`lhs += rhs` in place (`rhs` broadcast to `lhs`'s shape); returns the updated `lhs`
     (a new tensor aliasing it)."""
@@ -366,15 +368,18 @@ def swish(t: Tensor) -> Tensor:
 
 
 def log2(t: Tensor) -> Tensor:
-    """Base-2 logarithm, elementwise (float): `log(t) / log(2)`."""
-    return div(log(t), constant(float(np.log(2.0)), t.dtype))
+    """Base-2 logarithm, elementwise (float): `log(t) / log(2)`, both logarithms computed
+    in `t`'s dtype (as PopXL builds it: a constant 2 and two `log` ops)."""
+    return div(log(t), log(constant(2.0, t.dtype)))
 
 
+@composed("IsNaN")
 def isnan(t: Tensor) -> Tensor:
     """Whether each element is NaN (`t != t`); a bool tensor."""
     return logical_not(equal(t, t))
 
 
+@composed("IsInf")
 def isinf(t: Tensor) -> Tensor:
     """Whether each element is +inf or -inf; a bool tensor."""
     return equal(abs(t), constant(np.inf, t.dtype))
@@ -390,26 +395,31 @@ def _assign_(t: Tensor, value: Tensor) -> Tensor:
     return emit_inplace(CopyVarUpdateOp, [t, value])
 
 
+@composed("ExpInplace")
 def exp_(t: Tensor) -> Tensor:
     """`t = exp(t)` in place; returns the updated `t` (a new tensor aliasing it)."""
     return _assign_(t, exp(t))
 
 
+@composed("ReluInplace")
 def relu_(t: Tensor) -> Tensor:
     """`t = relu(t)` in place; returns the updated `t` (a new tensor aliasing it)."""
     return _assign_(t, relu(t))
 
 
+@composed("GeluInplace")
 def gelu_(t: Tensor) -> Tensor:
     """`t = gelu(t)` in place (tanh approximation); returns the updated `t` (a new tensor aliasing it)."""
     return _assign_(t, gelu(t))
 
 
+@composed("GeluErfInplace")
 def geluerf_(t: Tensor) -> Tensor:
     """`t = geluerf(t)` in place (exact GELU); returns the updated `t` (a new tensor aliasing it)."""
     return _assign_(t, geluerf(t))
 
 
+@composed("SwishInplace")
 def swish_(t: Tensor) -> Tensor:
     """`t = swish(t)` in place; returns the updated `t` (a new tensor aliasing it)."""
     return _assign_(t, swish(t))
@@ -474,26 +484,31 @@ def min(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = Fal
     return _reduce(ReduceMinOp, t, axis, keepdims)
 
 
+@composed("ReduceSumSquare")
 def sumsquare(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """Sum of the squares `t * t` over `axis`; dims as in `sum`."""
     return sum(mul(t, t), axis, keepdims)
 
 
+@composed("ReduceL2")
 def l2(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """L2 norm `sqrt(sum(t * t))` over `axis`; dims as in `sum`."""
     return sqrt(sumsquare(t, axis, keepdims))
 
 
+@composed("ReduceL1")
 def l1(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """L1 norm `sum(|t|)` over `axis`; dims as in `sum`."""
     return sum(abs(t), axis, keepdims)
 
 
+@composed("ReduceLogSum")
 def logsum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """`log(sum(t))` over `axis`; dims as in `sum`."""
     return log(sum(t, axis, keepdims))
 
 
+@composed("ReduceLogSumExp")
 def logsumexp(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """`log(sum(exp(t)))` over `axis`, computed stably (the maximum is subtracted first);
     dims as in `sum`."""
@@ -667,7 +682,10 @@ def slice(
 
     `start`, `stop`, `step` are ints or sequences (one entry per axis, None for no bound);
     Python slicing semantics (negative indices count from the end, bounds are clamped).
+    With none of `start`, `stop`, `step` given, `t` itself (no op), as in PopXL.
     """
+    if start is None and stop is None and step is None:
+        return t
 
     def as_list(x: Any) -> list[int | None] | None:
         if x is None:
@@ -931,6 +949,7 @@ def dynamic_update_(
 # ---------------------------------------------------------------------------------------
 
 
+@composed("MatMul")
 def matmul(
     lhs: Tensor,
     rhs: Tensor,
@@ -1006,6 +1025,7 @@ def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Te
     return group_norm(t, weight, bias, 1, eps)
 
 
+@composed("BatchNormalization")
 def batch_norm_inference(
     t: Tensor,
     scale: Tensor,
@@ -1029,6 +1049,7 @@ def batch_norm_inference(
     return add(mul(normed, r(scale)), r(bias))
 
 
+@composed("LambSquare")
 def lamb_square(t: Tensor) -> Tensor:
     """The sum of the squares of all elements of `t`, as a float32 scalar."""
     if t.dtype != dtypes.float32:
@@ -1171,7 +1192,9 @@ def pow2scale_cast_to_fp8(t: Tensor, log2_scale: Tensor | int, data_type: dtype)
     if data_type not in (dtypes.float8_143, dtypes.float8_152):
         raise TypeError(f"Data type {data_type} not supported for pow2scale_cast_to_fp8")
     log2_scale = _log2_scale(log2_scale)
-    return emit1(Pow2ScaleCastToFp8Op, [t, log2_scale], tensor_type(t.shape, data_type._compute_np()))
+    return emit1(
+        Pow2ScaleCastToFp8Op, [t, log2_scale], tensor_type(t.shape, data_type._compute_np()), _cast_name(t, data_type)
+    )
 
 
 def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor | int, data_type: dtype) -> Tensor:
@@ -1181,7 +1204,12 @@ def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor | int, data_type: dtyp
     if data_type not in (dtypes.float16, dtypes.float32):
         raise TypeError(f"Data type {data_type} not supported for pow2scale_cast_from_fp8")
     log2_scale = _log2_scale(log2_scale)
-    return emit1(Pow2ScaleCastFromFp8Op, [t, log2_scale], tensor_type(t.shape, data_type._compute_np()))
+    return emit1(
+        Pow2ScaleCastFromFp8Op,
+        [t, log2_scale],
+        tensor_type(t.shape, data_type._compute_np()),
+        _cast_name(t, data_type),
+    )
 
 
 def nll_loss(
@@ -1339,7 +1367,12 @@ def cast(t: Tensor, data_type: dtype) -> Tensor:
             f"Data type {dt if dt in (dtypes.float8_143, dtypes.float8_152) else t.dtype} not "
             "supported for ops.cast, please consider pow2scale_cast_to_fp8 or pow2scale_cast_from_fp8"
         )
-    return emit1(CastOp, [t], tensor_type(t.shape, dt._compute_np()))
+    return emit1(CastOp, [t], tensor_type(t.shape, dt._compute_np()), _cast_name(t, dt))
+
+
+def _cast_name(t: Tensor, dt: dtype) -> str:
+    """A cast's result is named `<input name>_<dtype>` (`x_float16`), as in PopXL."""
+    return f"{t.name.rsplit('/', 1)[-1]}_{dt.name}"
 
 
 def identity(t: Tensor, output_name: str | None = None) -> Tensor:
@@ -1467,6 +1500,7 @@ def _scaled(t: Tensor, f: Any, like: Tensor) -> Tensor:
     return mul(t, f)
 
 
+@composed("ScaledAdd")
 def scaled_add(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor = 1.0) -> Tensor:
     """`a * X + b * Y` with broadcasting (`a`, `b` numbers or scalar Tensors)."""
     X, Y = _pair(X, Y)
@@ -1483,6 +1517,7 @@ def scaled_add(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor 
     return emit1(ScaledAddOp, [X, Y], a=a, b=b)
 
 
+@composed("ScaledAddLhsInplace")
 def scaled_add_(X: Tensor, Y: Tensor, a: float | Tensor = 1.0, b: float | Tensor = 1.0) -> Tensor:
     """`X = a * X + b * Y` in place (`Y` broadcast to `X`'s shape); returns the updated `X`
     (a new tensor aliasing it)."""

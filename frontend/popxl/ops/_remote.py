@@ -16,7 +16,7 @@ from popxl._checks import check_name, describe
 from popxl.context import gcg
 from popxl.graph import Graph
 from popxl.ops._ops import reshape
-from popxl.ops._utils import check_in_graph, insert, updated_tensor, wrap_public_ops
+from popxl.ops._utils import check_in_graph, composed, insert, updated_tensor, wrap_public_ops
 from popxl.remote_buffer import RemoteBuffer, checked_buffer
 from popxl.tensor import Tensor
 from xl.dialects.ipu import CODE_LOCATIONS, RemoteCodeLoadOp, RemoteLoadInplaceOp, RemoteLoadOp, RemoteStoreOp
@@ -45,6 +45,7 @@ def _offset_of(rb: RemoteBuffer, offset: Any, what: str) -> int | Any:
     return k
 
 
+@composed("RemoteLoad")
 def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = None) -> Tensor:
     """Entry `offset` of `remote_buffer` loaded into a new tensor (`ipu.remote_load`).
 
@@ -68,6 +69,7 @@ def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = Non
     return t
 
 
+@composed("RemoteLoadInplace")
 def remote_load_(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> Tensor:
     """Entry `offset` of `remote_buffer` loaded into `t` in place (`ipu.remote_load_`);
     `t` must have the buffer's shape and dtype. Returns the loaded tensor: a new tensor
@@ -82,6 +84,7 @@ def remote_load_(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> Tensor:
     return updated_tensor(op)
 
 
+@composed("RemoteStore")
 def remote_store(remote_buffer: Any, offset: int | Tensor, t: Tensor) -> None:
     """`t` stored into entry `offset` of `remote_buffer` (`ipu.remote_store`); `t` must have
     the buffer's shape and dtype; `offset` as in `remote_load`."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr, i64
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr, UnitAttr, i64
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
@@ -32,7 +32,7 @@ from popxl.errors import GraphBuildError, GraphTypeError
 from popxl.graph import Graph, snake_case
 from popxl.tensor import Constant, Tensor, Variable, constant_of
 from xl.dialects.popxl import DtypeMismatch, PopxlOp, deferred_dtype_checks
-from xl.dialects.traits import POPART_OP_ATTR, popart_type
+from xl.dialects.traits import POPART_INTERNAL_ATTR, POPART_OP_ATTR, popart_type
 
 
 def not_implemented(qualname: str) -> NotImplementedError:
@@ -214,7 +214,10 @@ def to_tensor(x: Any, dtype: Any = None) -> Tensor:
     TypeError/ValueError naming the public op being called."""
     if isinstance(x, Tensor):
         return x
-    return constant_of(*host_array(x, dtype, what=current_op("popxl.constant")))
+    t = constant_of(*host_array(x, dtype, what=current_op("popxl.constant")))
+    if _composing and isinstance(t._value, OpResult):
+        _arguments.append(t._value.owner)  # an argument of the call, not a step inside it
+    return t
 
 
 def insert(
@@ -327,6 +330,69 @@ def as_one_popart_op(outputs: Sequence[Tensor], type_name: str) -> None:
         op.attributes[POPART_OP_ATTR] = ArrayAttr([StringAttr(type_name), IntegerAttr(k, i64), n])
     if outputs:
         outputs[0]._graph._ir._number_as_one(ops)  # one op id, as PopART's one op
+
+
+COMPOSED_TYPES: dict[str, str] = {}
+"""The public ops that xl builds from several ops where PopART has one (`@composed`): the
+function's name -> the PopART op type; `popart._internal.ir.op` has a class for each type."""
+
+_composing: list[str] = []  # the composed op being built (the outermost call only)
+_arguments: list[Operation] = []  # the constants made of its arguments (`to_tensor`): public
+
+
+def composed(type_name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a public op that xl builds from several ops where PopART builds the one op
+    `type_name` (`ops.isinf`: `abs`, a constant and `equal`; PopART's `IsInf`). The ops a
+    call builds are marked as the parts of one PopART op (`as_one_popart_op`: one
+    `_ir.op.IsInfOp`, one op id), and those whose results the call does not return as
+    internal steps (`xl.dialects.traits.POPART_INTERNAL_ATTR`), which `Graph.tensors` leaves
+    out, as PopART's graph has no such tensors. Constants made of the call's arguments
+    (`ops.add_(t, 1.0)`: `to_tensor`) stay tensors of their own, as in PopXL. A composed op
+    called inside another counts as part of the outer one."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        COMPOSED_TYPES[fn.__name__] = type_name
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if _composing:
+                return fn(*args, **kwargs)
+            g = gcg()
+            built: list[Operation] = []
+            handle = g.register_op_created_hook(built.append)
+            _composing.append(type_name)
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                _composing.pop()
+                g.remove_op_created_hook(handle)
+                arguments = set(_arguments)
+                _arguments.clear()
+            outs = out if isinstance(out, tuple | list) else (out,)
+            parts = [op for op in built if op not in arguments]
+            mark_composed(g, parts, [t for t in outs if isinstance(t, Tensor)], type_name)
+            return out
+
+        return wrapper
+
+    return decorate
+
+
+def mark_composed(g: Graph, ops: Sequence[Operation], outputs: Sequence[Tensor], type_name: str) -> None:
+    """Mark `ops` (built in this order in `g`) as the parts of one PopART op `type_name`;
+    the parts that define none of `outputs` (by result, or by the tensor an in-place part
+    returns) as internal. Nothing is marked when the call built a single op of its own."""
+    if not ops or (len(ops) == 1 and popart_type(ops[0]) == type_name):
+        return
+    returned = {t._value for t in outputs}
+    updated = {id(t) for t in outputs}
+    n = IntegerAttr(len(ops), i64)
+    for k, op in enumerate(ops):
+        op.attributes[POPART_OP_ATTR] = ArrayAttr([StringAttr(type_name), IntegerAttr(k, i64), n])
+        upd = g._updated.get(op)
+        if not any(r in returned for r in op.results) and not (upd is not None and id(upd) in updated):
+            op.attributes[POPART_INTERNAL_ATTR] = UnitAttr()
+    g._ir._number_as_one(list(ops))  # one op id, as PopART's one op
 
 
 def emit_inplace(cls: type[PopxlOp], inputs: Sequence[Tensor | None], **props: Any) -> Tensor:

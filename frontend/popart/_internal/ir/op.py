@@ -32,12 +32,16 @@ _CLASS_NAMES = {
     "GroupNormalization": "GroupNormOp",
     "GroupNormalizationGrad": "GroupNormGradOp",
     "BatchNormalization": "BatchNormOp",
+    "OneHot": "OnehotOp",
+    "IsInf": "IsInf",
+    "IsNaN": "IsNaN",
 }
 """PopART's C++ class of the op types whose class is not `<type>Op`."""
 
 _COMPOSED = ("Split",)
 """PopART op types that xl builds from several ops of its own (`popxl.ops.split`: slices),
-marked by the frontend with `xl.dialects.traits.POPART_OP_ATTR`."""
+marked by the frontend with `xl.dialects.traits.POPART_OP_ATTR`; with those of the public
+ops decorated `@composed` (`popxl.ops._utils.COMPOSED_TYPES`: `IsInf`, `ReduceL2`, ...)."""
 
 _OPTIMIZER_TYPES = frozenset(
     {
@@ -102,7 +106,10 @@ def _build() -> dict[str, type[Op]]:
             name = _class_name(t)
             if name not in classes:
                 classes[name] = type(name, (Op,), {"opType_": t, "__module__": __name__})
-    for t in _COMPOSED:
+    import popxl.ops  # noqa: F401  (its public ops register the types they compose)
+    from popxl.ops._utils import COMPOSED_TYPES
+
+    for t in (*_COMPOSED, *COMPOSED_TYPES.values()):
         name = _class_name(t)
         classes.setdefault(name, type(name, (Op,), {"opType_": t, "__module__": __name__}))
     return classes
@@ -129,7 +136,7 @@ def op_of(xl_op: Operation, index: int) -> Op | None:
     if isinstance(xl_op, _graph.ConstantOp | _graph.VariableOp) or xl_op.has_trait(IsTerminator):
         return None
     part = popart_op_part(xl_op)
-    if part is not None and part[0] in _COMPOSED:
+    if part is not None and _class_name(part[0]) in _CLASSES:
         return _CLASSES[_class_name(part[0])](xl_op, index)
     return op_class(xl_op)(xl_op, index)
 
@@ -156,14 +163,36 @@ def ops_of(xl_ops: Iterable[Operation]) -> list[Op]:
     return out
 
 
-def __getattr__(name: str) -> Any:
+class _SubModule:
+    """`_ir.op.exchange`, `_ir.op.collectives`, `_ir.op.dynamic`: PopART binds some op classes
+    in these sub-modules (`_ir.op.exchange.RemoteLoadOp`); each gives the same classes as
+    `_ir.op` itself."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = f"{__name__}.{name}"
+
+    def __getattr__(self, name: str) -> Any:
+        return _class_or_error(name, self.__name__)
+
+    def __repr__(self) -> str:
+        return f"<module {self.__name__!r}>"
+
+
+_SUBMODULES = {n: _SubModule(n) for n in ("exchange", "collectives", "dynamic")}
+
+
+def _class_or_error(name: str, where: str) -> type[Op]:
     cls = _CLASSES.get(name)
     if cls is None:
         import difflib
 
         close = difflib.get_close_matches(name, list(_CLASSES), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise AttributeError(
-            f"popart._internal.ir.op has no {name!r}: no xl op becomes a PopART op of that class{hint}"
-        )
+        raise AttributeError(f"{where} has no {name!r}: no xl op becomes a PopART op of that class{hint}")
     return cls
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return _SUBMODULES[name]
+    return _class_or_error(name, __name__)
