@@ -21,11 +21,13 @@ Which kernels split, by op class (each fact written once): the `Elementwise` tra
 (`xl.dialects.traits`), and the rules registered here with `@rows_independent(cls, ...)`,
 which say from the kernel's properties and arrays that its rows are independent (the
 softmax gradient along a non-leading axis, stacks of matrix products over a batch axis both
-operands have, `xl.fused` chains). Never split: blocks that would write memory another
-block reads (an operand read whole, or a row operand overlapping another block's result),
-kernels inside `rt.func` bodies, one matrix product or a stack times one matrix (a BLAS
-product of fewer rows is not the same computation: OpenBLAS's results differ in the last
-bits), the softmax (its kernel shifts blocks of rows by their common maximum).
+operands have, `xl.fused` chains, the softmax where each leading slice holds whole blocks of
+rows sharing a shift). A stack of products counts its FLOPs as work (`_product_work`), not
+its results. Never split: blocks that would write memory another block reads (an operand
+read whole, or a row operand overlapping another block's result), kernels inside `rt.func`
+bodies, one matrix product or a stack times one matrix (a BLAS product of fewer rows is not
+the same computation: OpenBLAS's results differ in the last bits), a softmax whose shift
+blocks straddle leading slices.
 
 Lanes. Consecutive kernels of the step's top level that touch no common memory one of them
 writes are dealt to two lanes (`Lanes`): lane 1 becomes a function started on a worker,
@@ -57,6 +59,15 @@ a step runs OpenBLAS runs one thread per kernel (`xl.runtime.blas_threads`): a s
 blocks and lanes on N threads gives the bits of the step on 1 (`tests/runtime/test_parallel_kernels.py` checks
 every splittable kernel of the registry and the GPT example's training step). A failure
 on a worker is raised by the step, named after its kernel.
+
+Blocks beside BLAS threads. The serial plan still runs in row blocks the kernels whose
+blocks call no BLAS routine OpenBLAS would spread over its threads (`beside_blas_threads`:
+elementwise kernels and chains, softmax and its gradient, stacks of products each small
+enough that OpenBLAS runs it on one thread, the attention products of a small
+transformer), while OpenBLAS keeps the caller's threads for the large products: the GPT
+example's step at 2 threads runs its attention and MLP activations on both cores, with the
+bits of the serial plan at the same thread count (no lanes there: two products at once
+would each start OpenBLAS's threads).
 """
 
 from __future__ import annotations
@@ -70,10 +81,11 @@ from typing import Any
 import numpy as np
 
 from xl.dialects import rt
-from xl.dialects.popxl import MatmulOp, SoftmaxGradOp
-from xl.dialects.rt_kernels import FusedOp, KernelClass, kernel_class
+from xl.dialects.popxl import MatmulOp, SoftmaxGradOp, SoftmaxOp
+from xl.dialects.rt_kernels import FusedOp, KernelClass, SoftmaxFusedOp, SoftmaxGradFusedOp, kernel_class
 from xl.dialects.traits import Elementwise, flop_count
 from xl.runtime.blas_threads import BlasThreads
+from xl.runtime.kernels.activation import rows_split_exactly
 from xl.runtime.kernels.collectives import is_collective
 from xl.runtime.thread_pool import Worker, give_back, take_workers
 
@@ -102,8 +114,7 @@ def rows_independent(*classes: KernelClass) -> Callable[[RowRule], RowRule]:
 @rows_independent(SoftmaxGradOp)
 def _along_inner_axis(props: dict[str, Any], ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> bool:
     """Each slice along `axis` on its own: rows are independent unless `axis` is the
-    leading one. (The softmax kernel itself shifts blocks of rows by their common maximum:
-    its rows are not computed independently, so it never splits.)"""
+    leading one."""
     ndim = outs[0].ndim
     axis = int(props.get("axis", -1))
     return ndim >= 2 and axis % ndim != 0 and all(a.shape == outs[0].shape for a in (*ins, *outs))
@@ -114,6 +125,28 @@ def _chain_of_elementwise(props: dict[str, Any], ins: Sequence[np.ndarray], outs
     """`xl.fused`: its steps are `Elementwise` kernels (`rt-fuse-elementwise` fuses only
     those): elementwise as a whole."""
     return True
+
+
+@rows_independent(SoftmaxOp)
+def _whole_shift_blocks(props: dict[str, Any], ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> bool:
+    """The softmax kernel shifts blocks of rows by their common maximum: blocks of leading
+    slices split when each holds whole shift blocks of the size the whole uses
+    (`rows_split_exactly`)."""
+    return len(ins) == 1 and rows_split_exactly(ins[0], outs[0], int(props.get("axis", -1)), redo=False)
+
+
+@rows_independent(SoftmaxFusedOp)
+def _prologue_then_shift_blocks(props: dict[str, Any], ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> bool:
+    """`xl.softmax`: elementwise steps write the scores into the output (its inputs
+    broadcast as in an elementwise kernel), then the softmax in place, as `SoftmaxOp`."""
+    return rows_split_exactly(outs[0], outs[0], int(props.get("axis", -1)), redo=True)
+
+
+@rows_independent(SoftmaxGradFusedOp)
+def _grad_then_elementwise(props: dict[str, Any], ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> bool:
+    """`xl.softmax_grad`: the softmax gradient of `(dy, y)` along a non-leading axis, then
+    elementwise steps (the other inputs broadcast as in an elementwise kernel)."""
+    return len(ins) >= 2 and _along_inner_axis(props, ins[:2], outs)
 
 
 @rows_independent(MatmulOp)
@@ -129,7 +162,11 @@ def _stacks_of_matrices(props: dict[str, Any], ins: Sequence[np.ndarray], outs: 
     )
 
 
-_ELEMENTWISE_RULES = frozenset({_chain_of_elementwise})
+# rules of kernels whose other operands broadcast as in an elementwise kernel (read whole
+# by every block when they lack the rows' axis); the rule must hold too
+_ELEMENTWISE_RULES = frozenset(
+    {_chain_of_elementwise, _grad_then_elementwise, _whole_shift_blocks, _prologue_then_shift_blocks}
+)
 
 
 def _splits(cls: KernelClass | None, props: dict[str, Any], ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]):
@@ -144,6 +181,8 @@ def _splits(cls: KernelClass | None, props: dict[str, Any], ins: Sequence[np.nda
     has_trait = getattr(cls, "has_trait", None)
     rule = ROW_RULES.get(cls)
     if (has_trait is not None and has_trait(Elementwise)) or rule in _ELEMENTWISE_RULES:
+        if rule is not None and not rule(props, ins, outs):
+            return None
         split: list[bool] = []
         for a in ins:
             if a.ndim == out0.ndim and a.shape[0] == n:
@@ -160,6 +199,16 @@ def _splits(cls: KernelClass | None, props: dict[str, Any], ins: Sequence[np.nda
     return [True] * len(ins)
 
 
+def _product_work(cls: KernelClass | None, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> float:
+    """A stack of matrix products' work in element passes (its FLOPs / `FLOPS_PER_ELEMENT`:
+    `[16, 4, 64, 64] @ [16, 4, 64, 16]` is a few of its 65536 results' worth of passes); 0
+    for any other kernel (their work is their results)."""
+    if cls is not MatmulOp or len(ins) != 2 or ins[0].ndim < 2 or ins[1].ndim < 2:
+        return 0.0
+    m, k = ins[0].shape[-2:]
+    return 2.0 * outs[0].size * k / FLOPS_PER_ELEMENT
+
+
 def row_blocks(
     cls: KernelClass | None,
     props: dict[str, Any],
@@ -173,7 +222,9 @@ def row_blocks(
     independent; blocks that would touch each other's results)."""
     if min_elements is None:
         min_elements = SPLIT_MIN_ELEMENTS
-    if parts < 2 or not outs or outs[0].size < min_elements or outs[0].ndim == 0 or outs[0].shape[0] < parts:
+    if parts < 2 or not outs or outs[0].ndim == 0 or outs[0].shape[0] < parts:
+        return None
+    if outs[0].size < min_elements and _product_work(cls, ins, outs) < min_elements:
         return None
     split = _splits(cls, props, ins, outs)
     if split is None:
@@ -282,6 +333,26 @@ def blas_threads_gain(
     if not flops or flops < BLAS_THREADS_MIN_FLOPS:
         return 0.0
     return flops / FLOPS_PER_ELEMENT * (1 - 1 / parts)
+
+
+OPENBLAS_ONE_THREAD_MNK = 4 * 65536
+"""OpenBLAS runs a GEMM of at most this `m * n * k` on one thread whatever its thread count
+(its gemm interface: `SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD`)."""
+
+
+def beside_blas_threads(cls: KernelClass | None, ins: Sequence[np.ndarray]) -> bool:
+    """Whether the row blocks of a kernel may run at once in the serial plan, whose OpenBLAS
+    keeps the caller's threads: they call no BLAS (elementwise kernels and chains, softmax
+    gradients), or each product of the stack is small enough that OpenBLAS runs it on one
+    thread anyway (the attention products of a small transformer: 64 x 64 x 16), so every
+    block makes the serial plan's calls on its own rows. Blocks of larger products would
+    each start OpenBLAS's threads at once."""
+    if cls is not MatmulOp:
+        return True
+    if len(ins) != 2 or ins[0].ndim < 2 or ins[1].ndim < 2:
+        return False
+    m, k = ins[0].shape[-2:]
+    return m * k * ins[1].shape[-1] <= OPENBLAS_ONE_THREAD_MNK
 
 
 def _conflict(x: list[tuple[Region, bool]], lane: list[tuple[Region, bool]]) -> bool:
@@ -427,12 +498,15 @@ class ForkJoin:
 
 class ParallelStep:
     """The step of one replica whose plan runs kernels in blocks (`ForkJoin`): takes
-    `parts - 1` workers of the pool for the step and runs OpenBLAS on one thread meanwhile."""
+    `parts - 1` workers of the pool for the step and runs OpenBLAS on one thread meanwhile
+    (`one_blas_thread`; False: the serial plan with blocks `beside_blas_threads`, OpenBLAS
+    keeps the caller's threads for its products)."""
 
-    def __init__(self, step: Callable[[], None], fork_join: ForkJoin, parts: int) -> None:
+    def __init__(self, step: Callable[[], None], fork_join: ForkJoin, parts: int, one_blas_thread: bool = True) -> None:
         self.step = step
         self.fork_join = fork_join
         self.parts = parts
+        self.one_blas_thread = one_blas_thread
 
     @property
     def workers(self) -> int:
@@ -441,7 +515,7 @@ class ParallelStep:
     def __call__(self) -> None:
         workers = take_workers(self.parts - 1)
         fj = self.fork_join
-        libs = BlasThreads.libs()
+        libs = BlasThreads.libs() if self.one_blas_thread else []
         saved = [lib.num_threads for lib in libs]
         try:
             for lib, n in zip(libs, saved):

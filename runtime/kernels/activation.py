@@ -83,15 +83,43 @@ def softmax_rows(
     np.exp(ob, ob)
     np.matmul(out, ones, s)
     if bmax.shape[0] != s.shape[0] and not s.min() >= _TINY_SUM:
-        # a row far below its block's maximum (or NaN): every row with its own maximum
-        if redo is not None:
-            redo()
-        np.maximum.reduce(x, axis=1, out=s2, keepdims=True)
-        np.subtract(x, s2, out)
-        np.exp(out, out)
-        np.matmul(out, ones, s)
+        _own_shifts(x, out, bmax, s, ones, redo)
     np.reciprocal(s, s)
     np.multiply(out, s2, out)
+
+
+def _own_shifts(
+    x: np.ndarray, out: np.ndarray, bmax: np.ndarray, s: np.ndarray, ones: np.ndarray, redo: Callable[[], None] | None
+) -> None:
+    """The exponentials again, where a row's sum under its block's shift is below
+    `_TINY_SUM` (or NaN: a row far below its block's maximum) shifted by the row's own
+    maximum, the other rows by their block's as before: each row's result depends on its
+    block of rows only, so blocks of rows computed apart give the same bits."""
+    bad = ~(s >= _TINY_SUM)
+    shift = np.repeat(bmax.reshape(-1), s.shape[0] // bmax.shape[0])
+    if redo is not None:
+        redo()
+    shift[bad] = np.maximum.reduce(x[bad], axis=1)
+    np.subtract(x, shift[:, None], out)
+    np.exp(out, out)
+    np.matmul(out, ones, s)
+
+
+def rows_split_exactly(x: np.ndarray, out: np.ndarray, axis: int, redo: bool) -> bool:
+    """Whether the softmax of `x` into `out` along `axis` (`redo`: with a prologue writing
+    the scores into `out`, `xl.softmax`), computed over any run of whole slices of the
+    leading axis on its own, gives the bits it gives in the whole: the rows layout, and
+    either every row shifted by its own maximum (`x` is `out`, no prologue) or each leading
+    slice made of whole shift blocks of the largest size (`_block_rows` then picks that size
+    for any run of slices, and `_own_shifts` keeps rows within their block)."""
+    x2, o2 = _rows(x, axis), _rows(out, axis)
+    if x2 is None or o2 is None or x.dtype != out.dtype or x.dtype not in FAST_FLOATS or x.shape != out.shape:
+        return False
+    if np.may_share_memory(x, out) and not redo:
+        return True
+    n, c = o2.shape
+    cap = _BLOCK // c
+    return cap >= 1 and (n // x.shape[0]) % cap == 0
 
 
 def _softmax_operands(
