@@ -47,7 +47,9 @@ from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects import rt, xl_context
 from xl.passes import get_all_passes as xl_passes
+from xl.passes.inline import InlinePass, inlined_copy
 from xl.passes.outline import count_ops
+from xl.passes.pipeline import PipelinePass, pipeline_regions
 from xl.runtime.comm import Comm
 from xl.runtime.errors import PlanError
 from xl.runtime.executable import Executable, compile_program, gc_paused
@@ -116,11 +118,30 @@ RT_PIPELINE = "rt-optimize"
 def lower(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> ModuleOp:
     """A copy of `module` with the passes of `pipeline` applied (the input is left
     untouched). Pass names are xDSL's and xl's (`xl.passes.get_all_passes`, plugins
-    included)."""
+    included). The copy is made by the first passes where they can (`first_copy`)."""
     with gc_paused():
-        module = module.clone()
-        pass_pipeline(pipeline).apply(xl_context(), module)
+        passes = pass_pipeline(pipeline).passes
+        module, start = first_copy(module, passes)
+        ctx = xl_context()
+        for p in passes[start:]:
+            p.apply(ctx, module)
     return module
+
+
+def first_copy(module: ModuleOp, passes: Sequence[ModulePass]) -> tuple[ModuleOp, int]:
+    """A copy of `module` with `passes[:n]` applied, and n: a leading `pipeline` with no
+    `pipeline.region` to lower does nothing, and `inline` then builds its result as a copy
+    (`xl.passes.inline.inlined_copy`: each op copied once, to its place, instead of a clone
+    of everything then the callees' bodies moved); otherwise a clone and 0."""
+    n = 0
+    if n < len(passes) and isinstance(passes[n], PipelinePass) and not pipeline_regions(module):
+        n += 1
+    p = passes[n] if n < len(passes) else None
+    if isinstance(p, InlinePass):
+        copy = inlined_copy(module, p.remove_dead, p.keep_shared)
+        if copy is not None:
+            return copy, n + 1
+    return module.clone(), 0
 
 
 # Parsed pipelines by spec and the pass classes its names resolve to (a plugin installed

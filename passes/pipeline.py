@@ -499,10 +499,14 @@ def lower_region(module: ModuleOp, region: RegionOp) -> Pipelined:
     return Pipelined(call, pgraph, num_stages, stash_vars)
 
 
+def pipeline_regions(module: ModuleOp) -> list[RegionOp]:
+    """The `pipeline.region` ops of the module (what the `pipeline` pass lowers)."""
+    return [op for op in module.walk() if isinstance(op, RegionOp)]
+
+
 def pipeline_module(module: ModuleOp) -> list[Pipelined]:
     """Lowers every `pipeline.region` of the module."""
-    regions = [op for op in module.walk() if isinstance(op, RegionOp)]
-    return [lower_region(module, r) for r in regions]
+    return [lower_region(module, r) for r in pipeline_regions(module)]
 
 
 @dataclass(frozen=True)
