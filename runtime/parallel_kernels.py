@@ -200,13 +200,12 @@ def _splits(cls: KernelClass | None, props: dict[str, Any], ins: Sequence[np.nda
 
 
 def _product_work(cls: KernelClass | None, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> float:
-    """A stack of matrix products' work in element passes (its FLOPs / `FLOPS_PER_ELEMENT`:
+    """A stack of matrix products' work in element passes (its `Flops` / `FLOPS_PER_ELEMENT`:
     `[16, 4, 64, 64] @ [16, 4, 64, 16]` is a few of its 65536 results' worth of passes); 0
     for any other kernel (their work is their results)."""
-    if cls is not MatmulOp or len(ins) != 2 or ins[0].ndim < 2 or ins[1].ndim < 2:
+    if cls is not MatmulOp:
         return 0.0
-    m, k = ins[0].shape[-2:]
-    return 2.0 * outs[0].size * k / FLOPS_PER_ELEMENT
+    return kernel_cost(cls, {}, ins, outs)
 
 
 def row_blocks(
