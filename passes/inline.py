@@ -42,7 +42,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from xl.dialects.call import CallOp, call_sites
+from xl.dialects.call import CallOp, call_sites, called_graph_names
 from xl.dialects.effects import is_written, written_operands
 from xl.dialects.graph import GraphOp, MainGraphOp, OutputOp, graphs_by_name
 from xl.dialects.popxl import IdentityOp
@@ -51,6 +51,17 @@ from xl.dialects.popxl import IdentityOp
 def called_names(module: ModuleOp) -> set[str]:
     """The names of the graphs some op of `module` calls."""
     return set(call_sites(module))
+
+
+def _copied_outputs(block: Block, results: list[SSAValue]) -> list[bool]:
+    """Which outputs of a graph (body `block`) the caller gets as a copy: an input or outside
+    value, or a value output a second time."""
+    seen: set[SSAValue] = set()
+    out = []
+    for v in results:
+        out.append(not isinstance(v.owner, Operation) or v.owner.parent_block() is not block or v in seen)
+        seen.add(v)
+    return out
 
 
 def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> list[CallOp]:
@@ -72,11 +83,7 @@ def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> list[CallO
     if not isinstance(terminator, OutputOp):  # pragma: no cover - verified graphs end with graph.output
         raise ValueError(f"graph @{callee.graph_name} has no graph.output")
     results = list(terminator.outs)
-    # an input or outside value, or a value output twice: the caller gets a copy
-    copied_out = [
-        not isinstance(v.owner, Operation) or v.owner.parent_block() is not block or v in results[:n]
-        for n, v in enumerate(results)
-    ]
+    copied_out = _copied_outputs(block, results)
     if move:
         for arg in block.args:
             arg.replace_all_uses_with(vm[arg])
@@ -229,6 +236,11 @@ def _by_ref_inputs_written(graphs: dict[str, GraphOp], sites: dict[str, list[Ope
     return True
 
 
+def _clone(op: Operation, vm: dict[SSAValue, SSAValue]) -> Operation:
+    """`op.clone(vm)`; for an op without regions (most), its cheaper part that does it all."""
+    return op.clone(vm) if op.regions else op.clone_without_regions(vm)
+
+
 def inlined_copy(module: ModuleOp, remove_dead: bool = True, keep_shared: bool = False) -> ModuleOp | None:
     """What `inline_all(module.clone(), remove_dead, keep_shared)` makes, built without
     changing `module`: each op is copied once, to its place in the result (a callee's body
@@ -253,12 +265,20 @@ def inlined_copy(module: ModuleOp, remove_dead: bool = True, keep_shared: bool =
     moved = _movable(sites) if remove_dead else set()
     movable = {name for name, ops in sites.items() if ops[0] in moved}
 
+    live: set[str] = set()  # the graphs the copied ops call (`called_names` of the result)
+
+    def add(dst: Block, op: Operation, vm: dict[SSAValue, SSAValue]) -> None:
+        new = _clone(op, vm)
+        dst.add_op(new)
+        for inner in new.walk() if new.regions else (new,):
+            live.update(called_graph_names(inner))
+
     def copy_ops(src: Block, dst: Block, vm: dict[SSAValue, SSAValue]) -> None:
         for op in src.ops:
             if isinstance(op, CallOp) and op.callee.root_reference.data not in shared:
                 expand(op, dst, vm)
             else:
-                dst.add_op(op.clone(vm))
+                add(dst, op, vm)
 
     def expand(call: CallOp, dst: Block, vm: dict[SSAValue, SSAValue]) -> None:
         # `inline_call`, writing into `dst` what it inserts around the call
@@ -280,17 +300,14 @@ def inlined_copy(module: ModuleOp, remove_dead: bool = True, keep_shared: bool =
         if not isinstance(terminator, OutputOp):  # pragma: no cover - verified graphs end with graph.output
             raise ValueError(f"graph @{callee.graph_name} has no graph.output")
         results = list(terminator.outs)
-        copied_out = [
-            not isinstance(v.owner, Operation) or v.owner.parent_block() is not block or v in results[:n]
-            for n, v in enumerate(results)
-        ]
+        copied_out = _copied_outputs(block, results)
         for op in block.ops:
             if op is terminator:
                 break
             if isinstance(op, CallOp) and op.callee.root_reference.data not in shared:
                 expand(op, dst, inner)
             else:
-                dst.add_op(op.clone(inner))
+                add(dst, op, inner)
         for old, v, copy_it in zip(call.res, results, copied_out, strict=True):
             mapped = inner[v]
             if copy_it:
@@ -319,9 +336,8 @@ def inlined_copy(module: ModuleOp, remove_dead: bool = True, keep_shared: bool =
             copy_ops(src, block, vm)
             top.add_op(copy)
         else:
-            top.add_op(op.clone())
+            add(top, op, {})
     if remove_dead:
-        live = called_names(new)
         for g in [op for op in top.ops if isinstance(op, GraphOp) and op.graph_name not in live]:
             Rewriter.erase_op(g)
     return new
