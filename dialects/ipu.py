@@ -70,7 +70,7 @@ from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, SymbolTable
 from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects.effects import PartialWrite, ValueEffect, WritesOperands
-from xl.dialects.graph import GraphOp
+from xl.dialects.graph import ConstantOp, GraphOp
 from xl.dialects.replica import ReplicaGroupingAttr
 from xl.dialects.replica_layout import ReplicaLayout
 from xl.dialects.traits import AcceptsViews, NoGradient, NotDifferentiable, PopartType
@@ -648,10 +648,20 @@ class _RemoteAccess(IRDLOperation):
         return getattr(self, "offset_tensor", None)
 
     def constant_offset(self) -> int | None:
-        """The offset when it is a constant (a property), else None."""
-        if self.offset_operand() is not None:
-            return None
-        return self.offset.value.data if self.offset is not None else 0
+        """The offset when it is a constant: the property, or an operand that a scalar
+        `graph.constant` defines (`ops.remote_load(rb, 1)` gives the offset as a constant
+        tensor, as PopXL does); None for an offset computed at run time."""
+        operand = self.offset_operand()
+        if operand is None:
+            return self.offset.value.data if self.offset is not None else 0
+        owner = operand.owner
+        if isinstance(owner, ConstantOp):
+            from xl.dialects.utils import dense_to_numpy
+
+            value = dense_to_numpy(owner.value)
+            if value.size == 1 and np.issubdtype(value.dtype, np.integer):
+                return int(value.reshape(()))
+        return None
 
     def data_type(self) -> Attribute:
         raise NotImplementedError
@@ -676,9 +686,8 @@ class _RemoteAccess(IRDLOperation):
                 or dtype_of(t) == np.bool_
             ):
                 raise VerifyException(f"{where}: the offset must be a scalar integer tensor, got {fmt_type(t)}")
-        else:
-            k = self.constant_offset()
-            assert k is not None
+        k = self.constant_offset()
+        if k is not None:
             if not 0 <= k < decl.num_entries:
                 raise VerifyException(
                     f"{where}: offset {k} is out of range [0, {decl.num_entries}) (entries of the buffer)"

@@ -197,7 +197,8 @@ def _lower_access(emitter: Any, op: Operation, env: Env, block: Block, fresh: se
     assert isinstance(op, _RemoteAccess)
     state = _state(emitter, op)
     offset = op.offset_operand()
-    off = [env[offset]] if offset is not None else []
+    # a constant offset operand is folded into the kernel's `offset` (`_params`)
+    off = [env[offset]] if offset is not None and op.constant_offset() is None else []
     if isinstance(op, RemoteLoadOp):
         buf = emitter.alloc(block, op.result.type, op.result.name_hint)
         block.add_op(rt.KernelOp(op.name, [state, *off], [buf], _params(op)))

@@ -16,7 +16,7 @@ from popxl._checks import check_name, describe
 from popxl.context import gcg
 from popxl.graph import Graph
 from popxl.ops._ops import reshape
-from popxl.ops._utils import check_in_graph, composed, insert, updated_tensor, wrap_public_ops
+from popxl.ops._utils import argument_constant, check_in_graph, composed, insert, updated_tensor, wrap_public_ops
 from popxl.remote_buffer import RemoteBuffer, checked_buffer
 from popxl.tensor import Tensor
 from xl.dialects.ipu import CODE_LOCATIONS, RemoteCodeLoadOp, RemoteLoadInplaceOp, RemoteLoadOp, RemoteStoreOp
@@ -24,9 +24,10 @@ from xl.dialects.ipu import CODE_LOCATIONS, RemoteCodeLoadOp, RemoteLoadInplaceO
 __all__ = ["remote_code_load", "remote_load", "remote_load_", "remote_store"]
 
 
-def _offset_of(rb: RemoteBuffer, offset: Any, what: str) -> int | Any:
-    """A constant offset (int) or the SSA value of a scalar integer tensor of this graph (a
-    tensor of one element, such as upstream's `popxl.constant([0])`, is reshaped to one)."""
+def _offset_of(rb: RemoteBuffer, offset: Any, what: str) -> Any:
+    """The SSA value of the offset: of a scalar integer tensor of this graph (a tensor of one
+    element, such as upstream's `popxl.constant([0])`, is reshaped to one), or of a uint32
+    constant named `offset` for an int, checked against the buffer's entries."""
     if isinstance(offset, Tensor):
         check_in_graph(gcg(), [offset], what)
         if offset.nelms != 1 or not offset.dtype.is_int:
@@ -42,7 +43,8 @@ def _offset_of(rb: RemoteBuffer, offset: Any, what: str) -> int | Any:
     k = int(offset)
     if not 0 <= k < rb.entries:
         raise ValueError(f"{what}: offset {k} is out of range [0, {rb.entries}) (entries of {rb!r})")
-    return k
+    # a constant tensor of the graph, as in PopXL (the lowering folds it into the access)
+    return argument_constant(np.uint32(k), "offset")._value
 
 
 @composed("RemoteLoad")
@@ -62,7 +64,7 @@ def remote_load(remote_buffer: Any, offset: int | Tensor, name: str | None = Non
     op = RemoteLoadOp(rb._name, rb._op.type, off)
     insert(g, op, what, verify_in_place=True)
     if name is None:
-        tag = off if isinstance(off, int) else getattr(offset, "name", "t")
+        tag = int(offset) if isinstance(offset, int | np.integer) else getattr(offset, "name", "t")
         name = f"id_{rb.remote_buffer_id}_offset_{tag}"
     t = g._tensor(op.result, g._unique_name(name, scoped=True))
     t._meta_shape = rb.meta_shape

@@ -17,7 +17,7 @@ import functools
 import types
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr, UnitAttr, i64
@@ -207,6 +207,16 @@ def check_graph_in_ir(g: Graph, graph: Graph, what: str) -> None:
         )
 
 
+def argument_constant(x: Any, name: str) -> Tensor:
+    """A constant named `name` made of an argument of the public op being called (PopXL
+    makes it a tensor: `ops.remote_load(rb, 1)`'s offset), a tensor of the graph even
+    inside a composed op (`@composed`)."""
+    t = constant_of(*host_array(x, None, what=current_op("popxl.constant")), name=name)
+    if _composing and isinstance(t._value, OpResult):
+        _arguments.append(t._value.owner)
+    return t
+
+
 def to_tensor(x: Any, dtype: Any = None) -> Tensor:
     """`x` itself if it is a Tensor, else a constant of `dtype` in the current graph.
 
@@ -340,7 +350,10 @@ _composing: list[str] = []  # the composed op being built (the outermost call on
 _arguments: list[Operation] = []  # the constants made of its arguments (`to_tensor`): public
 
 
-def composed(type_name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def composed(type_name: str) -> Callable[[_F], _F]:
     """Decorate a public op that xl builds from several ops where PopART builds the one op
     `type_name` (`ops.isinf`: `abs`, a constant and `equal`; PopART's `IsInf`). The ops a
     call builds are marked as the parts of one PopART op (`as_one_popart_op`: one
@@ -350,7 +363,7 @@ def composed(type_name: str) -> Callable[[Callable[..., Any]], Callable[..., Any
     (`ops.add_(t, 1.0)`: `to_tensor`) stay tensors of their own, as in PopXL. A composed op
     called inside another counts as part of the outer one."""
 
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(fn: _F) -> _F:
         COMPOSED_TYPES[fn.__name__] = type_name
 
         @functools.wraps(fn)
@@ -373,7 +386,7 @@ def composed(type_name: str) -> Callable[[Callable[..., Any]], Callable[..., Any
             mark_composed(g, parts, [t for t in outs if isinstance(t, Tensor)], type_name)
             return out
 
-        return wrapper
+        return cast(_F, wrapper)
 
     return decorate
 
