@@ -3,15 +3,18 @@ of the straightforward plan and called by the generated plan's template with pre
 views and scratch buffers (`xl.runtime.codegen`), so the maths and its constants exist once.
 
 Softmax runs on rows `(N, C)` (the softmax axis last, contiguous; other layouts and dtypes
-go through contiguous float32 / float64 copies). Its row reductions go through BLAS and
-blocks, since a NumPy reduction over each short row costs about 60 ns per row (the 64-wide
-attention rows of a transformer):
+go through contiguous float32 / float64 copies). Its row reductions avoid NumPy's reduction
+over each short row, which costs about 60 ns per row (the 64-wide attention rows of a
+transformer):
 
 - the shift is the maximum of a block of rows (`_block_rows`: one attention head's scores),
   a reduction NumPy vectorises; a row whose own maximum is far below its block's (its sum
-  of exponentials under `_TINY_SUM`, or NaN) makes the kernel recompute all rows with their
-  own maxima, so the result is the softmax of each row as exactly as with per-row shifts;
-- the sums of exponentials are one matrix-vector product with a vector of ones.
+  of exponentials under `_TINY_SUM`, or NaN) is computed again with its own maximum, so the
+  result is the softmax of each row as exactly as with per-row shifts;
+- the sums of exponentials are one `einsum` (`ij->i`): each row summed on its own, the same
+  bits whichever rows are summed with it (a matrix-vector product with ones is ~5 us faster
+  on 4096 x 64, but OpenBLAS's sums depend on the rows around them, which would keep the
+  kernel from running in blocks of rows).
 
 GELU is `x (0.5 + 0.5 tanh(u))`, `u = sqrt(2/pi) (x + 0.044715 x^3)`; its gradient
 `0.5 (1 + t) (1 + x u' (1 - t))`, `t = tanh(u)`, `u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)`:
@@ -34,7 +37,7 @@ import numpy as np
 from xl.dialects.popxl import GeluGradOp, GeluOp, SoftmaxGradOp, SoftmaxOp
 from xl.dialects.rt_kernels import FusedOp, SoftmaxFusedOp, SoftmaxGradFusedOp
 from xl.runtime.codegen import Gen, K, template
-from xl.runtime.kernels.buffers import FAST_FLOATS, Alloc, call, consts, empty, ones, scratch
+from xl.runtime.kernels.buffers import FAST_FLOATS, Alloc, call, consts, empty, scratch
 from xl.runtime.kernels.registry import KERNELS, Kernel, kernel
 
 # ------------------------------------------------------------------------------------
@@ -69,27 +72,26 @@ def softmax_rows(
     bmax: np.ndarray,
     s: np.ndarray,
     s2: np.ndarray,
-    ones: np.ndarray,
     *,
     redo: Callable[[], None] | None = None,
 ) -> None:
     """out = exp(x - shift) / sum per row of `x` `(N, C)`; `xb` / `ob` are `x` / `out` as blocks
-    of rows `(B, R C)`, `bmax` `(B, 1)` scratch, `s` `(N,)` scratch and `s2` its `(N, 1)` view,
-    `ones` `(C,)`. With one row per block (`B == N`) the shift is each row's maximum; `x` may
-    then be `out`. With blocks, `x` may be `out` when `redo` writes the scores into it again
-    (a fused prologue, `xl.softmax`)."""
+    of rows `(B, R C)`, `bmax` `(B, 1)` scratch, `s` `(N,)` scratch and `s2` its `(N, 1)` view.
+    With one row per block (`B == N`) the shift is each row's maximum; `x` may then be `out`.
+    With blocks, `x` may be `out` when `redo` writes the scores into it again (a fused
+    prologue, `xl.softmax`)."""
     np.maximum.reduce(xb, axis=1, out=bmax, keepdims=True)
     np.subtract(xb, bmax, ob)
     np.exp(ob, ob)
-    np.matmul(out, ones, s)
+    np.einsum("ij->i", out, out=s)
     if bmax.shape[0] != s.shape[0] and not s.min() >= _TINY_SUM:
-        _own_shifts(x, out, bmax, s, ones, redo)
+        _own_shifts(x, out, bmax, s, redo)
     np.reciprocal(s, s)
     np.multiply(out, s2, out)
 
 
 def _own_shifts(
-    x: np.ndarray, out: np.ndarray, bmax: np.ndarray, s: np.ndarray, ones: np.ndarray, redo: Callable[[], None] | None
+    x: np.ndarray, out: np.ndarray, bmax: np.ndarray, s: np.ndarray, redo: Callable[[], None] | None
 ) -> None:
     """The exponentials again, where a row's sum under its block's shift is below
     `_TINY_SUM` (or NaN: a row far below its block's maximum) shifted by the row's own
@@ -102,7 +104,7 @@ def _own_shifts(
     shift[bad] = np.maximum.reduce(x[bad], axis=1)
     np.subtract(x, shift[:, None], out)
     np.exp(out, out)
-    np.matmul(out, ones, s)
+    np.einsum("ij->i", out, out=s)
 
 
 def rows_split_exactly(x: np.ndarray, out: np.ndarray, axis: int, redo: bool) -> bool:
@@ -143,7 +145,7 @@ def _softmax_args(
     if ops is None:
         return None
     s = ops[-1]
-    return [*ops, s.reshape(-1, 1), ones(x.shape[-1] if x.ndim else 1, x.dtype)]
+    return [*ops, s.reshape(-1, 1)]
 
 
 def _moved(

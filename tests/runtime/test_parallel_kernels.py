@@ -353,3 +353,25 @@ def test_softmax_blocks_of_rows_give_the_whole_bits(fused: bool, monkeypatch: py
     y = rng.standard_normal((64, 96)).astype(np.float32)
     program, _ = _program(KernelCase(SoftmaxOp, lambda r: [y], props={"axis": -1}), [y])
     assert "_par(" not in compile_program(program, optimize=True, workers=2).sources[0]
+
+
+@pytest.mark.parametrize("shape", [(3, 42, 96), (5, 85, 48), (3, 2, 128, 32)])
+def test_softmax_blocks_of_odd_rows_give_the_whole_bits(
+    shape: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shift blocks of 42 rows of 96, 85 of 48 (blocks of rows start at rows no vector unit
+    aligns): the row sums, and so the results, are those of the whole (a matrix-vector
+    product's sums would depend on the rows around them)."""
+    from xl.dialects.popxl import SoftmaxOp
+
+    monkeypatch.setattr(parallel_kernels, "SPLIT_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(parallel_kernels, "PARALLEL_OVER_BLAS", 0.0)
+    x = (np.random.default_rng(5).standard_normal(shape) * 4).astype(np.float32)
+    program, names = _program(KernelCase(SoftmaxOp, lambda r: [x], props={"axis": -1}), [x])
+    serial = compile_program(program, optimize=True, workers=1)
+    split = compile_program(program, optimize=True, workers=2)
+    assert "_par(" in split.sources[0]
+    for threads in (1, 2):
+        with threadpool_limits(threads, user_api="blas"):
+            want = serial.run({"in0": x})[names[0]]
+        assert want.tobytes() == _run(split, [x])[names[0]].tobytes()
