@@ -356,7 +356,8 @@ _DEFERRED_DTYPE_CHECKS: ContextVar[list[VerifyException] | None] = ContextVar("d
 @contextmanager
 def deferred_dtype_checks() -> Iterator[list[VerifyException]]:
     """Within this context, an operand of a dtype the op cannot compute (`require_float`,
-    `require_int`) does not stop type inference or verification: the errors are collected
+    `require_int`), or an update of `dynamic_update` whose shape is not the slice's, does
+    not stop type inference or verification: the errors are collected
     in the list yielded, and the op is built with the types it would have. The IR stays
     invalid: `verify()` outside the context raises the same error. (PopXL builds such ops
     and refuses the program when it is compiled; its frontend does the same with this.)"""
@@ -2107,7 +2108,8 @@ class AccumulatorZeroOp(PopxlOp):
 
     name = "popxl.accumulator_zero_"
     t = operand_def(TensorType)
-    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable(), PopartType("AccumulatorZero"))
+    # PopXL zeroes an accumulator with AccumulatorScale by 0
+    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable(), PopartType("AccumulatorScale"))
 
     @classmethod
     def infer(cls, types, props):
@@ -2278,7 +2280,8 @@ def _dynamic_update_check(cls: type[PopxlOp], types, props) -> TensorType:
     t, index, update = types
     expected = _dynamic_slice_type(cls, t, index, props)
     if shape_of(update) != shape_of(expected):
-        raise cls.fail(f"update {fmt_type(update)} must have the slice shape {shape_of(expected)} of {fmt_type(t)}")
+        # PopART builds the op (its result is `t`'s type) and refuses the program when it compiles
+        _dtype_error(cls, f"update {fmt_type(update)} must have the slice shape {shape_of(expected)} of {fmt_type(t)}")
     if dtype_of(update) != dtype_of(t):
         raise cls.fail(f"update {fmt_type(update)} and tensor {fmt_type(t)} dtypes differ")
     return t

@@ -175,3 +175,31 @@ def test_slice_without_bounds_is_its_input() -> None:
         a = popxl.variable(Y, name="a")
         assert ops.slice(a, axis=0) is a
     assert len(g.tensors) == 1
+
+
+@pytest.mark.parametrize(
+    ("build", "type_name", "cls_name"),
+    [
+        (lambda y: ops.var_updates.accumulator_zero_(y), "AccumulatorScale", "AccumulatorScaleOp"),
+        (
+            lambda y: ops.onehot(
+                popxl.constant(np.array([0, 2], np.int32)), popxl.constant(3), popxl.constant([0.0, 1.0])
+            ),
+            "OneHot",
+            "OnehotOp",
+        ),
+        (lambda y: ops.squeeze(ops.reshape(y, (1, 2, 3))), "Reshape", "ReshapeOp"),
+    ],
+)
+def test_ops_are_the_popart_ops_popxl_builds(
+    build: Callable[[popxl.Tensor], object], type_name: str, cls_name: str
+) -> None:
+    """PopXL zeroes an accumulator with AccumulatorScale, builds onehot as OneHot (class
+    OnehotOp) and squeeze as a Reshape."""
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g:
+        y = popxl.variable(Y, name="y")
+        build(y)
+    last = g._pb_graph.getOps()[-1]
+    assert last.opType() == type_name and isinstance(last, getattr(_ir.op, cls_name))
