@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
-from popxl.ops._utils import as_int, current_op, emit1, wrap_public_ops
+from popxl.ops._utils import as_int, composed, current_op, emit1, wrap_public_ops
 from popxl.tensor import Tensor
 from xl.dialects.popxl import ConvOp, ConvTransposeOp
 
@@ -142,7 +142,9 @@ def conv_transpose(
     entry must be smaller than the stride or the dilation. `output_shape` (the spatial
     output size) chooses the padding instead, as ONNX (`padding` is then ignored; the
     extra element of an odd total padding goes to the beginning, to the end with
-    `"same_upper"`; the full output shape `(N, C_out, *spatial)` is accepted too).
+    `"same_upper"`; the full output shape `(N, C_out, *spatial)` is accepted too; a size
+    larger than the convolution gives is negative padding, as in ONNX: zeros where no
+    input reaches).
     `pad_type` `"same_*"` asks for `out = x * stride`, `"valid"` for no padding. Differentiable in `t` and `weight`.
     """
     nd = _spatial_rank(t)
@@ -176,23 +178,64 @@ def conv_transpose(
         begin, end = [0] * nd, [0] * nd
         for i in range(nd):
             total = s[i] * (t.shape[2 + i] - 1) + op[i] + d[i] * (k[i] - 1) + 1 - shape[i]
-            if total < 0:
-                raise ValueError(
-                    f"{current_op()}: output_shape {shape} is larger than the transposed convolution "
-                    f"of {t.shape} with weight {weight.shape} can produce"
-                )
-            small, large = total // 2, total - total // 2
+            small = total // 2 if total >= 0 else -(-total // 2)  # halved toward 0, as ONNX's C++
+            large = total - small
             begin[i], end[i] = (small, large) if pad_type == "same_upper" else (large, small)
         p = (*begin, *end)
-    return emit1(
+    if min(p, default=0) >= 0:
+        return emit1(
+            ConvTransposeOp,
+            [t, weight],
+            stride=s,
+            pads=p,
+            dilation=d,
+            groups=as_int(groups, "groups"),
+            output_padding=op if any(op) else None,
+        )
+    return _conv_transpose_grown(t, weight, s, p, d, as_int(groups, "groups"), op)
+
+
+@composed("ConvTranspose")
+def _conv_transpose_grown(
+    t: Tensor,
+    weight: Tensor,
+    s: tuple[int, ...],
+    p: tuple[int, ...],
+    d: tuple[int, ...],
+    groups: int,
+    op: tuple[int, ...],
+) -> Tensor:
+    """A transposed convolution with negative pads (an `output_shape` larger than the
+    convolution gives, as ONNX allows): the convolution with those pads at 0, then zeros
+    on the sides of the negative pads (no input reaches those positions); one PopART op."""
+    import numpy as np
+
+    from popxl.ops._ops import concat
+    from popxl.tensor import constant
+
+    nd = len(s)
+    out = emit1(
         ConvTransposeOp,
         [t, weight],
         stride=s,
-        pads=p,
+        pads=tuple(max(x, 0) for x in p),
         dilation=d,
-        groups=as_int(groups, "groups"),
+        groups=groups,
         output_padding=op if any(op) else None,
     )
+    for i in range(nd):
+        axis = 2 + i
+        grow_begin, grow_end = max(-p[i], 0), max(-p[nd + i], 0)
+        parts = []
+        for n in (grow_begin, None, grow_end):
+            if n is None:
+                parts.append(out)
+            elif n:
+                zeros_shape = out.shape[:axis] + (n,) + out.shape[axis + 1 :]
+                parts.append(constant(np.zeros(zeros_shape, out.dtype.as_numpy()), out.dtype))
+        if len(parts) > 1:
+            out = concat(parts, axis)
+    return out
 
 
 __all__ = ["PadType", "conv", "conv_transpose"]

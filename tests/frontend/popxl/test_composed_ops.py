@@ -90,6 +90,14 @@ CASES: dict[str, tuple[Build, np.ndarray | None, int]] = {
         None,
         1,
     ),
+    "_conv_transpose_grown": (  # ops.conv_transpose with an output_shape beyond the convolution
+        lambda x, y: ops.conv_transpose(
+            ops.reshape(y, (1, 2, 3, 1)), popxl.constant(np.ones((2, 1, 1, 1), np.float32)), output_shape=(4, 2)
+        ),
+        # negative padding -1 on each dim, halved toward 0: a zero row on top, a zero column on the left
+        np.pad((Y[0] + Y[1]).reshape(1, 1, 3, 1), ((0, 0), (0, 0), (1, 0), (1, 0))),
+        3,  # the reshape, the weight, the output
+    ),
 }
 BATCH_NORM = 2 * Y / np.sqrt(1.0) + 1
 
