@@ -421,13 +421,22 @@ class CallSiteError(ValueError):
     """A graph's signature cannot change because of how it is called."""
 
 
+# Per op class: 1 calls `callee`, 2 both branches, 0 no graph (asked for every op of a
+# module: one dictionary lookup instead of isinstance checks).
+_CALLS: dict[type[Operation], int] = {}
+
+
 def called_graph_names(op: Operation) -> list[str]:
     """The graphs `op` itself calls (`call.call`, `call.repeat`, both `call.conditional`
     branches), in order; [] for any other op."""
-    if isinstance(op, CallOp | RepeatOp):
-        return [op.callee.root_reference.data]
-    if isinstance(op, ConditionalOp):
-        return [op.then_branch.root_reference.data, op.else_branch.root_reference.data]
+    t = type(op)
+    kind = _CALLS.get(t)
+    if kind is None:
+        kind = _CALLS[t] = 1 if issubclass(t, CallOp | RepeatOp) else 2 if issubclass(t, ConditionalOp) else 0
+    if kind == 1:
+        return [op.callee.root_reference.data]  # pyright: ignore[reportAttributeAccessIssue]
+    if kind == 2:
+        return [op.then_branch.root_reference.data, op.else_branch.root_reference.data]  # pyright: ignore[reportAttributeAccessIssue]
     return []
 
 

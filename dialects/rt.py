@@ -912,6 +912,9 @@ def lookup_func(op: Operation, name: str) -> FuncOp | None:
     return None
 
 
+_CALLEES: dict[str, SymbolRefAttr] = {}  # the attribute of each callee name (immutable, shared)
+
+
 @irdl_op_definition
 class CallOp(IRDLOperation):
     """Runs function `callee` with `ins` as its inputs and `outs` as its destinations.
@@ -933,7 +936,17 @@ class CallOp(IRDLOperation):
     assembly_format = "$callee `(` $ins `)` `->` `(` $outs `)` attr-dict `:` functional-type($ins, $outs)"
 
     def __init__(self, callee: str, ins: Sequence[SSAValue], outs: Sequence[SSAValue]):
-        super().__init__(properties={"callee": SymbolRefAttr(callee)}, operands=[list(ins), list(outs)])
+        ins, outs = list(ins), list(outs)
+        # Operation.__init__ directly, as rt.kernel (the generic IRDL argument processing
+        # costs ~4x; lowering an outlined program creates one call per repeat)
+        ref = _CALLEES.get(callee)
+        if ref is None:
+            ref = _CALLEES[callee] = SymbolRefAttr(callee)
+        Operation.__init__(
+            self,
+            operands=[*ins, *outs],
+            properties={"callee": ref, "operandSegmentSizes": _segments(len(ins), len(outs))},
+        )
 
     @property
     def callee_name(self) -> str:
