@@ -221,10 +221,14 @@ class StateOp(IRDLOperation):
         init: DenseIntOrFPElementsAttr | None = None,
         grouping: Attribute | None = None,
     ):
-        super().__init__(
-            properties={"slot": StringAttr(slot), "init": init, "grouping": grouping},
-            result_types=[type],
-        )
+        # Operation.__init__ directly (the generic IRDL argument processing costs ~6x; one
+        # state per variable); absent optional properties are left out, as IRDL does
+        props: dict[str, Attribute] = {"slot": StringAttr(slot)}
+        if init is not None:
+            props["init"] = init
+        if grouping is not None:
+            props["grouping"] = grouping
+        Operation.__init__(self, properties=props, result_types=[type])
 
     @classmethod
     def parse(cls, parser: Parser) -> StateOp:
