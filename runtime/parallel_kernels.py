@@ -60,14 +60,12 @@ blocks and lanes on N threads gives the bits of the step on 1 (`tests/runtime/te
 every splittable kernel of the registry and the GPT example's training step). A failure
 on a worker is raised by the step, named after its kernel.
 
-Blocks beside BLAS threads. The serial plan still runs in row blocks the kernels whose
-blocks call no BLAS routine OpenBLAS would spread over its threads (`beside_blas_threads`:
-elementwise kernels and chains, softmax and its gradient, stacks of products each small
-enough that OpenBLAS runs it on one thread, the attention products of a small
-transformer), while OpenBLAS keeps the caller's threads for the large products: the GPT
-example's step at 2 threads runs its attention and MLP activations on both cores, with the
-bits of the serial plan at the same thread count (no lanes there: two products at once
-would each start OpenBLAS's threads).
+Blocks beside BLAS threads. The serial plan still runs in row blocks its large kernels that
+call no product (`beside_blas_threads`: elementwise kernels and chains, softmax and its
+gradient, gelu), while OpenBLAS keeps the caller's threads for the products: the GPT
+example's step at 2 threads runs its attention softmax and MLP activations on both cores,
+with the bits of the serial plan at the same thread count (no lanes there: two products at
+once would each start OpenBLAS's threads).
 """
 
 from __future__ import annotations
@@ -334,24 +332,21 @@ def blas_threads_gain(
     return flops / FLOPS_PER_ELEMENT * (1 - 1 / parts)
 
 
-OPENBLAS_ONE_THREAD_MNK = 4 * 65536
-"""OpenBLAS runs a GEMM of at most this `m * n * k` on one thread whatever its thread count
-(its gemm interface: `SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD`)."""
+BESIDE_BLAS_MIN_ELEMENTS = 1 << 18
+"""Results of a kernel that runs in row blocks beside OpenBLAS's threads: a fork and join
+there costs tens of us (a worker woken while OpenBLAS's own threads spin, the GIL passed at
+each NumPy call), which a block gains back only on large kernels (measured on a loaded
+2-core VM: gelu_grad of 1024 x 256 276 -> 178 us in 2 blocks, two 65536-element
+multiplications 22 -> 44 us)."""
 
 
-def beside_blas_threads(cls: KernelClass | None, ins: Sequence[np.ndarray]) -> bool:
-    """Whether the row blocks of a kernel may run at once in the serial plan, whose OpenBLAS
-    keeps the caller's threads: they call no BLAS (elementwise kernels and chains, softmax
-    gradients), or each product of the stack is small enough that OpenBLAS runs it on one
-    thread anyway (the attention products of a small transformer: 64 x 64 x 16), so every
-    block makes the serial plan's calls on its own rows. Blocks of larger products would
-    each start OpenBLAS's threads at once."""
-    if cls is not MatmulOp:
-        return True
-    if len(ins) != 2 or ins[0].ndim < 2 or ins[1].ndim < 2:
-        return False
-    m, k = ins[0].shape[-2:]
-    return m * k * ins[1].shape[-1] <= OPENBLAS_ONE_THREAD_MNK
+def beside_blas_threads(cls: KernelClass | None, outs: Sequence[np.ndarray]) -> bool:
+    """Whether the row blocks of a kernel run at once in the serial plan, whose OpenBLAS keeps
+    the caller's threads: large kernels (`BESIDE_BLAS_MIN_ELEMENTS` results) that call no
+    product (elementwise kernels and chains, softmax and its gradient, gelu; a stack of
+    products would call BLAS in both blocks while OpenBLAS's threads wait for the next
+    large product)."""
+    return cls is not MatmulOp and bool(outs) and outs[0].size >= BESIDE_BLAS_MIN_ELEMENTS
 
 
 def _conflict(x: list[tuple[Region, bool]], lane: list[tuple[Region, bool]]) -> bool:

@@ -247,7 +247,7 @@ class PlanBuilder(ProgramWalk[int]):
         if self.parts > 1 and not self._in_function:
             ins, outs = [g.arr(v) for v in op.ins], [g.arr(v) for v in op.outs]
             blocks = row_blocks(cls, props, ins, outs, self.parts)
-            if blocks is not None and (not self.estimate_only or beside_blas_threads(cls, ins)):
+            if blocks is not None and (not self.estimate_only or beside_blas_threads(cls, outs)):
                 self.emit_kernel(rop, [self._blocks_line(op, props, blocks)], depth, name)
                 return
             if blocks is not None:  # what `_blocks_line` counts; the serial lines below
@@ -559,8 +559,8 @@ def build_replica(
     that many blocks at once (`xl.runtime.parallel_kernels`; the step, once finished, must
     run as a `ParallelStep` when `b.split_kernels` or `b.lane_functions` is not empty), and
     consecutive independent kernels run side by side. `serial=True` with `parts > 1`: the
-    serial plan (the lines of `parts=1`, but for the row blocks that may run beside
-    OpenBLAS's threads, `beside_blas_threads`; no lanes), with `b.parallel_gain` and
+    serial plan (the lines of `parts=1`, but for the row blocks that run beside OpenBLAS's
+    threads, `beside_blas_threads`; no lanes), with `b.parallel_gain` and
     `b.blas_gain` those of the plan for `parts` (`xl.runtime.parallel_kernels.uses_threads`
     decides from them whether that plan is worth building)."""
     b = PlanBuilder(stream_in, stream_out, replica, program.replication_factor, shared_state, profile)

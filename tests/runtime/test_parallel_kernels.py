@@ -150,7 +150,7 @@ def test_failure_on_a_worker_names_the_kernel(monkeypatch: pytest.MonkeyPatch) -
 def monkeypatched_beside_blas(value: bool) -> Iterator[None]:
     """The plan builder's `beside_blas_threads` answering `value` for every kernel."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(plan, "beside_blas_threads", lambda cls, ins: value)
+        mp.setattr(plan, "beside_blas_threads", lambda cls, outs: value)
         yield
 
 
@@ -223,11 +223,13 @@ def test_failure_in_a_lane_on_a_worker_names_the_kernel(monkeypatch: pytest.Monk
     np.testing.assert_array_equal(out[names[1]], b / a)
 
 
-def test_large_products_in_a_chain_keep_blas_threads() -> None:
+def test_large_products_in_a_chain_keep_blas_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """A large product then an elementwise kernel of its result: the product would gain far
     more from OpenBLAS's threads than blocks and lanes save, so the plan is the serial one
     (no lanes, the product whole), which runs OpenBLAS at the caller's threads; the
-    elementwise kernel's rows still run in blocks beside them, with the serial plan's bits."""
+    elementwise kernel's rows still run in blocks beside them (at this size: the threshold
+    lowered), with the serial plan's bits."""
+    monkeypatch.setattr(parallel_kernels, "BESIDE_BLAS_MIN_ELEMENTS", 256 * 512)
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((256, 512)).astype(np.float32), rng.standard_normal((512, 512)).astype(np.float32)
     program, names = _kernels_program([x, w], [("popxl.matmul", [0, 1], (256, 512)), ("popxl.relu", [2], (256, 512))])
@@ -284,12 +286,13 @@ def test_gpt_step_gives_the_single_thread_bits(monkeypatch: pytest.MonkeyPatch) 
 
 def test_gpt_step_with_blocks_beside_blas_threads_gives_the_serial_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     """The serial plan (OpenBLAS at 2 threads, blocks and lanes not preferred) runs the rows of
-    its attention softmax and gradient, stacked attention products and gelu in blocks beside
-    OpenBLAS's threads: the same bits as without the blocks, step after step."""
+    its attention softmax and gradient and gelu in blocks beside OpenBLAS's threads, never a
+    product: the same bits as without the blocks, step after step."""
     sys.path.insert(0, str(EXAMPLES))
     import gpt_char
 
     monkeypatch.setattr(parallel_kernels, "SPLIT_MIN_ELEMENTS", 1024)
+    monkeypatch.setattr(parallel_kernels, "BESIDE_BLAS_MIN_ELEMENTS", 1024)
     monkeypatch.setattr(parallel_kernels, "BLAS_THREADS_MIN_FLOPS", 0)  # every product gains from BLAS threads
     monkeypatch.setattr(parallel_kernels, "PARALLEL_OVER_BLAS", 1e12)
     # each head's 64 x 64 scores one shift block of the softmax: its rows split by sample
@@ -302,7 +305,8 @@ def test_gpt_step_with_blocks_beside_blas_threads_gives_the_serial_bits(monkeypa
     step = blocks.replicas[0].step
     assert isinstance(step, ParallelStep) and not step.one_blas_thread
     split = {line.rsplit("# ", 1)[1] for line in blocks.sources[0].splitlines() if "_par(" in line}
-    assert {"xl.softmax", "xl.softmax_grad", "popxl.matmul", "popxl.gelu", "popxl.gelu_grad"} <= split, split
+    assert {"xl.softmax", "xl.softmax_grad", "popxl.gelu", "popxl.gelu_grad"} <= split, split
+    assert "popxl.matmul" not in split
     assert "_fork(" not in blocks.sources[0] and "_par(" not in serial.sources[0]
     rng = np.random.default_rng(0)
     for n in range(3):

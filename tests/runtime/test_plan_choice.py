@@ -46,6 +46,7 @@ def test_estimate_is_the_threaded_plans_and_lines_the_serial_plans(
 ) -> None:
     if lowered:  # the attention and MLP kernels split, products run side by side
         monkeypatch.setattr(parallel_kernels, "SPLIT_MIN_ELEMENTS", 1024)
+        monkeypatch.setattr(parallel_kernels, "BESIDE_BLAS_MIN_ELEMENTS", 1024)
         monkeypatch.setattr(parallel_kernels, "LANE_MIN_COST", 2000)
     program = _gpt_program()
     threaded, serial, estimate = _build(program, 2), _build(program, 1), _build(program, 2, serial=True)
@@ -57,7 +58,7 @@ def test_estimate_is_the_threaded_plans_and_lines_the_serial_plans(
     assert bool(estimate.split_kernels) == lowered
     assert [i.name for i in estimate.infos] == [i.name for i in serial.infos]
     # without them, its lines are the plan for one thread's
-    monkeypatch.setattr(plan, "beside_blas_threads", lambda cls, ins: False)
+    monkeypatch.setattr(plan, "beside_blas_threads", lambda cls, outs: False)
     estimate = _build(program, 2, serial=True)
     assert (estimate.parallel_gain, estimate.blas_gain) == (threaded.parallel_gain, threaded.blas_gain)
     assert estimate.g.lines == serial.g.lines and estimate.helpers == serial.helpers
