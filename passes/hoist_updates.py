@@ -83,15 +83,16 @@ def _kind(op: Operation) -> tuple[bool, bool]:
     return k
 
 
-def _movable(op: Operation, root: dict[SSAValue, SSAValue]) -> bool:
-    if op.regions or not _kind(op)[0]:
-        return False
-    written = written_operands(op)
-    if not written:
+def _movable(
+    op: Operation, operands: tuple[SSAValue, ...], written: tuple[int, ...], root: dict[int, SSAValue]
+) -> bool:
+    """Whether `op` may be hoisted: it updates in place (`written`) only variables (through
+    views: `root`), has no regions, is neither a call nor a collective."""
+    if not written or op.regions or not _kind(op)[0]:
         return False
     for i in written:
-        v = op.operands[i]
-        r = root.get(v, v)
+        v = operands[i]
+        r = root.get(id(v), v)
         if not isinstance(getattr(r, "owner", None), VariableOp):
             return False
     return True
@@ -99,24 +100,27 @@ def _movable(op: Operation, root: dict[SSAValue, SSAValue]) -> bool:
 
 def hoist_block(block: Block) -> bool:
     """Hoist the variable updates of `block` (see the module docstring); whether the order
-    changed."""
+    changed. (Ops and values are keyed by `id`: their own hashes are Python calls; all of
+    them stay alive in the block meanwhile.)"""
     kept: list[Operation] = []
     after: dict[int, list[Operation]] = {}
-    pos: dict[Operation, _Pos] = {}
-    # per alias root: the last position that wrote it (or defined it), and the last that
-    # touched it at all (read, wrote or defined)
-    wrote: dict[SSAValue, _Pos] = {}
-    touched: dict[SSAValue, _Pos] = {}
-    root: dict[SSAValue, SSAValue] = {}  # a view-like result -> the tensor it views
+    pos: dict[int, _Pos] = {}  # id(op) -> its position
+    # per alias root (by id): the last position that wrote it (or defined it), and the last
+    # that touched it at all (read, wrote or defined)
+    wrote: dict[int, _Pos] = {}
+    touched: dict[int, _Pos] = {}
+    root: dict[int, SSAValue] = {}  # id(view-like result) -> the tensor it views
     barrier = _START
     for op in list(block.ops):
-        roots = [root.get(v, v) for v in op.operands]
-        written = set(written_operands(op))
-        if _movable(op, root):
+        operands = tuple(op.operands)
+        roots = [id(root.get(id(v), v)) for v in operands]
+        written = written_operands(op)
+        if _movable(op, operands, written, root):
             at = barrier
-            for i, (v, r) in enumerate(zip(op.operands, roots, strict=True)):
+            for i, (v, r) in enumerate(zip(operands, roots, strict=True)):
                 owner = v.owner  # the operand itself is defined before (a view after its root)
-                at = max(at, pos.get(owner, _START) if isinstance(owner, Operation) else _START)
+                if isinstance(owner, Operation):
+                    at = max(at, pos.get(id(owner), _START))
                 at = max(at, (touched if i in written else wrote).get(r, _START))
             i = at[0]
             here = after.setdefault(i, [])
@@ -127,15 +131,20 @@ def hoist_block(block: Block) -> bool:
             kept.append(op)
             if op.regions:
                 barrier = p
-        pos[op] = p
+        pos[id(op)] = p
         for i, r in enumerate(roots):
-            touched[r] = max(touched.get(r, _START), p)
+            t = touched.get(r)
+            if t is None or t < p:
+                touched[r] = p
             if i in written:
-                wrote[r] = max(wrote.get(r, _START), p)
-        if len(roots) == 1 and len(op.results) == 1 and _kind(op)[1]:
-            root[op.results[0]] = roots[0]
-        for res in op.results:
-            touched[res] = wrote[res] = p
+                w = wrote.get(r)
+                if w is None or w < p:
+                    wrote[r] = p
+        results = op.results
+        if len(roots) == 1 and len(results) == 1 and _kind(op)[1]:
+            root[id(results[0])] = root.get(id(operands[0]), operands[0])
+        for res in results:
+            touched[id(res)] = wrote[id(res)] = p
     order: list[Operation] = list(after.get(-1, ()))
     for i, op in enumerate(kept):
         order.append(op)
