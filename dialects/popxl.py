@@ -356,8 +356,8 @@ _DEFERRED_DTYPE_CHECKS: ContextVar[list[VerifyException] | None] = ContextVar("d
 @contextmanager
 def deferred_dtype_checks() -> Iterator[list[VerifyException]]:
     """Within this context, an operand of a dtype the op cannot compute (`require_float`,
-    `require_int`), or an update of `dynamic_update` whose shape is not the slice's, does
-    not stop type inference or verification: the errors are collected
+    `require_int`), or an update of `dynamic_update` / `sparse_accumulate_` whose shape is
+    not the slice's, does not stop type inference or verification: the errors are collected
     in the list yielded, and the op is built with the types it would have. The IR stays
     invalid: `verify()` outside the context raises the same error. (PopXL builds such ops
     and refuses the program when it is compiled; its frontend does the same with this.)"""
@@ -2137,20 +2137,27 @@ class SparseAccumulateOp(PopxlOp):
     f_tensor = opt_operand_def(TensorType)
     axis = prop_def(IntegerAttr)
     f = opt_prop_def(FloatAttr)
-    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable())
+    # PopXL's sparse_accumulate_ is PopART's PopartSparseAccumulate op (class SparseAccumulateOp)
+    traits = traits_def(AcceptsViews(), WritesOperands((0,)), NotDifferentiable(), PopartType("PopartSparseAccumulate"))
 
     @classmethod
     def infer(cls, types, props):
         t, x, idx, f = types
         require_numeric(cls, t, "the updated tensor")
         require_numeric(cls, x, "X")
-        (expected,) = GatherOp.infer([t, idx], props)
-        if shape_of(x) != shape_of(expected):
-            raise cls.fail(
-                f"X {fmt_type(x)} must have the shape {shape_of(expected)} of gathering "
-                f"{fmt_type(t)} at {fmt_type(idx)}"
-            )
         factor(cls, f, props, "f")
+        # shapes as PopART: the op is built and the program refused when it compiles
+        try:
+            (expected,) = GatherOp.infer([t, idx], props)
+        except VerifyException as e:
+            _dtype_error(cls, f"X {fmt_type(x)} cannot be accumulated into {fmt_type(t)} at {fmt_type(idx)}: {e}")
+            return []
+        if shape_of(x) != shape_of(expected):
+            _dtype_error(
+                cls,
+                f"X {fmt_type(x)} must have the shape {shape_of(expected)} of gathering "
+                f"{fmt_type(t)} at {fmt_type(idx)}",
+            )
         return []
 
 

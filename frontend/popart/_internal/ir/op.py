@@ -18,13 +18,14 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from xdsl.ir import Operation
+from xdsl.irdl import IRDLOperation
 from xdsl.traits import IsTerminator
 
 from xl.dialects import get_all_dialects
 from xl.dialects import graph as _graph
 from xl.dialects.traits import popart_op_part, popart_type
 
-__all__ = ["Op", "op_class", "op_classes", "op_of", "ops_of"]
+__all__ = ["Op", "OptimizerValue", "op_class", "op_classes", "op_of", "ops_of"]
 
 _CLASS_NAMES = {
     "Sub": "SubtractOp",
@@ -35,6 +36,7 @@ _CLASS_NAMES = {
     "OneHot": "OnehotOp",
     "IsInf": "IsInf",
     "IsNaN": "IsNaN",
+    "PopartSparseAccumulate": "SparseAccumulateOp",
 }
 """PopART's C++ class of the op types whose class is not `<type>Op`."""
 
@@ -51,8 +53,7 @@ _OPTIMIZER_TYPES = frozenset(
         "AccumulatorScale",
         "AccumulatorZero",
         "CopyVarUpdate",
-        "SparseAccumulate",
-        "SparseAccumulateInplace",
+        "PopartSparseAccumulate",
     }
 )
 """The op types whose PopART class reports `isOptimizerOp()`: the updaters and the variable
@@ -88,8 +89,48 @@ class Op:
 
     getName = name
 
+    def getAxis(self) -> int:  # noqa: N802  (PopART's name)
+        """The op's `axis` (`SparseAccumulate`, `Gather`, ...); AttributeError for an op without one."""
+        axis = getattr(self.xl_op, "axis", None)
+        if axis is None:
+            raise AttributeError(f"{type(self).__name__} has no axis")
+        return int(axis.value.data) if hasattr(axis, "value") else int(axis)
+
+    def getFactor(self) -> OptimizerValue:  # noqa: N802  (PopART's name)
+        """The factor of a variable update (`AccumulatorScale`, `Accumulate`, ...), as PopART's
+        `OptimizerValue`: the number when it is a constant, 0.0 and not const when a tensor;
+        an accumulator zeroing scales by 0. AttributeError for an op without a factor."""
+        op = self.xl_op
+        if getattr(op, "f_tensor", None) is not None:
+            return OptimizerValue(0.0, False)
+        f = getattr(op, "f", None)
+        if f is not None:
+            return OptimizerValue(float(f.value.data), True)
+        if isinstance(op, IRDLOperation) and "f" in op.get_irdl_definition().properties:
+            return OptimizerValue(1.0, True)  # the default factor
+        if self.opType_ == "AccumulatorScale":  # `accumulator_zero_`
+            return OptimizerValue(0.0, True)
+        raise AttributeError(f"{type(self).__name__} has no factor")
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}: {self.xl_op.name}>"
+
+
+class OptimizerValue:
+    """PopART's `OptimizerValue`: `val()` and `isConst()`."""
+
+    def __init__(self, value: float, const: bool) -> None:
+        self._value = value
+        self._const = const
+
+    def val(self) -> float:
+        return self._value
+
+    def isConst(self) -> bool:  # noqa: N802  (PopART's name)
+        return self._const
+
+    def __repr__(self) -> str:
+        return f"OptimizerValue({self._value}, isConst={self._const})"
 
 
 def _class_name(type_name: str) -> str:
