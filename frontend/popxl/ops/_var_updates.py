@@ -211,11 +211,12 @@ def adam_var_update(
 ) -> Tensor:
     """LAMB weight update in place: `t -= learning_rate * ratio * x`, with the trust ratio
     `sqrt(r1) / sqrt(r2)` (`r1 = lamb_square(t)`, `r2 = lamb_square(x)`; 1 when either is
-    0), `sqrt(r1)` clipped to `max_weight_norm` when given; returns the updated `t` (a new tensor aliasing it)."""
+    0), `sqrt(r1)` clipped to `max_weight_norm` when given; returns the updated `t` (a new tensor aliasing it).
+    `learning_rate` None is 0 (PopART's default optimizer value: `t` is left as it is)."""
     return emit_inplace(
         AdamVarUpdateOp,
         [t, x, r1, r2],
-        learning_rate=factor(learning_rate),
+        learning_rate=factor(0.0 if learning_rate is None else learning_rate),
         max_weight_norm=factor(max_weight_norm),
     )
 

@@ -161,3 +161,17 @@ def test_subgraph_in_place_op_returns_a_tensor_of_the_subgraph() -> None:
     assert len(sg.outputs) == 1
     # the input, the constant 1.0 and the add's output
     assert len(sg.tensors) == 3 and len(sg.constants) == 1
+
+
+def test_adam_var_update_without_learning_rate_keeps_the_weight() -> None:
+    """PopXL's default learning rate is PopART's default optimizer value, 0."""
+    ir = popxl.Ir()
+    g = ir.main_graph
+    with g, popxl.in_sequence():
+        a = popxl.variable(A, name="a")
+        b = popxl.variable(B, name="b")
+        r = ops.var_updates.adam_var_update(a, b, popxl.constant(1.0), popxl.constant(4.0), None, 10.0)
+    assert len(g.tensors) == 5 and r in g.tensors  # a, b, the two constants, the update's output
+    with popxl.Session(ir, "ipu_model") as s:
+        s.run()
+        np.testing.assert_array_equal(s.get_tensor_data(a), A)
