@@ -1600,7 +1600,7 @@ class ArgmaxOp(ArgReduceOp):
     """
 
     name = "popxl.argmax"
-    traits = traits_def(AcceptsViews(), NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient(), PopartType("ArgMax"))
 
 
 @irdl_op_definition
@@ -1613,7 +1613,7 @@ class ArgminOp(ArgReduceOp):
     """
 
     name = "popxl.argmin"
-    traits = traits_def(AcceptsViews(), NoGradient())
+    traits = traits_def(AcceptsViews(), NoGradient(), PopartType("ArgMin"))
 
 
 # ------------------------------------------------------------------------------------

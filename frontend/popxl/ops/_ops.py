@@ -560,6 +560,7 @@ def reshape(t: Tensor, shape: Iterable[int]) -> Tensor:
     return emit1(ReshapeOp, [t], tensor_type(new, t.dtype._compute_np()))
 
 
+@composed("ReshapeInplace")
 def reshape_(t: Tensor, shape: Iterable[int]) -> Tensor:
     """As `reshape`. Upstream the result is an alias (a view) of `t`; xl builds a copy and,
     when the program is compiled or exported, raises `NotImplementedError` for any program
@@ -574,6 +575,7 @@ def flatten(t: Tensor) -> Tensor:
     return reshape(t, (-1,))
 
 
+@composed("ReshapeInplace")
 def flatten_(t: Tensor) -> Tensor:
     """As `flatten`. Upstream an alias of `t`: xl refuses programs where that differs,
     see `reshape_`."""
@@ -593,6 +595,7 @@ def transpose(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
     return emit1(TransposeOp, [t], perm=perm)
 
 
+@composed("TransposeInplace")
 def transpose_(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
     """As `transpose`. Upstream an alias of `t`: xl refuses programs where that differs,
     see `reshape_`."""
@@ -720,6 +723,7 @@ def slice(
     )
 
 
+@composed("SliceInplace")
 def slice_(
     t: Tensor,
     start: int | Sequence[int | None] | None = None,
@@ -734,6 +738,7 @@ def slice_(
     return record_view(slice(t, start, stop, step, axis), "ops.slice_")
 
 
+@composed("Subsample")
 def subsample(t: Tensor, strides: int | Iterable[int]) -> Tensor:
     """Every `strides[i]`-th element along each dim `i` of `t`, starting at 0. An int is the
     stride of dim 0; fewer strides than dims are padded with ones (as upstream); more is a
@@ -850,6 +855,7 @@ def gather(
     return emit1(GatherOp, [t, indices], axis=as_int(axis, "axis"), zero_oor=True if zero_OOR else None)
 
 
+@composed("PopartTiedGather")
 def tied_gather(
     t: Tensor,
     indices: Any,
@@ -1390,6 +1396,7 @@ def detach(t: Tensor) -> Tensor:
     return emit1(DetachOp, [t])
 
 
+@composed("DetachInplace")
 def detach_(t: Tensor) -> Tensor:
     """As `detach`. Upstream an alias of `t`: xl refuses programs where that differs,
     see `reshape_`."""

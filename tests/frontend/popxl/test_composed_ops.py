@@ -90,6 +90,14 @@ CASES: dict[str, tuple[Build, np.ndarray | None, int]] = {
         None,
         1,
     ),
+    # view-changing in-place ops: one op of xl's, PopART's in-place variant
+    "reshape_": (lambda x, y: ops.reshape_(y, (3, 2)), Y.reshape(3, 2), 1),
+    "flatten_": (lambda x, y: ops.flatten_(y), Y.reshape(-1), 1),
+    "transpose_": (lambda x, y: ops.transpose_(y), Y.T, 1),
+    "slice_": (lambda x, y: ops.slice_(y, 1, 3, axis=1), Y[:, 1:3], 1),
+    "detach_": (lambda x, y: ops.detach_(y), Y, 1),
+    "subsample": (lambda x, y: ops.subsample(y, (1, 2)), Y[:, ::2], 1),
+    "tied_gather": (lambda x, y: ops.tied_gather(y, popxl.constant(np.array([1, 0], np.int32))), Y[[1, 0]], 2),
     "_conv_transpose_grown": (  # ops.conv_transpose with an output_shape beyond the convolution
         lambda x, y: ops.conv_transpose(
             ops.reshape(y, (1, 2, 3, 1)), popxl.constant(np.ones((2, 1, 1, 1), np.float32)), output_shape=(4, 2)
@@ -197,13 +205,15 @@ def test_slice_without_bounds_is_its_input() -> None:
             "OnehotOp",
         ),
         (lambda y: ops.squeeze(ops.reshape(y, (1, 2, 3))), "Reshape", "ReshapeOp"),
+        (lambda y: ops.argmax(y, 1), "ArgMax", "ArgMaxOp"),
+        (lambda y: ops.argmin(y, 1), "ArgMin", "ArgMinOp"),
     ],
 )
 def test_ops_are_the_popart_ops_popxl_builds(
     build: Callable[[popxl.Tensor], object], type_name: str, cls_name: str
 ) -> None:
     """PopXL zeroes an accumulator with AccumulatorScale, builds onehot as OneHot (class
-    OnehotOp) and squeeze as a Reshape."""
+    OnehotOp), squeeze as a Reshape, argmax / argmin as ArgMax / ArgMin."""
     ir = popxl.Ir()
     g = ir.main_graph
     with g:

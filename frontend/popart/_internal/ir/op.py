@@ -37,6 +37,7 @@ _CLASS_NAMES = {
     "IsInf": "IsInf",
     "IsNaN": "IsNaN",
     "PopartSparseAccumulate": "SparseAccumulateOp",
+    "PopartTiedGather": "TiedGatherOp",
 }
 """PopART's C++ class of the op types whose class is not `<type>Op`."""
 
