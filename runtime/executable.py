@@ -626,7 +626,6 @@ def _compile_program(
     placement = op_placement(program) if optimize and concurrent and workers != 1 else None
     parts = split_parts(program, workers) if optimize and concurrent and placement is None else 1
     threads = False  # whether the one-IPU plans run blocks and lanes on `parts` threads
-    decided = False  # whether the first replica's build chose between them and the serial plan
     for r in local:
         ev: list[tuple[int, int, int]] | None = [] if profile else None
         if ev is not None:
@@ -643,16 +642,16 @@ def _compile_program(
         elif optimize:
             # the first replica's serial plan, with what blocks and lanes would save: kept
             # unless they beat OpenBLAS's own threads (then the plan for `parts` is built)
-            # (whose blocks `beside_blas_threads` run on `parts` threads all the same)
             b, marks = build_replica(program, StreamIn, StreamOut, r, shared, ev, parts, serial=not threads)
-            if parts > 1 and not threads and not decided:
-                decided = True
+            if parts > 1 and not threads:
                 if uses_threads(b.parallel_gain, b.blas_gain):
                     threads = True
                     b, marks = build_replica(program, StreamIn, StreamOut, r, shared, ev, parts)
+                else:
+                    parts = 1
             fn, src = b.finish(marks)
             if b.split_kernels or b.lane_functions:  # kernels run on `parts` threads
-                fn = ParallelStep(fn, b.g.ns["_par"], parts, one_blas_thread=threads)
+                fn = ParallelStep(fn, b.g.ns["_par"], parts)
             sources.append(src)
             replicas.append(
                 _Replica(r, fn, b.state, b.inputs, b.outputs, b.infos, b.site_kernels, b.filename, b.line_kernels)

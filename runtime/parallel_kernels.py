@@ -59,13 +59,6 @@ a step runs OpenBLAS runs one thread per kernel (`xl.runtime.blas_threads`): a s
 blocks and lanes on N threads gives the bits of the step on 1 (`tests/runtime/test_parallel_kernels.py` checks
 every splittable kernel of the registry and the GPT example's training step). A failure
 on a worker is raised by the step, named after its kernel.
-
-Blocks beside BLAS threads. The serial plan still runs in row blocks its large kernels that
-call no product (`beside_blas_threads`: elementwise kernels and chains, softmax and its
-gradient, gelu), while OpenBLAS keeps the caller's threads for the products: the GPT
-example's step at 2 threads runs its attention softmax and MLP activations on both cores,
-with the bits of the serial plan at the same thread count (no lanes there: two products at
-once would each start OpenBLAS's threads).
 """
 
 from __future__ import annotations
@@ -332,23 +325,6 @@ def blas_threads_gain(
     return flops / FLOPS_PER_ELEMENT * (1 - 1 / parts)
 
 
-BESIDE_BLAS_MIN_ELEMENTS = 1 << 18
-"""Results of a kernel that runs in row blocks beside OpenBLAS's threads: a fork and join
-there costs tens of us (a worker woken while OpenBLAS's own threads spin, the GIL passed at
-each NumPy call), which a block gains back only on large kernels (measured on a loaded
-2-core VM: gelu_grad of 1024 x 256 276 -> 178 us in 2 blocks, two 65536-element
-multiplications 22 -> 44 us)."""
-
-
-def beside_blas_threads(cls: KernelClass | None, outs: Sequence[np.ndarray]) -> bool:
-    """Whether the row blocks of a kernel run at once in the serial plan, whose OpenBLAS keeps
-    the caller's threads: large kernels (`BESIDE_BLAS_MIN_ELEMENTS` results) that call no
-    product (elementwise kernels and chains, softmax and its gradient, gelu; a stack of
-    products would call BLAS in both blocks while OpenBLAS's threads wait for the next
-    large product)."""
-    return cls is not MatmulOp and bool(outs) and outs[0].size >= BESIDE_BLAS_MIN_ELEMENTS
-
-
 def _conflict(x: list[tuple[Region, bool]], lane: list[tuple[Region, bool]]) -> bool:
     for (kx, lo, hi), wx in x:
         for (ky, lo2, hi2), wy in lane:
@@ -492,15 +468,12 @@ class ForkJoin:
 
 class ParallelStep:
     """The step of one replica whose plan runs kernels in blocks (`ForkJoin`): takes
-    `parts - 1` workers of the pool for the step and runs OpenBLAS on one thread meanwhile
-    (`one_blas_thread`; False: the serial plan with blocks `beside_blas_threads`, OpenBLAS
-    keeps the caller's threads for its products)."""
+    `parts - 1` workers of the pool for the step and runs OpenBLAS on one thread meanwhile."""
 
-    def __init__(self, step: Callable[[], None], fork_join: ForkJoin, parts: int, one_blas_thread: bool = True) -> None:
+    def __init__(self, step: Callable[[], None], fork_join: ForkJoin, parts: int) -> None:
         self.step = step
         self.fork_join = fork_join
         self.parts = parts
-        self.one_blas_thread = one_blas_thread
 
     @property
     def workers(self) -> int:
@@ -509,7 +482,7 @@ class ParallelStep:
     def __call__(self) -> None:
         workers = take_workers(self.parts - 1)
         fj = self.fork_join
-        libs = BlasThreads.libs() if self.one_blas_thread else []
+        libs = BlasThreads.libs()
         saved = [lib.num_threads for lib in libs]
         try:
             for lib, n in zip(libs, saved):

@@ -70,7 +70,6 @@ from xl.runtime.parallel_kernels import (
     Lanes,
     RowBlock,
     accesses,
-    beside_blas_threads,
     blas_threads_gain,
     kernel_cost,
     row_blocks,
@@ -112,9 +111,8 @@ class PlanBuilder(ProgramWalk[int]):
         self.helpers: dict[str, str] = {}  # outlined kernel body -> helper name
         # kernels run in this many blocks of rows at once (`xl.runtime.parallel_kernels`)
         self.parts = 1
-        # the serial plan is generated (with the row blocks `beside_blas_threads`), and
-        # `parallel_gain` / `blas_gain` are what the plan for `parts` threads would save (the
-        # figures its build gives): `build_replica(serial=True)`
+        # the serial plan is generated, and `parallel_gain` / `blas_gain` are what the plan
+        # for `parts` threads would save (the figures its build gives): `build_replica(serial=True)`
         self.estimate_only = False
         self.split_kernels: list[str] = []  # the kernels that do
         # what running on `parts` threads saves (in `kernel_cost` units): through the blocks
@@ -247,7 +245,7 @@ class PlanBuilder(ProgramWalk[int]):
         if self.parts > 1 and not self._in_function:
             ins, outs = [g.arr(v) for v in op.ins], [g.arr(v) for v in op.outs]
             blocks = row_blocks(cls, props, ins, outs, self.parts)
-            if blocks is not None and (not self.estimate_only or beside_blas_threads(cls, outs)):
+            if blocks is not None and not self.estimate_only:
                 self.emit_kernel(rop, [self._blocks_line(op, props, blocks)], depth, name)
                 return
             if blocks is not None:  # what `_blocks_line` counts; the serial lines below
@@ -559,13 +557,14 @@ def build_replica(
     that many blocks at once (`xl.runtime.parallel_kernels`; the step, once finished, must
     run as a `ParallelStep` when `b.split_kernels` or `b.lane_functions` is not empty), and
     consecutive independent kernels run side by side. `serial=True` with `parts > 1`: the
-    serial plan (the lines of `parts=1`, but for the row blocks that run beside OpenBLAS's
-    threads, `beside_blas_threads`; no lanes), with `b.parallel_gain` and
-    `b.blas_gain` those of the plan for `parts` (`xl.runtime.parallel_kernels.uses_threads`
-    decides from them whether that plan is worth building)."""
+    serial plan (the lines of `parts=1`), with `b.parallel_gain` and `b.blas_gain` those of
+    the plan for `parts` (`xl.runtime.parallel_kernels.uses_threads` decides from them
+    whether that plan is worth building)."""
     b = PlanBuilder(stream_in, stream_out, replica, program.replication_factor, shared_state, profile)
-    if parts > 1:
-        b.parts, b.estimate_only = parts, serial
+    if parts > 1 and serial:
+        b.parts, b.estimate_only = parts, True
+    elif parts > 1:
+        b.parts = parts
         fj = b.g.ns["_par"] = ForkJoin()
         b.g.ns["_fork"], b.g.ns["_join"] = fj.fork, fj.join
     marks = []

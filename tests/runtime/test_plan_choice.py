@@ -3,8 +3,7 @@ savings of blocks and lanes estimated on the way (`build_replica(serial=True)`);
 for several threads is built only when they beat OpenBLAS's own threads.
 
 The estimate must be what the plan for `parts` threads counts, and the lines must be the
-serial plan's (`parts=1`) but for the row blocks that run beside OpenBLAS's threads
-(`beside_blas_threads`), on a program where blocks and lanes do occur (the GPT example's
+serial plan's (`parts=1`), on a program where blocks and lanes do occur (the GPT example's
 training step with the thresholds lowered) and on one where they do not.
 """
 
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 
 from xl.dialects import rt
-from xl.runtime import executable, parallel_kernels, plan
+from xl.runtime import executable, parallel_kernels
 from xl.runtime.executable import compile_program
 from xl.runtime.parallel_kernels import ParallelStep
 from xl.runtime.plan import PlanBuilder, build_replica
@@ -46,23 +45,15 @@ def test_estimate_is_the_threaded_plans_and_lines_the_serial_plans(
 ) -> None:
     if lowered:  # the attention and MLP kernels split, products run side by side
         monkeypatch.setattr(parallel_kernels, "SPLIT_MIN_ELEMENTS", 1024)
-        monkeypatch.setattr(parallel_kernels, "BESIDE_BLAS_MIN_ELEMENTS", 1024)
         monkeypatch.setattr(parallel_kernels, "LANE_MIN_COST", 2000)
     program = _gpt_program()
     threaded, serial, estimate = _build(program, 2), _build(program, 1), _build(program, 2, serial=True)
     if lowered:
         assert threaded.split_kernels and threaded.lane_functions and threaded.parallel_gain > 0
     assert (estimate.parallel_gain, estimate.blas_gain) == (threaded.parallel_gain, threaded.blas_gain)
-    # the serial plan runs the blocks that may run beside OpenBLAS's threads, no lanes
-    assert set(estimate.split_kernels) <= set(threaded.split_kernels) and not estimate.lane_functions
-    assert bool(estimate.split_kernels) == lowered
-    assert [i.name for i in estimate.infos] == [i.name for i in serial.infos]
-    # without them, its lines are the plan for one thread's
-    monkeypatch.setattr(plan, "beside_blas_threads", lambda cls, outs: False)
-    estimate = _build(program, 2, serial=True)
-    assert (estimate.parallel_gain, estimate.blas_gain) == (threaded.parallel_gain, threaded.blas_gain)
     assert estimate.g.lines == serial.g.lines and estimate.helpers == serial.helpers
     assert not estimate.split_kernels and not estimate.lane_functions
+    assert [i.name for i in estimate.infos] == [i.name for i in serial.infos]
 
 
 def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
