@@ -2,7 +2,8 @@
 
 `Ir.to_mlir()` prints the whole program as IR text; `schedule_str(graph)` prints one
 graph the way PopART's `Graph::printSchedule` does (what `popxl_addons`'
-`GraphWithNamedArgs.print_schedule()` shows; the slices of `ops.split` are one `Split` line):
+`GraphWithNamedArgs.print_schedule()` shows; the slices of `ops.split` are one `Split` line,
+the steps of a composed op such as `ops.isinf` one `IsInf` line):
 
 ```
 Graph : Linear_subgraph(0)
@@ -27,7 +28,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from xl.dialects.call import called_graph_names
 from xl.dialects.graph import ConstantOp, OutputOp, VariableOp
-from xl.dialects.traits import popart_op_part, popart_type
+from xl.dialects.traits import is_popart_internal, popart_op_part, popart_type
 from xl.dialects.utils import dtype_of, shape_of
 
 if TYPE_CHECKING:
@@ -89,16 +90,40 @@ def tensor_numbers(block: Block) -> dict[SSAValue, int]:
 
 def _parts_of_one_op(ops: list[Operation], i: int) -> list[Operation]:
     """`ops[i]` and the ops after it that are the other parts of the one PopART op it is part
-    0 of (`POPART_OP_ATTR`: the slices of `ops.split` are one `Split`), else `[ops[i]]`."""
+    0 of (`POPART_OP_ATTR`: the slices of `ops.split` are one `Split`, the steps of a composed
+    op such as `ops.isinf` one `IsInf`), else `[ops[i]]`. `ops` are the scheduled ops: a
+    part that is a constant is not among them."""
     first = popart_op_part(ops[i])
     if first is None or first[1] != 0:
         return [ops[i]]
-    kind, _, n = first
-    group = ops[i : i + n]
-    same = all(
-        popart_op_part(p) == (kind, k, n) and list(p.operands) == list(ops[i].operands) for k, p in enumerate(group)
-    )
-    return group if len(group) == n and same else [ops[i]]
+    kind, k, n = first
+    group = [ops[i]]
+    for p in ops[i + 1 :]:
+        part = popart_op_part(p)
+        if part is None or part[0] != kind or part[2] != n or not k < part[1] < n:
+            break
+        group.append(p)
+        k = part[1]
+    return group
+
+
+def _group_io(parts: list[Operation]) -> tuple[list[SSAValue], list[SSAValue]]:
+    """The operands a group of parts reads from outside it (not the results of its parts or
+    of its internal constants) and the results it gives (not those of internal steps,
+    `is_popart_internal`), each once, in order."""
+    inside: set[SSAValue] = set()
+    ins: list[SSAValue] = []
+    outs: list[SSAValue] = []
+    for p in parts:
+        for v in p.operands:
+            owner = v.owner
+            internal_const = isinstance(owner, ConstantOp) and is_popart_internal(owner)
+            if v not in inside and v not in ins and not internal_const:
+                ins.append(v)
+        inside.update(p.results)
+        if not is_popart_internal(p):
+            outs.extend(p.results)
+    return ins, outs
 
 
 def schedule_str(graph: Graph, input_names: Mapping[Tensor, str] | None = None) -> str:
@@ -131,10 +156,15 @@ def schedule_str(graph: Graph, input_names: Mapping[Tensor, str] | None = None) 
         parts = _parts_of_one_op(scheduled, i)
         called = called_graph_names(o)
         called_str = f"({', '.join(called)})" if called else ""
-        ins = ", ".join(operand(v) for v in o.operands)
-        outs = ", ".join(operand(v) for p in parts for v in p.results)
-        part = popart_op_part(o) if len(parts) > 1 else None
-        kind = part[0] if part is not None else op_type_name(o)
+        part = popart_op_part(o)
+        if part is not None:  # the parts of one PopART op: its type, its inputs and outputs
+            in_vals, out_vals = _group_io(parts)
+            kind = part[0]
+        else:
+            in_vals, out_vals = list(o.operands), list(o.results)
+            kind = op_type_name(o)
+        ins = ", ".join(operand(v) for v in in_vals)
+        outs = ", ".join(operand(v) for v in out_vals)
         lines.append(f"    {kind}.{_op_id(ir, o)}{called_str} ({ins}) -> ({outs})")
         i += len(parts)
     out_strs = [tid(v) for v in outputs]

@@ -221,3 +221,22 @@ def test_ops_are_the_popart_ops_popxl_builds(
         build(y)
     last = g._pb_graph.getOps()[-1]
     assert last.opType() == type_name and isinstance(last, getattr(_ir.op, cls_name))
+
+
+def test_print_schedule_shows_one_line_per_popart_op() -> None:
+    """As PopART's printSchedule: a composed op is one line of its type, reading the call's
+    inputs and giving what it returned (its steps and their constants are not shown)."""
+    from popxl.printing import schedule_str
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        y = popxl.variable(Y, name="y")
+        ops.isinf(y)
+        ops.l2(y)
+        ops.exp_(y)
+        ops.relu(y)
+    lines = schedule_str(ir.main_graph).splitlines()[2:-1]
+    kinds = [line.split(".")[0].strip() for line in lines]
+    assert kinds == ["IsInf", "ReduceL2", "ExpInplace", "Relu"]
+    assert lines[0].strip().endswith("(%1 [(2, 3) float32]) -> (%4 [(2, 3) bool])")
+    assert "-> ()" in lines[2]  # in-place
