@@ -11,7 +11,8 @@ any other op class (they name kernels; no operation of theirs is ever built):
 - `xl.gemm_acc` (`GemmAccOp`, made by `rt-fold-update`);
 - `xl.fused` (`FusedOp`, made by `rt-fuse-elementwise`);
 - `xl.softmax` / `xl.softmax_grad` (`SoftmaxFusedOp`, `SoftmaxGradFusedOp`, made by `rt-fuse-softmax`);
-- `xl.all_reduce_update` (`AllReduceUpdateOp`, made by `rt-fold-all-reduce`).
+- `xl.all_reduce_update` (`AllReduceUpdateOp`, made by `rt-fold-all-reduce`);
+- `xl.all_reduce_gemm_update` (`AllReduceGemmUpdateOp`, made by `rt-fold-all-reduce-gemm`).
 
 ```python
 from xl.dialects.popxl import GeluOp
@@ -29,7 +30,7 @@ Also the rt vocabulary that passes and the runtime share: what a view kernel's o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from xdsl.dialects.builtin import StringAttr
@@ -153,9 +154,46 @@ class AllReduceUpdateOp(IRDLOperation):
 
     name = "xl.all_reduce_update"
     traits = traits_def(WritesOperands((0, 1)), CrossReplica(), AcceptsViews())
+    # the weight every member updates: (input index, output index)
+    UPDATED_WEIGHT: ClassVar[tuple[int, int]] = (1, 1)
 
 
-RT_KERNEL_OPS: tuple[KernelClass, ...] = (GemmAccOp, FusedOp, AllReduceUpdateOp, SoftmaxFusedOp, SoftmaxGradFusedOp)
+@irdl_op_definition
+class AllReduceGemmUpdateOp(IRDLOperation):
+    """`w += scale * reduce(op(a) @ op(b) over the group)` on every replica (`op` add or
+    mean; `op(a)` transposes when `trans_a`, `op(b)` when `trans_b`): an `xl.all_reduce_update`
+    with the weight-gradient matmul that fed it, made by `rt-fold-all-reduce-gemm`. The
+    replicas of a process sum their products into one buffer (an accumulating gemm each)
+    instead of each writing its own gradient for the collective to read back. Inputs
+    `(a, b, w)`, output `w`.
+
+    ```mlir
+    rt.kernel "xl.all_reduce_gemm_update"(%x, %dy, %w) -> (%w)
+        {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "mean", scale = -5.000000e-02 : f64,
+         trans_a = true, trans_b = false}
+        : (memref<8x4xf32>, memref<8x3xf32>, memref<4x3xf32>) -> memref<4x3xf32>
+    ```
+    """
+
+    name = "xl.all_reduce_gemm_update"
+    traits = traits_def(WritesOperands((2,)), CrossReplica(), AcceptsViews(), Flops(gemm_acc_flops))
+    UPDATED_WEIGHT: ClassVar[tuple[int, int]] = (2, 0)
+
+
+def replica_update_weight(cls: KernelClass | None) -> tuple[int, int] | None:
+    """(input index, output index) of the weight a fused replica update (`xl.all_reduce_update`,
+    `xl.all_reduce_gemm_update`) adds the group's reduced gradient to; None for other kernels."""
+    return getattr(cls, "UPDATED_WEIGHT", None) if cls is not None else None
+
+
+RT_KERNEL_OPS: tuple[KernelClass, ...] = (
+    GemmAccOp,
+    FusedOp,
+    AllReduceUpdateOp,
+    AllReduceGemmUpdateOp,
+    SoftmaxFusedOp,
+    SoftmaxGradFusedOp,
+)
 
 _BY_NAME: dict[str, KernelClass] | None = None
 

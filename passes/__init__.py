@@ -90,6 +90,11 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return RtFoldAllReducePass
 
+    def get_rt_fold_all_reduce_gemm() -> type[ModulePass]:
+        from xl.passes.rt_fold_all_reduce_gemm import RtFoldAllReduceGemmPass
+
+        return RtFoldAllReduceGemmPass
+
     def get_clamp_log2_scale() -> type[ModulePass]:
         from xl.passes.clamp_log2_scale import ClampLog2ScalePass
 
@@ -131,6 +136,7 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "pipeline": get_pipeline,
         "lower-to-rt": get_lower_to_rt,
         "rt-fold-all-reduce": get_rt_fold_all_reduce,
+        "rt-fold-all-reduce-gemm": get_rt_fold_all_reduce_gemm,
         "rt-fold-update": get_rt_fold_update,
         "rt-fuse-elementwise": get_rt_fuse_elementwise,
         "rt-fuse-softmax": get_rt_fuse_softmax,

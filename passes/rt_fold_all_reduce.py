@@ -60,7 +60,7 @@ from xl.dialects import rt
 from xl.dialects.popxl import ScaledAddInplaceOp, from_attr
 from xl.dialects.replica import LINEAR_OPS, AllReduceInplaceOp
 from xl.dialects.rt import REPLICA_INVARIANT_ATTR
-from xl.dialects.rt_kernels import AllReduceUpdateOp, fused_source_attrs
+from xl.dialects.rt_kernels import AllReduceUpdateOp, fused_source_attrs, replica_update_weight
 from xl.passes.rt_analysis import (
     Memory,
     is_full_write_kernel,
@@ -138,8 +138,8 @@ def fold_all_reduce_updates(program: rt.ProgramOp) -> int:
 
 
 def mark_replica_invariant(program: rt.ProgramOp) -> int:
-    """Mark the states written only by fused updates over all replicas (see the module
-    docstring); returns how many."""
+    """Mark the states written only by fused updates over all replicas (`xl.all_reduce_update`,
+    `xl.all_reduce_gemm_update`; see the module docstring); returns how many."""
     r = program.replication_factor
     for op in program.body.block.ops:  # marks already present are recomputed
         if type(op) is rt.StateOp and REPLICA_INVARIANT_ATTR in op.attributes:
@@ -159,13 +159,15 @@ def mark_replica_invariant(program: rt.ProgramOp) -> int:
             continue
         ok = True
         for w in writers:
-            if not (isinstance(w, rt.KernelOp) and kernel_class_of(w) is AllReduceUpdateOp):
+            where = replica_update_weight(kernel_class_of(w))
+            if where is None or not isinstance(w, rt.KernelOp):
                 ok = False
                 break
             ins, outs = kernel_io(w)
             grouping = w.params.get("grouping")
             size = grouping.size() if grouping is not None else r
-            if size != r or len(outs) != 2 or outs[1] is not v or ins[1] is not v:
+            i, o = where
+            if size != r or len(outs) != o + 1 or outs[o] is not v or len(ins) <= i or ins[i] is not v:
                 ok = False
                 break
         if ok:

@@ -28,7 +28,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from xl.dialects import rt
 from xl.dialects.rt import REPLICA_INVARIANT_ATTR, VIEW_ATTR
-from xl.dialects.rt_kernels import AllReduceUpdateOp, kernel_class
+from xl.dialects.rt_kernels import kernel_class, replica_update_weight
 from xl.dialects.utils import dense_to_numpy, dtype_of, shape_of
 from xl.runtime.aliasing import check_writable
 from xl.runtime.errors import BufferNames, PlanError
@@ -50,10 +50,19 @@ def only_updated_by_all_replicas(v: SSAValue, replication_factor: int) -> bool:
         if not isinstance(user, rt.KernelOp):
             return False
         ins, outs = user.io()
-        if kernel_class(user.kernel.data) is AllReduceUpdateOp:
+        where = replica_update_weight(kernel_class(user.kernel.data))
+        if where is not None:
             grouping = user.params.get("grouping")
             size = grouping.size() if grouping is not None else replication_factor
-            if size == replication_factor and len(outs) == 2 and outs[1] is v and ins[1] is v:
+            i, o = where
+            if (
+                size == replication_factor
+                and len(outs) == o + 1
+                and outs[o] is v
+                and len(ins) > i
+                and ins[i] is v
+                and sum(x is v for x in ins) == 1
+            ):
                 continue
             return False
         if v in outs:

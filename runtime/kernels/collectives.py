@@ -36,6 +36,7 @@ Semantics (PopXL's `popxl.ops.collectives`, with `mul` a real product):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,8 +57,9 @@ from xl.dialects.replica import (
     SliceOp,
     shard_size,
 )
-from xl.dialects.rt_kernels import AllReduceUpdateOp
+from xl.dialects.rt_kernels import AllReduceGemmUpdateOp, AllReduceUpdateOp
 from xl.dialects.traits import CrossReplica
+from xl.runtime import blas
 from xl.runtime.comm import Comm, LocalComm
 from xl.runtime.errors import PlanError
 
@@ -264,6 +266,71 @@ def all_reduce_update(site: Site) -> Step:
     return step
 
 
+def all_reduce_gemm_update(site: Site) -> Step:
+    """`w += scale * reduce(op(a) @ op(b))` on every local member (`xl.all_reduce_gemm_update`,
+    from `rt-fold-all-reduce-gemm`): the members' products summed into one buffer per group
+    (the first written by `matmul`, the others added by an accumulating BLAS gemm, in
+    ascending replica order), scaled once, added to each member's weight. Inputs (a, b, w),
+    output w. With remote replicas (`site.comm`), each local product is written apart and
+    the group's products are gathered and summed as by `xl.all_reduce_update`."""
+    op = site.reduce_op()
+    if op not in LINEAR_OPS:
+        raise PlanError(f"{site.name}: the fused update supports {' and '.join(LINEAR_OPS)}, not '{op}'")
+    scale_prop = float(site.prop("scale", 1.0))
+    ta, tb = bool(site.prop("trans_a", False)), bool(site.prop("trans_b", False))
+    for ins in site.ins:
+        a, b, w = ins
+        opa, opb = (a.T if ta else a), (b.T if tb else b)
+        if a.ndim != 2 or b.ndim != 2 or opa.shape[1] != opb.shape[0] or (opa.shape[0], opb.shape[1]) != w.shape:
+            raise PlanError(f"{site.name}: cannot multiply {opa.shape} by {opb.shape} into the weight's {w.shape}")
+    products = [(ins[0].T if ta else ins[0], ins[1].T if tb else ins[1]) for ins in site.ins]
+    w0 = site.ins[0][2]
+    remote = site.comm.num_instances > 1
+    # remote replicas: each local product in its own buffer, exchanged and summed in order
+    own = [np.empty_like(w0) for _ in site.ins] if remote else []
+    gathered = site.comm.gather if remote else None
+    add = _reducer("add", site.name)
+    plans: list[tuple[list[int], np.ndarray, list[Callable[[], object]], list[np.ndarray], np.ndarray]] = []
+    for members in site.groups():
+        mine = [s for s in (site.slot(m) for m in members) if s is not None]
+        if not mine:
+            continue
+        acc = np.empty_like(w0)  # the group's sum of products (this process's buffer)
+        calls: list[Callable[[], object]] = []
+        if not remote:
+            for i, s in enumerate(mine):
+                pa, pb = products[s]
+                if i == 0:
+                    calls.append(functools.partial(np.matmul, pa, pb, out=acc))
+                else:
+                    calls.append(blas.gemm_acc(site.ins[s][0], site.ins[s][1], acc, 1.0, 1.0, ta, tb))
+        scale = np.array(scale_prop / len(members) if op == "mean" else scale_prop, dtype=acc.dtype)
+        weights: dict[int, np.ndarray] = {}  # a replica-invariant weight is one array: update it once
+        for s in mine:
+            weights.setdefault(id(site.outs[s][0]), site.outs[s][0])
+        plans.append((members, acc, calls, list(weights.values()), scale))
+
+    def step() -> None:
+        if gathered is not None:
+            for (pa, pb), o in zip(products, own):
+                np.matmul(pa, pb, out=o)
+            xs = gathered(own)
+            for members, acc, _, weights, scale in plans:
+                add([xs[m] for m in members], acc, None)
+                np.multiply(acc, scale, out=acc)
+                for w in weights:
+                    np.add(w, acc, out=w)
+            return
+        for _, acc, calls, weights, scale in plans:
+            for call in calls:
+                call()
+            np.multiply(acc, scale, out=acc)
+            for w in weights:
+                np.add(w, acc, out=w)
+
+    return step
+
+
 def identity(site: Site) -> Step:
     """Each replica's output is its input (a copy unless in place)."""
     pairs = [(ins[0], outs[0]) for ins, outs in zip(site.ins, site.outs, strict=True) if ins[0] is not outs[0]]
@@ -443,6 +510,7 @@ def bind_site(factory: CollectiveFactory, site: Site) -> Step:
 collective(AllReduceOp, AllReduceInplaceOp, AllReduceIdenticalGradInputsOp)(all_reduce)
 collective(AllReduceIdenticalInputsOp)(identity)
 collective(AllReduceUpdateOp)(all_reduce_update)
+collective(AllReduceGemmUpdateOp)(all_reduce_gemm_update)
 collective(AllGatherOp)(all_gather)
 collective(ReduceScatterOp)(reduce_scatter)
 collective(ShardedSliceOp)(replica_sharded_slice)

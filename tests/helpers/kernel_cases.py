@@ -43,6 +43,7 @@ from xl.dialects.custom_ops import CustomOpDefinition, register_custom_op
 from xl.dialects.effects import written_operands
 from xl.dialects.popxl import op_props
 from xl.dialects.rt_kernels import (
+    AllReduceGemmUpdateOp,
     AllReduceUpdateOp,
     FusedOp,
     GemmAccOp,
@@ -1085,6 +1086,14 @@ case(
     lambda r: [adv(r, (2, 5, 3)), np.broadcast_to(adv(r, (5, 3)), (2, 5, 3)).copy()],
     lambda g, w: [None, as32(f64(w) + 0.5 * np.broadcast_to(f64(g).mean(0), w.shape))],
     rt=lambda ins: RtForm({"op": "mean", "scale": 0.5, "grouping": _G}, [0, 1]),
+    replicas=2,
+    atol=1e-4,
+)
+case(
+    AllReduceGemmUpdateOp,
+    lambda r: [adv(r, (2, 4, 5)), adv(r, (2, 4, 3)), np.broadcast_to(adv(r, (5, 3)), (2, 5, 3)).copy()],
+    lambda a, b, w: [as32(f64(w) + 0.5 * np.broadcast_to(np.einsum("rki,rkj->ij", f64(a), f64(b)) / 2, w.shape))],
+    rt=lambda ins: RtForm({"op": "mean", "scale": 0.5, "grouping": _G, "trans_a": True, "trans_b": False}, [2]),
     replicas=2,
     atol=1e-4,
 )

@@ -352,6 +352,12 @@ def test_flops_against_torch() -> None:
             (((4, 2), (3, 2), (4, 3)), ((4, 3),), {"trans_a": False, "trans_b": True},
              lambda: torch.addmm(t(4, 3), t(4, 2), t(3, 2).T)),
         ],
+        # one replica's product (rt-fold-all-reduce-gemm): the sum over replicas and the
+        # update are not counted, as for the all-reduce and the SGD step it replaces
+        "xl.all_reduce_gemm_update": [
+            (((2, 4), (2, 3), (4, 3)), ((4, 3),), {"trans_a": True, "trans_b": False},
+             lambda: torch.addmm(t(4, 3), t(2, 4).T, t(2, 3))),
+        ],
     }  # fmt: skip
     classes = [c for d in get_all_dialects().values() for c in d().operations] + list(RT_KERNEL_OPS)
     declaring = {cls.name for cls in classes if cls.has_trait(Flops)}

@@ -350,7 +350,7 @@ graph.main attributes {{replication_factor = {r} : i64}} {{
         want.append(w.copy())
     opt, plain = compile_module(m, optimize=True), compile_module(m, optimize=False)
     # groups of one: the all-reduce is dropped and the update folds into a gemm instead
-    assert all(("yield 0  # xl.all_reduce_update" in s) == (size > 1) for s in opt.sources)
+    assert all(("yield 0  # xl.all_reduce_gemm_update" in s) == (size > 1) for s in opt.sources)
     for exe in (opt, plain):
         for k in range(2):
             out = exe.run({"x": x, "d": d})
