@@ -237,8 +237,26 @@ def _by_ref_inputs_written(graphs: dict[str, GraphOp], sites: dict[str, list[Ope
 
 
 def _clone(op: Operation, vm: dict[SSAValue, SSAValue]) -> Operation:
-    """`op.clone(vm)`; for an op without regions (most), its cheaper part that does it all."""
-    return op.clone(vm) if op.regions else op.clone_without_regions(vm)
+    """`op.clone(vm)`; for an op without regions and successors (most), the same op built
+    with `Operation.__init__` directly (what `clone_without_regions` does through `create`,
+    its argument copies and its empty region and successor lists: ~20 % of the copy)."""
+    if op.regions or op.successors:
+        return op.clone(vm)
+    cls = type(op)
+    new = cls.__new__(cls)
+    get = vm.get
+    Operation.__init__(
+        new,
+        operands=[get(v, v) for v in op.operands],
+        result_types=[r.type for r in op.results],
+        properties=op.properties,  # copied by __init__
+        attributes=op.attributes,
+        location=op.location,
+    )
+    for old, res in zip(op.results, new.results, strict=True):
+        vm[old] = res
+        res.name_hint = old.name_hint
+    return new
 
 
 def inlined_copy(module: ModuleOp, remove_dead: bool = True, keep_shared: bool = False) -> ModuleOp | None:
