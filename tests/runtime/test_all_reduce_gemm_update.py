@@ -15,6 +15,7 @@ import xl.passes.rt_optimize as rt_optimize
 from tests.runtime.test_replica_runtime import GIDS, GROUPINGS, grouping_text, groups_of
 from xl.compiler import compile_module
 from xl.runtime.comm import split_replicas
+from xl.runtime.errors import PlanError
 from xl.tools.context import xl_context
 from xl.tools.parse import parse_source
 
@@ -153,3 +154,28 @@ def test_replicas_over_two_instances_equal_one_process(
     for i in range(2):
         for k in range(2):
             np.testing.assert_array_equal(results[i][k], one[k][2 * i : 2 * i + 2])
+
+
+BAD = """
+rt.program attributes {{num_host_transfers = 1 : i64, replication_factor = 2 : i64}} {{
+  %x = rt.alloc : memref<8x4xf32>
+  %dy = rt.alloc : memref<8x3xf32>
+  %w = rt.state "w" : memref<{w}xf32>
+  rt.kernel "xl.all_reduce_gemm_update"(%x, %dy, %w) -> (%w) {{op = "{op}", scale = -0.05 : f64, trans_a = true,
+      trans_b = false}} : (memref<8x4xf32>, memref<8x3xf32>, memref<{w}xf32>) -> memref<{w}xf32>
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("w", "op", "message"),
+    [
+        ("3x3", "mean", r"xl.all_reduce_gemm_update: cannot multiply \(4, 8\) by \(8, 3\) into the weight's \(3, 3\)"),
+        ("4x3", "max", r"xl.all_reduce_gemm_update: the fused update supports add and mean, not 'max'"),
+    ],
+)
+@pytest.mark.parametrize("optimize", [True, False], ids=["optimised", "straightforward"])
+def test_bad_fused_update_is_refused_naming_the_kernel(w: str, op: str, message: str, optimize: bool) -> None:
+    m = parse_source(xl_context(), BAD.format(w=w, op=op), "bad.mlir")
+    with pytest.raises(PlanError, match=message):
+        compile_module(m, optimize=optimize)
