@@ -23,7 +23,7 @@ rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 4 : i6
 rt.program attributes {num_host_transfers = 1 : i64, replication_factor = 4 : i64} {
   %x = rt.alloc : memref<8x4xf32>
   %dy = rt.alloc : memref<8x3xf32>
-  %w = rt.state "w" : memref<4x3xf32>
+  %w = rt.state "w" : memref<4x3xf32> {rt.replica_invariant}
   rt.kernel "xl.all_reduce_gemm_update"(%x, %dy, %w) -> (%w)
       {grouping = #replica.grouping<stride = 1, group_size = 4>, op = "mean", scale = -0.05 : f64,
        trans_a = true, trans_b = false}
@@ -43,7 +43,8 @@ It applies when the gradient `%g` is a fresh buffer written only by a 2-D float 
 and read only by the fused update, both in one block, and the matmul's operands (or the
 sources of their 2-D transposes, which become `trans_a` / `trans_b`) are not the weight and
 are not written between the matmul and the update. The fused kernel runs where the update
-ran.
+ran. A weight written only by such collectives over every replica is marked
+`rt.replica_invariant` (as by `rt-fold-all-reduce`).
 """
 
 from __future__ import annotations
