@@ -239,7 +239,7 @@ def _by_ref_inputs_written(graphs: dict[str, GraphOp], sites: dict[str, list[Ope
 def _clone(op: Operation, vm: dict[SSAValue, SSAValue]) -> Operation:
     """`op.clone(vm)`; for an op without regions and successors (most), the same op built
     with `Operation.__init__` directly (what `clone_without_regions` does through `create`,
-    its argument copies and its empty region and successor lists: ~20 % of the copy)."""
+    its argument copies and its empty region and successor lists: ~15 % of an op's copy)."""
     if op.regions or op.successors:
         return op.clone(vm)
     cls = type(op)

@@ -115,11 +115,12 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import sub
+from struct import Struct
 from typing import cast
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, SymbolRefAttr
+from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, ModuleOp, StringAttr, SymbolRefAttr
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -132,6 +133,9 @@ from xl.passes.outline_dce import remove_dead_ops
 
 class OutlineError(ValueError):
     """Bad options for the `outline` pass."""
+
+
+_F64 = Struct("<d")  # a float's bits
 
 
 # -- step 1: the op sequence -----------------------------------------------------------
@@ -149,6 +153,7 @@ class _Signatures:
         self.ids: dict[tuple, int] = {}  # signature -> id
         self.by_id: dict[int, int] = {}  # id(attribute) -> its class number
         self.by_value: dict[Attribute, int] = {}  # attribute -> its class number
+        self.by_key: dict[tuple, int] = {}  # plain-value key of a scalar attribute -> its class
         # (name, number of operands, ids of the operand and result types) -> signature id,
         # for ops without properties and attributes
         self.by_types: dict[tuple, int] = {}
@@ -188,13 +193,43 @@ class _Signatures:
         if -1 in classes:
             for i, c in enumerate(classes):
                 if c == -1:
-                    a = values[i]
-                    classes[i] = by_id[id(a)] = self.by_value.setdefault(a, len(self.by_value))
-                    self.alive.append(a)
+                    classes[i] = self._class(values[i])
         key = (op.name, prop_names, attr_names, len(operands), *classes)
         sig = self.of_op[id(op)] = self.ids.setdefault(key, len(self.ids))
         self.alive.append(op)
         return sig
+
+    def _class(self, a: Attribute) -> int:
+        """The class number of `a`, first seen as this object. The scalar attributes ops
+        carry (a scale, a permutation, a name: usually one object per op) are looked up by
+        a key of plain values, equal only for equal attributes (xDSL's hash and equality of
+        a float attribute convert its bits at every call); a key's first attribute gets its
+        number from `by_value`, so the numbering is the same."""
+        c = self.by_id.get(id(a))
+        if c is not None:
+            return c
+        t = type(a)
+        key: tuple | None = None
+        if t is FloatAttr:
+            f = cast(FloatAttr, a)
+            key = (t, _F64.pack(f.value.data), self._class(f.type))  # the bits, as FloatData compares
+        elif t is IntegerAttr:
+            i = cast(IntegerAttr, a)
+            key = (t, i.value.data, self._class(i.type))
+        elif t is DenseArrayBase:
+            d = cast(DenseArrayBase, a)
+            key = (t, d.data.data, self._class(d.elt_type))
+        elif t is StringAttr:
+            key = (t, cast(StringAttr, a).data)
+        if key is None:
+            c = self.by_value.setdefault(a, len(self.by_value))
+        else:
+            c = self.by_key.get(key)
+            if c is None:
+                c = self.by_key[key] = self.by_value.setdefault(a, len(self.by_value))
+        self.by_id[id(a)] = c
+        self.alive.append(a)
+        return c
 
 
 def _written(op: Operation) -> set[int]:

@@ -1,14 +1,18 @@
 """The `outline` pass's building blocks against their definitions: suffix and LCP arrays vs
 sorting the suffixes, the vectorised wirings vs the canonical wiring computed op by op, the
-outputs of groups vs the use lists, and the skipped last round vs running it."""
+outputs of groups vs the use lists, the skipped last round vs running it, and the
+signatures' attribute classes vs xDSL's equality."""
 
 from __future__ import annotations
+
+import struct
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, ModuleOp, StringAttr, f32, f64, i32, i64
+from xdsl.ir import Attribute
 from xdsl.parser import Parser
 
 import xl.passes.outline as outline_pass
@@ -228,3 +232,31 @@ def test_round_not_skipped_when_it_finds_more(block, repeats, tail, min_ops, mon
     names = outline(module, min_ops)
     assert taken_per_round[1] >= 1  # the second round ran (not skipped) and outlined more
     assert len(names) == sum(taken_per_round)
+
+
+# -- attribute classes of the signatures -------------------------------------------------
+
+
+def fresh_attribute(kind: int, value: int) -> Attribute:
+    """A new attribute object (never a shared one) of a few kinds ops carry; `value` picks
+    among values that include equal floats of different bits (0.0 / -0.0, two NaNs)."""
+    floats = [0.0, -0.0, 1.0, float("nan"), struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000001))[0]]
+    if kind == 0:
+        return FloatAttr(floats[value % len(floats)], (f32, f64)[value // len(floats) % 2])
+    if kind == 1:
+        return IntegerAttr(value % 3, (i32, i64)[value // 3 % 2])
+    if kind == 2:
+        return DenseArrayBase.from_list((i32, i64)[value % 2], [value // 2 % 2, 1])
+    return StringAttr(("a", "b")[value % 2])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 9)), min_size=2, max_size=12))
+def test_attribute_classes_are_xdsl_equality(specs):
+    # each attribute a new object: classes come from the plain-value keys and `by_value`
+    sigs = outline_pass._Signatures()
+    attrs = [fresh_attribute(k, v) for k, v in specs]
+    classes = [sigs._class(a) for a in attrs]
+    for a, ca in zip(attrs, classes, strict=True):
+        for b, cb in zip(attrs, classes, strict=True):
+            assert (ca == cb) == (a == b), (a, b)
