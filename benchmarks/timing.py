@@ -11,10 +11,18 @@ from collections.abc import Callable
 
 import numpy as np
 
+SETTLE_S = 0.25
+"""Pause before each chunk: idle thread pools spin-wait for a while after their last call
+(OpenBLAS's workers for up to ~0.1 s, OpenMP's and XLA's for less); without the pause the
+previous chunk's library keeps cores busy while the next one is timed."""
 
-def alternate(impls: dict[str, Callable[[], object]], rounds: int, target_s: float) -> dict[str, dict]:
-    """Median seconds per call of each impl, timed in alternating chunks (and the median
-    process CPU time / wall time of its chunks: how many cores it kept busy)."""
+
+def alternate(
+    impls: dict[str, Callable[[], object]], rounds: int, target_s: float, settle_s: float = SETTLE_S
+) -> dict[str, dict]:
+    """Median seconds per call of each impl, timed in alternating chunks, each after a pause of
+    `settle_s` (and the median process CPU time / wall time of its chunks: how many cores it
+    kept busy)."""
     chunk: dict[str, int] = {}
     for name, f in impls.items():  # warm up, size the chunks
         for _ in range(3):
@@ -33,6 +41,7 @@ def alternate(impls: dict[str, Callable[[], object]], rounds: int, target_s: flo
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 f, k = impls[name], chunk[name]
+                time.sleep(settle_s)
                 c = time.process_time()
                 t = time.perf_counter()
                 for _ in range(k):
