@@ -66,16 +66,9 @@ from xl.passes.rt_analysis import (
     parent_positions,
     programs,
     walk_ops,
-    written_between,
 )
 from xl.passes.rt_fold_all_reduce import mark_replica_invariant
-from xl.passes.rt_fold_update import (
-    _bool,
-    _dtype,
-    _erase_if_dead,
-    _float2d,
-    _transpose_src,
-)
+from xl.passes.rt_fold_update import _bool, _erase_if_dead, foldable_gemm, gemm_operands
 
 
 def _gradient_matmul(mem: Memory, g: SSAValue, upd: Operation) -> tuple[rt.KernelOp, tuple[SSAValue, ...]] | None:
@@ -96,21 +89,6 @@ def _gradient_matmul(mem: Memory, g: SSAValue, upd: Operation) -> tuple[rt.Kerne
     return mm, mm_ins
 
 
-def _unchanged(
-    mem: Memory,
-    operands: list[tuple[SSAValue, bool, Operation]],
-    w: SSAValue,
-    block: Block,
-    pos: dict[Operation, int],
-    at: int,
-) -> bool:
-    """No operand is the weight `w` or written after the op that reads it now, before `at`."""
-    return not any(
-        mem.root(v) is mem.root(w) or written_between(mem, v, block, pos, pos[reader] + 1, at - 1)
-        for v, _, reader in operands
-    )
-
-
 def fold_all_reduce_gemms(program: rt.ProgramOp) -> int:
     """Apply the fold (see the module docstring); returns the number of folds."""
     ops = walk_ops(program)
@@ -129,26 +107,15 @@ def fold_all_reduce_gemms(program: rt.ProgramOp) -> int:
         if found is None:
             continue
         mm, mm_ins = found
-        if not (
-            g.type == w.type and all(_float2d(v) for v in (w, *mm_ins)) and all(_dtype(v) == _dtype(w) for v in mm_ins)
-        ):
+        if not foldable_gemm(g, w, mm_ins):
             continue
         block, pos = parent_positions(upd, pos_cache)
         if pos[mm] > pos[upd]:
             continue
         # the operands as the collective reads them (a transpose's source: a gemm flag)
-        operands: list[tuple[SSAValue, bool, Operation]] = []
-        for v in mm_ins:
-            t = _transpose_src(mem, v)
-            if t is not None and t[1].parent is block and pos[t[1]] < pos[mm]:
-                operands.append((t[0], True, t[1]))
-            else:
-                operands.append((v, False, mm))
-
-        if not _unchanged(mem, operands, w, block, pos, pos[upd]):
-            operands = [(v, False, mm) for v in mm_ins]
-            if not _unchanged(mem, operands, w, block, pos, pos[upd]):
-                continue
+        operands = gemm_operands(mem, mm, mm_ins, w, block, pos, pos[upd])
+        if operands is None:
+            continue
         (pa, ta, ra), (pb, tb, rb) = operands
         attrs: dict[str, Attribute] = {
             k: v for k, v in upd.attributes.items() if k in ("grouping", "op", "scale") or k.startswith("ipu.")

@@ -154,6 +154,42 @@ def _transpose_src(mem: Memory, v: SSAValue) -> tuple[SSAValue, Operation] | Non
     return None
 
 
+def foldable_gemm(g: SSAValue, w: SSAValue, mm_ins: tuple[SSAValue, ...]) -> bool:
+    """Whether the product `g` of `mm_ins` can be accumulated into `w` by one BLAS gemm: the same
+    type as `w`, 2-D float operands of `w`'s dtype."""
+    return g.type == w.type and all(_float2d(v) for v in (w, *mm_ins)) and all(_dtype(v) == _dtype(w) for v in mm_ins)
+
+
+def gemm_operands(
+    mem: Memory,
+    mm: Operation,
+    mm_ins: tuple[SSAValue, ...],
+    w: SSAValue,
+    block: Block,
+    pos: dict[Operation, int],
+    at: int,
+) -> list[tuple[SSAValue, bool, Operation]] | None:
+    """The operands of the matmul `mm` as a gemm placed at position `at` of `block` reads them,
+    each with its transpose flag and the op that read it: a transpose's source where that
+    transpose runs before `mm` (the flag set), else the matmul's own operand; the matmul's own
+    operands when a transpose's source is not left unchanged until `at`; None when neither is
+    (an operand is the weight `w` or written in between)."""
+    operands: list[tuple[SSAValue, bool, Operation]] = []
+    for v in mm_ins:
+        t = _transpose_src(mem, v)
+        if t is not None and t[1].parent is block and pos[t[1]] < pos[mm]:
+            operands.append((t[0], True, t[1]))
+        else:
+            operands.append((v, False, mm))
+    for candidate in (operands, [(v, False, mm) for v in mm_ins]):
+        if not any(
+            mem.root(v) is mem.root(w) or written_between(mem, v, block, pos, pos[reader] + 1, at - 1)
+            for v, _, reader in candidate
+        ):
+            return candidate
+    return None
+
+
 def _erase_if_dead(op: Operation) -> None:
     """Erase a kernel whose outputs are allocs read by nobody else, with those allocs."""
     if not isinstance(op, rt.KernelOp) or op.parent is None:
@@ -220,34 +256,14 @@ def fold_updates(program: rt.ProgramOp) -> int:
         if found is None:
             continue
         mm, mm_ins = found
-        if not (
-            g.type == w.type and all(_float2d(v) for v in (w, *mm_ins)) and all(_dtype(v) == _dtype(w) for v in mm_ins)
-        ):
+        if not foldable_gemm(g, w, mm_ins):
             continue
         block, pos = parent_positions(upd, pos_cache)
         if pos[mm] > pos[upd]:
             continue
-        # Operands as the fused kernel will read them, and where the original read them.
-        operands: list[tuple[SSAValue, bool, Operation]] = []
-        for v in mm_ins:
-            t = _transpose_src(mem, v)
-            if t is not None and t[1].parent is block and pos[t[1]] < pos[mm]:
-                operands.append((t[0], True, t[1]))
-            else:
-                operands.append((v, False, mm))
-        # A view/transposed source must also be unchanged since the transpose ran.
-        ok = True
-        for v, _, reader in operands:
-            if mem.root(v) is mem.root(w) or written_between(mem, v, block, pos, pos[reader] + 1, pos[upd] - 1):
-                ok = False
-        if not ok:
-            # Retry with the matmul's own operands (no transpose folding).
-            operands = [(v, False, mm) for v in mm_ins]
-            if any(
-                mem.root(v) is mem.root(w) or written_between(mem, v, block, pos, pos[mm] + 1, pos[upd] - 1)
-                for v, _, _ in operands
-            ):
-                continue
+        operands = gemm_operands(mem, mm, mm_ins, w, block, pos, pos[upd])
+        if operands is None:
+            continue
         (pa, ta, ra), (pb, tb, rb) = operands
         attrs: dict[str, Attribute] = {}
         if step is None:
