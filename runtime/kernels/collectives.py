@@ -226,14 +226,39 @@ def all_reduce(site: Site) -> Step:
     return step
 
 
+def _update_reduction(site: Site) -> tuple[str, float]:
+    """The reduction (add or mean) and the `scale` property of a fused replica update."""
+    op = site.reduce_op()
+    if op not in LINEAR_OPS:
+        raise PlanError(f"{site.name}: the fused update supports {' and '.join(LINEAR_OPS)}, not '{op}'")
+    return op, float(site.prop("scale", 1.0))
+
+
+def _update_targets(
+    site: Site, mine: list[int], out: int, op: str, scale: float, group_size: int, dtype: np.dtype
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """The weights (output `out`) of a group's local members, each array once (a
+    replica-invariant weight is one array: updated once), and the factor the group's summed
+    gradient is multiplied by (`scale`, divided by the group size for `mean`)."""
+    weights: dict[int, np.ndarray] = {}
+    for s in mine:
+        weights.setdefault(id(site.outs[s][out]), site.outs[s][out])
+    factor = np.array(scale / group_size if op == "mean" else scale, dtype=dtype)
+    return list(weights.values()), factor
+
+
+def _add_scaled(acc: np.ndarray, factor: np.ndarray, weights: list[np.ndarray]) -> None:
+    """`acc *= factor`, then `w += acc` for every weight."""
+    np.multiply(acc, factor, out=acc)
+    for w in weights:
+        np.add(w, acc, out=w)
+
+
 def all_reduce_update(site: Site) -> Step:
     """`w += scale * reduce(g)` on every local member (`xl.all_reduce_update`, from
     `rt-fold-all-reduce`): the group's gradients summed once, scaled once (divided by the
     group size for `mean`), added to each member's weight. Inputs (g, w), outputs (g, w)."""
-    op = site.reduce_op()
-    if op not in LINEAR_OPS:
-        raise PlanError(f"{site.name}: the fused update supports {' and '.join(LINEAR_OPS)}, not '{op}'")
-    scale_prop = float(site.prop("scale", 1.0))
+    op, scale_prop = _update_reduction(site)
     add = _reducer("add", site.name)
     inputs = site.gathered(0)
     plans: list[tuple[list[int], np.ndarray, list[np.ndarray], np.ndarray]] = []
@@ -245,11 +270,8 @@ def all_reduce_update(site: Site) -> Step:
         later = [site.ins[s][0] for s in (site.slot(m) for m in members[1:]) if s is not None]
         if any(np.shares_memory(acc, x) for x in later):
             acc = np.empty_like(acc)
-        scale = np.array(scale_prop / len(members) if op == "mean" else scale_prop, dtype=acc.dtype)
-        weights: dict[int, np.ndarray] = {}  # a replica-invariant weight is one array: update it once
-        for s in mine:
-            weights.setdefault(id(site.outs[s][1]), site.outs[s][1])
-        plans.append((members, acc, list(weights.values()), scale))
+        weights, scale = _update_targets(site, mine, 1, op, scale_prop, len(members), acc.dtype)
+        plans.append((members, acc, weights, scale))
 
     def step() -> None:
         xs = inputs()
@@ -257,11 +279,11 @@ def all_reduce_update(site: Site) -> Step:
             g = [xs[m] for m in members]
             if len(g) == 1:
                 np.multiply(g[0], scale, out=acc)
+                for w in weights:
+                    np.add(w, acc, out=w)
             else:
                 add(g, acc, None)
-                np.multiply(acc, scale, out=acc)
-            for w in weights:
-                np.add(w, acc, out=w)
+                _add_scaled(acc, scale, weights)
 
     return step
 
@@ -273,17 +295,14 @@ def all_reduce_gemm_update(site: Site) -> Step:
     ascending replica order), scaled once, added to each member's weight. Inputs (a, b, w),
     output w. With remote replicas (`site.comm`), each local product is written apart and
     the group's products are gathered and summed as by `xl.all_reduce_update`."""
-    op = site.reduce_op()
-    if op not in LINEAR_OPS:
-        raise PlanError(f"{site.name}: the fused update supports {' and '.join(LINEAR_OPS)}, not '{op}'")
-    scale_prop = float(site.prop("scale", 1.0))
+    op, scale_prop = _update_reduction(site)
     ta, tb = bool(site.prop("trans_a", False)), bool(site.prop("trans_b", False))
-    for ins in site.ins:
-        a, b, w = ins
+    products: list[tuple[np.ndarray, np.ndarray]] = []  # each member's (op(a), op(b))
+    for a, b, w in site.ins:
         opa, opb = (a.T if ta else a), (b.T if tb else b)
         if a.ndim != 2 or b.ndim != 2 or opa.shape[1] != opb.shape[0] or (opa.shape[0], opb.shape[1]) != w.shape:
             raise PlanError(f"{site.name}: cannot multiply {opa.shape} by {opb.shape} into the weight's {w.shape}")
-    products = [(ins[0].T if ta else ins[0], ins[1].T if tb else ins[1]) for ins in site.ins]
+        products.append((opa, opb))
     w0 = site.ins[0][2]
     remote = site.comm.num_instances > 1
     # remote replicas: each local product in its own buffer, exchanged and summed in order
@@ -304,11 +323,8 @@ def all_reduce_gemm_update(site: Site) -> Step:
                     calls.append(functools.partial(np.matmul, pa, pb, out=acc))
                 else:
                     calls.append(blas.gemm_acc(site.ins[s][0], site.ins[s][1], acc, 1.0, 1.0, ta, tb))
-        scale = np.array(scale_prop / len(members) if op == "mean" else scale_prop, dtype=acc.dtype)
-        weights: dict[int, np.ndarray] = {}  # a replica-invariant weight is one array: update it once
-        for s in mine:
-            weights.setdefault(id(site.outs[s][0]), site.outs[s][0])
-        plans.append((members, acc, calls, list(weights.values()), scale))
+        weights, scale = _update_targets(site, mine, 0, op, scale_prop, len(members), acc.dtype)
+        plans.append((members, acc, calls, weights, scale))
 
     def step() -> None:
         if gathered is not None:
@@ -317,16 +333,12 @@ def all_reduce_gemm_update(site: Site) -> Step:
             xs = gathered(own)
             for members, acc, _, weights, scale in plans:
                 add([xs[m] for m in members], acc, None)
-                np.multiply(acc, scale, out=acc)
-                for w in weights:
-                    np.add(w, acc, out=w)
+                _add_scaled(acc, scale, weights)
             return
         for _, acc, calls, weights, scale in plans:
             for call in calls:
                 call()
-            np.multiply(acc, scale, out=acc)
-            for w in weights:
-                np.add(w, acc, out=w)
+            _add_scaled(acc, scale, weights)
 
     return step
 
