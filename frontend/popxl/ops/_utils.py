@@ -211,7 +211,12 @@ def argument_constant(x: Any, name: str) -> Tensor:
     """A constant named `name` made of an argument of the public op being called (PopXL
     makes it a tensor: `ops.remote_load(rb, 1)`'s offset), a tensor of the graph even
     inside a composed op (`@composed`)."""
-    t = constant_of(*host_array(x, None, what=current_op("popxl.constant")), name=name)
+    return _argument(constant_of(*host_array(x, None, what=current_op("popxl.constant")), name=name))
+
+
+def _argument(t: Tensor) -> Tensor:
+    """Record the constant `t`, made of an argument of the composed op being built, as an
+    argument of the call, not a step inside it (`@composed`)."""
     if _composing and isinstance(t._value, OpResult):
         _arguments.append(t._value.owner)
     return t
@@ -224,10 +229,7 @@ def to_tensor(x: Any, dtype: Any = None) -> Tensor:
     TypeError/ValueError naming the public op being called."""
     if isinstance(x, Tensor):
         return x
-    t = constant_of(*host_array(x, dtype, what=current_op("popxl.constant")))
-    if _composing and isinstance(t._value, OpResult):
-        _arguments.append(t._value.owner)  # an argument of the call, not a step inside it
-    return t
+    return _argument(constant_of(*host_array(x, dtype, what=current_op("popxl.constant"))))
 
 
 def insert(
@@ -335,11 +337,16 @@ def as_one_popart_op(outputs: Sequence[Tensor], type_name: str) -> None:
         v = t._value
         if isinstance(v, OpResult) and v.owner not in ops:
             ops.append(v.owner)
+    if outputs:
+        _mark_parts(outputs[0]._graph, ops, type_name)
+
+
+def _mark_parts(g: Graph, ops: Sequence[Operation], type_name: str) -> None:
+    """Mark `ops` (in order) as part k of n of one PopART op `type_name`, with one op id."""
     n = IntegerAttr(len(ops), i64)
     for k, op in enumerate(ops):
         op.attributes[POPART_OP_ATTR] = ArrayAttr([StringAttr(type_name), IntegerAttr(k, i64), n])
-    if outputs:
-        outputs[0]._graph._ir._number_as_one(ops)  # one op id, as PopART's one op
+    g._ir._number_as_one(list(ops))  # one op id, as PopART's one op
 
 
 COMPOSED_TYPES: dict[str, str] = {}
@@ -399,13 +406,11 @@ def mark_composed(g: Graph, ops: Sequence[Operation], outputs: Sequence[Tensor],
         return
     returned = {t._value for t in outputs}
     updated = {id(t) for t in outputs}
-    n = IntegerAttr(len(ops), i64)
-    for k, op in enumerate(ops):
-        op.attributes[POPART_OP_ATTR] = ArrayAttr([StringAttr(type_name), IntegerAttr(k, i64), n])
+    for op in ops:
         upd = g._updated.get(op)
         if not any(r in returned for r in op.results) and not (upd is not None and id(upd) in updated):
             op.attributes[POPART_INTERNAL_ATTR] = UnitAttr()
-    g._ir._number_as_one(list(ops))  # one op id, as PopART's one op
+    _mark_parts(g, ops, type_name)
 
 
 def emit_inplace(cls: type[PopxlOp], inputs: Sequence[Tensor | None], **props: Any) -> Tensor:
