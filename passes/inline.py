@@ -53,6 +53,27 @@ def called_names(module: ModuleOp) -> set[str]:
     return set(call_sites(module))
 
 
+def _copied_inputs(callee: GraphOp, call: CallOp) -> list[bool]:
+    """Which operands of `call` the inlined body gets as copies: a by-value input the body
+    writes, or one sharing its tensor with an input the callee updates by reference."""
+    updated = callee.updated_by_ref(call.args)
+    return [
+        not callee.input_is_by_ref(i) and (is_written(arg) or operand in updated)
+        for i, (arg, operand) in enumerate(zip(callee.body.block.args, call.args, strict=True))
+    ]
+
+
+def _body_outputs(callee: GraphOp) -> tuple[OutputOp, list[SSAValue], list[bool]]:
+    """The callee's `graph.output`, the values it returns and which of them the caller gets
+    as copies (`_copied_outputs`)."""
+    block = callee.body.block
+    terminator = block.last_op
+    if not isinstance(terminator, OutputOp):  # pragma: no cover - verified graphs end with graph.output
+        raise ValueError(f"graph @{callee.graph_name} has no graph.output")
+    results = list(terminator.outs)
+    return terminator, results, _copied_outputs(block, results)
+
+
 def _copied_outputs(block: Block, results: list[SSAValue]) -> list[bool]:
     """Which outputs of a graph (body `block`) the caller gets as a copy: an input or outside
     value, or a value output a second time."""
@@ -72,18 +93,13 @@ def inline_call(call: CallOp, callee: GraphOp, move: bool = False) -> list[CallO
     copied: list[CallOp] = []
     block = callee.body.block
     vm: dict[SSAValue, SSAValue] = {}
-    updated = callee.updated_by_ref(call.args)
-    for i, (arg, operand) in enumerate(zip(block.args, call.args, strict=True)):
-        if not callee.input_is_by_ref(i) and (is_written(arg) or operand in updated):
+    for arg, operand, copy_it in zip(block.args, call.args, _copied_inputs(callee, call), strict=True):
+        if copy_it:
             copy = IdentityOp.make([operand])
             Rewriter.insert_op(copy, InsertPoint.before(call))
             operand = copy.results[0]
         vm[arg] = operand
-    terminator = block.last_op
-    if not isinstance(terminator, OutputOp):  # pragma: no cover - verified graphs end with graph.output
-        raise ValueError(f"graph @{callee.graph_name} has no graph.output")
-    results = list(terminator.outs)
-    copied_out = _copied_outputs(block, results)
+    terminator, results, copied_out = _body_outputs(callee)
     if move:
         for arg in block.args:
             arg.replace_all_uses_with(vm[arg])
@@ -303,22 +319,17 @@ def inlined_copy(module: ModuleOp, remove_dead: bool = True, keep_shared: bool =
         callee = graphs[call.callee.root_reference.data]
         block = callee.body.block
         inner: dict[SSAValue, SSAValue] = {}
-        updated = callee.updated_by_ref(call.args)
         moves = call in moved
-        for i, (arg, operand) in enumerate(zip(block.args, call.args, strict=True)):
+        for arg, operand, copy_it in zip(block.args, call.args, _copied_inputs(callee, call), strict=True):
             value = vm[operand]
-            if not callee.input_is_by_ref(i) and (is_written(arg) or operand in updated):
+            if copy_it:
                 copy = IdentityOp.make([value])
                 dst.add_op(copy)
                 value = copy.results[0]
             if moves and value.name_hint is None:  # what moving the body does (uses replaced)
                 value.name_hint = arg.name_hint
             inner[arg] = value
-        terminator = block.last_op
-        if not isinstance(terminator, OutputOp):  # pragma: no cover - verified graphs end with graph.output
-            raise ValueError(f"graph @{callee.graph_name} has no graph.output")
-        results = list(terminator.outs)
-        copied_out = _copied_outputs(block, results)
+        terminator, results, copied_out = _body_outputs(callee)
         for op in block.ops:
             if op is terminator:
                 break
