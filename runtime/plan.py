@@ -245,11 +245,11 @@ class PlanBuilder(ProgramWalk[int]):
         if self.parts > 1 and not self._in_function:
             ins, outs = [g.arr(v) for v in op.ins], [g.arr(v) for v in op.outs]
             blocks = row_blocks(cls, props, ins, outs, self.parts)
-            if blocks is not None and not self.estimate_only:
-                self.emit_kernel(rop, [self._blocks_line(op, props, blocks)], depth, name)
-                return
-            if blocks is not None:  # what `_blocks_line` counts; the serial lines below
+            if blocks is not None:  # what the blocks save (estimating: the serial lines below)
                 self.parallel_gain += kernel_cost(op.cls, props, ins, outs) * (1 - 1 / len(blocks))
+                if not self.estimate_only:
+                    self.emit_kernel(rop, [self._blocks_line(op, props, blocks)], depth, name)
+                    return
             else:
                 self.blas_gain += blas_threads_gain(cls, props, ins, outs, self.parts)
                 if depth == 0:
@@ -326,8 +326,6 @@ class PlanBuilder(ProgramWalk[int]):
         finally:
             g.stream = saved
         self.split_kernels.append(op.name)
-        ins, outs = [g.arr(v) for v in op.ins], [g.arr(v) for v in op.outs]
-        self.parallel_gain += kernel_cost(op.cls, props, ins, outs) * (1 - 1 / len(blocks))
         return f"_par({', '.join(calls)})  # {op.name}" if calls else f"pass  # {op.name}"
 
     def _roles(self, ins: list[str], outs: list[str]) -> dict[str, str]:
