@@ -209,21 +209,21 @@ class Graph:
             return tuple(self._tensor(v) for v in out.outs)
         return tuple(self._pending_outputs or ())
 
-    def _updated_tensor(self, op: Operation, name: str | None = None) -> Tensor | None:
+    def _updated_tensor(self, op: Operation, scoped: bool = False) -> Tensor | None:
         """The tensor an in-place op returns (`ops.add_`, `ops.var_updates.accumulate_`, ...):
         a new tensor of its own name that stands for the operand `op` updates, as it is after
         `op`, as PopXL's in-place ops return a new tensor aliasing their input. It views the
         operand's value (program order is execution order, so later ops that read it see the
         update). None for an op that returns no updated operand (`_updated_operand`).
-        `name` (scoped by the caller) is used when the tensor is first asked for."""
+        Named `<popart type>_out` when first asked for, in the current name scope if `scoped`
+        (an op just built by a public call)."""
         k = _updated_operand(op)
         if k is None:
             return None
         t = self._updated.get(op)
         if t is None:
             value = op.operands[k]
-            if name is None:
-                name = self._unique_name(f"{snake_case(popart_type(op))}_out")
+            name = self._unique_name(f"{snake_case(popart_type(op))}_out", scoped=scoped)
             t = Tensor._create(value, self, name)
             t._meta_shape = self._tensor(value)._meta_shape
             self._updated[op] = t

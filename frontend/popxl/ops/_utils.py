@@ -29,7 +29,7 @@ from popxl._checks import check_int, check_shape, describe
 from popxl._host import host_array
 from popxl.context import gcg
 from popxl.errors import GraphBuildError, GraphTypeError
-from popxl.graph import Graph, snake_case
+from popxl.graph import Graph
 from popxl.tensor import Constant, Tensor, Variable, constant_of
 from xl.dialects.popxl import DtypeMismatch, PopxlOp, deferred_dtype_checks
 from xl.dialects.traits import POPART_INTERNAL_ATTR, POPART_OP_ATTR, popart_type
@@ -425,7 +425,7 @@ def updated_tensor(op: Operation) -> Tensor:
     """The tensor in-place op `op`, just inserted in the current graph, returns: its updated
     operand under a new name in the current name scope (`Graph._updated_tensor`)."""
     g = gcg()
-    t = g._updated_tensor(op, g._unique_name(snake_case(popart_type(op)) + "_out", scoped=True))
+    t = g._updated_tensor(op, scoped=True)
     assert t is not None, f"{op.name} updates no operand in place"
     return t
 
