@@ -10,6 +10,9 @@ its own module:
 - the tree of executed ops, each with its stream and the memory it reads and writes
   (`xl.runtime.stream_tree`, one walk of the program shared with the serial plan, so
   buffers, kernels, templates and error names are exactly those of the serial plan);
+- which top-level ops of a busier stream another stream runs instead
+  (`xl.runtime.stream_balance`: a static list schedule; the program is then walked again
+  with them, so their scratch buffers are their new stream's);
 - the waits that keep every cross-stream access to shared memory in serial order
   (`xl.runtime.stream_deps`), and the code of each stream with them
   (`xl.runtime.stream_emit`);
@@ -54,6 +57,7 @@ from xl.dialects import rt
 from xl.runtime.blas_threads import BlasThreads
 from xl.runtime.placement import stream_of_ipus
 from xl.runtime.plan import CHUNK_LINES, compile_plan, plan_filename, register_source
+from xl.runtime.stream_balance import balance as balance_streams
 from xl.runtime.stream_deps import analyse
 from xl.runtime.stream_emit import Emitter
 from xl.runtime.stream_sync import WAIT_POLL_S, Aborted, Sync, finishing
@@ -150,11 +154,27 @@ def build_concurrent_replica(
     n = workers if workers is not None else default_workers(len(ipus))
     n = max(1, min(n, len(ipus)))
     stream_of = stream_of_ipus(ipus, n)
-    b = StreamBuilder(
-        placement, stream_of, stream_in, stream_out, replica, program.replication_factor, shared_state, profile
-    )
-    for op in program.body.block.ops:
-        b.visit(op, 0)
+
+    def walk(moved: dict[Operation, int] | None) -> StreamBuilder:
+        b = StreamBuilder(
+            placement,
+            stream_of,
+            stream_in,
+            stream_out,
+            replica,
+            program.replication_factor,
+            shared_state,
+            profile,
+            moved=moved,
+        )
+        for op in program.body.block.ops:
+            b.visit(op, 0)
+        return b
+
+    b = walk(None)
+    moves = balance_streams(b.root, n)
+    if moves:  # walked again: the moved ops' scratch buffers are their new stream's
+        b = walk(moves)
     analyse(b.root, n)
     em = Emitter(n)
     for s in range(n):

@@ -29,12 +29,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from xl.dialects import rt
-from xl.runtime.parallel_kernels import region  # the memory an array spans
+from xl.dialects.rt_kernels import kernel_class
+from xl.dialects.traits import Flops
+from xl.runtime.parallel_kernels import kernel_cost, region  # a kernel's rough time, an array's memory
 from xl.runtime.plan import PlanBuilder
 from xl.runtime.profile import kernel_info
+
+# a float16 element pass of a NumPy loop against a float32 one (measured: the Adam moment
+# updates of seed 003's pipeline, float16 state, ~10 ns an element, float32 ones ~0.4 ns)
+HALF_COST = 10.0
 
 Region = tuple[Any, int, int]  # (base key, first byte, end byte): an array's `region`, or a host stream's
 
@@ -48,6 +55,8 @@ class OpNode:
     stream: int
     lines: list[str]
     acc: list[tuple[Region, bool]]  # (region, writes)
+    op: Operation | None = None  # the executed op (None: an `rt.if` condition read)
+    cost: float = 0.0  # its rough time (`kernel_cost` units), for `xl.runtime.stream_balance`
     signal: bool = False
     end: list[int] = field(default_factory=list)
     waits: dict[int, set[tuple[int, Any, Any]]] = field(default_factory=dict)
@@ -96,10 +105,18 @@ def streams_in(nodes: list[Any]) -> set[int]:
 class StreamBuilder(PlanBuilder):
     """`PlanBuilder` recording a tree of executed ops with their streams and accesses."""
 
-    def __init__(self, placement: dict[Operation, int], stream_of: dict[int, int], *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        placement: dict[Operation, int],
+        stream_of: dict[int, int],
+        *args: Any,
+        moved: dict[Operation, int] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.placement = placement
         self.stream_of = stream_of
+        self.moved = moved or {}  # ops run by another stream than their IPU's (`stream_balance`)
         self.root: list[Any] = []
         self._cur = self.root
         self._ids = 0
@@ -108,10 +125,14 @@ class StreamBuilder(PlanBuilder):
         self._ids += 1
         return f"_{hint}{self._ids}"
 
+    def stream(self, op: Operation) -> int:
+        """The stream running `op`: its IPU's, unless `moved` says another."""
+        moved = self.moved.get(op)
+        return moved if moved is not None else self.stream_of[self.placement[op]]
+
     def visit(self, op: Operation, at: int) -> None:
-        ipu = self.placement.get(op)
-        if ipu is not None:
-            self.g.stream = self.stream_of[ipu]  # scratch buffers are per stream
+        if op in self.placement:
+            self.g.stream = self.stream(op)  # scratch buffers are per stream
         super().visit(op, at)
 
     def emit(self, line: str, depth: int) -> None:  # pragma: no cover - never reached
@@ -125,7 +146,25 @@ class StreamBuilder(PlanBuilder):
         self.infos.append(info)
         if self.profile is not None:
             lines = [f"_t = _pc()  # {name}", *lines, f"_ev(({k}, _t, _pc()))  # {name}"]
-        self._cur.append(OpNode(k, self.stream_of[self.placement[op]], list(lines), self._accesses(op)))
+        self._cur.append(OpNode(k, self.stream(op), list(lines), self._accesses(op), op, self._cost(op)))
+
+    def _cost(self, op: Operation) -> float:
+        """The op's rough time in `kernel_cost` units (element passes; products by FLOPs;
+        NumPy's float16 loops, which convert element by element, `HALF_COST` times an
+        element pass)."""
+        if isinstance(op, rt.KernelOp):
+            ins, outs = op.io()
+            ins_a, outs_a = [self.array(v) for v in ins], [self.array(v) for v in outs]
+            cls = kernel_class(op.kernel.data)
+            cost = kernel_cost(cls, op.params, ins_a, outs_a)
+            if (cls is None or not cls.has_trait(Flops)) and any(a.dtype == np.float16 for a in (*ins_a, *outs_a)):
+                cost *= HALF_COST
+            return cost
+        if isinstance(op, rt.CopyOp):
+            return 2.0 * self.array(op.source).size
+        if isinstance(op, rt.H2DOp | rt.D2HOp):
+            return 2.0 * self.array(op.buffer).size
+        return 0.0
 
     def _accesses(self, op: Operation) -> list[tuple[Region, bool]]:
         reads: tuple[SSAValue, ...] = ()
