@@ -40,7 +40,9 @@ kernels of one non-main graph) holding the kernel slices. When virtual IPUs run
 concurrently (`xl.runtime.concurrent`), each stream's worker thread appends its events
 with its own timestamps (`list.append` is atomic) and the IPU rows overlap in time; every
 op then has the IPU of its stream, so copies and host transfers get a row per IPU
-(`copies (IPU 1)`, `host transfers (IPU 0)`) and no row holds two threads' events.
+(`copies (IPU 1)`, `host transfers (IPU 0)`), an op of one IPU that another IPU's worker
+runs (`xl.runtime.stream_balance`) is on a row of its own (`IPU 0 on worker 1`), and no row
+holds two threads' events.
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ class KernelInfo:
     # the shape and dtype name of each input, in operand order (`((2, 4), "float32")`)
     inputs: tuple[tuple[tuple[int, ...], str], ...] = ()
     flops: int | None = None  # per execution, when the op class declares `Flops`
+    # the worker (stream) of a concurrent step running it when that is not its IPU's
+    # (`xl.runtime.stream_balance`): its own row, `IPU 0 on worker 1`
+    worker: int | None = None
 
     @property
     def input_shapes(self) -> list[list[int]]:
@@ -96,8 +101,10 @@ class KernelInfo:
         runs on a known IPU (`copies (IPU 1)`: a concurrent plan's stream of IPU 1)."""
         if self.kind in ("h2d", "d2h", "copy"):
             row = HOST_ROW if self.kind != "copy" else COPY_ROW
-            return row if self.ipu is None else f"{row} (IPU {self.ipu})"
-        return f"IPU {self.ipu if self.ipu is not None else 0}"  # unplaced: IPU 0
+            row = row if self.ipu is None else f"{row} (IPU {self.ipu})"
+        else:
+            row = f"IPU {self.ipu if self.ipu is not None else 0}"  # unplaced: IPU 0
+        return row if self.worker is None else f"{row} on worker {self.worker}"
 
     @property
     def label(self) -> str:
@@ -352,7 +359,11 @@ def _shapes_str(info: KernelInfo) -> str:
 
 def _row_order(row: str) -> int:
     """Thread ids: IPU k -> k; copies, host transfers after the IPUs (per IPU: the
-    copies and transfers of IPU k at 1001 + 10 k and 1002 + 10 k)."""
+    copies and transfers of IPU k at 1001 + 10 k and 1002 + 10 k); a row of ops another
+    worker runs (`... on worker w`): 100000 (w + 1) + the row's own."""
+    head, on, w = row.rpartition(" on worker ")
+    if on and w.isdigit():
+        return 100_000 * (int(w) + 1) + _row_order(head)
     if row.startswith("IPU ") and row[4:].isdigit():
         return int(row[4:])
     head, _, ipu = row.partition(" (IPU ")

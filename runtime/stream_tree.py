@@ -143,6 +143,8 @@ class StreamBuilder(PlanBuilder):
         info = kernel_info(op)
         if info.ipu is None:  # the op runs on its stream's IPU (placement rule)
             info = replace(info, ipu=self.placement[op])
+        if op in self.moved:  # another IPU's worker runs it: a row of its own
+            info = replace(info, worker=self.moved[op])
         self.infos.append(info)
         if self.profile is not None:
             lines = [f"_t = _pc()  # {name}", *lines, f"_ev(({k}, _t, _pc()))  # {name}"]

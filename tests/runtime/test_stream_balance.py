@@ -206,3 +206,25 @@ def test_seed_003_optimiser_steps_shared(monkeypatch: pytest.MonkeyPatch) -> Non
     assert moves and {nodes[id(op)].stream for op in moves} == {0}
     graphs = {str(op.attributes["rt.graph"]) for op in moves if "rt.graph" in op.attributes}
     assert any("Adam" in g for g in graphs), graphs
+
+
+def test_moved_ops_have_a_trace_row_of_their_own() -> None:
+    """A profiled step: the kernels of IPU 0 that worker 1 runs are on `IPU 0 on worker 1`,
+    and no row holds two threads' events (slices of a row never overlap)."""
+    from xl.runtime.profile import Profile
+
+    exe = _compile(_chains(None), workers=2, profile=True)
+    assert exe.profile is not None
+    prof = Profile(exe.profile)
+    for _ in range(2):
+        _set_and_run(exe, np.random.default_rng(2))
+    rows: dict[str, list[tuple[int, int]]] = {}
+    for e in prof.events():
+        rows.setdefault(e.info.row, []).append((e.start_ns, e.end_ns))
+    assert "IPU 0 on worker 1" in rows and "IPU 0" in rows
+    for row, spans in rows.items():
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), row
+    trace = prof.chrome_trace()["traceEvents"]
+    names = {e["args"]["name"] for e in trace if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    assert "IPU 0 on worker 1" in names
