@@ -13,10 +13,13 @@ chunks in one process:
 Ratios: serial_1 / concurrent (target >= 1.6x on 2 cores) and serial_2 / concurrent
 (target >= 1.1x). `bench_balanced` times a program whose two IPUs have equal independent
 work (matmul + tanh chains): the runtime's ceiling, next to seed 003 whose IPU 0 holds about
-70 % of the work (stages 0 and 2, and the optimiser steps of the two larger layers). BLAS
+70 % of the work (stages 0 and 2, and the optimiser steps of the two larger layers; with
+each IPU's ops on its own worker the speed-up is bounded by step / max(IPU busy time), and
+`xl.runtime.stream_balance` gives some of IPU 0's top-level ops to worker 1). BLAS
 threads are set with threadpoolctl. A profiled run of each
 session gives the busy time per IPU row and the step time, so the report says how much of
-the step each IPU keeps busy (the bound on the speed-up is step / max(IPU busy time)).
+the step each IPU keeps busy, and in the concurrent run each worker (rows `IPU 0 on worker
+1`: IPU 0's ops that worker 1 runs).
 
     python benchmarks/pipeline.py            # both micro batches
     python benchmarks/run.py --only pipeline_b5,pipeline_b32
@@ -76,6 +79,11 @@ def _busy(ir: popxl.Ir, inputs: dict[Any, np.ndarray], concurrent: bool, blas: i
     out = {"step_s": statistics.median((b - a) / 1e9 for a, b in steps)}
     for row in prof.key_averages("row"):
         out[row.key] = row.total_ns / 1e9 / len(steps)
+        if concurrent:  # IPU k's stream is worker k (2 IPUs, 2 workers), unless the row says
+            head, on, w = row.key.rpartition(" on worker ")
+            ipu = (head if on else row.key).rpartition("IPU ")[2].rstrip(")")
+            worker = f"worker {w if on else ipu}"
+            out[worker] = out.get(worker, 0.0) + out[row.key]
     return out
 
 
@@ -174,12 +182,13 @@ def report_lines(results: dict) -> list[str]:
         )
     for r in pipelined:
         b, c = r["busy_serial_1"], r["busy_concurrent"]
+        bound = b["step_s"] / max(b.get("IPU 0", 0), b.get("IPU 1", 0), 1e-9)
         lines.append(
             f"  micro batch {r['micro_batch']}: busy per step, serial IPU 0 {b.get('IPU 0', 0) * 1e3:.1f} ms + "
             f"IPU 1 {b.get('IPU 1', 0) * 1e3:.1f} ms (step {b['step_s'] * 1e3:.1f} ms; bound on the "
-            f"speed-up {b['step_s'] / max(b.get('IPU 0', 0), b.get('IPU 1', 0), 1e-9):.2f}x); concurrent "
-            f"IPU 0 {c.get('IPU 0', 0) * 1e3:.1f} ms, IPU 1 {c.get('IPU 1', 0) * 1e3:.1f} ms in a "
-            f"{c['step_s'] * 1e3:.1f} ms step"
+            f"speed-up with each IPU on its worker {bound:.2f}x); "
+            f"concurrent worker 0 {c.get('worker 0', 0) * 1e3:.1f} ms, worker 1 {c.get('worker 1', 0) * 1e3:.1f} ms "
+            f"(of which IPU 0's ops {c.get('IPU 0 on worker 1', 0) * 1e3:.1f} ms) in a {c['step_s'] * 1e3:.1f} ms step"
         )
     balanced = next((r for r in results.values() if "micro_batch" not in r), None)
     if balanced:
