@@ -38,6 +38,7 @@ as given.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
@@ -47,8 +48,10 @@ from xdsl.utils.exceptions import VerifyException
 
 from xl.dialects import rt, xl_context
 from xl.passes import get_all_passes as xl_passes
+from xl.passes.hoist_updates import HoistUpdatesPass
 from xl.passes.inline import InlinePass, inlined_copy
-from xl.passes.outline import count_ops
+from xl.passes.outline import OutlinePass, count_ops
+from xl.passes.outline_copy import outlined_copy
 from xl.passes.pipeline import PipelinePass, pipeline_regions
 from xl.runtime.comm import Comm
 from xl.runtime.errors import PlanError
@@ -128,16 +131,42 @@ def lower(module: ModuleOp, pipeline: str = DEFAULT_PIPELINE) -> ModuleOp:
     return module
 
 
+def _outlines(passes: Sequence[ModulePass]) -> bool:
+    """Whether `passes` start with `inline{keep-shared=true},hoist-updates,outline` as
+    `OUTLINE_PIPELINE` has them (every graph, dead ops removed, no size threshold)."""
+    if len(passes) < 3:
+        return False
+    inline, hoist, outline = passes[:3]
+    return (
+        isinstance(inline, InlinePass)
+        and inline.keep_shared
+        and inline.remove_dead
+        and isinstance(hoist, HoistUpdatesPass)
+        and hoist.graph is None
+        and isinstance(outline, OutlinePass)
+        and outline.graph is None
+        and outline.min_program_ops == 0
+        and outline.dce
+    )
+
+
 def first_copy(module: ModuleOp, passes: Sequence[ModulePass]) -> tuple[ModuleOp, int]:
     """A copy of `module` with `passes[:n]` applied, and n: a leading `pipeline` with no
     `pipeline.region` to lower does nothing, and `inline` then builds its result as a copy
     (`xl.passes.inline.inlined_copy`: each op copied once, to its place, instead of a clone
-    of everything then the callees' bodies moved); otherwise a clone and 0."""
+    of everything then the callees' bodies moved); `inline{keep-shared=true},hoist-updates,
+    outline` (`OUTLINE_PIPELINE`) build the outlined module without the expanded one where
+    they can (`xl.passes.outline_copy.outlined_copy`); otherwise a clone and 0."""
     n = 0
     if n < len(passes) and isinstance(passes[n], PipelinePass) and not pipeline_regions(module):
         n += 1
     p = passes[n] if n < len(passes) else None
     if isinstance(p, InlinePass):
+        if _outlines(passes[n:]):
+            outline = cast(OutlinePass, passes[n + 2])
+            copy = outlined_copy(module, outline.min_ops)
+            if copy is not None:
+                return copy, n + 3
         copy = inlined_copy(module, p.remove_dead, p.keep_shared)
         if copy is not None:
             return copy, n + 1

@@ -48,6 +48,7 @@ value is unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -60,7 +61,7 @@ from xl.dialects.effects import InPlaceInterface, written_operands
 from xl.dialects.graph import GraphOp, MainGraphOp, VariableOp
 from xl.dialects.traits import is_cross_replica, is_view_like
 
-__all__ = ["HoistUpdatesPass", "hoist_updates"]
+__all__ = ["HoistUpdatesPass", "hoist_order", "hoist_updates"]
 
 # A position in the new order: (index of a kept op, -1) for the kept op itself, (index, k)
 # for the k-th op moved right after it.
@@ -83,9 +84,7 @@ def _kind(op: Operation) -> tuple[bool, bool]:
     return k
 
 
-def _movable(
-    op: Operation, operands: tuple[SSAValue, ...], written: tuple[int, ...], root: dict[int, SSAValue]
-) -> bool:
+def _movable(op: Operation, operands: Sequence[SSAValue], written: tuple[int, ...], root: dict[int, SSAValue]) -> bool:
     """Whether `op` may be hoisted: it updates in place (`written`) only variables (through
     views: `root`), has no regions, is neither a call nor a collective."""
     if not written or op.regions or not _kind(op)[0]:
@@ -98,12 +97,14 @@ def _movable(
     return True
 
 
-def hoist_block(block: Block) -> bool:
-    """Hoist the variable updates of `block` (see the module docstring); whether the order
-    changed. (Ops and values are keyed by `id`: their own hashes are Python calls; all of
-    them stay alive in the block meanwhile.)"""
-    kept: list[Operation] = []
-    after: dict[int, list[Operation]] = {}
+def hoist_order(ops: Sequence[Operation], operands: Sequence[Sequence[SSAValue]]) -> list[int]:
+    """The order of `ops` (one block's, in order; `operands[i]` the operands of `ops[i]`)
+    once their variable updates are hoisted (see the module docstring), as indices into
+    `ops`. The operands are given so that a caller can order ops whose operands are not yet
+    the values they will be (`xl.passes.outline_copy`). (Ops and values are keyed by `id`:
+    their own hashes are Python calls; all of them stay alive meanwhile.)"""
+    kept: list[int] = []
+    after: dict[int, list[int]] = {}
     pos: dict[int, _Pos] = {}  # id(op) -> its position
     # per alias root (by id): the last position that wrote it (or defined it), and the last
     # that touched it at all (read, wrote or defined)
@@ -111,13 +112,12 @@ def hoist_block(block: Block) -> bool:
     touched: dict[int, _Pos] = {}
     root: dict[int, SSAValue] = {}  # id(view-like result) -> the tensor it views
     barrier = _START
-    for op in list(block.ops):
-        operands = tuple(op.operands)
-        roots = [id(root.get(id(v), v)) for v in operands]
+    for n, (op, op_operands) in enumerate(zip(ops, operands, strict=True)):
+        roots = [id(root.get(id(v), v)) for v in op_operands]
         written = written_operands(op)
-        if _movable(op, operands, written, root):
+        if _movable(op, op_operands, written, root):
             at = barrier
-            for i, (v, r) in enumerate(zip(operands, roots, strict=True)):
+            for i, (v, r) in enumerate(zip(op_operands, roots, strict=True)):
                 owner = v.owner  # the operand itself is defined before (a view after its root)
                 if isinstance(owner, Operation):
                     at = max(at, pos.get(id(owner), _START))
@@ -125,10 +125,10 @@ def hoist_block(block: Block) -> bool:
             i = at[0]
             here = after.setdefault(i, [])
             p: _Pos = (i, len(here))
-            here.append(op)
+            here.append(n)
         else:
             p = (len(kept), -1)
-            kept.append(op)
+            kept.append(n)
             if op.regions:
                 barrier = p
         pos[id(op)] = p
@@ -142,16 +142,24 @@ def hoist_block(block: Block) -> bool:
                     wrote[r] = p
         results = op.results
         if len(roots) == 1 and len(results) == 1 and _kind(op)[1]:
-            root[id(results[0])] = root.get(id(operands[0]), operands[0])
+            root[id(results[0])] = root.get(id(op_operands[0]), op_operands[0])
         for res in results:
             touched[id(res)] = wrote[id(res)] = p
-    order: list[Operation] = list(after.get(-1, ()))
-    for i, op in enumerate(kept):
-        order.append(op)
+    order: list[int] = list(after.get(-1, ()))
+    for i, n in enumerate(kept):
+        order.append(n)
         order.extend(after.get(i, ()))
+    return order
+
+
+def hoist_block(block: Block) -> bool:
+    """Hoist the variable updates of `block` (see the module docstring); whether the order
+    changed."""
+    ops = list(block.ops)
     changed = False
     prev: Operation | None = None
-    for op in order:  # move the hoisted ops only: the others keep their relative order
+    for op in [ops[n] for n in hoist_order(ops, [tuple(op.operands) for op in ops])]:
+        # move the hoisted ops only: the others keep their relative order
         if op.prev_op is not prev:
             op.detach()
             if prev is None:

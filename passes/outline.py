@@ -112,7 +112,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import sub
 from struct import Struct
@@ -299,6 +299,15 @@ def _kind(op: Operation) -> int:
 def _build_sequence(blocks: Sequence[Block], barriers: set[int], signatures: _Signatures) -> _Sequence:
     """`barriers`: ids of the calls created by the pass (kept alive by the IR). Operands are
     defined before their uses (as the verifier checks)."""
+    return _sequence_of([[(op, op.operands) for op in block.ops] for block in blocks], barriers, signatures)
+
+
+def _sequence_of(
+    blocks: Iterable[Iterable[tuple[Operation, Sequence[SSAValue]]]], barriers: set[int], signatures: _Signatures
+) -> _Sequence:
+    """`_build_sequence` of blocks given as their ops in order, each with its operands (the
+    values they will use: `xl.passes.outline_copy` builds the sequence of a program not
+    yet made)."""
     seq = _Sequence()
     ops, sig, flat, start = seq.ops, seq.sig, seq.operands, seq.start
     code: dict[int, int] = {}  # id(result of an op of the sequence) -> its code
@@ -322,7 +331,7 @@ def _build_sequence(blocks: Sequence[Block], barriers: set[int], signatures: _Si
         start.append(len(flat))
 
     for block in blocks:
-        for op in block.ops:
+        for op, operands in block:
             kind = kinds.get(type(op))
             if kind is None:
                 kind = kinds[type(op)] = _kind(op)
@@ -332,7 +341,6 @@ def _build_sequence(blocks: Sequence[Block], barriers: set[int], signatures: _Si
                 separator(op.walk())
                 continue
             q = len(ops)
-            operands = op.operands
             start.append(len(flat))
             flat += [get(i, -i) for i in map(id, operands)]
             base = q * _R
@@ -674,10 +682,17 @@ def _unique_name(module: ModuleOp, base: str) -> str:
     return name
 
 
-def _run_inputs(seq: _Sequence, p: int, length: int) -> tuple[list[SSAValue], list[tuple[int, int]], list[int]]:
+def _operands(op: Operation) -> Sequence[SSAValue]:
+    return op.operands
+
+
+def _run_inputs(
+    seq: _Sequence, p: int, length: int, operands: Callable[[Operation], Sequence[SSAValue]] = _operands
+) -> tuple[list[SSAValue], list[tuple[int, int]], list[int]]:
     """The values the run [p, p + length) uses from outside it, in order of first use; where
     each is first used: (offset in the run, operand index); the offsets of the ops using
-    any. Isomorphic runs use their inputs at the same places."""
+    any. Isomorphic runs use their inputs at the same places. `operands`: the operands of
+    an op of the sequence (those it will have, for `xl.passes.outline_copy`)."""
     inputs: list[SSAValue] = []
     slots: list[tuple[int, int]] = []
     users: list[int] = []
@@ -688,7 +703,7 @@ def _run_inputs(seq: _Sequence, p: int, length: int) -> tuple[list[SSAValue], li
         op = ops[g]
         assert op is not None
         outside = False
-        for i, (v, c) in enumerate(zip(op.operands, flat[start[g] : start[g + 1]], strict=True)):
+        for i, (v, c) in enumerate(zip(operands(op), flat[start[g] : start[g + 1]], strict=True)):
             if c < base:
                 outside = True
                 if c not in seen:
@@ -840,10 +855,21 @@ def outline(module: ModuleOp, min_ops: int = 3, graph: str | None = None, dce: b
         holders = [op for op in module.body.block.ops if isinstance(op, GraphOp | MainGraphOp)]
     if dce:  # a call would keep them alive
         remove_dead_ops(h.regions[0] for h in holders)
-    barriers: set[int] = set()  # ids of the calls created (alive: they stay in the IR)
-    signatures = _Signatures()
-    created: list[str] = []
-    more = True
+    return _rounds(module, holders, min_ops, set(), _Signatures(), [], True)
+
+
+def _rounds(
+    module: ModuleOp,
+    holders: Sequence[Operation],
+    min_ops: int,
+    barriers: set[int],
+    signatures: _Signatures,
+    created: list[str],
+    more: bool,
+) -> list[str]:
+    """The rounds of `outline` on the blocks of `holders`, while `more`; `barriers`: ids of
+    the calls created so far (alive: they stay in the IR), `signatures` kept across rounds,
+    `created` the names of the graphs made so far. Returns `created`."""
     while more:
         blocks = [h.regions[0].block for h in holders]
         seq = _build_sequence(blocks, barriers, signatures)
