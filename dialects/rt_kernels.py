@@ -11,6 +11,7 @@ any other op class (they name kernels; no operation of theirs is ever built):
 - `xl.gemm_acc` (`GemmAccOp`, made by `rt-fold-update`);
 - `xl.fused` (`FusedOp`, made by `rt-fuse-elementwise`);
 - `xl.softmax` / `xl.softmax_grad` (`SoftmaxFusedOp`, `SoftmaxGradFusedOp`, made by `rt-fuse-softmax`);
+- `xl.gelu_tanh` / `xl.gelu_grad_tanh` (`GeluTanhOp`, `GeluGradTanhOp`, made by `rt-keep-gelu-tanh`);
 - `xl.all_reduce_update` (`AllReduceUpdateOp`, made by `rt-fold-all-reduce`);
 - `xl.all_reduce_gemm_update` (`AllReduceGemmUpdateOp`, made by `rt-fold-all-reduce-gemm`).
 
@@ -39,9 +40,9 @@ from xdsl.irdl import IRDLOperation, irdl_op_definition, traits_def
 
 from xl.dialects import get_all_dialects
 from xl.dialects.effects import InPlaceInterface, RereadsInputs, WritesOperands, is_partial_write
-from xl.dialects.popxl import TransposeOp
+from xl.dialects.popxl import GeluGradOp, GeluOp, TransposeOp
 from xl.dialects.rt import GRAPH_ATTR, SOURCE_ATTR
-from xl.dialects.traits import AcceptsViews, CrossReplica, Flops, is_view_like
+from xl.dialects.traits import AcceptsViews, CrossReplica, Elementwise, Flops, is_view_like
 
 KernelClass = type[Operation]
 
@@ -140,6 +141,39 @@ class SoftmaxGradFusedOp(IRDLOperation):
 
 
 @irdl_op_definition
+class GeluTanhOp(IRDLOperation):
+    """`popxl.gelu` (tanh approximation) that also writes the `t = tanh(u)` it computes,
+    `u = sqrt(2/pi) (x + 0.044715 x^3)`, for `xl.gelu_grad_tanh` to read instead of
+    computing it again (`rt-keep-gelu-tanh`). Results `(y, t)`, the bits of `popxl.gelu`'s
+    and of the `t` inside `popxl.gelu_grad`.
+
+    ```mlir
+    rt.kernel "xl.gelu_tanh"(%x) -> (%y, %t) : (memref<2x3xf32>) -> (memref<2x3xf32>, memref<2x3xf32>)
+    ```
+    """
+
+    name = "xl.gelu_tanh"
+    traits = traits_def(Elementwise(), AcceptsViews())
+    REPLACES: ClassVar[KernelClass] = GeluOp  # the kernel `rt-keep-gelu-tanh` turns into this one
+
+
+@irdl_op_definition
+class GeluGradTanhOp(IRDLOperation):
+    """`popxl.gelu_grad` reading `t = tanh(u)` from `xl.gelu_tanh` (`rt-keep-gelu-tanh`):
+    inputs `(dy, x, t)`, the bits of `popxl.gelu_grad(dy, x)`.
+
+    ```mlir
+    rt.kernel "xl.gelu_grad_tanh"(%dy, %x, %t) -> (%dx)
+        : (memref<2x3xf32>, memref<2x3xf32>, memref<2x3xf32>) -> memref<2x3xf32>
+    ```
+    """
+
+    name = "xl.gelu_grad_tanh"
+    traits = traits_def(Elementwise(), AcceptsViews())
+    REPLACES: ClassVar[KernelClass] = GeluGradOp
+
+
+@irdl_op_definition
 class AllReduceUpdateOp(IRDLOperation):
     """`w += scale * reduce(g over the group)` on every replica, a replica collective made
     by `rt-fold-all-reduce` from an all-reduce of a gradient and the SGD update it feeds
@@ -193,6 +227,8 @@ RT_KERNEL_OPS: tuple[KernelClass, ...] = (
     AllReduceGemmUpdateOp,
     SoftmaxFusedOp,
     SoftmaxGradFusedOp,
+    GeluTanhOp,
+    GeluGradTanhOp,
 )
 
 _BY_NAME: dict[str, KernelClass] | None = None

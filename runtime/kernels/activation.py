@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from xl.dialects.popxl import GeluGradOp, GeluOp, SoftmaxGradOp, SoftmaxOp
-from xl.dialects.rt_kernels import FusedOp, SoftmaxFusedOp, SoftmaxGradFusedOp
+from xl.dialects.rt_kernels import FusedOp, GeluGradTanhOp, GeluTanhOp, SoftmaxFusedOp, SoftmaxGradFusedOp
 from xl.runtime.codegen import Gen, K, template
 from xl.runtime.kernels.buffers import FAST_FLOATS, Alloc, call, consts, empty, scratch
 from xl.runtime.kernels.registry import KERNELS, Kernel, kernel
@@ -336,18 +336,38 @@ def _gelu_consts(dtype: np.dtype) -> tuple[np.ndarray, ...]:
     return consts(dtype, _SQRT_2_OVER_PI * _GELU_A, _SQRT_2_OVER_PI, 3 * _SQRT_2_OVER_PI * _GELU_A, 0.5, 1.0)
 
 
-def gelu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
-    """out = x (0.5 + 0.5 tanh(sqrt(2/pi) x (1 + 0.044715 x^2))); `t` scratch of out's shape
-    (`out` may be `x`)."""
-    ka, k0, _, half, _ = _gelu_consts(t.dtype)
-    np.multiply(x, x, t)
-    np.multiply(t, ka, t)
+def _tanh_u(x: np.ndarray, sq: np.ndarray, t: np.ndarray) -> None:
+    """t = tanh(sqrt(2/pi) x (1 + 0.044715 x^2)) from `sq` = x * x (`sq` may be `t`)."""
+    ka, k0, _, _, _ = _gelu_consts(t.dtype)
+    np.multiply(sq, ka, t)
     np.add(t, k0, t)
     np.multiply(t, x, t)
     np.tanh(t, t)
-    np.multiply(t, half, t)
-    np.add(t, half, t)
+
+
+def _half_one_plus(t: np.ndarray, h: np.ndarray) -> None:
+    """h = 0.5 (1 + t) (`h` may be `t`)."""
+    half = _gelu_consts(t.dtype)[3]
+    np.multiply(t, half, h)
+    np.add(h, half, h)
+
+
+def gelu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
+    """out = x (0.5 + 0.5 tanh(sqrt(2/pi) x (1 + 0.044715 x^2))); `t` scratch of out's shape
+    (`out` may be `x`)."""
+    np.multiply(x, x, t)
+    _tanh_u(x, t, t)
+    _half_one_plus(t, t)
     np.multiply(x, t, out)
+
+
+def gelu_tanh_into(x: np.ndarray, out: np.ndarray, t: np.ndarray, h: np.ndarray) -> None:
+    """`gelu_into` that keeps t = tanh(u) in `t` (`xl.gelu_tanh`); `h` scratch of out's shape
+    (`out` may be `x`)."""
+    np.multiply(x, x, t)
+    _tanh_u(x, t, t)
+    _half_one_plus(t, h)
+    np.multiply(x, h, out)
 
 
 def _float_scratch(out: np.ndarray, alloc: Alloc) -> np.ndarray:
@@ -371,25 +391,36 @@ def _t_gelu(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     return call(g, gelu_into, [i[0], o[0], _float_scratch(g.arr(op.outs[0]), scratch(g))])
 
 
-def gelu_grad_into(dy: np.ndarray, x: np.ndarray, out: np.ndarray, v: np.ndarray, t: np.ndarray, w: np.ndarray) -> None:
-    """out = dy 0.5 (1 + t) (1 + x u' (1 - t)), t = tanh(u) (see the module); `v`, `t`, `w`
-    scratch of out's shape (`out` may be `dy` or `x`)."""
-    ka, k0, k3a, half, one = _gelu_consts(t.dtype)
-    np.multiply(x, x, v)
-    np.multiply(v, ka, t)
-    np.add(t, k0, t)
-    np.multiply(t, x, t)
-    np.tanh(t, t)  # t
+def _gelu_grad_from(dy: np.ndarray, x: np.ndarray, t: np.ndarray, out: np.ndarray, v: np.ndarray, w: np.ndarray):
+    """out = dy 0.5 (1 + t) (1 + x u' (1 - t)) from t = tanh(u) and `v` = x * x; `w` scratch
+    (`out` may be `dy`, `x` or `t`: written last)."""
+    _, k0, k3a, _, one = _gelu_consts(t.dtype)
     np.multiply(v, k3a, v)
     np.add(v, k0, v)
     np.multiply(v, x, v)  # x u'
     np.subtract(one, t, w)
     np.multiply(v, w, v)
     np.add(v, one, v)  # 1 + x u' (1 - t)
-    np.multiply(t, half, t)
-    np.add(t, half, t)  # 0.5 (1 + t)
-    np.multiply(v, t, v)
+    _half_one_plus(t, w)
+    np.multiply(v, w, v)
     np.multiply(dy, v, out)
+
+
+def gelu_grad_into(dy: np.ndarray, x: np.ndarray, out: np.ndarray, v: np.ndarray, t: np.ndarray, w: np.ndarray) -> None:
+    """out = dy 0.5 (1 + t) (1 + x u' (1 - t)), t = tanh(u) (see the module); `v`, `t`, `w`
+    scratch of out's shape (`out` may be `dy` or `x`)."""
+    np.multiply(x, x, v)
+    _tanh_u(x, v, t)
+    _gelu_grad_from(dy, x, t, out, v, w)
+
+
+def gelu_grad_tanh_into(
+    dy: np.ndarray, x: np.ndarray, t: np.ndarray, out: np.ndarray, v: np.ndarray, w: np.ndarray
+) -> None:
+    """`gelu_grad_into` reading t = tanh(u) (`xl.gelu_grad_tanh`, from `xl.gelu_tanh`); `v`,
+    `w` scratch of out's shape (`out` may be `dy`, `x` or `t`)."""
+    np.multiply(x, x, v)
+    _gelu_grad_from(dy, x, t, out, v, w)
 
 
 def _gelu_grad_scratch(out: np.ndarray, alloc: Alloc) -> list[np.ndarray]:
@@ -412,3 +443,36 @@ def _t_gelu_grad(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
     if len(op.ins) != 2 or out is None or out.dtype.kind != "f":
         return None
     return call(g, gelu_grad_into, [*i, o[0], *_gelu_grad_scratch(out, scratch(g))])
+
+
+@kernel(GeluTanhOp)
+def _gelu_tanh(p: dict[str, Any]) -> Kernel:
+    """(0.5 x (1 + tanh u), tanh u) for float results."""
+
+    def k(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
+        gelu_tanh_into(x, out, t, empty(out.shape, out.dtype))
+
+    return k
+
+
+@template(GeluTanhOp)
+def _t_gelu_tanh(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    out = g.arr(op.outs[0])
+    return call(g, gelu_tanh_into, [i[0], *o, scratch(g)(out.shape, out.dtype)])
+
+
+@kernel(GeluGradTanhOp)
+def _gelu_grad_tanh(p: dict[str, Any]) -> Kernel:
+    """dy (0.5 (1 + t) + 0.5 x (1 - t^2) u') from t = tanh u."""
+
+    def k(dy: np.ndarray, x: np.ndarray, t: np.ndarray, out: np.ndarray) -> None:
+        gelu_grad_tanh_into(dy, x, t, out, empty(out.shape, out.dtype), empty(out.shape, out.dtype))
+
+    return k
+
+
+@template(GeluGradTanhOp)
+def _t_gelu_grad_tanh(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    out = g.arr(op.outs[0])
+    alloc = scratch(g)
+    return call(g, gelu_grad_tanh_into, [*i, o[0], alloc(out.shape, out.dtype), alloc(out.shape, out.dtype)])

@@ -46,6 +46,8 @@ from xl.dialects.rt_kernels import (
     AllReduceGemmUpdateOp,
     AllReduceUpdateOp,
     FusedOp,
+    GeluGradTanhOp,
+    GeluTanhOp,
     GemmAccOp,
     KernelClass,
     SoftmaxFusedOp,
@@ -205,9 +207,15 @@ def gelu64(x: np.ndarray) -> np.ndarray:
     return 0.5 * z * (1.0 + np.tanh(_SQ2PI * (z + 0.044715 * z**3)))
 
 
+def gelu_tanh64(x: np.ndarray) -> np.ndarray:
+    """tanh(u) inside the GELU's tanh approximation, u = sqrt(2/pi) (x + 0.044715 x^3)."""
+    z = f64(x)
+    return np.tanh(_SQ2PI * (z + 0.044715 * z**3))
+
+
 def gelu_grad64(x: np.ndarray) -> np.ndarray:
     z = f64(x)
-    t = np.tanh(_SQ2PI * (z + 0.044715 * z**3))
+    t = gelu_tanh64(x)
     return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * _SQ2PI * (1 + 3 * 0.044715 * z * z)
 
 
@@ -430,6 +438,24 @@ case(
     ),
     rtol=1e-6,
     atol=1e-3,
+)
+
+# the gelu that keeps its tanh and the gradient that reads it (`rt-keep-gelu-tanh`)
+case(
+    GeluTanhOp,
+    lambda r: [adv(r, (5, 3))],
+    lambda x: [as32(gelu64(x)), as32(gelu_tanh64(x))],
+    rt=lambda ins: RtForm({}, [((5, 3), np.float32), ((5, 3), np.float32)]),
+    rtol=1e-5,
+    atol=1e-6,
+)
+case(
+    GeluGradTanhOp,
+    lambda r: (lambda x: [adv(r, (5, 3)), x, as32(gelu_tanh64(x))])(adv(r, (5, 3))),
+    lambda dy, x, t: [as32(f64(dy) * gelu_grad64(x))],
+    rt=lambda ins: RtForm({}, [((5, 3), np.float32)]),
+    rtol=1e-5,
+    atol=1e-5,
 )
 
 # softmax with the scores' scale and causal mask as its prologue, its gradient with the scale
