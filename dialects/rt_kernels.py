@@ -42,7 +42,15 @@ from xl.dialects import get_all_dialects
 from xl.dialects.effects import InPlaceInterface, RereadsInputs, WritesOperands, is_partial_write
 from xl.dialects.popxl import GeluGradOp, GeluOp, TransposeOp
 from xl.dialects.rt import GRAPH_ATTR, SOURCE_ATTR
-from xl.dialects.traits import AcceptsViews, CrossReplica, Elementwise, Flops, is_view_like
+from xl.dialects.traits import (
+    AcceptsViews,
+    CrossReplica,
+    Elementwise,
+    Flops,
+    PopartType,
+    is_view_like,
+    popart_type,
+)
 
 KernelClass = type[Operation]
 
@@ -153,7 +161,7 @@ class GeluTanhOp(IRDLOperation):
     """
 
     name = "xl.gelu_tanh"
-    traits = traits_def(Elementwise(), AcceptsViews())
+    traits = traits_def(Elementwise(), AcceptsViews(), PopartType(popart_type(GeluOp)))  # profiles show Gelu
     REPLACES: ClassVar[KernelClass] = GeluOp  # the kernel `rt-keep-gelu-tanh` turns into this one
 
 
@@ -169,7 +177,7 @@ class GeluGradTanhOp(IRDLOperation):
     """
 
     name = "xl.gelu_grad_tanh"
-    traits = traits_def(Elementwise(), AcceptsViews())
+    traits = traits_def(Elementwise(), AcceptsViews(), PopartType(popart_type(GeluGradOp)))
     REPLACES: ClassVar[KernelClass] = GeluGradOp
 
 

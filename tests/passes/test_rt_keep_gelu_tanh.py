@@ -30,6 +30,7 @@ from xl.compiler import compile_module, lower
 from xl.compiler.driver import DEFAULT_PIPELINE
 from xl.dialects import rt
 from xl.dialects.rt_kernels import RT_KERNEL_OPS, GeluGradTanhOp, GeluTanhOp
+from xl.dialects.traits import popart_type
 
 FLOATS = [np.float16, np.float32, np.float64]
 WIDTHS: dict[type, Literal[16, 32, 64]] = {np.float16: 16, np.float32: 32, np.float64: 64}
@@ -60,6 +61,12 @@ def _same_as_replaced(x: np.ndarray, dy: np.ndarray, optimize: bool) -> None:
 def test_every_replacing_kernel_is_checked() -> None:
     """A kernel class replacing another must be covered here (extend `_same_as_replaced`)."""
     assert set(REPLACING) == {GeluTanhOp, GeluGradTanhOp}
+
+
+@pytest.mark.parametrize("cls", REPLACING, ids=lambda c: c.name)
+def test_profiles_name_the_replaced_op(cls: type) -> None:
+    """A profile groups a replacing kernel under the PopART type of the op it replaces."""
+    assert popart_type(cls) == popart_type(cls.REPLACES) != ""
 
 
 @pytest.mark.parametrize("optimize", [False, True], ids=["straightforward", "optimised"])
