@@ -8,16 +8,19 @@ writes (`xl.runtime.stream_deps` keeps every dependent access in serial order wh
 stream makes it), so a stream may take ops of another IPU and the step stays bit-identical
 to the serial plan.
 
-`balance(root, streams)` is a static list schedule: it simulates the step in serial order
-(loops unrolled, both branches of an `rt.if`), each op taking `OpNode.cost` (`kernel_cost`
-units, ~0.25 ns) plus `OP_OVERHEAD` on its stream, after the ops it depends on (plus `SYNC`
-when they ran on another stream), and gives an op of the program's top level (not in a loop
-or branch, so one decision is one execution) to the stream that finishes it first, when that
-is at least `MARGIN` earlier than its own stream and the op is worth moving
-(`MOVE_MIN_COST`); ops only go to a stream with less work in the whole step, which still has
-less than the op's own stream after the move (so no op goes back and forth). The result
-depends only on the program and the buffers' shapes, never on timings: the same plan every
-time.
+`balance(root, streams)` decides statically, from a simulation of the step: the op
+executions in serial order (loops unrolled, both branches of an `rt.if`), each stream
+running its ops in that order, an op taking `OpNode.cost` (`kernel_cost` units, ~0.25 ns)
+plus `OP_OVERHEAD` after its stream's previous op and the ops it depends on (`SYNC` later
+when those ran on another stream). The ops of the program's top level (not in a loop or
+branch: one decision is one execution) worth moving (`MOVE_MIN_COST`) are the candidates,
+each alone and with the later top-level ops of its stream that depend on it (a chain moved
+whole does not wait across streams at each link); each round moves the candidate, to the
+stream, that ends the simulated step earliest, if at least `MARGIN` earlier than without,
+until none does (or `MAX_WORK` simulated executions). Whole-step simulation sees what a
+per-op choice would not: an op moved away makes its dependents on the home stream wait, and
+the other stream runs it before its own later ops. The result depends only on the program
+and the buffers' shapes, never on timings: the same plan every time.
 
 ```python
 moves = balance(tree.root, 2)  # {op: stream} for the ops another stream runs
@@ -38,8 +41,9 @@ from xl.runtime.stream_tree import IfNode, LoopNode, OpNode
 OP_OVERHEAD = 20_000.0  # the Python around one kernel call (~5 us)
 SYNC = 120_000.0  # waking a stream that waits for another (~30 us)
 MOVE_MIN_COST = 400_000.0  # ops cheaper than this (~100 us) stay on their IPU's stream
-MARGIN = 2 * SYNC  # a move must finish the op at least this much earlier
+MARGIN = 2 * SYNC  # a move must end the simulated step at least this much earlier
 MAX_SIMULATED = 50_000  # op executions simulated at most (larger steps: no moves)
+MAX_WORK = 1_000_000  # simulated executions over all the trials (~1 s; the costliest candidates kept)
 
 
 def _executions(nodes: list[Any], top: bool) -> Iterator[tuple[OpNode, bool]]:
@@ -69,51 +73,100 @@ def _count(nodes: list[Any], limit: int) -> int:
     return total
 
 
-def _finish(s: int, free: list[float], deps: list[tuple[float, int]], cost: float) -> float:
-    """When an op of `cost` would end on stream `s`, after the accesses it follows."""
-    ready = max((t + (SYNC if d != s else 0.0) for t, d in deps), default=0.0)
-    return max(free[s], ready) + cost
+# one earlier access of a memory base: (first byte, end byte, writes, execution index)
+Access = tuple[int, int, bool, int]
 
 
-# one earlier access of a memory base: [first byte, end byte, writes, end time, stream]
-Access = list[Any]
+class _Step:
+    """The step's op executions in serial order (loops unrolled), with the earlier
+    executions each one follows (an access of overlapping memory, one of them writing)."""
+
+    def __init__(self, root: list[Any]) -> None:
+        self.nodes: list[OpNode] = []
+        self.top: list[bool] = []
+        self.deps: list[list[int]] = []
+        seen: dict[Any, list[Access]] = {}  # base -> earlier accesses
+        for node, top in _executions(root, True):
+            i = len(self.nodes)
+            self.nodes.append(node)
+            self.top.append(top)
+            deps: set[int] = set()
+            for (key, lo, hi), w in node.acc:
+                for a in seen.get(key, ()):
+                    if (w or a[2]) and lo < a[1] and a[0] < hi:
+                        deps.add(a[3])
+            self.deps.append(sorted(deps))
+            for (key, lo, hi), w in node.acc:
+                accs = seen.setdefault(key, [])
+                if w:  # a later access that follows a covered one also follows this write
+                    accs[:] = [a for a in accs if not (lo <= a[0] and a[1] <= hi)]
+                accs.append((lo, hi, w, i))
+        self.cost = [n.cost + OP_OVERHEAD for n in self.nodes]
+
+    def makespan(self, streams: int, moves: dict[int, int]) -> float:
+        """When the last stream ends, with the top-level nodes `moves` names (by id) on
+        other streams than their IPU's: each stream runs its ops in serial order, an op
+        starts after its stream's previous op and the ops it follows (`SYNC` later when
+        they ran on another stream)."""
+        free = [0.0] * streams
+        end: list[float] = []
+        where: list[int] = []
+        for i, node in enumerate(self.nodes):
+            s = moves.get(id(node), node.stream)
+            t = free[s]
+            for j in self.deps[i]:
+                r = end[j] + (SYNC if where[j] != s else 0.0)
+                if r > t:
+                    t = r
+            t += self.cost[i]
+            end.append(t)
+            where.append(s)
+            free[s] = t
+        return max(free)
 
 
 def balance(root: list[Any], streams: int) -> dict[Operation, int]:
     """The ops of `root` (the tree of `xl.runtime.stream_tree`, each `OpNode` on its IPU's
-    stream) that another stream should run, by the list schedule of the module docstring."""
+    stream) that another stream should run, by the search of the module docstring."""
     if streams < 2 or _count(root, MAX_SIMULATED) > MAX_SIMULATED:
         return {}
-    load = [0.0] * streams  # each stream's work (all its executions)
-    for node, _ in _executions(root, True):
-        load[node.stream] += node.cost + OP_OVERHEAD
-    free = [0.0] * streams  # when each stream has finished its ops so far
-    seen: dict[Any, list[Access]] = {}  # base -> earlier accesses
-    moves: dict[Operation, int] = {}
-    for node, top in _executions(root, True):
-        home = node.stream if node.op is None else moves.get(node.op, node.stream)
-        deps: list[tuple[float, int]] = []  # (end time, stream) of the accesses this op follows
-        for (key, lo, hi), w in node.acc:
-            for a in seen.get(key, ()):
-                if (w or a[2]) and lo < a[1] and a[0] < hi:
-                    deps.append((a[3], a[4]))
-        cost = node.cost + OP_OVERHEAD
-        at = home
-        if top and node.op is not None and node.cost >= MOVE_MIN_COST:
-            # only to a stream with less work, which keeps less than its own after the move
-            to = [s for s in range(streams) if s != home and load[s] + cost < load[home]]
-            ends = {s: _finish(s, free, deps, cost) for s in (home, *to)}
-            best = min(to, key=lambda s: (ends[s], s), default=home)
-            if best != home and ends[best] <= ends[home] - MARGIN:
-                at = best
-                moves[node.op] = best
-                load[home] -= cost
-                load[best] += cost
-        end = _finish(at, free, deps, cost)
-        free[at] = end
-        for (key, lo, hi), w in node.acc:
-            accs = seen.setdefault(key, [])
-            if w:  # a later access that follows a covered one also follows this write
-                accs[:] = [a for a in accs if not (lo <= a[0] and a[1] <= hi)]
-            accs.append([lo, hi, w, end, at])
-    return moves
+    step = _Step(root)
+    n = len(step.nodes)
+    movable = [i for i, node in enumerate(step.nodes) if step.top[i] and node.op is not None]
+    seeds = [i for i in movable if step.nodes[i].cost >= MOVE_MIN_COST]
+    keep = max(1, MAX_WORK // max(1, 2 * n * (streams - 1)))
+    if len(seeds) > keep:  # the costliest ones
+        seeds = sorted(sorted(seeds, key=lambda i: -step.cost[i])[:keep])
+    groups = {tuple(g) for i in seeds for g in ([i], _dependents(step, movable, i))}
+    moves: dict[int, int] = {}  # id(node) -> stream
+    best = step.makespan(streams, moves)
+    budget = MAX_WORK
+    while budget > 0:
+        choice: tuple[float, tuple[int, ...], int] | None = None
+        for g in sorted(groups):
+            home = step.nodes[g[0]].stream
+            for s in range(streams):
+                if s == home or any(moves.get(id(step.nodes[j]), home) != home for j in g):
+                    continue
+                trial = {**moves, **{id(step.nodes[j]): s for j in g}}
+                span = step.makespan(streams, trial)
+                budget -= n
+                if span <= best - MARGIN and (choice is None or span < choice[0]):
+                    choice = (span, g, s)
+        if choice is None:
+            break
+        best, g, s = choice
+        for j in g:
+            moves[id(step.nodes[j])] = s
+    return {node.op: moves[id(node)] for node in step.nodes if id(node) in moves and node.op is not None}
+
+
+def _dependents(step: _Step, movable: list[int], i: int) -> list[int]:
+    """Op `i` with the later top-level ops of its stream that depend on it, directly or not
+    (moved together, a chain does not wait across streams at each link)."""
+    group = {i}
+    home = step.nodes[i].stream
+    for j in movable:
+        if j > i and step.nodes[j].stream == home and any(d in group for d in step.deps[j]):
+            group.add(j)
+    return sorted(group)

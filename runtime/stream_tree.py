@@ -39,9 +39,10 @@ from xl.runtime.parallel_kernels import kernel_cost, region  # a kernel's rough 
 from xl.runtime.plan import PlanBuilder
 from xl.runtime.profile import kernel_info
 
-# a float16 element pass of a NumPy loop against a float32 one (measured: the Adam moment
-# updates of seed 003's pipeline, float16 state, ~10 ns an element, float32 ones ~0.4 ns)
-HALF_COST = 10.0
+# a float16 element of a NumPy loop against a float32 one (measured, seed 003's pipeline:
+# the Adam first-moment update, float16 state, 4.2 ms on 400k elements, the float32 second
+# moment 0.18 ms)
+HALF_COST = 20.0
 
 Region = tuple[Any, int, int]  # (base key, first byte, end byte): an array's `region`, or a host stream's
 
@@ -151,17 +152,16 @@ class StreamBuilder(PlanBuilder):
         self._cur.append(OpNode(k, self.stream(op), list(lines), self._accesses(op), op, self._cost(op)))
 
     def _cost(self, op: Operation) -> float:
-        """The op's rough time in `kernel_cost` units (element passes; products by FLOPs;
-        NumPy's float16 loops, which convert element by element, `HALF_COST` times an
-        element pass)."""
+        """The op's rough time in `kernel_cost` units: products by their FLOPs, other
+        kernels the elements they read and write, a float16 element `HALF_COST` times a
+        float32 one (NumPy's half loops convert element by element)."""
         if isinstance(op, rt.KernelOp):
             ins, outs = op.io()
             ins_a, outs_a = [self.array(v) for v in ins], [self.array(v) for v in outs]
             cls = kernel_class(op.kernel.data)
-            cost = kernel_cost(cls, op.params, ins_a, outs_a)
-            if (cls is None or not cls.has_trait(Flops)) and any(a.dtype == np.float16 for a in (*ins_a, *outs_a)):
-                cost *= HALF_COST
-            return cost
+            if cls is not None and cls.has_trait(Flops):
+                return kernel_cost(cls, op.params, ins_a, outs_a)
+            return float(sum(a.size * (HALF_COST if a.dtype == np.float16 else 1.0) for a in (*ins_a, *outs_a)))
         if isinstance(op, rt.CopyOp):
             return 2.0 * self.array(op.source).size
         if isinstance(op, rt.H2DOp | rt.D2HOp):
