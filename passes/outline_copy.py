@@ -34,9 +34,11 @@ from typing import cast
 
 from xdsl.dialects.builtin import ModuleOp, SymbolRefAttr
 from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.traits import MemoryEffect
 from xdsl.transforms.dead_code_elimination import would_be_trivially_dead
 
 from xl.dialects.call import CallOp, call_sites
+from xl.dialects.effects import AllocEffect, TensorOpEffect, ValueEffect, written_operands
 from xl.dialects.graph import GraphOp, MainGraphOp, OutputOp, graphs_by_name
 from xl.dialects.popxl import IdentityOp
 from xl.passes.hoist_updates import hoist_order
@@ -81,20 +83,22 @@ class _Inlined:
         return self.hints[id(v)] if id(v) in self.hints else v.name_hint
 
     def _add(self, op: Operation, operands: tuple[SSAValue, ...]) -> None:
-        if op.regions:
-            raise _Unsupported
         self.ops.append(op)
         self.operands.append(operands)
 
     def _copy_ops(self, block: Block, stop: Operation | None = None) -> None:
-        vm = self.vm
+        get = self.vm.get
+        add_op, add_operands = self.ops.append, self.operands.append
         for op in block.ops:
             if op is stop:
                 break
             if isinstance(op, CallOp):
                 self._expand(op)
-            else:
-                self._add(op, tuple([vm.get(v, v) for v in op.operands]))
+                continue
+            if op.regions:
+                raise _Unsupported
+            add_op(op)
+            add_operands(tuple([get(v, v) for v in op.operands]))
 
     def _identity(self, value: SSAValue) -> SSAValue:
         """The result of a new `popxl.identity` of `value` (made on a placeholder operand of
@@ -156,6 +160,24 @@ def _inlined(module: ModuleOp) -> tuple[_Inlined, MainGraphOp] | None:
         return None
 
 
+# Per op class: whether its effects are `TensorOpEffect`'s (or `ValueEffect`'s) without an
+# allocation: such an op that updates an operand in place has unknown effects or a write,
+# so it is never trivially dead (asked before xDSL's query, which costs ~5 us an op).
+_WRITE_EFFECT: dict[type[Operation], bool] = {}
+
+
+def _writes(op: Operation) -> bool:
+    """Whether `op` updates an operand in place with `TensorOpEffect`'s effects."""
+    cls = type(op)
+    w = _WRITE_EFFECT.get(cls)
+    if w is None:
+        effects = cls.get_traits_of_type(MemoryEffect)
+        w = _WRITE_EFFECT[cls] = any(isinstance(t, TensorOpEffect | ValueEffect) for t in effects) and not any(
+            isinstance(t, AllocEffect) for t in effects
+        )
+    return w and bool(written_operands(op))
+
+
 def _live(ops: list[Operation], operands: list[tuple[SSAValue, ...]]) -> list[int]:
     """The positions of the live ops (`xl.passes.outline_dce`'s liveness on one block
     without regions: an op is live when it would not be trivially dead or a live op uses
@@ -164,9 +186,14 @@ def _live(ops: list[Operation], operands: list[tuple[SSAValue, ...]]) -> list[in
     keep: list[int] = []
     for n in range(len(ops) - 1, -1, -1):
         op = ops[n]
-        if any(id(r) in used for r in op.results) or not would_be_trivially_dead(op):
-            keep.append(n)
-            used.update(map(id, operands[n]))
+        for r in op.results:
+            if id(r) in used:
+                break
+        else:
+            if not _writes(op) and would_be_trivially_dead(op):
+                continue
+        keep.append(n)
+        used.update(map(id, operands[n]))
     keep.reverse()
     return keep
 
@@ -196,10 +223,10 @@ def _graph(
     group: _Group,
     inl: _Inlined,
     operands: dict[int, tuple[SSAValue, ...]],
-) -> tuple[GraphOp, list[SSAValue], list[tuple[int, int]], list[Attribute]]:
+) -> tuple[GraphOp, list[SSAValue], list[tuple[int, int]], list[Attribute], SymbolRefAttr]:
     """`outline_group`'s graph of `group` (its body still empty), inserted before `main`;
-    its inputs (values of the inlined program), the slots where each run uses them and its
-    output types."""
+    its inputs (values of the inlined program), the slots where each run uses them, its
+    output types and the callee attribute its calls share."""
     p0, length = group.starts[0], group.length
     first = cast(list[Operation], seq.ops[p0 : p0 + length])
     used, slots, users = _run_inputs(seq, p0, length, lambda op: operands[id(op)])
@@ -224,7 +251,7 @@ def _graph(
         if hint:
             arg.name_hint = hint
     main.parent_block().insert_op_before(graph, main)  # pyright: ignore[reportOptionalMemberAccess]
-    return graph, used, slots, out_types
+    return graph, used, slots, out_types, SymbolRefAttr(graph.graph_name)
 
 
 def outlined_copy(module: ModuleOp, min_ops: int) -> ModuleOp | None:
@@ -288,7 +315,7 @@ def outlined_copy(module: ModuleOp, min_ops: int) -> ModuleOp | None:
             continue
         gi, p = where
         group = groups[gi]
-        graph, used, slots, out_types = made[gi]
+        graph, used, slots, out_types, callee = made[gi]
         if p == group.starts[0]:
             body = bodies.get(gi)
             if body is None:
@@ -307,11 +334,7 @@ def outlined_copy(module: ModuleOp, min_ops: int) -> ModuleOp | None:
             graph.body.block.add_op(OutputOp([body[id(run[k].results[r])] for k, r in group.outputs]))
         else:
             args = [values[id(by_op[id(run[k])][i])] for k, i in slots]
-        call = CallOp.create(
-            operands=args,
-            result_types=out_types,
-            properties={"callee": SymbolRefAttr(graph.graph_name)},
-        )
+        call = CallOp.create(operands=args, result_types=out_types, properties={"callee": callee})
         block.add_op(call)
         barriers.add(id(call))
         for (k, r), res in zip(group.outputs, call.res, strict=True):

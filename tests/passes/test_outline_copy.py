@@ -134,7 +134,7 @@ def test_repeated_random_programs_outline_alike(recipe: straight.Recipe, repeats
 
 
 @settings(max_examples=60, deadline=None)
-@given(structured.recipes(max_ipus=1, max_graphs=3, max_body=6, max_main=5), st.sampled_from([1, 2, 3]))
+@given(structured.recipes(max_ipus=3, max_graphs=3, max_body=6, max_main=5), st.sampled_from([1, 2, 3]))
 def test_random_structured_programs_outline_alike(recipe: structured.Recipe, min_ops: int) -> None:
     """Graphs calling graphs, by-reference inputs, inputs copied at calls; None where some
     graph is called from several places or an op has regions (repeat, conditional)."""
