@@ -115,7 +115,7 @@ def hoist_order(ops: Sequence[Operation], operands: Sequence[Sequence[SSAValue]]
     for n, (op, op_operands) in enumerate(zip(ops, operands, strict=True)):
         roots = [id(root.get(id(v), v)) for v in op_operands]
         written = written_operands(op)
-        if _movable(op, op_operands, written, root):
+        if written and _movable(op, op_operands, written, root):
             at = barrier
             for i, (v, r) in enumerate(zip(op_operands, roots, strict=True)):
                 owner = v.owner  # the operand itself is defined before (a view after its root)
@@ -126,20 +126,25 @@ def hoist_order(ops: Sequence[Operation], operands: Sequence[Sequence[SSAValue]]
             here = after.setdefault(i, [])
             p: _Pos = (i, len(here))
             here.append(n)
+            for i, r in enumerate(roots):
+                t = touched.get(r)
+                if t is None or t < p:
+                    touched[r] = p
+                if i in written:
+                    w = wrote.get(r)
+                    if w is None or w < p:
+                        wrote[r] = p
         else:
+            # a kept op's position is past every position so far
             p = (len(kept), -1)
             kept.append(n)
             if op.regions:
                 barrier = p
-        pos[id(op)] = p
-        for i, r in enumerate(roots):
-            t = touched.get(r)
-            if t is None or t < p:
+            for r in roots:
                 touched[r] = p
-            if i in written:
-                w = wrote.get(r)
-                if w is None or w < p:
-                    wrote[r] = p
+            for i in written:
+                wrote[roots[i]] = p
+        pos[id(op)] = p
         results = op.results
         if len(roots) == 1 and len(results) == 1 and _kind(op)[1]:
             root[id(results[0])] = root.get(id(op_operands[0]), op_operands[0])

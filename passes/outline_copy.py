@@ -287,12 +287,11 @@ def outlined_copy(module: ModuleOp, min_ops: int) -> ModuleOp | None:
     # the groups' graphs, in the order the pass makes them; where each run lies
     by_op = {id(op): ins for op, ins in zip(ops, operands, strict=True)}
     made = [_graph(new, main, seq, g, inl, by_op) for g in groups]
-    run_of: dict[int, tuple[int, int]] = {}  # position -> (group, start of its run)
+    run_of: dict[int, tuple[int, int, int]] = {}  # id(op of a run) -> (group, run start, position)
     for gi, g in enumerate(groups):
         for p in g.starts:
             for q in range(p, p + g.length):
-                run_of[q] = (gi, p)
-    at = {id(op): g for g, op in enumerate(seq.ops) if op is not None}
+                run_of[id(seq.ops[q])] = (gi, p, q)
 
     # graph.main in order: the ops outside runs copied, the first runs copied into their
     # graphs, a call after the last op of each run
@@ -301,19 +300,19 @@ def outlined_copy(module: ModuleOp, min_ops: int) -> ModuleOp | None:
     barriers: set[int] = set()
     of_op, alive = signatures.of_op, signatures.alive
     for op, ins in zip(ops, operands, strict=True):
-        g = at.get(id(op))
-        where = None if g is None else run_of.get(g)
+        where = run_of.get(id(op))
         if where is None:
             copy = _copy(op, [values[id(v)] for v in ins], inl)
             block.add_op(copy)
             for old, res in zip(op.results, copy.results, strict=True):
                 values[id(old)] = res
-            sig = of_op.get(id(op))
-            if sig is not None:  # the next round's signature, as the pass keeps it
-                of_op[id(copy)] = sig
-                alive.append(copy)
+            if more:
+                sig = of_op.get(id(op))
+                if sig is not None:  # the next round's signature, as the pass keeps it
+                    of_op[id(copy)] = sig
+                    alive.append(copy)
             continue
-        gi, p = where
+        gi, p, g = where
         group = groups[gi]
         graph, used, slots, out_types, callee = made[gi]
         if p == group.starts[0]:
