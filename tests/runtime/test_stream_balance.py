@@ -228,3 +228,40 @@ def test_moved_ops_have_a_trace_row_of_their_own() -> None:
     trace = prof.chrome_trace()["traceEvents"]
     names = {e["args"]["name"] for e in trace if e.get("ph") == "M" and e.get("name") == "thread_name"}
     assert "IPU 0 on worker 1" in names
+
+
+def test_a_moved_op_that_fails_is_named_and_nothing_hangs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IPU 0's dynamic_slice, run by worker 1, fails (offset out of range) while IPU 1 waits
+    for its result: the error names the op on IPU 0, no stream hangs, the next run works."""
+    import popxl
+    import popxl.ops as ops
+    from tests.runtime.test_concurrent import _run_with_timeout
+    from xl.dialects import rt
+    from xl.runtime.kernels import DataRangeError
+
+    def slices_elsewhere(root: list[Any], streams: int) -> dict[Operation, int]:
+        return {
+            n.op: 1 - n.stream
+            for n, _ in _nodes(root)
+            if isinstance(n.op, rt.KernelOp) and n.op.kernel.data == "popxl.dynamic_slice"
+        }
+
+    calls = _recording(monkeypatch, slices_elsewhere)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        off_s = popxl.h2d_stream((1,), popxl.uint32, "off")
+        ys = popxl.d2h_stream((2, 3), popxl.float32, "y")
+        with popxl.ipu(0):
+            table = popxl.variable(np.arange(12, dtype=np.float32).reshape(4, 3), name="table")
+            off = ops.host_load(off_s, "off")
+            g = ops.dynamic_slice(table, off, axes=[0], sizes=[2], no_overlap=False).copy_to_ipu(1)
+        with popxl.ipu(1):
+            ops.host_store(ys, g + 1.0)
+    with popxl.Session(ir, "cpu") as session:
+        assert session._exe.workers == 2 and len(calls[0][1]) == 1
+        with pytest.raises(
+            DataRangeError, match=r"DynamicSlice\.\d+ \(popxl.dynamic_slice in graph main_graph on IPU 0\) failed"
+        ):
+            _run_with_timeout(lambda: session.run({off_s: np.array([7], np.uint32)}))
+        out = _run_with_timeout(lambda: session.run({off_s: np.array([1], np.uint32)}))
+        np.testing.assert_array_equal(out[ys], np.arange(12, dtype=np.float32).reshape(4, 3)[1:3] + 1.0)
