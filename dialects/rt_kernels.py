@@ -11,7 +11,8 @@ any other op class (they name kernels; no operation of theirs is ever built):
 - `xl.gemm_acc` (`GemmAccOp`, made by `rt-fold-update`);
 - `xl.fused` (`FusedOp`, made by `rt-fuse-elementwise`);
 - `xl.softmax` / `xl.softmax_grad` (`SoftmaxFusedOp`, `SoftmaxGradFusedOp`, made by `rt-fuse-softmax`);
-- `xl.gelu_tanh` / `xl.gelu_grad_tanh` (`GeluTanhOp`, `GeluGradTanhOp`, made by `rt-keep-gelu-tanh`);
+- `xl.gelu_tanh` / `xl.gelu_grad_tanh` (`GeluTanhOp`, `GeluGradTanhOp`) and `xl.geluerf_keep` /
+  `xl.geluerf_grad_kept` (`GeluErfKeepOp`, `GeluErfGradKeptOp`), made by `rt-keep-gelu-factor`;
 - `xl.all_reduce_update` (`AllReduceUpdateOp`, made by `rt-fold-all-reduce`);
 - `xl.all_reduce_gemm_update` (`AllReduceGemmUpdateOp`, made by `rt-fold-all-reduce-gemm`).
 
@@ -40,7 +41,7 @@ from xdsl.irdl import IRDLOperation, irdl_op_definition, traits_def
 
 from xl.dialects import get_all_dialects
 from xl.dialects.effects import InPlaceInterface, RereadsInputs, WritesOperands, is_partial_write
-from xl.dialects.popxl import GeluGradOp, GeluOp, TransposeOp
+from xl.dialects.popxl import GeluErfGradOp, GeluErfOp, GeluGradOp, GeluOp, TransposeOp
 from xl.dialects.rt import GRAPH_ATTR, SOURCE_ATTR
 from xl.dialects.traits import (
     AcceptsViews,
@@ -149,25 +150,8 @@ class SoftmaxGradFusedOp(IRDLOperation):
 
 
 @irdl_op_definition
-class GeluTanhOp(IRDLOperation):
-    """`popxl.gelu` (tanh approximation) that also writes the `t = tanh(u)` it computes,
-    `u = sqrt(2/pi) (x + 0.044715 x^3)`, for `xl.gelu_grad_tanh` to read instead of
-    computing it again (`rt-keep-gelu-tanh`). Results `(y, t)`, the bits of `popxl.gelu`'s
-    and of the `t` inside `popxl.gelu_grad`.
-
-    ```mlir
-    rt.kernel "xl.gelu_tanh"(%x) -> (%y, %t) : (memref<2x3xf32>) -> (memref<2x3xf32>, memref<2x3xf32>)
-    ```
-    """
-
-    name = "xl.gelu_tanh"
-    traits = traits_def(Elementwise(), AcceptsViews(), PopartType(popart_type(GeluOp)))  # profiles show Gelu
-    REPLACES: ClassVar[KernelClass] = GeluOp  # the kernel `rt-keep-gelu-tanh` turns into this one
-
-
-@irdl_op_definition
 class GeluGradTanhOp(IRDLOperation):
-    """`popxl.gelu_grad` reading `t = tanh(u)` from `xl.gelu_tanh` (`rt-keep-gelu-tanh`):
+    """`popxl.gelu_grad` reading `t = tanh(u)` from `xl.gelu_tanh` (`rt-keep-gelu-factor`):
     inputs `(dy, x, t)`, the bits of `popxl.gelu_grad(dy, x)`.
 
     ```mlir
@@ -179,6 +163,60 @@ class GeluGradTanhOp(IRDLOperation):
     name = "xl.gelu_grad_tanh"
     traits = traits_def(Elementwise(), AcceptsViews(), PopartType(popart_type(GeluGradOp)))
     REPLACES: ClassVar[KernelClass] = GeluGradOp
+
+
+@irdl_op_definition
+class GeluTanhOp(IRDLOperation):
+    """`popxl.gelu` (tanh approximation) that also writes the `t = tanh(u)` it computes,
+    `u = sqrt(2/pi) (x + 0.044715 x^3)`, for `xl.gelu_grad_tanh` to read instead of
+    computing it again (`rt-keep-gelu-factor`). Results `(y, t)`, the bits of `popxl.gelu`'s
+    and of the `t` inside `popxl.gelu_grad`.
+
+    ```mlir
+    rt.kernel "xl.gelu_tanh"(%x) -> (%y, %t) : (memref<2x3xf32>) -> (memref<2x3xf32>, memref<2x3xf32>)
+    ```
+    """
+
+    name = "xl.gelu_tanh"
+    traits = traits_def(Elementwise(), AcceptsViews(), PopartType(popart_type(GeluOp)))  # profiles show Gelu
+    REPLACES: ClassVar[KernelClass] = GeluOp  # the kernel `rt-keep-gelu-factor` turns into this one
+    GRADIENT: ClassVar[type[GeluGradTanhOp]] = GeluGradTanhOp  # ... and the gradient kernels of its input into this
+    KEEPS_FLOAT64: ClassVar[bool] = False  # the kept factor has the result's type
+
+
+@irdl_op_definition
+class GeluErfGradKeptOp(IRDLOperation):
+    """`popxl.geluerf_grad` reading `h = 0.5 (1 + erf(x / sqrt(2)))` (float64) from
+    `xl.geluerf_keep` (`rt-keep-gelu-factor`): inputs `(dy, x, h)`, the bits of
+    `popxl.geluerf_grad(dy, x)`.
+
+    ```mlir
+    rt.kernel "xl.geluerf_grad_kept"(%dy, %x, %h) -> (%dx)
+        : (memref<2x3xf32>, memref<2x3xf32>, memref<2x3xf64>) -> memref<2x3xf32>
+    ```
+    """
+
+    name = "xl.geluerf_grad_kept"
+    traits = traits_def(Elementwise(), AcceptsViews(), PopartType(popart_type(GeluErfGradOp)))
+    REPLACES: ClassVar[KernelClass] = GeluErfGradOp
+
+
+@irdl_op_definition
+class GeluErfKeepOp(IRDLOperation):
+    """`popxl.geluerf` that also writes the float64 factor `h = 0.5 (1 + erf(x / sqrt(2)))`
+    it computes (`y = h x`), for `xl.geluerf_grad_kept` to read instead of computing the
+    erf again (`rt-keep-gelu-factor`). Results `(y, h)`, the bits of `popxl.geluerf`'s.
+
+    ```mlir
+    rt.kernel "xl.geluerf_keep"(%x) -> (%y, %h) : (memref<2x3xf32>) -> (memref<2x3xf32>, memref<2x3xf64>)
+    ```
+    """
+
+    name = "xl.geluerf_keep"
+    traits = traits_def(Elementwise(), AcceptsViews(), PopartType(popart_type(GeluErfOp)))
+    REPLACES: ClassVar[KernelClass] = GeluErfOp
+    GRADIENT: ClassVar[type[GeluErfGradKeptOp]] = GeluErfGradKeptOp
+    KEEPS_FLOAT64: ClassVar[bool] = True
 
 
 @irdl_op_definition
@@ -228,6 +266,9 @@ def replica_update_weight(cls: KernelClass | None) -> tuple[int, int] | None:
     return getattr(cls, "UPDATED_WEIGHT", None) if cls is not None else None
 
 
+# the gelu kernels that keep a factor for their gradients (`rt-keep-gelu-factor`)
+KEEPING_GELUS: tuple[type[GeluTanhOp] | type[GeluErfKeepOp], ...] = (GeluTanhOp, GeluErfKeepOp)
+
 RT_KERNEL_OPS: tuple[KernelClass, ...] = (
     GemmAccOp,
     FusedOp,
@@ -237,6 +278,8 @@ RT_KERNEL_OPS: tuple[KernelClass, ...] = (
     SoftmaxGradFusedOp,
     GeluTanhOp,
     GeluGradTanhOp,
+    GeluErfKeepOp,
+    GeluErfGradKeptOp,
 )
 
 _BY_NAME: dict[str, KernelClass] | None = None

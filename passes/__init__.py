@@ -85,10 +85,10 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return RtFuseSoftmaxPass
 
-    def get_rt_keep_gelu_tanh() -> type[ModulePass]:
-        from xl.passes.rt_keep_gelu_tanh import RtKeepGeluTanhPass
+    def get_rt_keep_gelu_factor() -> type[ModulePass]:
+        from xl.passes.rt_keep_gelu_factor import RtKeepGeluFactorPass
 
-        return RtKeepGeluTanhPass
+        return RtKeepGeluFactorPass
 
     def get_rt_fold_all_reduce() -> type[ModulePass]:
         from xl.passes.rt_fold_all_reduce import RtFoldAllReducePass
@@ -145,7 +145,7 @@ def builtin_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "rt-fold-update": get_rt_fold_update,
         "rt-fuse-elementwise": get_rt_fuse_elementwise,
         "rt-fuse-softmax": get_rt_fuse_softmax,
-        "rt-keep-gelu-tanh": get_rt_keep_gelu_tanh,
+        "rt-keep-gelu-factor": get_rt_keep_gelu_factor,
         "clamp-log2-scale": get_clamp_log2_scale,
         "rt-trivial-collectives": get_rt_trivial_collectives,
         "rt-views": get_rt_views,

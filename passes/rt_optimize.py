@@ -7,8 +7,8 @@ collective: the replicas sum their products into one buffer), `rt-fold-update` (
 folded into the weight-gradient gemm), `rt-broadcast-operands` (elementwise kernels read
 broadcast operands, not expanded copies), `rt-fuse-elementwise` (single-use elementwise
 chains become one kernel), `rt-fuse-softmax` (a softmax with the chain computing its input,
-its gradient with the kernel scaling it), `rt-keep-gelu-tanh` (a gelu keeps the tanh its
-gradient needs), `rt-views` (reshape/transpose as views) and
+its gradient with the kernel scaling it), `rt-keep-gelu-factor` (a gelu keeps the factor
+its gradient needs: tanh or erf), `rt-views` (reshape/transpose as views) and
 `rt-reuse-buffers` (liveness-based storage sharing and in-place elementwise kernels).
 Each step is also a pass of its own.
 
@@ -33,7 +33,7 @@ from xl.passes.rt_fold_all_reduce_gemm import fold_all_reduce_gemms
 from xl.passes.rt_fold_update import fold_bias_adds, fold_updates
 from xl.passes.rt_fuse_elementwise import fuse_elementwise
 from xl.passes.rt_fuse_softmax import fuse_softmax
-from xl.passes.rt_keep_gelu_tanh import keep_gelu_tanh
+from xl.passes.rt_keep_gelu_factor import keep_gelu_factors
 from xl.passes.rt_reuse_buffers import reuse_buffers
 from xl.passes.rt_trivial_collectives import drop_trivial_collectives
 from xl.passes.rt_views import mark_views
@@ -49,7 +49,7 @@ def optimize_program(program: rt.ProgramOp) -> None:
     broadcast_operands(program)
     fuse_elementwise(program)
     fuse_softmax(program)
-    keep_gelu_tanh(program)
+    keep_gelu_factors(program)
     mark_views(program)
     reuse_buffers(program)
 

@@ -105,7 +105,7 @@ from xl.dialects.popxl import (
     WhereOp,
 )
 from xl.dialects.popxl_operands import greedy_segments, operand_names, operand_positions
-from xl.dialects.rt_kernels import KernelClass
+from xl.dialects.rt_kernels import GeluErfGradKeptOp, GeluErfKeepOp, KernelClass
 from xl.runtime.codegen import Gen, K, as_view, template
 from xl.runtime.float8 import to_float8
 from xl.runtime.float16 import HalfInPlace
@@ -1594,13 +1594,37 @@ def _erf_body(x: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
     _erf_block(x, r, False, scratch[:5])
 
 
+def _geluerf_factor(x: np.ndarray, r: np.ndarray, scratch: np.ndarray, exact: bool) -> None:
+    """r = 0.5 (1 + erf(x / sqrt(2))), the factor of x in the exact GELU."""
+    z = np.multiply(x, _SQRT_HALF, out=scratch[5])
+    _erf_block(z, r, True, scratch[:5], exact)
+    r *= 0.5
+
+
+def _geluerf_grad_from(dy: np.ndarray, x: np.ndarray, r: np.ndarray, z: np.ndarray) -> None:
+    """r = dy (r + x exp(-x^2 / 2) / sqrt(2 pi)) with r the GELU's factor; `z` scratch."""
+    np.multiply(x, x, out=z)
+    z *= -0.5
+    np.exp(z, out=z)
+    z *= x
+    z *= _INV_SQRT_2PI
+    r += z
+    r *= dy
+
+
 def _geluerf_body(exact: bool) -> Callable[..., None]:
     def body(x: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
         """r = 0.5 x (1 + erf(x / sqrt(2)))."""
-        z = np.multiply(x, _SQRT_HALF, out=scratch[5])
-        _erf_block(z, r, True, scratch[:5], exact)
-        r *= 0.5
+        _geluerf_factor(x, r, scratch, exact)
         r *= x
+
+    return body
+
+
+def _geluerf_factor_body(exact: bool) -> Callable[..., None]:
+    def body(x: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
+        """r = 0.5 (1 + erf(x / sqrt(2))) (`xl.geluerf_keep`'s kept factor)."""
+        _geluerf_factor(x, r, scratch, exact)
 
     return body
 
@@ -1608,18 +1632,16 @@ def _geluerf_body(exact: bool) -> Callable[..., None]:
 def _geluerf_grad_body(exact: bool) -> Callable[..., None]:
     def body(dy: np.ndarray, x: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
         """r = dy (0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi))."""
-        z = np.multiply(x, _SQRT_HALF, out=scratch[5])
-        _erf_block(z, r, True, scratch[:5], exact)
-        r *= 0.5
-        np.multiply(x, x, out=z)
-        z *= -0.5
-        np.exp(z, out=z)
-        z *= x
-        z *= _INV_SQRT_2PI
-        r += z
-        r *= dy
+        _geluerf_factor(x, r, scratch, exact)
+        _geluerf_grad_from(dy, x, r, scratch[5])
 
     return body
+
+
+def _geluerf_grad_kept(dy: np.ndarray, x: np.ndarray, h: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
+    """r = dy (h + x exp(-x^2 / 2) / sqrt(2 pi)), h the factor `xl.geluerf_keep` kept."""
+    np.copyto(r, h)
+    _geluerf_grad_from(dy, x, r, scratch[5])
 
 
 # (the body for float32 and narrower results, the body for float64 results) per op class
@@ -1627,7 +1649,9 @@ _ERF_BODIES: dict[KernelClass, tuple[Callable[..., None], Callable[..., None]]] 
     ErfOp: (_erf_body, _erf_body),
     GeluErfOp: (_geluerf_body(False), _geluerf_body(True)),
     GeluErfGradOp: (_geluerf_grad_body(False), _geluerf_grad_body(True)),
+    GeluErfGradKeptOp: (_geluerf_grad_kept, _geluerf_grad_kept),
 }
+_GELUERF_FACTOR = (_geluerf_factor_body(False), _geluerf_factor_body(True))
 
 
 def _erf_family(cls: KernelClass, doc: str) -> None:
@@ -1654,9 +1678,34 @@ def _erf_family(cls: KernelClass, doc: str) -> None:
     template(cls)(t)
 
 
+@kernel(GeluErfKeepOp)
+def _geluerf_keep(p: dict[str, Any]) -> Kernel:
+    """(0.5 x (1 + erf(x / sqrt(2))), 0.5 (1 + erf(x / sqrt(2))) in float64), the bits of
+    `popxl.geluerf` (the product with x rounded once)."""
+
+    def k(x: np.ndarray, y: np.ndarray, h: np.ndarray) -> None:
+        geluerf_keep(x, y, h, *_erf_scratch(h, [x], np.empty))
+
+    return k
+
+
+def geluerf_keep(x: np.ndarray, y: np.ndarray, h: np.ndarray, work: np.ndarray, res: np.ndarray) -> None:
+    """`xl.geluerf_keep`: the factor into `h` (float64, x's shape) block by block, then y = h x."""
+    in_blocks(_GELUERF_FACTOR[y.dtype == np.float64], h, (x,), work, res)
+    np.multiply(h, x, out=y, casting="unsafe")
+
+
+@template(GeluErfKeepOp)
+def _t_geluerf_keep(g: Gen, op: K, i: list[str], o: list[str], p: dict[str, Any]):
+    h = g.arr(op.outs[1])
+    work, res = _erf_scratch(h, [g.arr(op.ins[0])], scratch(g))
+    return [f"{g.fn(geluerf_keep)}({i[0]}, {o[0]}, {o[1]}, {g.view(work)}, {g.view(res)})"]
+
+
 _erf_family(ErfOp, "erf(x), in float64.")
 _erf_family(GeluErfOp, "0.5 x (1 + erf(x / sqrt(2))), in float64 (1 + erf as such, accurate for x < 0 too).")
 _erf_family(GeluErfGradOp, "dy * (0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi)), in float64.")
+_erf_family(GeluErfGradKeptOp, "dy * (h + x exp(-x^2 / 2) / sqrt(2 pi)), in float64, h from xl.geluerf_keep.")
 
 
 @kernel(FmodOp)

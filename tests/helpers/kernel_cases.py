@@ -46,6 +46,8 @@ from xl.dialects.rt_kernels import (
     AllReduceGemmUpdateOp,
     AllReduceUpdateOp,
     FusedOp,
+    GeluErfGradKeptOp,
+    GeluErfKeepOp,
     GeluGradTanhOp,
     GeluTanhOp,
     GemmAccOp,
@@ -224,9 +226,14 @@ def geluerf64(x: np.ndarray) -> np.ndarray:
     return 0.5 * z * (1.0 + _ERF(z / math.sqrt(2.0)))
 
 
+def geluerf_factor64(x: np.ndarray) -> np.ndarray:
+    """0.5 (1 + erf(x / sqrt(2))): the exact GELU is x times it."""
+    return 0.5 * (1.0 + _ERF(f64(x) / math.sqrt(2.0)))
+
+
 def geluerf_grad64(x: np.ndarray) -> np.ndarray:
     z = f64(x)
-    return 0.5 * (1.0 + _ERF(z / math.sqrt(2.0))) + z * np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    return geluerf_factor64(x) + z * np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
 
 
 def sigmoid64(x: np.ndarray) -> np.ndarray:
@@ -440,7 +447,7 @@ case(
     atol=1e-3,
 )
 
-# the gelu that keeps its tanh and the gradient that reads it (`rt-keep-gelu-tanh`)
+# the gelu that keeps its tanh and the gradient that reads it (`rt-keep-gelu-factor`)
 case(
     GeluTanhOp,
     lambda r: [adv(r, (5, 3))],
@@ -456,6 +463,23 @@ case(
     rt=lambda ins: RtForm({}, [((5, 3), np.float32)]),
     rtol=1e-5,
     atol=1e-5,
+)
+
+case(
+    GeluErfKeepOp,
+    lambda r: [adv(r, (5, 3))],
+    lambda x: [as32(geluerf64(x)), geluerf_factor64(x)],
+    rt=lambda ins: RtForm({}, [((5, 3), np.float32), ((5, 3), np.float64)]),
+    rtol=1e-6,
+    atol=1e-7,
+)
+case(
+    GeluErfGradKeptOp,
+    lambda r: (lambda x: [adv(r, (5, 3)), x, geluerf_factor64(x)])(adv(r, (5, 3))),
+    lambda dy, x, h: [as32(f64(dy) * geluerf_grad64(x))],
+    rt=lambda ins: RtForm({}, [((5, 3), np.float32)]),
+    rtol=1e-6,
+    atol=1e-6,
 )
 
 # softmax with the scores' scale and causal mask as its prologue, its gradient with the scale
