@@ -40,8 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import AnyFloat, Float64Type, MemRefType, ModuleOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.dialects.builtin import AnyFloat, Float64Type, MemRefType, ModuleOp, NoneAttr
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from xl.dialects import rt
@@ -54,21 +54,26 @@ Keeper = type[GeluTanhOp] | type[GeluErfKeepOp]
 KEEPERS: dict[str, tuple[Keeper, str]] = {c.REPLACES.name: (c, c.GRADIENT.REPLACES.name) for c in KEEPING_GELUS}
 
 
-def _factor_buffer(y: SSAValue, keeper: Keeper) -> MemRefType | None:
-    """The kept factor's buffer type: `y`'s shape, `y`'s float type or float64; None when
-    `y` is not a float buffer."""
+def _factor_buffer(y: SSAValue, keeper: Keeper, made: dict[tuple[Attribute, bool], MemRefType]) -> MemRefType | None:
+    """The kept factor's buffer type: `y`'s shape, `y`'s float type or float64 (one type
+    object per shape in `made`); None when `y` is not a float buffer."""
     t = y.type
     if not isinstance(t, MemRefType) or not isinstance(t.element_type, AnyFloat):
         return None
-    element = Float64Type() if keeper.KEEPS_FLOAT64 else t.element_type
-    return MemRefType(element, t.get_shape())
+    if not keeper.KEEPS_FLOAT64 and isinstance(t.layout, NoneAttr):
+        return t
+    key = (t, keeper.KEEPS_FLOAT64)
+    if key not in made:
+        made[key] = MemRefType(Float64Type() if keeper.KEEPS_FLOAT64 else t.element_type, t.get_shape())
+    return made[key]
 
 
-def _swap(mem: Memory, old: rt.KernelOp, new: rt.KernelOp) -> None:
-    """`new` in place of `old`; `mem` sees it as the writer of its results."""
+def _swap(mem: Memory, pos: dict[Operation, int], old: rt.KernelOp, new: rt.KernelOp) -> None:
+    """`new` in place of `old`; `mem` sees it as the writer of its results, `pos` at `old`'s position."""
     block = old.parent
     assert isinstance(block, Block)
     block.insert_op_before(new, old)
+    pos[new] = pos.pop(old)
     for v in kernel_io(new)[1]:
         mem.writers[v] = [new if w is old else w for w in mem.writers.get(v, [old])]
     old.detach()
@@ -94,7 +99,8 @@ def keep_gelu_factors(program: rt.ProgramOp) -> int:
     if not gelus or not grads:
         return 0
     mem = Memory(program, ops)
-    pos_of: dict[Block, dict[Operation, int]] = {}
+    made: dict[tuple[Attribute, bool], MemRefType] = {}
+    pos_of: dict[Block, dict[Operation, int]] = {}  # kept valid through the rewrites (a new kernel at the old one's)
     n = 0
     for gelu in gelus:
         keeper, grad_name = KEEPERS[kernel_name(gelu) or ""]
@@ -103,7 +109,7 @@ def keep_gelu_factors(program: rt.ProgramOp) -> int:
         if len(ins) != 1 or len(outs) != 1 or (grad_name, ins[0]) not in grads or not isinstance(block, Block):
             continue
         (x,), (y,) = ins, outs
-        kept_type = _factor_buffer(y, keeper)
+        kept_type = _factor_buffer(y, keeper, made)
         if kept_type is None or mem.root(x) is mem.root(y):
             continue
         pos = pos_of.get(block)
@@ -122,11 +128,10 @@ def keep_gelu_factors(program: rt.ProgramOp) -> int:
             continue
         kept = rt.AllocOp(kept_type)
         block.insert_op_before(kept, gelu)
-        _swap(mem, gelu, rt.KernelOp(keeper.name, [x], [y, kept.result], dict(gelu.attributes)))
+        _swap(mem, pos, gelu, rt.KernelOp(keeper.name, [x], [y, kept.result], dict(gelu.attributes)))
         for g in later:
             (dy, _), (dx,) = kernel_io(g)
-            _swap(mem, g, rt.KernelOp(keeper.GRADIENT.name, [dy, x, kept.result], [dx], dict(g.attributes)))
-        pos_of.pop(block)  # positions moved
+            _swap(mem, pos, g, rt.KernelOp(keeper.GRADIENT.name, [dy, x, kept.result], [dx], dict(g.attributes)))
         n += 1
     return n
 
