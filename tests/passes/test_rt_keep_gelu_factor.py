@@ -9,7 +9,8 @@
   `tests/helpers/kernel_cases.py` (registry-derived kernel tests).
 - Programs: MLP training steps (matmul, gelu or geluerf, autodiff) optimised have the
   kernels, the values of a float64 NumPy reference written here and the bits of the same
-  plan without the pass.
+  plan without the pass; also outlined, where each gelu and its gradient are in two
+  functions and the factor passes from one call to the other.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from popxl import ops
 from tests.helpers.kernel_cases import adv, gelu64, gelu_grad64, geluerf64, geluerf_grad64
 from tests.runtime.test_matmul_kernels import run_kernel
 from xl.compiler import compile_module, lower
-from xl.compiler.driver import DEFAULT_PIPELINE
+from xl.compiler.driver import DEFAULT_PIPELINE, OUTLINE_MIN_OPS, OUTLINE_PIPELINE
 from xl.dialects import rt
 from xl.dialects.rt_kernels import KEEPING_GELUS, RT_KERNEL_OPS, GeluErfKeepOp, GeluTanhOp
 from xl.dialects.traits import popart_type
@@ -156,4 +157,65 @@ def test_training_step_keeps_the_factor(gelu: str, monkeypatch: pytest.MonkeyPat
     assert keeper.name not in _kernels(ir)
     want = compile_module(ir._module).run({"x": x})
     for k in ("loss", "dw1", "dw2"):
+        np.testing.assert_array_equal(_bits(np.asarray(got[k])), _bits(np.asarray(want[k])), err_msg=k)
+
+
+# outlining with runs of two ops or more: the repeated layers become functions
+OUTLINED = OUTLINE_PIPELINE.replace(f"outline{{min-ops={OUTLINE_MIN_OPS}}}", "outline{min-ops=2}")
+
+
+def _deep(gelu: Callable[[popxl.Tensor], popxl.Tensor], x: np.ndarray, ws: list[np.ndarray]) -> popxl.Ir:
+    """loss = sum(h_L), h_i = gelu(h_{i-1} @ w_i), h_0 = x; stores the loss and every gradient."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        xt = ops.host_load(popxl.h2d_stream(x.shape, popxl.float32, "x"))
+        vs = [popxl.variable(w, name=f"w{i}") for i, w in enumerate(ws)]
+
+        def net(h: popxl.Tensor, *w: popxl.Tensor) -> popxl.Tensor:
+            for wi in w:
+                h = gelu(h @ wi)
+            return ops.sum(h)
+
+        g = ir.create_graph(net, xt, *vs)
+        dg = popxl.transforms.autodiff(g)
+        info = ops.call_with_info(g, xt, *vs)
+        grads = ops.call(dg.graph, popxl.constant(np.float32(1.0)), inputs_dict=dg.inputs_dict(info))
+        for name, t in [("loss", info.outputs[0]), *((f"dw{i}", d) for i, d in enumerate(grads[1:]))]:
+            ops.host_store(popxl.d2h_stream(t.shape, t.dtype, name), t)
+    return ir
+
+
+@pytest.mark.parametrize("gelu", sorted(GELUS))
+def test_outlined_layers_keep_the_factor_across_functions(gelu: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outlined, each layer's gelu and its gradient are in two functions: the gelu's
+    function gets a destination for the factor, the gradient's function an input."""
+    op, ref, ref_grad, keeper = GELUS[gelu]
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    ws = [(rng.standard_normal((6, 6)) * 0.5).astype(np.float32) for _ in range(6)]
+    ir = _deep(op, x, ws)
+    low = lower(ir._module, OUTLINED + ",rt-optimize")
+    funcs = [f for f in low.walk() if isinstance(f, rt.FuncOp)]
+    in_funcs = {k.kernel.data for f in funcs for k in f.walk() if isinstance(k, rt.KernelOp)}
+    assert {keeper.name, keeper.GRADIENT.name} <= in_funcs
+    names = [k.kernel.data for k in low.walk() if isinstance(k, rt.KernelOp)]
+    assert keeper.REPLACES.name not in names and keeper.GRADIENT.REPLACES.name not in names
+    got = compile_module(ir._module, pipeline=OUTLINED).run({"x": x})
+
+    # independent: float64 NumPy, forward then backward through the layers
+    hs = [x.astype(np.float64)]
+    for w in ws:
+        hs.append(hs[-1] @ w)
+        hs.append(ref(hs[-1]))
+    np.testing.assert_allclose(got["loss"], hs[-1].sum(), rtol=1e-5)
+    d = np.ones_like(hs[-1])
+    for i in reversed(range(len(ws))):
+        d = d * ref_grad(hs[2 * i + 1])
+        np.testing.assert_allclose(got[f"dw{i}"], hs[2 * i].T @ d, rtol=1e-4, atol=1e-5, err_msg=f"dw{i}")
+        d = d @ ws[i].T.astype(np.float64)
+
+    # the same plan without the pass: the same bits
+    monkeypatch.setattr(rt_optimize, "keep_gelu_factors", lambda p: 0)
+    want = compile_module(ir._module, pipeline=OUTLINED).run({"x": x})
+    for k in got:
         np.testing.assert_array_equal(_bits(np.asarray(got[k])), _bits(np.asarray(want[k])), err_msg=k)
