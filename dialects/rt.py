@@ -956,6 +956,11 @@ class CallOp(IRDLOperation):
     def callee_name(self) -> str:
         return self.callee.root_reference.data
 
+    def set_io(self, ins: Sequence[SSAValue], outs: Sequence[SSAValue]) -> None:
+        """Make `ins` / `outs` the call's operands (a pass that adds arguments to its function)."""
+        self.operands = [*ins, *outs]
+        self.properties["operandSegmentSizes"] = _segments(len(ins), len(outs))
+
     def func(self) -> FuncOp:
         """The called `rt.func` (a `VerifyException` naming it if it does not exist)."""
         f = lookup_func(self, self.callee_name)

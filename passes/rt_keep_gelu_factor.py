@@ -343,7 +343,7 @@ def _across_functions(
         fw.func.properties["num_outs"] = IntegerAttr(fw.func.n_outs + 1, i64)
         (x,), (y,) = kernel_io(fw.gelu)
         keep = rt.KernelOp(fw.keeper.name, [x], [y, arg], dict(fw.gelu.attributes))
-        _swap(mem, pos_of.setdefault(block, positions(block)), fw.gelu, keep)
+        _swap(mem, pos_of.get(block, {fw.gelu: 0}), fw.gelu, keep)  # (a function's positions are not read again)
         for c in calls[fw.func.func_name]:
             kept = rt.AllocOp(fw.kept_type)
             body.insert_op_before(kept, c)
@@ -360,17 +360,13 @@ def _across_functions(
         block = bw.func.body.block
         arg = block.insert_arg(bw.kept_type, len(bw.func.ins))
         grad = rt.KernelOp(bw.keeper.GRADIENT.name, [dy, x, arg], [dx], dict(bw.grad.attributes))
-        _swap(mem, pos_of.setdefault(block, positions(block)), bw.grad, grad)
+        _swap(mem, pos_of.get(block, {bw.grad: 0}), bw.grad, grad)
         for c, (producer, fw) in bw.producers.items():
             assert isinstance(c, rt.CallOp)
             extra_ins.setdefault(c, []).append(fw.kept[producer])
     for c in {*extra_ins, *extra_outs}:
         ins, outs = c.io()
-        new = rt.CallOp(c.callee_name, [*ins, *extra_ins.get(c, [])], [*outs, *extra_outs.get(c, [])])
-        new.attributes.update(c.attributes)
-        body.insert_op_before(new, c)
-        c.detach()
-        c.erase()
+        c.set_io([*ins, *extra_ins.get(c, [])], [*outs, *extra_outs.get(c, [])])
     return len(used)
 
 
