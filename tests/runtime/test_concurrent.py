@@ -518,6 +518,38 @@ def _compile(text: str, **kw: Any) -> Executable:
         return compile_program(_parse(text), optimize=True, **kw)
 
 
+def random_program(
+    draw: Callable[..., Any], ipus: int, seed: int
+) -> tuple[str, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """A random program on `ipus` virtual IPUs (hypothesis' `draw`): its text, the inputs
+    `x` and `c` of three steps, and NumPy's state after the first step."""
+    stmts = [("h2d", 0, False), ("cond",), *_Gen(draw, ipus).stmts(0)]
+    rng = np.random.default_rng(seed)
+    init = [rng.uniform(-1, 1, SHAPE).astype(np.float32) for _ in range(4)]
+    x = rng.uniform(-1, 1, (3, *SHAPE)).astype(np.float32)
+    c = rng.integers(0, 2, 3).astype(np.bool_)
+    return _text(stmts, init), x, c, _reference(stmts, init, x, c)
+
+
+def check_concurrent_equals_serial(text: str, x: np.ndarray, c: np.ndarray, expected: list[np.ndarray]) -> None:
+    """The program run concurrently on 2 workers equals the serial plan bit for bit over two
+    steps, and NumPy after the first."""
+    conc = _compile(text, workers=2)
+    ser = _compile(text, concurrent=False)
+    for step in range(2):
+        try:
+            conc.run({"x": x, "c": c})
+        except Exception as e:
+            raise AssertionError(f"{e}\n{text}\n{conc.sources[0]}") from e
+        ser.run({"x": x, "c": c})
+        for i in range(4):
+            a, b = conc.get_state(f"v{i}"), ser.get_state(f"v{i}")
+            assert np.array_equal(a, b, equal_nan=True), (step, i, text)
+        if step == 0:
+            for i in range(4):
+                np.testing.assert_array_equal(conc.get_state(f"v{i}"), expected[i], err_msg=text)
+
+
 def test_random_programs_concurrent_equals_serial_and_numpy() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
@@ -525,27 +557,7 @@ def test_random_programs_concurrent_equals_serial_and_numpy() -> None:
     @settings(max_examples=100, deadline=None, derandomize=True)
     @given(st.data(), st.integers(2, 3), st.integers(0, 2**31 - 1))
     def check(data: Any, ipus: int, seed: int) -> None:
-        stmts = [("h2d", 0, False), ("cond",), *_Gen(data.draw, ipus).stmts(0)]
-        rng = np.random.default_rng(seed)
-        init = [rng.uniform(-1, 1, SHAPE).astype(np.float32) for _ in range(4)]
-        text = _text(stmts, init)
-        x = rng.uniform(-1, 1, (3, *SHAPE)).astype(np.float32)
-        c = rng.integers(0, 2, 3).astype(np.bool_)
-        conc = _compile(text, workers=2)
-        ser = _compile(text, concurrent=False)
-        expected = _reference(stmts, init, x, c)
-        for step in range(2):
-            try:
-                conc.run({"x": x, "c": c})
-            except Exception as e:
-                raise AssertionError(f"{e}\n{text}\n{conc.sources[0]}") from e
-            ser.run({"x": x, "c": c})
-            for i in range(4):
-                a, b = conc.get_state(f"v{i}"), ser.get_state(f"v{i}")
-                assert np.array_equal(a, b, equal_nan=True), (step, i, text)
-            if step == 0:
-                for i in range(4):
-                    np.testing.assert_array_equal(conc.get_state(f"v{i}"), expected[i], err_msg=text)
+        check_concurrent_equals_serial(*random_program(data.draw, ipus, seed))
 
     check()
 

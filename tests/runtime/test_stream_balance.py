@@ -13,7 +13,12 @@ from threadpoolctl import threadpool_limits
 from xdsl.ir import Operation
 
 import xl.runtime.concurrent as concurrent
-from tests.runtime.test_concurrent import SHAPE, _compile, _Gen, _mnist_pipeline, _reference, _text
+from tests.runtime.test_concurrent import (
+    _compile,
+    _mnist_pipeline,
+    check_concurrent_equals_serial,
+    random_program,
+)
 from xl.runtime.stream_balance import MOVE_MIN_COST, balance
 from xl.runtime.stream_tree import HALF_COST, IfNode, LoopNode, OpNode
 
@@ -58,29 +63,14 @@ def test_any_stream_assignment_equals_serial_and_numpy(monkeypatch: pytest.Monke
     @settings(max_examples=60, deadline=None, derandomize=True)
     @given(st.data(), st.integers(2, 3), st.integers(0, 2**31 - 1))
     def check(data: Any, ipus: int, seed: int) -> None:
-        stmts = [("h2d", 0, False), ("cond",), *_Gen(data.draw, ipus).stmts(0)]
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(seed + 1)
 
         def anywhere(root: list[Any], streams: int) -> dict[Operation, int]:
             return {n.op: int(rng.integers(0, streams)) for n, _ in _nodes(root) if n.op is not None}
 
         calls = _recording(monkeypatch, anywhere)
-        init = [rng.uniform(-1, 1, SHAPE).astype(np.float32) for _ in range(4)]
-        text = _text(stmts, init)
-        x = rng.uniform(-1, 1, (3, *SHAPE)).astype(np.float32)
-        c = rng.integers(0, 2, 3).astype(np.bool_)
-        conc = _compile(text, workers=2)
-        ser = _compile(text, concurrent=False)
-        expected = _reference(stmts, init, x, c)
+        check_concurrent_equals_serial(*random_program(data.draw, ipus, seed))
         assert len(calls) == 1
-        for step in range(2):
-            conc.run({"x": x, "c": c})
-            ser.run({"x": x, "c": c})
-            for i in range(4):
-                assert np.array_equal(conc.get_state(f"v{i}"), ser.get_state(f"v{i}"), equal_nan=True), (step, i, text)
-            if step == 0:
-                for i in range(4):
-                    np.testing.assert_array_equal(conc.get_state(f"v{i}"), expected[i], err_msg=text)
 
     check()
 
