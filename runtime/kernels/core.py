@@ -502,11 +502,13 @@ def _gather(p: dict[str, Any]) -> Kernel:
     def k(data: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
         n = data.shape[axis]
         lo = 0 if zero_oor else -n
+        # the indices are in range when taken: mode "wrap" reads them as "raise" would (a
+        # negative one from the end), without the copy through a temporary "raise" makes
         if idx.size == 0 or (idx.min() >= lo and idx.max() < n):
-            np.take(data, idx, axis=axis, out=out)
+            np.take(data, idx, axis=axis, out=out, mode="wrap")
             return
         bad = (idx < lo) | (idx >= n)
-        np.take(data, np.where(bad, 0, idx), axis=axis, out=out)
+        np.take(data, np.where(bad, 0, idx), axis=axis, out=out, mode="wrap")
         a = axis % data.ndim
         mask = bad.reshape((1,) * a + idx.shape + (1,) * (data.ndim - a - 1))
         np.copyto(out, 0, where=mask)
@@ -772,7 +774,7 @@ def nll_softmax_grad_(
     if labels.dtype == np.uint64:  # in [0, C): the same int64 (uint64 + int64 is float64)
         labels = labels.view(np.int64)
     np.add(rows_c, labels, idx)
-    np.take(probs, idx, None, pk)
+    np.take(probs, idx, None, pk, mode="wrap")  # idx in range: no temporary (as "raise" makes)
     np.log(pk, pk)
     np.negative(pk, pk)
     if keep is not None:
@@ -784,7 +786,7 @@ def nll_softmax_grad_(
         if count is not None:
             np.divide(loss, count, loss)
     np.copyto(dx, probs)
-    np.take(dx, idx, None, pk)
+    np.take(dx, idx, None, pk, mode="wrap")
     np.subtract(pk, one, pk)
     np.put(dx, idx, pk)
     if keep is not None:
@@ -1335,6 +1337,9 @@ def _updater(cls: type[IRDLOperation], kind: str) -> KernelFactory:
         b2_c, b2_i = fs[2] if kind != "adamax" else (0.0, -1)
         ep_c, ep_i = fs[-1]
         adamax = kind == "adamax"
+        # the denominator's buffer, made at the first call (a kernel closure runs one call at a
+        # time: closures never go in a lane or a row block), so a steady step allocates nothing
+        dens: dict[tuple[tuple[int, ...], np.dtype], np.ndarray] = {}
 
         def k(*a: np.ndarray) -> None:
             m, v, out = a[0], a[1], a[-1]
@@ -1350,7 +1355,10 @@ def _updater(cls: type[IRDLOperation], kind: str) -> KernelFactory:
                 if not adamax:
                     b2 = a[b2_i].item() if b2_i >= 0 else b2_c
                     c2 = 1.0 / (1.0 - b2**t)
-            den = np.array(v, dtype=dt)  # an array also for 0-d v (ufuncs give scalars)
+            den = dens.get((v.shape, dt))
+            if den is None:
+                den = dens[v.shape, dt] = np.empty(v.shape, dt)  # an array also for 0-d v
+            np.copyto(den, v, casting="unsafe")
             if not adamax:
                 if c2 != 1.0:
                     den *= c2
@@ -1359,7 +1367,12 @@ def _updater(cls: type[IRDLOperation], kind: str) -> KernelFactory:
             np.multiply(m, c1, out=out, dtype=dt)
             out /= den
             if wi >= 0 and wd != 0.0:
-                out += a[wi] * wd
+                w = a[wi]
+                if w.dtype == dt and w.shape == den.shape:
+                    np.multiply(w, wd, out=den)  # den is free: the same product as w * wd
+                    out += den
+                else:
+                    out += w * wd
             if ti >= 0:
                 a[ti][...] += 1
 
@@ -1521,7 +1534,7 @@ def _erf_block(z: np.ndarray, out: np.ndarray, one_plus: bool, scratch: np.ndarr
     ns, nm = si.size, mi.size
     if ns:
         # erf(s) = s R(s^2) (odd: the sign and -0 follow s)
-        sv = np.take(z, si, out=a[:ns])
+        sv = np.take(z, si, out=a[:ns], mode="wrap")  # si in range: no temporary
         t = np.multiply(sv, sv, out=b[:ns])
         _rational(t, _ERF_SMALL_H, nd[:, :ns], t)
         t *= sv
@@ -1530,7 +1543,7 @@ def _erf_block(z: np.ndarray, out: np.ndarray, one_plus: bool, scratch: np.ndarr
         out[si] = t
     if nm:
         # r = erfc(|z|): the middle range's rational function, the third range's beyond 4
-        m = np.take(y, mi, out=a[:nm])
+        m = np.take(y, mi, out=a[:nm], mode="wrap")
         far = np.flatnonzero(m > 4.0)
         big = m[far] if far.size else None
         np.minimum(m, 4.0, out=m)
@@ -1541,7 +1554,7 @@ def _erf_block(z: np.ndarray, out: np.ndarray, one_plus: bool, scratch: np.ndarr
         r *= e
         if big is not None:
             r[far] = _erfc_large(big, one_plus and exact)
-        zm = np.take(z, mi, out=b[:nm])
+        zm = np.take(z, mi, out=b[:nm], mode="wrap")
         if one_plus:
             # erfc(|z|) for z < 0, 2 - erfc(|z|) for z > 0
             np.subtract(2.0, r, out=r, where=zm > 0.0)

@@ -10,6 +10,8 @@ result for the final rounding (its products are exact in float32 and summed in f
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from xdsl.ir import Attribute, Block, Region, SSAValue
@@ -28,9 +30,9 @@ UNIT = {np.float16: 2.0**-24, np.float32: 2.0**-24, np.float64: 2.0**-53}  # flo
 
 def run_kernel(
     name: str, ins: list[np.ndarray], outs: list[np.ndarray], optimize: bool, attrs: dict[str, Attribute] | None = None
-) -> None:
+) -> Callable[[], None]:
     """One `rt.kernel` `name` (with `attrs`) bound to these arrays (views allowed), built in
-    the optimised or the straightforward plan and run once."""
+    the optimised or the straightforward plan and run once; returns what runs it again."""
     block = Block()
     vals: list[SSAValue] = []
     for x in (*ins, *outs):
@@ -51,11 +53,16 @@ def run_kernel(
         for op in block.ops:
             builder.visit(op, 0)
         step, _ = builder.finish()
-        step()
     else:
         c = type("C", (_Compiler,), {"bind": lambda s, v, x, h: bind(s, v, x, h, _Compiler)})()
-        for s in c.compile_block(block):
-            s()
+        closures = list(c.compile_block(block))
+
+        def step() -> None:
+            for k in closures:
+                k()
+
+    step()
+    return step
 
 
 def run_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, optimize: bool) -> None:
