@@ -90,6 +90,18 @@ def _swap(mem: Memory, pos: dict[Operation, int], old: rt.KernelOp, new: rt.Kern
     old.erase()
 
 
+def _keep(mem: Memory, pos: dict[Operation, int], gelu: rt.KernelOp, keeper: Keeper, kept: SSAValue) -> None:
+    """`gelu` becomes `keeper`, writing its factor into `kept` too."""
+    (x,), (y,) = kernel_io(gelu)
+    _swap(mem, pos, gelu, rt.KernelOp(keeper.name, [x], [y, kept], dict(gelu.attributes)))
+
+
+def _read_kept(mem: Memory, pos: dict[Operation, int], grad: rt.KernelOp, keeper: Keeper, kept: SSAValue) -> None:
+    """Gradient kernel `grad` becomes `keeper`'s gradient, reading the factor from `kept`."""
+    (dy, x), (dx,) = kernel_io(grad)
+    _swap(mem, pos, grad, rt.KernelOp(keeper.GRADIENT.name, [dy, x, kept], [dx], dict(grad.attributes)))
+
+
 def keep_gelu_factors(program: rt.ProgramOp) -> int:
     """Rewrite every eligible gelu of `program` and its gradients; returns how many gelus."""
     ops = walk_ops(program)
@@ -137,10 +149,9 @@ def keep_gelu_factors(program: rt.ProgramOp) -> int:
             continue
         kept = rt.AllocOp(kept_type)
         block.insert_op_before(kept, gelu)
-        _swap(mem, pos, gelu, rt.KernelOp(keeper.name, [x], [y, kept.result], dict(gelu.attributes)))
+        _keep(mem, pos, gelu, keeper, kept.result)
         for g in later:
-            (dy, _), (dx,) = kernel_io(g)
-            _swap(mem, pos, g, rt.KernelOp(keeper.GRADIENT.name, [dy, x, kept.result], [dx], dict(g.attributes)))
+            _read_kept(mem, pos, g, keeper, kept.result)
         n += 1
     return n + _across_functions(program, mem, made, pos_of)
 
@@ -167,14 +178,11 @@ class _Forward:
 @dataclass
 class _Backward:
     """A gradient kernel of function `func` (None: of the program's body) whose x is, at
-    every call of `func` (at the kernel itself), the input of a forward gelu of one kind
-    (`keeper`, `kept_type`)."""
+    every call of `func` (at the kernel itself), the input of a forward gelu, all of one
+    kind (keeper and factor type)."""
 
     func: rt.FuncOp | None
     grad: rt.KernelOp
-    arg: int
-    keeper: Keeper
-    kept_type: MemRefType
     # each call of `func` (the kernel itself) -> the call or the body's gelu that left x, and that gelu
     producers: dict[Operation, tuple[Operation, _Forward]]
 
@@ -274,10 +282,7 @@ def _backwards(
             if written_between(mem, xb, body, body_pos, p + 1, body_pos[site] - 1):
                 return None
             found[site] = (prod, fw)
-        if not found:
-            return None
-        fw = next(iter(found.values()))[1]
-        return _Backward(func, grad, -1, fw.keeper, fw.kept_type, found)
+        return _Backward(func, grad, found) if found else None
 
     out: list[_Backward] = []
     for func in [*funcs, None]:
@@ -334,16 +339,12 @@ def _across_functions(
                 kept = rt.AllocOp(fw.kept_type)
                 body.insert_op_before(kept, fw.gelu)
                 fw.kept[fw.gelu] = kept.result
-                (x,), (y,) = kernel_io(fw.gelu)
-                keep = rt.KernelOp(fw.keeper.name, [x], [y, kept.result], dict(fw.gelu.attributes))
-                _swap(mem, pos, fw.gelu, keep)
+                _keep(mem, pos, fw.gelu, fw.keeper, kept.result)
             continue
         block = fw.func.body.block
         arg = block.insert_arg(fw.kept_type, len(block.args))
         fw.func.properties["num_outs"] = IntegerAttr(fw.func.n_outs + 1, i64)
-        (x,), (y,) = kernel_io(fw.gelu)
-        keep = rt.KernelOp(fw.keeper.name, [x], [y, arg], dict(fw.gelu.attributes))
-        _swap(mem, pos_of.get(block, {fw.gelu: 0}), fw.gelu, keep)  # (a function's positions are not read again)
+        _keep(mem, {fw.gelu: 0}, fw.gelu, fw.keeper, arg)  # (a function's positions are not read again)
         for c in calls[fw.func.func_name]:
             kept = rt.AllocOp(fw.kept_type)
             body.insert_op_before(kept, c)
@@ -351,16 +352,13 @@ def _across_functions(
             fw.kept[c] = kept.result
     # the gradient kernels: the factor as an input of their function, or the body's buffer
     for bw in backwards:
-        (dy, x), (dx,) = kernel_io(bw.grad)
+        first = next(iter(bw.producers.values()))[1]
         if bw.func is None:
             ((producer, fw),) = bw.producers.values()
-            grad = rt.KernelOp(bw.keeper.GRADIENT.name, [dy, x, fw.kept[producer]], [dx], dict(bw.grad.attributes))
-            _swap(mem, pos, bw.grad, grad)
+            _read_kept(mem, pos, bw.grad, fw.keeper, fw.kept[producer])
             continue
-        block = bw.func.body.block
-        arg = block.insert_arg(bw.kept_type, len(bw.func.ins))
-        grad = rt.KernelOp(bw.keeper.GRADIENT.name, [dy, x, arg], [dx], dict(bw.grad.attributes))
-        _swap(mem, pos_of.get(block, {bw.grad: 0}), bw.grad, grad)
+        arg = bw.func.body.block.insert_arg(first.kept_type, len(bw.func.ins))
+        _read_kept(mem, {bw.grad: 0}, bw.grad, first.keeper, arg)
         for c, (producer, fw) in bw.producers.items():
             assert isinstance(c, rt.CallOp)
             extra_ins.setdefault(c, []).append(fw.kept[producer])
@@ -372,7 +370,8 @@ def _across_functions(
 
 @dataclass(frozen=True)
 class RtKeepGeluFactorPass(ModulePass):
-    """A gelu writes the factor of x it computes; its gradients in the same block read it."""
+    """A gelu writes the factor of x it computes; its gradients read it (in its block, or
+    in another function through new arguments)."""
 
     name = "rt-keep-gelu-factor"
 
