@@ -352,22 +352,18 @@ def _half_one_plus(t: np.ndarray, h: np.ndarray) -> None:
     np.add(h, half, h)
 
 
-def gelu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
-    """out = x (0.5 + 0.5 tanh(sqrt(2/pi) x (1 + 0.044715 x^2))); `t` scratch of out's shape
-    (`out` may be `x`)."""
-    np.multiply(x, x, t)
-    _tanh_u(x, t, t)
-    _half_one_plus(t, t)
-    np.multiply(x, t, out)
-
-
 def gelu_tanh_into(x: np.ndarray, out: np.ndarray, t: np.ndarray, h: np.ndarray) -> None:
-    """`gelu_into` that keeps t = tanh(u) in `t` (`xl.gelu_tanh`); `h` scratch of out's shape
-    (`out` may be `x`)."""
+    """out = x (0.5 + 0.5 tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), keeping t = tanh(u) in `t`
+    (`xl.gelu_tanh`) unless `h`, scratch of out's shape, is `t` (`out` may be `x`)."""
     np.multiply(x, x, t)
     _tanh_u(x, t, t)
     _half_one_plus(t, h)
     np.multiply(x, h, out)
+
+
+def gelu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
+    """`gelu_tanh_into` with `t` as its only scratch (`out` may be `x`)."""
+    gelu_tanh_into(x, out, t, t)
 
 
 def _float_scratch(out: np.ndarray, alloc: Alloc) -> np.ndarray:
