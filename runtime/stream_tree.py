@@ -29,20 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from xl.dialects import rt
 from xl.dialects.rt_kernels import kernel_class
-from xl.dialects.traits import Flops
-from xl.runtime.parallel_kernels import kernel_cost, region  # a kernel's rough time, an array's memory
+from xl.runtime.parallel_kernels import HALF_COST, kernel_cost, region  # a kernel's rough time, an array's memory
 from xl.runtime.plan import PlanBuilder
 from xl.runtime.profile import kernel_info
-
-# a float16 element of a NumPy loop against a float32 one (measured, seed 003's pipeline:
-# the Adam first-moment update, float16 state, 4.2 ms on 400k elements, the float32 second
-# moment 0.18 ms)
-HALF_COST = 20.0
 
 Region = tuple[Any, int, int]  # (base key, first byte, end byte): an array's `region`, or a host stream's
 
@@ -154,14 +147,11 @@ class StreamBuilder(PlanBuilder):
     def _cost(self, op: Operation) -> float:
         """The op's rough time in `kernel_cost` units: products by their FLOPs, other
         kernels the elements they read and write, a float16 element `HALF_COST` times a
-        float32 one (NumPy's half loops convert element by element)."""
+        float32 one."""
         if isinstance(op, rt.KernelOp):
             ins, outs = op.io()
-            ins_a, outs_a = [self.array(v) for v in ins], [self.array(v) for v in outs]
-            cls = kernel_class(op.kernel.data)
-            if cls is not None and cls.has_trait(Flops):
-                return kernel_cost(cls, op.params, ins_a, outs_a)
-            return float(sum(a.size * (HALF_COST if a.dtype == np.float16 else 1.0) for a in (*ins_a, *outs_a)))
+            arrays = [self.array(v) for v in ins], [self.array(v) for v in outs]
+            return kernel_cost(kernel_class(op.kernel.data), op.params, *arrays, half_cost=HALF_COST)
         if isinstance(op, rt.CopyOp):
             return 2.0 * self.array(op.source).size
         if isinstance(op, rt.H2DOp | rt.D2HOp):

@@ -19,8 +19,9 @@ from tests.runtime.test_concurrent import (
     check_concurrent_equals_serial,
     random_program,
 )
+from xl.runtime.parallel_kernels import HALF_COST
 from xl.runtime.stream_balance import MOVE_MIN_COST, balance
-from xl.runtime.stream_tree import HALF_COST, IfNode, LoopNode, OpNode
+from xl.runtime.stream_tree import IfNode, LoopNode, OpNode
 
 
 @pytest.fixture(autouse=True)
